@@ -1,0 +1,1 @@
+//! Mount-wide configuration (PROTOCOL.md §8).

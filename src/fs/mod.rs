@@ -1,0 +1,1 @@
+//! The filesystem operations over the backing store.

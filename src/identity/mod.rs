@@ -1,0 +1,14 @@
+//! Who is calling: the identity of the process behind a FUSE request (PROTOCOL.md §2).
+
+use crate::tree::model::SmithIdx;
+
+/// The identity a request is judged by (PROTOCOL.md §2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Identity {
+    /// A process started as a smith's run or bound to it, or a descendant of such a process.
+    Smith(SmithIdx),
+    /// A process outside every smith, with no daemon among its ancestors.
+    Operator,
+    /// Request pid 0, or an unbound descendant of the daemon: lookup and stat only.
+    Unknown,
+}

@@ -1,0 +1,13 @@
+//! smithfs: a FUSE filesystem that enforces the Agent Smith multi-agent protocol
+//! (`PROTOCOL.md`) at the kernel boundary.
+//!
+//! Layering (see `STYLE.md`): `cli → {fuse, sched}`, `fuse → fs → {policy, identity, tree}`.
+//! The pure modules (`policy`, `identity::procfs`, `tree::model`, `config`) import only types.
+
+pub mod cli;
+pub mod config;
+pub mod fs;
+pub mod fuse;
+pub mod identity;
+pub mod policy;
+pub mod tree;

@@ -1,0 +1,1 @@
+//! The access policy (PROTOCOL.md §3–§4): pure decisions over identity, operation and zone.

@@ -1,0 +1,3 @@
+//! The smith tree: the model (smiths, levels, states), templates and the scaffold.
+
+pub mod model;
