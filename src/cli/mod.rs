@@ -1,8 +1,42 @@
-//! Command line: one file per subcommand.
+//! Command line (PROTOCOL.md §6): one file per subcommand. Errors end as one clear line on
+//! stderr and a non-zero exit.
+
+mod mount;
+mod umount;
+pub(crate) mod util;
 
 use std::process::ExitCode;
 
+use clap::{Parser, Subcommand};
+
+/// smithfs: a FUSE filesystem that enforces the Agent Smith protocol for fleets of agents.
+#[derive(Debug, Parser)]
+#[command(name = "smithfs", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Mount DIR over itself (the directory is both mount point and backing store).
+    Mount(mount::MountArgs),
+    /// Unmount DIR.
+    Umount(umount::UmountArgs),
+}
+
 /// Parse the command line, run the subcommand and map its outcome to an exit code.
 pub fn run() -> ExitCode {
-    ExitCode::SUCCESS
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Mount(a) => mount::run(a),
+        Command::Umount(a) => umount::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("smithfs: {e:#}");
+            ExitCode::from(1)
+        }
+    }
 }

@@ -1,1 +1,575 @@
-//! FUSE glue: the only place that names fuser's request and reply types.
+//! FUSE glue: the only place that names fuser's request and reply types. Each method builds a
+//! [`Caller`], calls [`SmithFs`], and replies (STYLE.md habit 1).
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::{
+    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType,
+    Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags,
+    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
+    ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
+};
+
+use crate::fs::{Attr, Caller, FsError, SetAttr, SmithFs, XattrReply};
+
+/// How long the kernel may cache entries and attributes of backing-store inodes.
+const TTL: Duration = Duration::from_secs(1);
+
+/// Largest write the kernel sends in one request.
+const MAX_WRITE: u32 = 1 << 20;
+
+/// The `fuser::Filesystem` adapter around [`SmithFs`].
+#[derive(Debug)]
+pub struct FuseFs {
+    fs: Arc<SmithFs>,
+}
+
+impl FuseFs {
+    /// Serve `fs` over FUSE.
+    pub fn new(fs: Arc<SmithFs>) -> FuseFs {
+        FuseFs { fs }
+    }
+}
+
+fn caller(req: &Request) -> Caller {
+    Caller {
+        pid: req.pid(),
+        uid: req.uid(),
+        gid: req.gid(),
+    }
+}
+
+fn errno(e: &FsError) -> Errno {
+    Errno::from_i32(e.errno() as i32)
+}
+
+fn time(sec: i64, nsec: i64) -> SystemTime {
+    if sec >= 0 {
+        UNIX_EPOCH + Duration::new(sec as u64, nsec as u32)
+    } else {
+        UNIX_EPOCH - Duration::new(sec.unsigned_abs(), 0) + Duration::new(0, nsec as u32)
+    }
+}
+
+fn file_type(mode: u32) -> FileType {
+    match mode & libc::S_IFMT {
+        libc::S_IFDIR => FileType::Directory,
+        libc::S_IFLNK => FileType::Symlink,
+        libc::S_IFIFO => FileType::NamedPipe,
+        libc::S_IFSOCK => FileType::Socket,
+        libc::S_IFCHR => FileType::CharDevice,
+        libc::S_IFBLK => FileType::BlockDevice,
+        _ => FileType::RegularFile,
+    }
+}
+
+/// Convert the mount's view of a backing `stat` into fuser's attribute record.
+fn file_attr(a: &Attr) -> FileAttr {
+    let st = &a.0;
+    FileAttr {
+        ino: INodeNo(st.st_ino),
+        size: st.st_size as u64,
+        blocks: st.st_blocks as u64,
+        atime: time(st.st_atime, st.st_atime_nsec),
+        mtime: time(st.st_mtime, st.st_mtime_nsec),
+        ctime: time(st.st_ctime, st.st_ctime_nsec),
+        crtime: UNIX_EPOCH,
+        kind: file_type(st.st_mode),
+        perm: (st.st_mode & 0o7777) as u16,
+        nlink: st.st_nlink as u32,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        rdev: st.st_rdev as u32,
+        blksize: st.st_blksize as u32,
+        flags: 0,
+    }
+}
+
+fn timespec(t: TimeOrNow) -> libc::timespec {
+    match t {
+        TimeOrNow::Now => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_NOW,
+        },
+        TimeOrNow::SpecificTime(st) => match st.duration_since(UNIX_EPOCH) {
+            Ok(d) => libc::timespec {
+                tv_sec: d.as_secs() as i64,
+                tv_nsec: i64::from(d.subsec_nanos()),
+            },
+            Err(e) => {
+                let d = e.duration();
+                let mut sec = -(d.as_secs() as i64);
+                let mut nsec = -i64::from(d.subsec_nanos());
+                if nsec < 0 {
+                    sec -= 1;
+                    nsec += 1_000_000_000;
+                }
+                libc::timespec {
+                    tv_sec: sec,
+                    tv_nsec: nsec,
+                }
+            }
+        },
+    }
+}
+
+fn reply_entry(reply: ReplyEntry, r: Result<Attr, FsError>) {
+    match r {
+        Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(0)),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+fn reply_empty(reply: ReplyEmpty, r: Result<(), FsError>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+fn reply_xattr(reply: ReplyXattr, r: Result<XattrReply, FsError>) {
+    match r {
+        Ok(XattrReply::Size(n)) => reply.size(n),
+        Ok(XattrReply::Data(d)) => reply.data(&d),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+impl Filesystem for FuseFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let wanted = InitFlags::FUSE_ATOMIC_O_TRUNC
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2
+            | InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_AUTO_INVAL_DATA
+            | InitFlags::FUSE_BIG_WRITES
+            | InitFlags::FUSE_MAX_PAGES;
+        let available = config.capabilities() & wanted;
+        if let Err(missing) = config.add_capabilities(available) {
+            tracing::warn!(?missing, "kernel refused FUSE capabilities");
+        }
+        if let Err(max) = config.set_max_write(MAX_WRITE) {
+            let _ = config.set_max_write(max);
+        }
+        let _ = config.set_max_readahead(MAX_WRITE);
+        let _ = config.set_max_background(64);
+        tracing::info!(capabilities = ?available, "FUSE session initialised");
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        reply_entry(reply, self.fs.lookup(parent.0, name));
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.fs.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.fs.getattr(ino.0, fh.map(|f| f.0)) {
+            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let set = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: atime.map(timespec),
+            mtime: mtime.map(timespec),
+            fh: fh.map(|f| f.0),
+        };
+        match self.fs.setattr(&caller(req), ino.0, &set) {
+            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.fs.readlink(&caller(req), ino.0) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        reply_entry(
+            reply,
+            self.fs.mknod(&caller(req), parent.0, name, mode, rdev),
+        );
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        reply_entry(reply, self.fs.mkdir(&caller(req), parent.0, name, mode));
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.fs.remove(&caller(req), parent.0, name, false));
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.fs.remove(&caller(req), parent.0, name, true));
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        reply_entry(
+            reply,
+            self.fs
+                .symlink(&caller(req), parent.0, link_name, target.as_os_str()),
+        );
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(
+            reply,
+            self.fs.rename(
+                &caller(req),
+                parent.0,
+                name,
+                newparent.0,
+                newname,
+                flags.bits(),
+            ),
+        );
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        reply_entry(
+            reply,
+            self.fs.link(&caller(req), ino.0, newparent.0, newname),
+        );
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.open(&caller(req), ino.0, flags.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.fs.read(fh.0, offset, size) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        match self.fs.write(fh.0, offset, data, kill) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.fs.flush(fh.0));
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.fs.release(fh.0));
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.fs.fsync(fh.0, datasync));
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.opendir(&caller(req), ino.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let r = self.fs.readdir(fh.0, offset, false, |e| {
+            reply.add(INodeNo(e.ino), e.offset, file_type(e.kind), e.name)
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let r = self.fs.readdir(fh.0, offset, true, |e| {
+            let attr = e.attr.map(|a| file_attr(&a)).unwrap_or_else(|| {
+                let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                st.st_ino = e.ino;
+                st.st_mode = e.kind;
+                file_attr(&Attr(st))
+            });
+            reply.add(INodeNo(e.ino), e.offset, e.name, &TTL, &attr, Generation(0))
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.fs.releasedir(fh.0));
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.fs.fsyncdir(fh.0, datasync));
+    }
+
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        match self.fs.statfs(ino.0) {
+            Ok(s) => reply.statfs(
+                s.f_blocks,
+                s.f_bfree,
+                s.f_bavail,
+                s.f_files,
+                s.f_ffree,
+                s.f_bsize as u32,
+                s.f_namemax as u32,
+                s.f_frsize as u32,
+            ),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(
+            reply,
+            self.fs.setxattr(&caller(req), ino.0, name, value, flags),
+        );
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        reply_xattr(reply, self.fs.getxattr(&caller(req), ino.0, name, size));
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        reply_xattr(reply, self.fs.listxattr(&caller(req), ino.0, size));
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.fs.removexattr(&caller(req), ino.0, name));
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // With `default_permissions` the kernel checks mode bits itself (PROTOCOL.md §3).
+        reply.ok();
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        match self.fs.create(&caller(req), parent.0, name, mode, flags) {
+            Ok((a, fh)) => reply.created(
+                &TTL,
+                &file_attr(&a),
+                Generation(0),
+                FileHandle(fh),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.fs.fallocate(fh.0, offset, length, mode));
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        match self.fs.lseek(fh.0, offset, whence) {
+            Ok(o) => reply.offset(o),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        fh_in: FileHandle,
+        offset_in: u64,
+        _ino_out: INodeNo,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        match self
+            .fs
+            .copy_file_range(fh_in.0, offset_in, fh_out.0, offset_out, len, 0)
+        {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+}

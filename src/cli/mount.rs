@@ -1,0 +1,365 @@
+//! `smithfs mount DIR`: mount DIR over itself and serve it (PROTOCOL.md §6, §9).
+//!
+//! Without `-f`, the process forks before any thread exists; the child mounts and serves, and
+//! the parent waits on a pipe until the mount is live (exit 0) or has failed (the child's
+//! one-line reason, exit 1).
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use fuser::{Config, MountOption, Session, SessionACL};
+
+use super::util::{self, MountState};
+use crate::fs::{backing, FsOptions, SmithFs, STATE_DIR};
+use crate::fuse::FuseFs;
+
+/// Arguments of `smithfs mount`.
+#[derive(Debug, Args)]
+pub struct MountArgs {
+    /// The directory to mount over itself.
+    pub dir: PathBuf,
+    /// Stay in the foreground: this process is the FUSE server.
+    #[arg(short, long)]
+    pub foreground: bool,
+    /// Read the configuration from this file instead of DIR/config.json.
+    #[arg(long, value_name = "F")]
+    pub config: Option<PathBuf>,
+    /// Operator access mode.
+    #[arg(long, value_parser = ["read-write", "read-only"])]
+    pub operator: Option<String>,
+    /// How smith identity is known.
+    #[arg(long, value_parser = ["auto", "cgroup", "ancestry"])]
+    pub identity: Option<String>,
+    /// Re-queue runs interrupted by a dead daemon.
+    #[arg(long)]
+    pub resume: bool,
+    /// Let other users (not only the mounting one) use the mount.
+    #[arg(long)]
+    pub allow_other: bool,
+    /// Do not use FUSE passthrough for regular files.
+    #[arg(long)]
+    pub no_passthrough: bool,
+    /// Log level (tracing filter syntax); default from RUST_LOG, else "info".
+    #[arg(long, value_name = "L")]
+    pub log_level: Option<String>,
+    /// Clear a dead mount left at DIR by a killed daemon before mounting.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Run `smithfs mount`.
+pub fn run(args: MountArgs) -> Result<ExitCode> {
+    let dir = util::absolute(&args.dir)?;
+    preflight(&dir, args.force)?;
+    warn_about_users(&dir);
+    if args.foreground {
+        init_logging(&args, None);
+        serve(&dir, &args, None)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    daemonize(&dir, &args)
+}
+
+/// Refuse what cannot be mounted, each with one clear reason.
+fn preflight(dir: &Path, force: bool) -> Result<()> {
+    match util::mount_state(dir) {
+        MountState::NotMounted => {}
+        MountState::Live => bail!(
+            "{} is already mounted by smithfs; unmount it first with `smithfs umount {}`",
+            dir.display(),
+            dir.display()
+        ),
+        MountState::Dead if force => {
+            let c = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
+            // SAFETY: NUL-terminated path.
+            if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
+                bail!(
+                    "cannot clear the dead mount at {}: {}",
+                    dir.display(),
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+        MountState::Dead => bail!(
+            "{} holds a dead smithfs mount (its daemon is gone); clear it with `smithfs umount {}` or mount with --force",
+            dir.display(),
+            dir.display()
+        ),
+        MountState::Other(t) => bail!("{} already has a {t} filesystem mounted on it", dir.display()),
+    }
+    let meta = std::fs::metadata(dir).map_err(|e| anyhow!("{}: {e}", dir.display()))?;
+    if !meta.is_dir() {
+        bail!("{} is not a directory", dir.display());
+    }
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("/dev/fuse does not exist: load the fuse kernel module (modprobe fuse)")
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            // The unprivileged path goes through the setuid fusermount3.
+            if which("fusermount3").is_none() {
+                bail!("/dev/fuse is not accessible to this user and fusermount3 is not installed (apt-get install fuse3)")
+            }
+        }
+        Err(e) => bail!("/dev/fuse: {e}"),
+    }
+    Ok(())
+}
+
+fn which(prog: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(prog))
+            .find(|c| c.is_file())
+    })
+}
+
+/// Warn about processes whose working directory or open files are inside `dir`: after the
+/// mount they still see the backing store, unchecked (PROTOCOL.md §10).
+fn warn_about_users(dir: &Path) {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    let me = std::process::id().to_string();
+    let inside = |p: &Path| p == dir || p.starts_with(dir);
+    for p in procs.flatten() {
+        let name = p.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let mut hit = std::fs::read_link(p.path().join("cwd"))
+            .map(|c| inside(&c))
+            .unwrap_or(false);
+        if !hit {
+            if let Ok(fds) = std::fs::read_dir(p.path().join("fd")) {
+                hit = fds
+                    .flatten()
+                    .filter_map(|f| std::fs::read_link(f.path()).ok())
+                    .any(|t| inside(&t));
+            }
+        }
+        if hit {
+            let comm = std::fs::read_to_string(p.path().join("comm")).unwrap_or_default();
+            eprintln!(
+                "smithfs: warning: process {pid} ({}) has its working directory or open files inside {}; it will keep seeing the backing store, not the mount",
+                comm.trim(),
+                dir.display()
+            );
+        }
+    }
+}
+
+fn init_logging(args: &MountArgs, file: Option<File>) {
+    use tracing_subscriber::EnvFilter;
+    let filter = match &args.log_level {
+        Some(l) => EnvFilter::new(l),
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+    };
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let _ = match file {
+        Some(f) => builder
+            .with_ansi(false)
+            .with_writer(std::sync::Mutex::new(f))
+            .try_init(),
+        None => builder.with_writer(std::io::stderr).try_init(),
+    };
+}
+
+/// Fork: the child serves, the parent reports the outcome of the mount.
+fn daemonize(dir: &Path, args: &MountArgs) -> Result<ExitCode> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        bail!("pipe: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned here.
+    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: no other thread exists yet in this process (fork is called before any is spawned).
+    match unsafe { libc::fork() } {
+        -1 => bail!("fork: {}", std::io::Error::last_os_error()),
+        0 => {
+            drop(rd);
+            let mut report = File::from(wr);
+            // SAFETY: setsid has no preconditions; it detaches from the terminal's session.
+            unsafe { libc::setsid() };
+            let code = match serve(dir, args, Some(&mut report)) {
+                Ok(()) => 0,
+                Err(e) => {
+                    let _ = writeln!(report, "{e:#}");
+                    tracing::error!("{e:#}");
+                    1
+                }
+            };
+            std::process::exit(code);
+        }
+        _child => {
+            drop(wr);
+            // The daemon keeps its end open while it serves: read one line, not to EOF.
+            let mut msg = String::new();
+            let _ =
+                std::io::BufRead::read_line(&mut std::io::BufReader::new(File::from(rd)), &mut msg);
+            let msg = msg.trim();
+            if msg == "ready" {
+                Ok(ExitCode::SUCCESS)
+            } else if msg.is_empty() {
+                bail!(
+                    "the daemon exited before the mount was live (see {}/{STATE_DIR}/daemon.log)",
+                    dir.display()
+                )
+            } else {
+                bail!("{}", msg.trim_start_matches("ready").trim())
+            }
+        }
+    }
+}
+
+/// Mount `dir` over itself and serve requests until it is unmounted. `report` (daemon mode)
+/// receives "ready" once the mount is live; stdio is then detached.
+fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<()> {
+    // SAFETY: umask and prctl have no memory-safety preconditions. A zero umask lets created
+    // modes be exactly what the caller asked (the kernel already applied the caller's umask);
+    // a non-dumpable daemon keeps same-uid processes out of its descriptors (PROTOCOL.md §10).
+    unsafe {
+        libc::umask(0);
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
+    let nofile = raise_nofile();
+    let root =
+        backing::open_store_root(dir).map_err(|e| anyhow!("cannot open {}: {e}", dir.display()))?;
+    let state_name = std::ffi::CString::new(STATE_DIR)?;
+    let state = backing::ensure_dir(root.as_fd(), &state_name, 0o700)
+        .map_err(|e| anyhow!("cannot create {}/{STATE_DIR}: {e}", dir.display()))?;
+    if report.is_some() {
+        let log = backing::open_file(
+            state.as_fd(),
+            c"daemon.log",
+            libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND,
+            0o600,
+        )
+        .map_err(|e| anyhow!("cannot open the daemon log: {e}"))?;
+        init_logging(args, Some(File::from(log)));
+    }
+    let fs = Arc::new(
+        SmithFs::new(root, FsOptions::default())
+            .map_err(|e| anyhow!("cannot read {}: {e}", dir.display()))?,
+    );
+    let mut options = vec![
+        MountOption::FSName("smithfs".into()),
+        MountOption::Subtype("smithfs".into()),
+        MountOption::DefaultPermissions,
+        MountOption::NoDev,
+        MountOption::RW,
+    ];
+    if !args.allow_other {
+        options.push(MountOption::NoSuid);
+    }
+    let mut config = Config::default();
+    config.mount_options = options;
+    config.acl = if args.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    config.n_threads = Some(worker_threads());
+    config.clone_fd = true;
+    let mut session = Session::new(FuseFs::new(fs.clone()), dir, &config)
+        .map_err(|e| anyhow!("cannot mount {}: {e}", dir.display()))?;
+    let pid = std::process::id().to_string();
+    let _ = backing::write_atomic(state.as_fd(), c"daemon.pid", pid.as_bytes(), 0o644);
+    tracing::info!(dir = %dir.display(), pid, nofile, "mounted");
+    let unmounter = session.unmount_callable();
+    spawn_signal_thread(unmounter)?;
+    if let Some(r) = report.take() {
+        r.write_all(b"ready\n")?;
+        detach_stdio();
+    }
+    session.run().context("FUSE session failed")?;
+    let _ = backing::unlink(state.as_fd(), c"daemon.pid", false);
+    tracing::info!(dir = %dir.display(), "unmounted");
+    Ok(())
+}
+
+fn worker_threads() -> usize {
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    (cpus * 2).clamp(4, 16)
+}
+
+/// Raise `RLIMIT_NOFILE` to its hard limit (an `O_PATH` descriptor per known inode adds up).
+/// Returns the new soft limit.
+fn raise_nofile() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: valid out-pointer / in-pointer.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            ORIGINAL_NOFILE.store(lim.rlim_cur, std::sync::atomic::Ordering::Relaxed);
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+    lim.rlim_cur
+}
+
+/// The soft `RLIMIT_NOFILE` the daemon started with, restored for the processes it starts.
+pub static ORIGINAL_NOFILE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Block SIGTERM/SIGINT/SIGHUP in every thread and unmount cleanly when one arrives.
+fn spawn_signal_thread(mut unmounter: fuser::SessionUnmounter) -> Result<()> {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTERM);
+    set.add(Signal::SIGINT);
+    set.add(Signal::SIGHUP);
+    set.thread_block().context("cannot block signals")?;
+    std::thread::Builder::new()
+        .name("smithfs-signals".into())
+        .spawn(move || {
+            if let Ok(sig) = set.wait() {
+                tracing::info!(?sig, "signal received: unmounting");
+                if let Err(e) = unmounter.unmount() {
+                    tracing::error!("unmount failed: {e}");
+                }
+            }
+        })
+        .context("cannot start the signal thread")?;
+    Ok(())
+}
+
+/// Point stdin/stdout/stderr at /dev/null once the daemon no longer reports to a terminal.
+fn detach_stdio() {
+    let devnull = OsStr::new("/dev/null");
+    if let Ok(f) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(devnull)
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: dup2 onto the standard descriptors with a valid source descriptor.
+        unsafe {
+            libc::dup2(f.as_raw_fd(), 0);
+            libc::dup2(f.as_raw_fd(), 1);
+            libc::dup2(f.as_raw_fd(), 2);
+        }
+    }
+}

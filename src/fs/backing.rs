@@ -1,0 +1,679 @@
+//! The backing store: every syscall that touches the directory underneath the mount.
+//!
+//! The mount point is also the backing store (an overmount), so nothing here may use a path
+//! that starts at `/` or at the working directory: such a path would re-enter our own mount and
+//! could deadlock. Every access is relative to a held descriptor:
+//! - names are resolved one component at a time with `openat2(RESOLVE_BENEATH |
+//!   RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS)` and `O_NOFOLLOW`, so a symlink or `..` in the
+//!   store never leads outside it;
+//! - an inode is an `O_PATH` descriptor; operations that need a real open file reopen it through
+//!   `/proc/self/fd/N` (the daemon's own descriptor table, never a user-controlled link).
+//!
+//! All functions return `nix::errno::Errno` from the failing syscall unchanged, so the caller
+//! echoes the backing errno (STYLE.md habit 3).
+
+use std::ffi::{CStr, CString, OsStr};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+
+use nix::errno::Errno;
+
+/// Result of a backing-store syscall: the value or the raw errno.
+pub type SysResult<T> = Result<T, Errno>;
+
+fn cvt(ret: libc::c_int) -> SysResult<libc::c_int> {
+    if ret < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn cvt_long(ret: libc::c_long) -> SysResult<libc::c_long> {
+    if ret < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn cvt_size(ret: libc::ssize_t) -> SysResult<usize> {
+    if ret < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(ret as usize)
+    }
+}
+
+/// A name as a C string. A name with an interior NUL or a `/` cannot be one path component:
+/// EINVAL. `.` and `..` are refused too (FUSE never sends them for lookups we serve).
+pub fn component(name: &OsStr) -> SysResult<CString> {
+    let bytes = name.as_bytes();
+    if bytes.is_empty() || bytes == b"." || bytes == b".." || bytes.contains(&b'/') {
+        return Err(Errno::EINVAL);
+    }
+    if bytes.len() > 255 {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    CString::new(bytes).map_err(|_| Errno::EINVAL)
+}
+
+/// `/proc/self/fd/N`: the daemon's own magic link to a descriptor it holds.
+pub fn proc_fd_path(fd: RawFd) -> CString {
+    // A formatted integer never contains NUL.
+    CString::new(format!("/proc/self/fd/{fd}")).unwrap_or_default()
+}
+
+fn take_fd(fd: libc::c_int) -> OwnedFd {
+    // SAFETY: `fd` was just returned by a successful syscall that creates a new descriptor,
+    // and nothing else owns it.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// Open the directory `path` (resolved normally, before the mount exists) as an `O_PATH`
+/// descriptor: the root of the backing store.
+///
+/// Errors: the `open(2)` errno (ENOENT, ENOTDIR, EACCES …).
+pub fn open_store_root(path: &std::path::Path) -> SysResult<OwnedFd> {
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
+    // SAFETY: `c` is a valid NUL-terminated string for the duration of the call.
+    let fd = cvt(unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    })?;
+    Ok(take_fd(fd))
+}
+
+/// The `open(2)` flags `openat2` accepts.
+const OPEN_FLAGS: i32 = libc::O_ACCMODE
+    | libc::O_APPEND
+    | libc::O_CREAT
+    | libc::O_EXCL
+    | libc::O_TRUNC
+    | libc::O_NONBLOCK
+    | libc::O_DSYNC
+    | libc::O_SYNC
+    | libc::O_DIRECT
+    | libc::O_NOATIME
+    | libc::O_DIRECTORY
+    | libc::O_NOFOLLOW
+    | libc::O_CLOEXEC
+    | libc::O_PATH
+    | libc::O_TMPFILE
+    | libc::O_LARGEFILE
+    | libc::O_NOCTTY;
+
+/// Resolve `name` (one component) beneath `dir` with `openat2`, never following a symlink,
+/// never leaving the store: `RESOLVE_BENEATH | RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS`.
+///
+/// `flags` are `open(2)` flags; `O_NOFOLLOW | O_CLOEXEC` are always added.
+pub fn open_beneath(dir: BorrowedFd<'_>, name: &CStr, flags: i32, mode: u32) -> SysResult<OwnedFd> {
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    // openat2 refuses unknown flag bits and mode bits beyond 07777 (FUSE passes both).
+    let flags = flags & OPEN_FLAGS;
+    how.flags = (flags | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64;
+    how.mode = if flags & (libc::O_CREAT | libc::O_TMPFILE) != 0 {
+        u64::from(mode & 0o7777)
+    } else {
+        0
+    };
+    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_XDEV | libc::RESOLVE_NO_MAGICLINKS;
+    loop {
+        // SAFETY: `how` is a valid open_how of the size passed; `name` is NUL-terminated.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                &how as *const libc::open_how,
+                std::mem::size_of::<libc::open_how>(),
+            )
+        };
+        match cvt_long(ret) {
+            Ok(fd) => return Ok(take_fd(fd as libc::c_int)),
+            Err(Errno::EAGAIN) | Err(Errno::EINTR) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// `O_PATH` descriptor for `name` in `dir`: the handle of an inode.
+pub fn lookup(dir: BorrowedFd<'_>, name: &CStr) -> SysResult<OwnedFd> {
+    open_beneath(dir, name, libc::O_PATH, 0)
+}
+
+/// Reopen an inode's `O_PATH` descriptor as a real open file with `flags`.
+///
+/// `O_CREAT`, `O_EXCL` and `O_NOCTTY` are removed; `O_CLOEXEC` is added.
+pub fn reopen(fd: BorrowedFd<'_>, flags: i32) -> SysResult<OwnedFd> {
+    let path = proc_fd_path(fd.as_raw_fd());
+    let flags = (flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_NOFOLLOW))
+        | libc::O_CLOEXEC;
+    // SAFETY: `path` is NUL-terminated.
+    let ret = cvt(unsafe { libc::open(path.as_ptr(), flags) })?;
+    Ok(take_fd(ret))
+}
+
+/// `fstatat(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)`: the attributes of a held inode.
+pub fn stat(fd: BorrowedFd<'_>) -> SysResult<libc::stat> {
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid out-pointer; the empty path is NUL-terminated.
+    cvt(unsafe {
+        libc::fstatat(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            &mut st,
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })?;
+    Ok(st)
+}
+
+/// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`.
+pub fn stat_at(dir: BorrowedFd<'_>, name: &CStr) -> SysResult<libc::stat> {
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out-pointer and NUL-terminated name.
+    cvt(unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })?;
+    Ok(st)
+}
+
+/// `fstatfs` on a held inode.
+pub fn statfs(fd: BorrowedFd<'_>) -> SysResult<libc::statvfs> {
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out-pointer.
+    cvt(unsafe { libc::fstatvfs(fd.as_raw_fd(), &mut st) })?;
+    Ok(st)
+}
+
+/// `mkdirat(dir, name, mode)`.
+pub fn mkdir(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> SysResult<()> {
+    // SAFETY: NUL-terminated name.
+    cvt(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode) }).map(drop)
+}
+
+/// `mknodat(dir, name, mode, rdev)`.
+pub fn mknod(dir: BorrowedFd<'_>, name: &CStr, mode: u32, rdev: u64) -> SysResult<()> {
+    // SAFETY: NUL-terminated name.
+    cvt(unsafe { libc::mknodat(dir.as_raw_fd(), name.as_ptr(), mode, rdev) }).map(drop)
+}
+
+/// `symlinkat(target, dir, name)`.
+pub fn symlink(target: &CStr, dir: BorrowedFd<'_>, name: &CStr) -> SysResult<()> {
+    // SAFETY: NUL-terminated strings.
+    cvt(unsafe { libc::symlinkat(target.as_ptr(), dir.as_raw_fd(), name.as_ptr()) }).map(drop)
+}
+
+/// Create a new hard link `newdir/newname` to the held inode `fd`.
+pub fn link(fd: BorrowedFd<'_>, newdir: BorrowedFd<'_>, newname: &CStr) -> SysResult<()> {
+    let path = proc_fd_path(fd.as_raw_fd());
+    // SAFETY: NUL-terminated strings. AT_SYMLINK_FOLLOW follows only the daemon's magic link
+    // to the held inode, never a link in the store (the target itself is not followed).
+    cvt(unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            newdir.as_raw_fd(),
+            newname.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    })
+    .map(drop)
+}
+
+/// `unlinkat(dir, name, 0)` or with `AT_REMOVEDIR`.
+pub fn unlink(dir: BorrowedFd<'_>, name: &CStr, is_dir: bool) -> SysResult<()> {
+    let flags = if is_dir { libc::AT_REMOVEDIR } else { 0 };
+    // SAFETY: NUL-terminated name.
+    cvt(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), flags) }).map(drop)
+}
+
+/// `renameat2(olddir, oldname, newdir, newname, flags)`; flags are `RENAME_*`.
+pub fn rename(
+    olddir: BorrowedFd<'_>,
+    oldname: &CStr,
+    newdir: BorrowedFd<'_>,
+    newname: &CStr,
+    flags: u32,
+) -> SysResult<()> {
+    // SAFETY: NUL-terminated names.
+    cvt(unsafe {
+        libc::renameat2(
+            olddir.as_raw_fd(),
+            oldname.as_ptr(),
+            newdir.as_raw_fd(),
+            newname.as_ptr(),
+            flags,
+        )
+    })
+    .map(drop)
+}
+
+/// `readlinkat(fd, "")` on a held symlink inode.
+pub fn readlink(fd: BorrowedFd<'_>) -> SysResult<Vec<u8>> {
+    let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
+    // SAFETY: buffer of the given length.
+    let n = cvt_size(unsafe {
+        libc::readlinkat(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    })?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// `chmod` of a held inode (through the daemon's magic link; symlinks have no mode).
+pub fn chmod(fd: BorrowedFd<'_>, mode: u32) -> SysResult<()> {
+    let path = proc_fd_path(fd.as_raw_fd());
+    // SAFETY: NUL-terminated path.
+    cvt(unsafe { libc::chmod(path.as_ptr(), mode) }).map(drop)
+}
+
+/// `fchownat(fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)`; `u32::MAX` keeps a value.
+pub fn chown(fd: BorrowedFd<'_>, uid: u32, gid: u32) -> SysResult<()> {
+    // SAFETY: empty NUL-terminated path.
+    cvt(unsafe {
+        libc::fchownat(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            uid,
+            gid,
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })
+    .map(drop)
+}
+
+/// `utimensat` on a held inode; `times` are `[atime, mtime]` with `UTIME_NOW`/`UTIME_OMIT`.
+pub fn utimens(fd: BorrowedFd<'_>, times: &[libc::timespec; 2]) -> SysResult<()> {
+    // SAFETY: `times` points at two timespecs; empty NUL-terminated path.
+    cvt(unsafe {
+        libc::utimensat(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            times.as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })
+    .map(drop)
+}
+
+/// `ftruncate` on an open file.
+pub fn ftruncate(fd: BorrowedFd<'_>, size: u64) -> SysResult<()> {
+    let size = i64::try_from(size).map_err(|_| Errno::EFBIG)?;
+    // SAFETY: plain syscall on a descriptor we hold.
+    cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), size) }).map(drop)
+}
+
+/// `pread` into `buf`, retrying on EINTR; returns the number of bytes read.
+pub fn pread(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> SysResult<usize> {
+    loop {
+        // SAFETY: `buf` is a valid writable buffer of the given length.
+        let ret = unsafe {
+            libc::pread(
+                fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                offset as libc::off_t,
+            )
+        };
+        match cvt_size(ret) {
+            Err(Errno::EINTR) => continue,
+            r => return r,
+        }
+    }
+}
+
+/// `pwrite` of `data`, retrying on EINTR; returns the number of bytes written.
+pub fn pwrite(fd: BorrowedFd<'_>, data: &[u8], offset: u64) -> SysResult<usize> {
+    loop {
+        // SAFETY: `data` is a valid readable buffer of the given length.
+        let ret = unsafe {
+            libc::pwrite(
+                fd.as_raw_fd(),
+                data.as_ptr().cast(),
+                data.len(),
+                offset as libc::off_t,
+            )
+        };
+        match cvt_size(ret) {
+            Err(Errno::EINTR) => continue,
+            r => return r,
+        }
+    }
+}
+
+/// `write` at the file's current position (for `O_APPEND` descriptors).
+pub fn write(fd: BorrowedFd<'_>, data: &[u8]) -> SysResult<usize> {
+    loop {
+        // SAFETY: `data` is a valid readable buffer of the given length.
+        let ret = unsafe { libc::write(fd.as_raw_fd(), data.as_ptr().cast(), data.len()) };
+        match cvt_size(ret) {
+            Err(Errno::EINTR) => continue,
+            r => return r,
+        }
+    }
+}
+
+/// `fsync` or `fdatasync`.
+pub fn fsync(fd: BorrowedFd<'_>, datasync: bool) -> SysResult<()> {
+    // SAFETY: plain syscalls on a held descriptor.
+    cvt(unsafe {
+        if datasync {
+            libc::fdatasync(fd.as_raw_fd())
+        } else {
+            libc::fsync(fd.as_raw_fd())
+        }
+    })
+    .map(drop)
+}
+
+/// `fallocate(fd, mode, offset, length)`.
+pub fn fallocate(fd: BorrowedFd<'_>, mode: i32, offset: u64, length: u64) -> SysResult<()> {
+    // SAFETY: plain syscall on a held descriptor.
+    cvt(unsafe {
+        libc::fallocate(
+            fd.as_raw_fd(),
+            mode,
+            offset as libc::off_t,
+            length as libc::off_t,
+        )
+    })
+    .map(drop)
+}
+
+/// `lseek(fd, offset, whence)` (used for `SEEK_DATA`/`SEEK_HOLE`).
+pub fn lseek(fd: BorrowedFd<'_>, offset: i64, whence: i32) -> SysResult<i64> {
+    // SAFETY: plain syscall on a held descriptor.
+    let ret = unsafe { libc::lseek(fd.as_raw_fd(), offset, whence) };
+    if ret < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// `copy_file_range` between two open files; returns the bytes copied.
+pub fn copy_file_range(
+    fd_in: BorrowedFd<'_>,
+    off_in: u64,
+    fd_out: BorrowedFd<'_>,
+    off_out: u64,
+    len: usize,
+    flags: u32,
+) -> SysResult<usize> {
+    let mut off_in = off_in as libc::loff_t;
+    let mut off_out = off_out as libc::loff_t;
+    // SAFETY: offsets are valid in/out pointers for the duration of the call.
+    cvt_size(unsafe {
+        libc::copy_file_range(
+            fd_in.as_raw_fd(),
+            &mut off_in,
+            fd_out.as_raw_fd(),
+            &mut off_out,
+            len,
+            flags,
+        )
+    })
+}
+
+/// Which xattr call to make on a held inode (reached through the daemon's magic link).
+fn xattr_path(fd: BorrowedFd<'_>) -> CString {
+    proc_fd_path(fd.as_raw_fd())
+}
+
+/// `getxattr`; with an empty `buf`, returns the value's size.
+pub fn getxattr(fd: BorrowedFd<'_>, name: &CStr, buf: &mut [u8]) -> SysResult<usize> {
+    let path = xattr_path(fd);
+    // SAFETY: NUL-terminated strings; `buf` valid for its length (a null pointer when empty).
+    cvt_size(unsafe {
+        libc::getxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            if buf.is_empty() {
+                std::ptr::null_mut()
+            } else {
+                buf.as_mut_ptr().cast()
+            },
+            buf.len(),
+        )
+    })
+}
+
+/// `listxattr`; with an empty `buf`, returns the list's size.
+pub fn listxattr(fd: BorrowedFd<'_>, buf: &mut [u8]) -> SysResult<usize> {
+    let path = xattr_path(fd);
+    // SAFETY: as for getxattr.
+    cvt_size(unsafe {
+        libc::listxattr(
+            path.as_ptr(),
+            if buf.is_empty() {
+                std::ptr::null_mut()
+            } else {
+                buf.as_mut_ptr().cast()
+            },
+            buf.len(),
+        )
+    })
+}
+
+/// `setxattr(name, value, flags)`.
+pub fn setxattr(fd: BorrowedFd<'_>, name: &CStr, value: &[u8], flags: i32) -> SysResult<()> {
+    let path = xattr_path(fd);
+    // SAFETY: NUL-terminated strings and a valid value buffer.
+    cvt(unsafe {
+        libc::setxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            flags,
+        )
+    })
+    .map(drop)
+}
+
+/// `removexattr(name)`.
+pub fn removexattr(fd: BorrowedFd<'_>, name: &CStr) -> SysResult<()> {
+    let path = xattr_path(fd);
+    // SAFETY: NUL-terminated strings.
+    cvt(unsafe { libc::removexattr(path.as_ptr(), name.as_ptr()) }).map(drop)
+}
+
+/// A directory stream over an open directory, positioned by `telldir` cookies.
+///
+/// Owns its `DIR*`; not `Sync` — callers keep it behind a mutex.
+pub struct DirStream {
+    dir: *mut libc::DIR,
+}
+
+// SAFETY: a DIR* may move between threads; it is only used by one thread at a time (callers
+// hold it behind a mutex).
+unsafe impl Send for DirStream {}
+
+/// One entry read from a [`DirStream`].
+pub struct DirEntry {
+    /// Backing inode number.
+    pub ino: u64,
+    /// Cookie to resume after this entry.
+    pub next_offset: u64,
+    /// `DT_*` type.
+    pub kind: u8,
+    /// Entry name (no NUL).
+    pub name: Vec<u8>,
+}
+
+impl DirStream {
+    /// Open the held directory inode `fd` for reading.
+    pub fn open(fd: BorrowedFd<'_>) -> SysResult<DirStream> {
+        let dirfd = reopen(fd, libc::O_RDONLY | libc::O_DIRECTORY)?;
+        let raw = std::os::fd::IntoRawFd::into_raw_fd(dirfd);
+        // SAFETY: `raw` is an open directory descriptor whose ownership passes to the DIR*.
+        let dir = unsafe { libc::fdopendir(raw) };
+        if dir.is_null() {
+            let e = Errno::last();
+            // SAFETY: fdopendir failed, so we still own `raw`.
+            unsafe { libc::close(raw) };
+            return Err(e);
+        }
+        Ok(DirStream { dir })
+    }
+
+    /// The stream's descriptor (for fsyncdir).
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the DIR* owns a valid descriptor for as long as `self` lives.
+        unsafe { BorrowedFd::borrow_raw(libc::dirfd(self.dir)) }
+    }
+
+    /// Position the stream at cookie `offset` (0 = start).
+    pub fn seek(&mut self, offset: u64) {
+        // SAFETY: `self.dir` is a valid DIR*.
+        unsafe {
+            if offset == 0 {
+                libc::rewinddir(self.dir);
+            } else {
+                libc::seekdir(self.dir, offset as libc::c_long);
+            }
+        }
+    }
+
+    /// Read the next entry, or `None` at the end.
+    pub fn next_entry(&mut self) -> SysResult<Option<DirEntry>> {
+        Errno::clear();
+        // SAFETY: `self.dir` is a valid DIR*.
+        let ent = unsafe { libc::readdir64(self.dir) };
+        if ent.is_null() {
+            let e = Errno::last_raw();
+            return if e == 0 {
+                Ok(None)
+            } else {
+                Err(Errno::from_raw(e))
+            };
+        }
+        // SAFETY: readdir64 returned a valid dirent that lives until the next call on `dir`.
+        let ent = unsafe { &*ent };
+        // SAFETY: d_name is NUL-terminated.
+        let name = unsafe { CStr::from_ptr(ent.d_name.as_ptr()) }
+            .to_bytes()
+            .to_vec();
+        Ok(Some(DirEntry {
+            ino: ent.d_ino,
+            next_offset: ent.d_off as u64,
+            kind: ent.d_type,
+            name,
+        }))
+    }
+}
+
+impl Drop for DirStream {
+    fn drop(&mut self) {
+        // SAFETY: `self.dir` is a valid DIR* that we own; closedir also closes its descriptor.
+        unsafe { libc::closedir(self.dir) };
+    }
+}
+
+/// Switch this thread's filesystem credentials to a caller's, for creating entries that must
+/// belong to the caller (as root, new files belong to the caller's uid/gid and groups).
+///
+/// `setfsuid`/`setfsgid` and the raw `setgroups` syscall are per-thread on Linux. Dropping the
+/// guard restores root credentials.
+pub struct CredGuard {
+    active: bool,
+}
+
+impl CredGuard {
+    /// Become `uid`/`gid` with supplementary `groups` for filesystem checks on this thread.
+    /// A no-op when `uid == 0` or the daemon is not root.
+    pub fn switch(uid: u32, gid: u32, groups: &[u32]) -> SysResult<CredGuard> {
+        // SAFETY: geteuid has no preconditions.
+        if uid == 0 || unsafe { libc::geteuid() } != 0 {
+            return Ok(CredGuard { active: false });
+        }
+        // SAFETY: per-thread credential syscalls with valid arguments; `groups` is valid for
+        // its length.
+        unsafe {
+            cvt_long(libc::syscall(
+                libc::SYS_setgroups,
+                groups.len(),
+                groups.as_ptr(),
+            ))?;
+            libc::setfsgid(gid);
+            libc::setfsuid(uid);
+        }
+        Ok(CredGuard { active: true })
+    }
+}
+
+impl Drop for CredGuard {
+    fn drop(&mut self) {
+        if self.active {
+            // SAFETY: restoring root's per-thread credentials.
+            unsafe {
+                libc::setfsuid(0);
+                libc::setfsgid(0);
+                libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<u32>());
+            }
+        }
+    }
+}
+
+/// Open `name` in `dir` for the daemon's own use, never following a symlink.
+pub fn open_file(dir: BorrowedFd<'_>, name: &CStr, flags: i32, mode: u32) -> SysResult<OwnedFd> {
+    open_beneath(dir, name, flags, mode)
+}
+
+/// Open (creating if needed, mode 0755) the directory `name` in `dir` for the daemon's own
+/// writes, never following a symlink: returns an `O_PATH | O_DIRECTORY` descriptor.
+pub fn ensure_dir(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> SysResult<OwnedFd> {
+    match mkdir(dir, name, mode) {
+        Ok(()) | Err(Errno::EEXIST) => {}
+        Err(e) => return Err(e),
+    }
+    open_beneath(dir, name, libc::O_PATH | libc::O_DIRECTORY, 0)
+}
+
+/// Write `data` to `dir/name` atomically: a temporary name, fsync, then rename over `name`.
+/// A crash leaves either the old file or the new one, never a torn one (PROTOCOL.md §9).
+pub fn write_atomic(dir: BorrowedFd<'_>, name: &CStr, data: &[u8], mode: u32) -> SysResult<()> {
+    let tmp = CString::new(format!(
+        ".smithfs-tmp.{}.{}",
+        std::process::id(),
+        next_tmp_serial()
+    ))
+    .map_err(|_| Errno::EINVAL)?;
+    let fd = open_beneath(
+        dir,
+        &tmp,
+        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+        mode,
+    )?;
+    let result = (|| {
+        let mut off = 0usize;
+        while off < data.len() {
+            off += pwrite(fd.as_fd(), &data[off..], off as u64)?;
+        }
+        fsync(fd.as_fd(), false)?;
+        rename(dir, &tmp, dir, name, 0)
+    })();
+    if result.is_err() {
+        let _ = unlink(dir, &tmp, false);
+    }
+    result
+}
+
+fn next_tmp_serial() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SERIAL: AtomicU64 = AtomicU64::new(0);
+    SERIAL.fetch_add(1, Ordering::Relaxed)
+}

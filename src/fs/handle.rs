@@ -1,0 +1,98 @@
+//! Open file and directory handles. A handle records who opened it and with what rights, so
+//! that requests carrying it are judged by the opener, never by the request's pid
+//! (PROTOCOL.md §2; the kernel sends some with pid 0).
+
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+
+use super::backing::DirStream;
+use super::error::{FsError, FsResult};
+use super::inode::Inode;
+use crate::identity::Identity;
+
+/// An open regular file.
+#[derive(Debug)]
+pub struct FileHandle {
+    /// The open backing file.
+    pub fd: OwnedFd,
+    /// The inode it was opened on.
+    pub inode: Arc<Inode>,
+    /// Who opened it.
+    pub opener: Identity,
+    /// The `open(2)` flags it was opened with.
+    pub flags: i32,
+    /// May the opener write through it (decided at open).
+    pub may_write: bool,
+    /// Set once anything was written through it, or it was opened with `O_TRUNC`/`O_CREAT`:
+    /// its release completes the file (PROTOCOL.md §5).
+    pub dirty: AtomicBool,
+}
+
+/// An open directory.
+pub struct DirHandle {
+    /// The directory stream, positioned by readdir offsets.
+    pub stream: Mutex<DirStream>,
+    /// The directory's inode.
+    pub inode: Arc<Inode>,
+    /// Who opened it.
+    pub opener: Identity,
+}
+
+impl std::fmt::Debug for DirHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirHandle")
+            .field("inode", &self.inode.id)
+            .field("opener", &self.opener)
+            .finish()
+    }
+}
+
+/// A table of handles of one kind, keyed by the number given to the kernel.
+/// Lock order: a leaf lock, never held across a syscall or a reply.
+#[derive(Debug)]
+pub struct HandleTable<H> {
+    next: AtomicU64,
+    map: RwLock<HashMap<u64, Arc<H>>>,
+}
+
+impl<H> Default for HandleTable<H> {
+    fn default() -> Self {
+        HandleTable {
+            next: AtomicU64::new(1),
+            map: RwLock::new(HashMap::new()),
+        }
+    }
+}
+
+impl<H> HandleTable<H> {
+    /// Store `h` and return its number.
+    pub fn insert(&self, h: H) -> u64 {
+        let fh = self.next.fetch_add(1, Ordering::Relaxed);
+        self.map.write().insert(fh, Arc::new(h));
+        fh
+    }
+
+    /// The handle numbered `fh`, or `Stale`.
+    pub fn get(&self, fh: u64) -> FsResult<Arc<H>> {
+        self.map.read().get(&fh).cloned().ok_or(FsError::Stale)
+    }
+
+    /// Remove and return the handle numbered `fh`.
+    pub fn remove(&self, fh: u64) -> Option<Arc<H>> {
+        self.map.write().remove(&fh)
+    }
+
+    /// Number of open handles.
+    pub fn len(&self) -> usize {
+        self.map.read().len()
+    }
+
+    /// True when no handle is open.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

@@ -1,0 +1,186 @@
+//! The inode table: one `O_PATH` descriptor per inode the kernel knows, keyed by FUSE node id.
+//!
+//! Node ids are the backing store's inode numbers (stable across remounts; hard links share
+//! one), except that the store's root is node 1 (`FUSE_ROOT_ID`) and a backing inode numbered 1
+//! takes the root's number instead. Lock order: the table lock is a leaf; it is never held across
+//! a syscall or a reply.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use super::backing;
+use super::error::{FsError, FsResult};
+
+/// FUSE's root node id.
+pub const ROOT_ID: u64 = 1;
+
+/// One inode the kernel holds references to.
+#[derive(Debug)]
+pub struct Inode {
+    /// FUSE node id (see the module docs).
+    pub id: u64,
+    /// `O_PATH | O_NOFOLLOW` descriptor of the backing inode.
+    pub fd: OwnedFd,
+    /// `S_IFMT` bits of the inode's mode.
+    pub kind: u32,
+    /// Backing device, to tell a reused inode number from the same file.
+    pub dev: u64,
+    /// Kernel lookup count; the inode is dropped from the table when it reaches zero.
+    nlookup: AtomicU64,
+}
+
+impl Inode {
+    /// The held `O_PATH` descriptor.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// True for a directory.
+    pub fn is_dir(&self) -> bool {
+        self.kind == libc::S_IFDIR
+    }
+}
+
+/// Map between backing inode numbers and node ids (see the module docs).
+#[derive(Clone, Copy, Debug)]
+pub struct IdMap {
+    root_ino: u64,
+}
+
+impl IdMap {
+    /// Node id for backing inode `ino`.
+    pub fn node_id(&self, ino: u64) -> u64 {
+        if ino == self.root_ino {
+            ROOT_ID
+        } else if ino == ROOT_ID {
+            self.root_ino
+        } else {
+            ino
+        }
+    }
+}
+
+/// The table of known inodes.
+#[derive(Debug)]
+pub struct InodeTable {
+    map: RwLock<HashMap<u64, Arc<Inode>>>,
+    /// Backing inode number mapping.
+    pub ids: IdMap,
+    /// Backing device of the store.
+    pub dev: u64,
+}
+
+impl InodeTable {
+    /// A table holding the store's root, given its `O_PATH` descriptor.
+    pub fn new(root: OwnedFd) -> FsResult<InodeTable> {
+        let st = backing::stat(root.as_fd())?;
+        let root_inode = Arc::new(Inode {
+            id: ROOT_ID,
+            fd: root,
+            kind: st.st_mode & libc::S_IFMT,
+            dev: st.st_dev,
+            // The root is never forgotten.
+            nlookup: AtomicU64::new(1 << 62),
+        });
+        let mut map = HashMap::new();
+        map.insert(ROOT_ID, root_inode);
+        Ok(InodeTable {
+            map: RwLock::new(map),
+            ids: IdMap {
+                root_ino: st.st_ino,
+            },
+            dev: st.st_dev,
+        })
+    }
+
+    /// The inode with node id `id`, or `Stale`.
+    pub fn get(&self, id: u64) -> FsResult<Arc<Inode>> {
+        self.map.read().get(&id).cloned().ok_or(FsError::Stale)
+    }
+
+    /// The root inode.
+    pub fn root(&self) -> Arc<Inode> {
+        // The root is inserted at construction and never removed.
+        self.map
+            .read()
+            .get(&ROOT_ID)
+            .cloned()
+            .expect("root inode present")
+    }
+
+    /// Register a lookup of the backing inode held by `fd` with attributes `st`: returns the
+    /// inode (new or known) with its lookup count raised by one. A known node id whose old
+    /// file is gone (its inode number reused by the store) is replaced by the new file.
+    pub fn remember(&self, fd: OwnedFd, st: &libc::stat) -> Arc<Inode> {
+        let id = self.ids.node_id(st.st_ino);
+        let kind = st.st_mode & libc::S_IFMT;
+        // Decide outside the lock whether a known inode is still this file (a syscall).
+        let known = self.map.read().get(&id).cloned();
+        let stale = known
+            .as_ref()
+            .filter(|k| k.kind != kind || k.dev != st.st_dev || is_gone(k));
+        if let (Some(k), None) = (&known, stale) {
+            let map = self.map.read();
+            if let Some(current) = map.get(&id) {
+                if Arc::ptr_eq(current, k) {
+                    current.nlookup.fetch_add(1, Ordering::Relaxed);
+                    return current.clone();
+                }
+            }
+        }
+        let mut map = self.map.write();
+        if let Some(current) = map.get(&id) {
+            let replaced = stale.is_some_and(|s| Arc::ptr_eq(s, current));
+            if !replaced {
+                current.nlookup.fetch_add(1, Ordering::Relaxed);
+                return current.clone();
+            }
+        }
+        let prior = map
+            .get(&id)
+            .map_or(0, |k| k.nlookup.load(Ordering::Relaxed));
+        let inode = Arc::new(Inode {
+            id,
+            fd,
+            kind,
+            dev: st.st_dev,
+            nlookup: AtomicU64::new(prior + 1),
+        });
+        map.insert(id, inode.clone());
+        inode
+    }
+
+    /// Drop `n` kernel references to `id`; forget the inode when none remain.
+    pub fn forget(&self, id: u64, n: u64) {
+        if id == ROOT_ID {
+            return;
+        }
+        let mut map = self.map.write();
+        if let Some(inode) = map.get(&id) {
+            let left = inode.nlookup.load(Ordering::Relaxed).saturating_sub(n);
+            inode.nlookup.store(left, Ordering::Relaxed);
+            if left == 0 {
+                map.remove(&id);
+            }
+        }
+    }
+
+    /// Number of inodes held (for status and tests).
+    pub fn len(&self) -> usize {
+        self.map.read().len()
+    }
+
+    /// True when only the root is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() <= 1
+    }
+}
+
+/// True when the held file has no names left (its inode number may have been reused).
+fn is_gone(inode: &Inode) -> bool {
+    matches!(backing::stat(inode.fd()), Ok(st) if st.st_nlink == 0)
+}
