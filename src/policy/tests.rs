@@ -1,0 +1,1 @@
+//! Table and property tests of the policy (PROTOCOL.md §3–§4).
