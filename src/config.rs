@@ -5,7 +5,7 @@
 //! message (`config.json: scheduler.max_concurrent: invalid type: string "4", expected u32`).
 //!
 //! The serde types below are the single source of truth for the schema. `serde_json` does not report the
-//! path of a data error, so on failure [`locate`] narrows the document (keep one key or element at each
+//! path of a data error, so on failure `locate` narrows the document (keep one key or element at each
 //! level, re-run the same derived deserializer) until it finds the innermost key that still fails. This
 //! relies on every object of the schema accepting `{}` and every list accepting `[]` (all keys are
 //! optional), which the tests check.

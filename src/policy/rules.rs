@@ -749,19 +749,9 @@ fn explain(
     ctx: &Ctx<'_>,
 ) -> Denial {
     let who = caller_name(id, ctx);
-    let what = match (zone, op) {
-        (
-            Zone::Smith(SmithZone {
-                depth: Depth::Inner,
-                ..
-            })
-            | Zone::Outside {
-                depth: Depth::Inner,
-                ..
-            },
-            _,
-        ) => format!("{} {} {}", op.verb(), op.preposition(), place(zone, ctx)),
-        (Zone::Smith(_) | Zone::Outside { .. }, _) => format!("{} {}", op.verb(), place(zone, ctx)),
+    let what = match zone.depth() {
+        Depth::Inner => format!("{} {} {}", op.verb(), op.preposition(), place(zone, ctx)),
+        Depth::Top => format!("{} {}", op.verb(), place(zone, ctx)),
     };
     let home = match id {
         Identity::Smith(s) => Some(smith_path(&full_id(*s, ctx))),
@@ -821,7 +811,13 @@ fn explain(
         ),
         Rule::Area(area) => {
             let Zone::Smith(z) = zone else {
-                unreachable!("area rules are only given for smith zones")
+                // judge() gives area rules for smith zones only; word it plainly all the same.
+                return Denial {
+                    errno: rule.errno(),
+                    rule: rule.id(),
+                    why: format!("{who} may not {what}."),
+                    alternative: own_work(&home),
+                };
             };
             let rel = relation(id, z);
             let may = who_may(op.class(), z, ctx);

@@ -199,6 +199,14 @@ impl Zone {
         )
     }
 
+    /// The area's own entry, or inside it.
+    pub fn depth(&self) -> Depth {
+        match self {
+            Zone::Smith(z) => z.depth,
+            Zone::Outside { depth, .. } => *depth,
+        }
+    }
+
     /// The smith that owns this zone, if it is in a smith dir.
     pub fn owner(&self) -> Option<SmithIdx> {
         match self {
