@@ -1,1 +1,975 @@
-//! Mount-wide configuration (PROTOCOL.md §8).
+//! Mount-wide configuration and a smith's own agent overrides (PROTOCOL.md §8).
+//!
+//! Both files are strict: every key is optional and takes the default shown in §8, but an unknown key, a
+//! wrong type, an unknown hook event or an unknown `{placeholder}` is refused with the key's path in the
+//! message (`config.json: scheduler.max_concurrent: invalid type: string "4", expected u32`).
+//!
+//! The serde types below are the single source of truth for the schema. `serde_json` does not report the
+//! path of a data error, so on failure `locate` narrows the document (keep one key or element at each
+//! level, re-run the same derived deserializer) until it finds the innermost key that still fails. This
+//! relies on every object of the schema accepting `{}` and every list accepting `[]` (all keys are
+//! optional), which the tests check.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::de::{DeserializeOwned, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value};
+
+/// Placeholders allowed in `agent.command` and hook argv (PROTOCOL.md §5).
+pub const PLACEHOLDERS: &[&str] = &[
+    "mount",
+    "smith_dir",
+    "task_file",
+    "smith_id",
+    "full_id",
+    "level",
+];
+
+/// The mount-wide `config.json` (PROTOCOL.md §8). `Config::default()` is what an empty `{}` gives.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// How runs are started (PROTOCOL.md §5, §8).
+    pub agent: AgentConfig,
+    /// Run concurrency.
+    pub scheduler: SchedulerConfig,
+    /// Tree shape limits checked by the scaffold (PROTOCOL.md §4).
+    pub limits: Limits,
+    /// What the operator may change (PROTOCOL.md §3); `--operator` overrides it.
+    pub operator: OperatorMode,
+    /// How callers are identified (PROTOCOL.md §2); `--identity` overrides it.
+    pub identity: IdentityMode,
+    /// Extra commands per event: event → list of argv lists (PROTOCOL.md §5). Default: none.
+    pub hooks: BTreeMap<HookEvent, Vec<Vec<String>>>,
+    /// Timeout of one user hook, seconds (default 30, at least 1).
+    pub hook_timeout_secs: u64,
+}
+
+/// `agent` in `config.json` (PROTOCOL.md §8): the command a run executes and its limits.
+///
+/// `env` is readable by every smith (config.json is readable outside `smiths/`): it is no place for
+/// secrets that smiths must not see.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentConfig {
+    /// argv of a run, with `{mount} {smith_dir} {task_file} {smith_id} {full_id} {level}` filled;
+    /// `None` (the default): no agent is configured and tasks wait. Never empty when `Some`.
+    pub command: Option<Vec<String>>,
+    /// Extra environment for runs, over the daemon's own (default empty).
+    pub env: BTreeMap<String, String>,
+    /// A run's wall-clock limit, seconds (default 1800, at least 1).
+    pub timeout_secs: u64,
+    /// Retries of a failed run (default 1).
+    pub retries: u32,
+    /// Seconds between TERM and KILL when a run is stopped (default 5).
+    pub kill_grace_secs: u64,
+}
+
+/// `scheduler` in `config.json` (PROTOCOL.md §5, §8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchedulerConfig {
+    /// Runs at once, mount-wide (default 4, at least 1).
+    pub max_concurrent: u32,
+}
+
+/// `limits` in `config.json`: the scaffold's limits (PROTOCOL.md §4, §8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Deepest level a smith may have; the root is level 0 (default 3).
+    pub max_level: u8,
+    /// Children a smith may have at once (default 5).
+    pub max_children: u32,
+}
+
+/// `operator` in `config.json` or `--operator` (PROTOCOL.md §3, §8).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OperatorMode {
+    /// The operator may do everything the rules give it (default).
+    #[default]
+    ReadWrite,
+    /// The operator may read everything and write only `smiths/smith-root/inbox/**`, the root
+    /// `config.json` and `.smithfs/ctl`.
+    ReadOnly,
+}
+
+/// `identity` in `config.json` or `--identity` (PROTOCOL.md §2, §8).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IdentityMode {
+    /// cgroup where smithfs may create cgroups, else ancestry (default).
+    #[default]
+    Auto,
+    /// One cgroup per smith.
+    Cgroup,
+    /// Process ancestry with keepers and subreapers.
+    Ancestry,
+}
+
+/// An event a user hook may be attached to (PROTOCOL.md §5).
+///
+/// `hook.exited` is journaled but is *not* accepted as a trigger: a hook on it would fire on its own
+/// exit, for ever. `config.json: hooks.hook.exited` is refused with that reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum HookEvent {
+    /// `smith.created`
+    SmithCreated,
+    /// `task.assigned`
+    TaskAssigned,
+    /// `result.published`
+    ResultPublished,
+    /// `children.settled`
+    ChildrenSettled,
+    /// `run.started`
+    RunStarted,
+    /// `run.exited`
+    RunExited,
+    /// `run.timed_out`
+    RunTimedOut,
+    /// `run.cancelled`
+    RunCancelled,
+    /// `run.interrupted`
+    RunInterrupted,
+    /// `access.denied`
+    AccessDenied,
+}
+
+/// A smith's own `config.json` (PROTOCOL.md §8): only `agent`, merged key by key over the mount-wide one.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SmithConfig {
+    /// Overrides of the mount-wide `agent`; absent keys keep the mount-wide value.
+    pub agent: AgentOverride,
+}
+
+/// `agent` in a smith's `config.json`: every key optional, `None` = inherit (PROTOCOL.md §8).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentOverride {
+    /// Replaces the command (`null` or absent: inherit).
+    pub command: Option<Vec<String>>,
+    /// Merged variable by variable over the mount-wide `env` (the smith's value wins).
+    pub env: Option<BTreeMap<String, String>>,
+    /// Replaces `timeout_secs`.
+    pub timeout_secs: Option<u64>,
+    /// Replaces `retries`.
+    pub retries: Option<u32>,
+    /// Replaces `kill_grace_secs`.
+    pub kill_grace_secs: Option<u64>,
+}
+
+/// A refused config file (PROTOCOL.md §8). Display is one line naming the key path.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// Not JSON at all (position included in `msg`).
+    #[error("config.json: invalid JSON: {msg}")]
+    Syntax {
+        /// serde_json's message with line and column.
+        msg: String,
+    },
+    /// A key that the schema does not know, e.g. `agent.comand`.
+    #[error("config.json: unknown key {path}{}", known_suffix(.known))]
+    UnknownKey {
+        /// Dotted path of the key.
+        path: String,
+        /// The keys allowed at that level, comma-separated (may be empty).
+        known: String,
+    },
+    /// A wrong type or value at `path` (empty path: the document itself).
+    #[error("config.json: {}{msg}", path_prefix(.path))]
+    Invalid {
+        /// Dotted path of the key, with `[i]` for list elements; empty for the whole document.
+        path: String,
+        /// What is wrong, e.g. `invalid type: string "4", expected u32`.
+        msg: String,
+    },
+}
+
+fn known_suffix(known: &str) -> String {
+    if known.is_empty() {
+        String::new()
+    } else {
+        format!(" (known keys: {known})")
+    }
+}
+
+fn path_prefix(path: &str) -> String {
+    if path.is_empty() {
+        String::new()
+    } else {
+        format!("{path}: ")
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            agent: AgentConfig::default(),
+            scheduler: SchedulerConfig::default(),
+            limits: Limits::default(),
+            operator: OperatorMode::ReadWrite,
+            identity: IdentityMode::Auto,
+            hooks: BTreeMap::new(),
+            hook_timeout_secs: 30,
+        }
+    }
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            command: None,
+            env: BTreeMap::new(),
+            timeout_secs: 1800,
+            retries: 1,
+            kill_grace_secs: 5,
+        }
+    }
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig { max_concurrent: 4 }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_level: 3,
+            max_children: 5,
+        }
+    }
+}
+
+impl Config {
+    /// Parse and validate the mount-wide `config.json` (PROTOCOL.md §8).
+    ///
+    /// Errors: [`ConfigError::Syntax`] for bad JSON, [`ConfigError::UnknownKey`] for a key the schema does
+    /// not have, [`ConfigError::Invalid`] for a wrong type, an unknown hook event or placeholder, an empty
+    /// argv, or a zero where at least 1 is needed (`scheduler.max_concurrent`, `agent.timeout_secs`,
+    /// `hook_timeout_secs`).
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let config: Config = parse_strict(text)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        self.agent.validate("agent")?;
+        at_least_one(
+            self.scheduler.max_concurrent.into(),
+            "scheduler.max_concurrent",
+        )?;
+        at_least_one(self.hook_timeout_secs, "hook_timeout_secs")?;
+        for (event, argvs) in &self.hooks {
+            for (i, argv) in argvs.iter().enumerate() {
+                let path = format!("hooks{}[{i}]", render_key(event.as_str(), false));
+                check_argv(argv, &path)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl AgentConfig {
+    fn validate(&self, path: &str) -> Result<(), ConfigError> {
+        if let Some(argv) = &self.command {
+            check_argv(argv, &format!("{path}.command"))?;
+        }
+        at_least_one(self.timeout_secs, &format!("{path}.timeout_secs"))
+    }
+}
+
+impl SmithConfig {
+    /// Parse and validate a smith's own `config.json` (PROTOCOL.md §8): only `agent`, same key rules as
+    /// the mount-wide `agent`. A bad one fails that smith's run, not the mount (the caller's business).
+    pub fn parse(text: &str) -> Result<SmithConfig, ConfigError> {
+        let config: SmithConfig = parse_strict(text)?;
+        // Validate the overrides as they will be used: merged over the defaults.
+        let a = &config.agent;
+        if let Some(argv) = &a.command {
+            check_argv(argv, "agent.command")?;
+        }
+        if let Some(t) = a.timeout_secs {
+            at_least_one(t, "agent.timeout_secs")?;
+        }
+        Ok(config)
+    }
+
+    /// The effective agent config of this smith: each key of `agent` present here replaces the
+    /// mount-wide one; `env` is merged variable by variable, this file's values winning (PROTOCOL.md §8).
+    pub fn merged(&self, base: &AgentConfig) -> AgentConfig {
+        let o = &self.agent;
+        let mut env = base.env.clone();
+        if let Some(extra) = &o.env {
+            env.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        AgentConfig {
+            command: o.command.clone().or_else(|| base.command.clone()),
+            env,
+            timeout_secs: o.timeout_secs.unwrap_or(base.timeout_secs),
+            retries: o.retries.unwrap_or(base.retries),
+            kill_grace_secs: o.kill_grace_secs.unwrap_or(base.kill_grace_secs),
+        }
+    }
+}
+
+impl HookEvent {
+    /// Every event a hook may be attached to, in §5 order.
+    pub const ALL: [HookEvent; 10] = [
+        HookEvent::SmithCreated,
+        HookEvent::TaskAssigned,
+        HookEvent::ResultPublished,
+        HookEvent::ChildrenSettled,
+        HookEvent::RunStarted,
+        HookEvent::RunExited,
+        HookEvent::RunTimedOut,
+        HookEvent::RunCancelled,
+        HookEvent::RunInterrupted,
+        HookEvent::AccessDenied,
+    ];
+
+    /// The journal name, e.g. `result.published`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookEvent::SmithCreated => "smith.created",
+            HookEvent::TaskAssigned => "task.assigned",
+            HookEvent::ResultPublished => "result.published",
+            HookEvent::ChildrenSettled => "children.settled",
+            HookEvent::RunStarted => "run.started",
+            HookEvent::RunExited => "run.exited",
+            HookEvent::RunTimedOut => "run.timed_out",
+            HookEvent::RunCancelled => "run.cancelled",
+            HookEvent::RunInterrupted => "run.interrupted",
+            HookEvent::AccessDenied => "access.denied",
+        }
+    }
+}
+
+impl fmt::Display for HookEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for HookEvent {
+    type Err = String;
+
+    /// Errors: the sentence used in config errors (unknown event, or `hook.exited`).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Some(e) = HookEvent::ALL.iter().find(|e| e.as_str() == s) {
+            return Ok(*e);
+        }
+        if s == "hook.exited" {
+            return Err(
+                "hook.exited cannot trigger hooks (a hook would fire on its own exit)".into(),
+            );
+        }
+        let names: Vec<&str> = HookEvent::ALL.iter().map(|e| e.as_str()).collect();
+        Err(format!(
+            "unknown event `{s}`, expected one of {}",
+            names.join(", ")
+        ))
+    }
+}
+
+impl Serialize for HookEvent {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for HookEvent {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct EventName;
+        impl Visitor<'_> for EventName {
+            type Value = HookEvent;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an event name")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<HookEvent, E> {
+                s.parse().map_err(E::custom)
+            }
+        }
+        d.deserialize_str(EventName)
+    }
+}
+
+impl OperatorMode {
+    /// The config / command-line spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OperatorMode::ReadWrite => "read-write",
+            OperatorMode::ReadOnly => "read-only",
+        }
+    }
+}
+
+impl FromStr for OperatorMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "read-write" => Ok(OperatorMode::ReadWrite),
+            "read-only" => Ok(OperatorMode::ReadOnly),
+            other => Err(format!(
+                "unknown operator mode `{other}`, expected read-write or read-only"
+            )),
+        }
+    }
+}
+
+impl IdentityMode {
+    /// The config / command-line spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IdentityMode::Auto => "auto",
+            IdentityMode::Cgroup => "cgroup",
+            IdentityMode::Ancestry => "ancestry",
+        }
+    }
+}
+
+impl FromStr for IdentityMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(IdentityMode::Auto),
+            "cgroup" => Ok(IdentityMode::Cgroup),
+            "ancestry" => Ok(IdentityMode::Ancestry),
+            other => Err(format!(
+                "unknown identity mode `{other}`, expected auto, cgroup or ancestry"
+            )),
+        }
+    }
+}
+
+/// Check one argv: not empty, every `{name}` a known placeholder (PROTOCOL.md §5).
+///
+/// A placeholder is `{` + one or more of `[A-Za-z0-9_]` + `}`; any other brace is literal text, so
+/// `sh -c 'f() { :; }'` stays usable.
+fn check_argv(argv: &[String], path: &str) -> Result<(), ConfigError> {
+    if argv.is_empty() {
+        return Err(invalid(
+            path,
+            "must not be empty (give at least the program)",
+        ));
+    }
+    for (i, arg) in argv.iter().enumerate() {
+        if let Some(name) = unknown_placeholder(arg) {
+            return Err(invalid(
+                &format!("{path}[{i}]"),
+                &format!(
+                    "unknown placeholder {{{name}}}, expected one of {{{}}}",
+                    PLACEHOLDERS.join("} {")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The first `{name}` in `arg` whose name is not in [`PLACEHOLDERS`].
+pub fn unknown_placeholder(arg: &str) -> Option<&str> {
+    let mut rest = arg;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        let len = after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(after.len());
+        if len > 0 && after[len..].starts_with('}') {
+            let name = &after[..len];
+            if !PLACEHOLDERS.contains(&name) {
+                return Some(name);
+            }
+        }
+        rest = after;
+    }
+    None
+}
+
+fn at_least_one(value: u64, path: &str) -> Result<(), ConfigError> {
+    if value == 0 {
+        Err(invalid(path, "must be at least 1"))
+    } else {
+        Ok(())
+    }
+}
+
+fn invalid(path: &str, msg: &str) -> ConfigError {
+    ConfigError::Invalid {
+        path: path.to_owned(),
+        msg: msg.to_owned(),
+    }
+}
+
+/// Deserialize `text` as `T`; on a data error, find the key path (see the module header).
+fn parse_strict<T: DeserializeOwned + Serialize>(text: &str) -> Result<T, ConfigError> {
+    let first = match serde_json::from_str::<T>(text) {
+        Ok(v) => return refuse_lists_as_structs(text, v),
+        Err(e) => e,
+    };
+    // Whether the text is JSON at all is decided by parsing it as a `Value`: serde_json reports some type
+    // errors (a number for an enum) as syntax errors, and a type error may come before a syntax error.
+    let doc: Value =
+        serde_json::from_str(text).map_err(|e| ConfigError::Syntax { msg: e.to_string() })?;
+    match locate::<T>(&doc) {
+        Some((path, msg)) => Err(classify_error(&path, msg)),
+        // Only the text showed the error (e.g. a duplicate key, which a `Value` silently drops).
+        None => Err(ConfigError::Invalid {
+            path: String::new(),
+            msg: first.to_string(),
+        }),
+    }
+}
+
+/// serde's derive also accepts a list for a struct (`"limits": [2, 7]`); refuse that. Every struct of the
+/// schema serializes as an object, so a list in the input where the re-serialized value has an object is
+/// exactly such a case.
+fn refuse_lists_as_structs<T: Serialize>(text: &str, parsed: T) -> Result<T, ConfigError> {
+    fn find(input: &Value, output: &Value, path: &mut Vec<Seg>) -> bool {
+        match (input, output) {
+            (Value::Array(_), Value::Object(_)) => true,
+            (Value::Object(i), Value::Object(o)) => i.iter().any(|(k, iv)| {
+                o.get(k).is_some_and(|ov| {
+                    path.push(Seg::Key(k.clone()));
+                    find(iv, ov, path) || path.pop().is_none()
+                })
+            }),
+            (Value::Array(i), Value::Array(o)) => {
+                i.iter().zip(o).enumerate().any(|(n, (iv, ov))| {
+                    path.push(Seg::Index(n));
+                    find(iv, ov, path) || path.pop().is_none()
+                })
+            }
+            _ => false,
+        }
+    }
+    let input: Value =
+        serde_json::from_str(text).map_err(|e| ConfigError::Syntax { msg: e.to_string() })?;
+    let output = serde_json::to_value(&parsed).map_err(|e| invalid("", &e.to_string()))?;
+    let mut path = Vec::new();
+    if find(&input, &output, &mut path) {
+        return Err(invalid(
+            &render_path(&path),
+            "invalid type: sequence, expected an object",
+        ));
+    }
+    Ok(parsed)
+}
+
+/// One step of a key path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Seg {
+    Key(String),
+    Index(usize),
+}
+
+/// Find the innermost key of `doc` at which deserializing `T` fails, and serde's message there.
+/// `None` if `doc` deserializes.
+fn locate<T: DeserializeOwned>(doc: &Value) -> Option<(Vec<Seg>, String)> {
+    let fails = |v: &Value| T::deserialize(v).err().map(|e| e.to_string());
+    fails(doc)?;
+    let mut path: Vec<Seg> = Vec::new();
+    loop {
+        let segs: Vec<Seg> = match value_at(doc, &path) {
+            Value::Object(m) => m.keys().cloned().map(Seg::Key).collect(),
+            Value::Array(a) => (0..a.len()).map(Seg::Index).collect(),
+            Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => break,
+        };
+        let culprit = segs.into_iter().find(|seg| {
+            let mut p = path.clone();
+            p.push(seg.clone());
+            fails(&narrow(doc, &p, value_at(doc, &p))).is_some()
+        });
+        let Some(seg) = culprit else { break };
+        path.push(seg);
+        // Is the fault in the value's contents, or in the key / the value's kind? An empty container
+        // of the same kind is always valid where a container is expected, so: still failing ⇒ stop here.
+        let empty = match value_at(doc, &path) {
+            Value::Object(_) => Value::Object(Map::new()),
+            Value::Array(_) => Value::Array(Vec::new()),
+            Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => break,
+        };
+        if fails(&narrow(doc, &path, &empty)).is_some() {
+            break;
+        }
+    }
+    let msg = fails(&narrow(doc, &path, value_at(doc, &path))).or_else(|| fails(doc))?;
+    Some((path, msg))
+}
+
+/// The value at `path` (which was built from `doc`'s own keys and indices).
+fn value_at<'a>(doc: &'a Value, path: &[Seg]) -> &'a Value {
+    path.iter().fold(doc, |v, seg| match seg {
+        Seg::Key(k) => &v[k.as_str()],
+        Seg::Index(i) => &v[*i],
+    })
+}
+
+/// `doc` with only the entries along `path` kept, and `leaf` at its end.
+fn narrow(doc: &Value, path: &[Seg], leaf: &Value) -> Value {
+    match path.split_first() {
+        None => leaf.clone(),
+        Some((Seg::Key(k), rest)) => {
+            let mut m = Map::new();
+            m.insert(k.clone(), narrow(&doc[k.as_str()], rest, leaf));
+            Value::Object(m)
+        }
+        Some((Seg::Index(i), rest)) => Value::Array(vec![narrow(&doc[*i], rest, leaf)]),
+    }
+}
+
+/// `agent.command[0]`, `hooks."result.published"[1]`.
+fn render_path(path: &[Seg]) -> String {
+    let mut out = String::new();
+    for seg in path {
+        match seg {
+            Seg::Key(k) => out.push_str(&render_key(k, out.is_empty())),
+            Seg::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
+}
+
+/// A key as a path step: bare if it is a plain word, else JSON-quoted (event names contain dots).
+fn render_key(key: &str, first: bool) -> String {
+    let plain = !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    let body = if plain {
+        key.to_owned()
+    } else {
+        Value::String(key.to_owned()).to_string()
+    };
+    if first {
+        body
+    } else {
+        format!(".{body}")
+    }
+}
+
+/// Turn serde's message at `path` into a [`ConfigError`]. serde's derive reports unknown keys as
+/// ``unknown field `x`, expected one of `a`, `b` `` (or `` expected `a` ``, or `there are no fields`).
+fn classify_error(path: &[Seg], msg: String) -> ConfigError {
+    if let Some(rest) = msg.strip_prefix("unknown field `") {
+        let known = rest
+            .split_once(", expected ")
+            .map(|(_, list)| list.trim_start_matches("one of ").replace('`', ""))
+            .unwrap_or_default();
+        return ConfigError::UnknownKey {
+            path: render_path(path),
+            known,
+        };
+    }
+    ConfigError::Invalid {
+        path: render_path(path),
+        msg,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> String {
+        Config::parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn empty_object_gives_the_section_8_defaults() {
+        let c = Config::parse("{}").unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.agent.command, None);
+        assert!(c.agent.env.is_empty());
+        assert_eq!(c.agent.timeout_secs, 1800);
+        assert_eq!(c.agent.retries, 1);
+        assert_eq!(c.agent.kill_grace_secs, 5);
+        assert_eq!(c.scheduler.max_concurrent, 4);
+        assert_eq!(c.limits.max_level, 3);
+        assert_eq!(c.limits.max_children, 5);
+        assert_eq!(c.operator, OperatorMode::ReadWrite);
+        assert_eq!(c.identity, IdentityMode::Auto);
+        assert!(c.hooks.is_empty());
+        assert_eq!(c.hook_timeout_secs, 30);
+    }
+
+    #[test]
+    fn the_section_8_example_parses() {
+        let text = r#"{
+          "agent":     { "command": ["bash", "{mount}/agents/reference.sh"], "env": {}, "timeout_secs": 1800,
+                         "retries": 1, "kill_grace_secs": 5 },
+          "scheduler": { "max_concurrent": 4 },
+          "limits":    { "max_level": 3, "max_children": 5 },
+          "operator":  "read-write",
+          "identity":  "auto",
+          "hooks":     { "result.published": [["sh", "-c", "echo {full_id} >> /tmp/done.log"]] },
+          "hook_timeout_secs": 30
+        }"#;
+        let c = Config::parse(text).unwrap();
+        assert_eq!(
+            c.agent.command.as_deref(),
+            Some(&["bash".to_owned(), "{mount}/agents/reference.sh".to_owned()][..])
+        );
+        assert_eq!(c.hooks[&HookEvent::ResultPublished].len(), 1);
+        // Round trip: what we serialize we accept.
+        let again = Config::parse(&serde_json::to_string(&c).unwrap()).unwrap();
+        assert_eq!(again, c);
+    }
+
+    #[test]
+    fn partial_sections_keep_the_other_defaults() {
+        let c = Config::parse(r#"{"agent": {"retries": 3}, "limits": {"max_children": 2}, "operator": "read-only", "identity": "cgroup"}"#)
+            .unwrap();
+        assert_eq!(c.agent.retries, 3);
+        assert_eq!(c.agent.timeout_secs, 1800);
+        assert_eq!(c.limits.max_children, 2);
+        assert_eq!(c.limits.max_level, 3);
+        assert_eq!(c.operator, OperatorMode::ReadOnly);
+        assert_eq!(c.identity, IdentityMode::Cgroup);
+        assert_eq!(
+            Config::parse(r#"{"identity":"ancestry"}"#)
+                .unwrap()
+                .identity,
+            IdentityMode::Ancestry
+        );
+        assert_eq!(
+            Config::parse(r#"{"agent":{"command":null}}"#)
+                .unwrap()
+                .agent
+                .command,
+            None
+        );
+    }
+
+    /// One row per key: a wrong type gives the key path and serde's message.
+    #[test]
+    fn every_key_refuses_a_wrong_type_naming_its_path() {
+        let rows: &[(&str, &str)] = &[
+            (r#"{"agent": 1}"#, "config.json: agent: invalid type: integer `1`, expected struct AgentConfig"),
+            (r#"{"agent": {"command": "bash"}}"#, "config.json: agent.command: invalid type: string \"bash\", expected a sequence"),
+            (r#"{"agent": {"command": ["bash", 1]}}"#, "config.json: agent.command[1]: invalid type: integer `1`, expected a string"),
+            (r#"{"agent": {"env": []}}"#, "config.json: agent.env: invalid type: sequence, expected a map"),
+            (r#"{"agent": {"env": {"A": 1}}}"#, "config.json: agent.env.A: invalid type: integer `1`, expected a string"),
+            (r#"{"agent": {"timeout_secs": "1800"}}"#, "config.json: agent.timeout_secs: invalid type: string \"1800\", expected u64"),
+            (r#"{"agent": {"retries": -1}}"#, "config.json: agent.retries: invalid value: integer `-1`, expected u32"),
+            (r#"{"agent": {"kill_grace_secs": 1.5}}"#, "config.json: agent.kill_grace_secs: invalid type: floating point `1.5`, expected u64"),
+            (r#"{"scheduler": []}"#, "config.json: scheduler: invalid type: sequence, expected an object"),
+            (r#"{"scheduler": [1]}"#, "config.json: scheduler: invalid type: sequence, expected an object"),
+            (r#"{"scheduler": {"max_concurrent": "4"}}"#, "config.json: scheduler.max_concurrent: invalid type: string \"4\", expected u32"),
+            (r#"{"limits": "x"}"#, "config.json: limits: invalid type: string \"x\", expected struct Limits"),
+            (r#"{"limits": {"max_level": 300}}"#, "config.json: limits.max_level: invalid value: integer `300`, expected u8"),
+            (r#"{"limits": {"max_children": true}}"#, "config.json: limits.max_children: invalid type: boolean `true`, expected u32"),
+            (r#"{"operator": "rw"}"#, "config.json: operator: unknown variant `rw`, expected `read-write` or `read-only`"),
+            (r#"{"operator": 1}"#, "config.json: operator: invalid type: integer `1`, expected string or map"),
+            (r#"{"identity": "pid"}"#, "config.json: identity: unknown variant `pid`, expected one of `auto`, `cgroup`, `ancestry`"),
+            (r#"{"hooks": []}"#, "config.json: hooks: invalid type: sequence, expected a map"),
+            (r#"{"hooks": {"result.published": "x"}}"#, "config.json: hooks.\"result.published\": invalid type: string \"x\", expected a sequence"),
+            (r#"{"hooks": {"result.published": [["a"], "b"]}}"#, "config.json: hooks.\"result.published\"[1]: invalid type: string \"b\", expected a sequence"),
+            (r#"{"hooks": {"run.exited": [["a", 2]]}}"#, "config.json: hooks.\"run.exited\"[0][1]: invalid type: integer `2`, expected a string"),
+            (r#"{"hook_timeout_secs": null}"#, "config.json: hook_timeout_secs: invalid type: null, expected u64"),
+            ("[]", "config.json: invalid type: sequence, expected an object"),
+            ("7", "config.json: invalid type: integer `7`, expected struct Config"),
+            (r#"{"limits": [2, 7]}"#, "config.json: limits: invalid type: sequence, expected an object"),
+            (r#"{"agent": []}"#, "config.json: agent: invalid type: sequence, expected an object"),
+        ];
+        for (text, want) in rows {
+            assert_eq!(
+                &Config::parse(text).map_err(|e| e.to_string()).unwrap_err(),
+                want,
+                "for {text}"
+            );
+        }
+    }
+
+    /// One row per level: an unknown key is named with its full path.
+    #[test]
+    fn unknown_keys_are_refused_at_every_level() {
+        let rows: &[(&str, &str)] = &[
+            (r#"{"agnet": {}}"#, "agnet"),
+            (r#"{"agent": {"comand": ["x"]}}"#, "agent.comand"),
+            (r#"{"scheduler": {"max": 1}}"#, "scheduler.max"),
+            (r#"{"limits": {"max_depth": 1}}"#, "limits.max_depth"),
+            (r#"{"agent": {"retries": 1}, "extra": 1}"#, "extra"),
+        ];
+        for (text, path) in rows {
+            match Config::parse(text).unwrap_err() {
+                ConfigError::UnknownKey { path: p, known } => {
+                    assert_eq!(&p, path, "for {text}");
+                    assert!(!known.is_empty());
+                }
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            err(r#"{"agent": {"comand": []}}"#),
+            "config.json: unknown key agent.comand (known keys: command, env, timeout_secs, retries, kill_grace_secs)"
+        );
+    }
+
+    #[test]
+    fn hook_events_must_be_section_5_events() {
+        for e in HookEvent::ALL {
+            let text = format!(r#"{{"hooks": {{"{e}": [["true"]]}}}}"#);
+            assert!(Config::parse(&text).is_ok(), "{e}");
+        }
+        let e = err(r#"{"hooks": {"task.done": [["true"]]}}"#);
+        assert!(
+            e.starts_with("config.json: hooks.\"task.done\": unknown event `task.done`"),
+            "{e}"
+        );
+        let e = err(r#"{"hooks": {"hook.exited": [["true"]]}}"#);
+        assert_eq!(
+            e,
+            "config.json: hooks.\"hook.exited\": hook.exited cannot trigger hooks (a hook would fire on its own exit)"
+        );
+    }
+
+    #[test]
+    fn semantic_checks_name_the_key() {
+        let rows: &[(&str, &str)] = &[
+            (r#"{"agent": {"command": []}}"#, "config.json: agent.command: must not be empty (give at least the program)"),
+            (r#"{"agent": {"command": ["x", "{cwd}"]}}"#, "config.json: agent.command[1]: unknown placeholder {cwd}, expected one of {mount} {smith_dir} {task_file} {smith_id} {full_id} {level}"),
+            (r#"{"agent": {"timeout_secs": 0}}"#, "config.json: agent.timeout_secs: must be at least 1"),
+            (r#"{"scheduler": {"max_concurrent": 0}}"#, "config.json: scheduler.max_concurrent: must be at least 1"),
+            (r#"{"hook_timeout_secs": 0}"#, "config.json: hook_timeout_secs: must be at least 1"),
+            (r#"{"hooks": {"run.started": [[]]}}"#, "config.json: hooks.\"run.started\"[0]: must not be empty (give at least the program)"),
+            (r#"{"hooks": {"run.started": [["echo", "{task}"]]}}"#, "config.json: hooks.\"run.started\"[0][1]: unknown placeholder {task}, expected one of {mount} {smith_dir} {task_file} {smith_id} {full_id} {level}"),
+        ];
+        for (text, want) in rows {
+            assert_eq!(
+                &Config::parse(text).map_err(|e| e.to_string()).unwrap_err(),
+                want,
+                "for {text}"
+            );
+        }
+        // Braces that are not placeholders stay literal.
+        assert!(
+            Config::parse(r#"{"agent": {"command": ["sh", "-c", "f() { :; }; f {level}"]}}"#)
+                .is_ok()
+        );
+        assert!(Config::parse(r#"{"agent": {"command": ["echo", "{}", "{a-b}"]}}"#).is_ok());
+    }
+
+    #[test]
+    fn syntax_and_duplicate_errors() {
+        assert!(err("").starts_with("config.json: invalid JSON: EOF while parsing"));
+        assert!(err(r#"{"agent": }"#)
+            .starts_with("config.json: invalid JSON: expected value at line 1"));
+        // A type error before a syntax error: the syntax error is reported.
+        assert!(err(r#"{"scheduler": {"max_concurrent": "4"}, oops"#)
+            .starts_with("config.json: invalid JSON"));
+        let e = err(r#"{"hook_timeout_secs": 1, "hook_timeout_secs": 2}"#);
+        assert!(e.contains("duplicate field `hook_timeout_secs`"), "{e}");
+    }
+
+    /// `locate` assumes every object of the schema accepts `{}` and every list `[]`.
+    #[test]
+    fn every_container_of_the_schema_accepts_empty() {
+        let text =
+            r#"{"agent": {"env": {}}, "scheduler": {}, "limits": {}, "hooks": {"run.exited": []}}"#;
+        assert!(Config::parse(text).is_ok());
+        assert!(serde_json::from_str::<Config>(r#"{"agent": {"command": []}}"#).is_ok());
+        assert!(SmithConfig::parse(r#"{"agent": {"env": {}}}"#).is_ok());
+        assert!(serde_json::from_str::<Config>(r#"{"hooks": {"run.exited": [[]]}}"#).is_ok());
+    }
+
+    #[test]
+    fn smith_config_allows_only_agent() {
+        assert_eq!(SmithConfig::parse("{}").unwrap(), SmithConfig::default());
+        match SmithConfig::parse(r#"{"scheduler": {"max_concurrent": 1}}"#).unwrap_err() {
+            ConfigError::UnknownKey { path, known } => {
+                assert_eq!(path, "scheduler");
+                assert_eq!(known, "agent");
+            }
+            other => panic!("{other:?}"),
+        }
+        let rows: &[(&str, &str)] = &[
+            (r#"{"agent": {"comand": []}}"#, "config.json: unknown key agent.comand (known keys: command, env, timeout_secs, retries, kill_grace_secs)"),
+            (r#"{"agent": []}"#, "config.json: agent: invalid type: sequence, expected an object"),
+            (r#"{"agent": {"retries": "2"}}"#, "config.json: agent.retries: invalid type: string \"2\", expected u32"),
+            (r#"{"agent": {"env": {"K": false}}}"#, "config.json: agent.env.K: invalid type: boolean `false`, expected a string"),
+            (r#"{"agent": {"command": []}}"#, "config.json: agent.command: must not be empty (give at least the program)"),
+            (r#"{"agent": {"command": ["{nope}"]}}"#, "config.json: agent.command[0]: unknown placeholder {nope}, expected one of {mount} {smith_dir} {task_file} {smith_id} {full_id} {level}"),
+            (r#"{"agent": {"timeout_secs": 0}}"#, "config.json: agent.timeout_secs: must be at least 1"),
+        ];
+        for (text, want) in rows {
+            assert_eq!(
+                &SmithConfig::parse(text).unwrap_err().to_string(),
+                want,
+                "for {text}"
+            );
+        }
+    }
+
+    #[test]
+    fn smith_config_merges_key_by_key() {
+        let base = Config::parse(
+            r#"{"agent": {"command": ["base"], "env": {"A": "1", "B": "2"}, "timeout_secs": 100, "retries": 2, "kill_grace_secs": 7}}"#,
+        )
+        .unwrap()
+        .agent;
+        // Nothing given: the base unchanged.
+        assert_eq!(SmithConfig::default().merged(&base), base);
+        assert_eq!(
+            SmithConfig::parse(r#"{"agent": {}}"#)
+                .unwrap()
+                .merged(&base),
+            base
+        );
+        // Each key replaces its own; env merges per variable.
+        let s = SmithConfig::parse(r#"{"agent": {"command": ["mine", "{full_id}"], "env": {"B": "x", "C": "3"}, "retries": 0}}"#)
+            .unwrap();
+        let m = s.merged(&base);
+        assert_eq!(
+            m.command,
+            Some(vec!["mine".to_owned(), "{full_id}".to_owned()])
+        );
+        assert_eq!(m.env.get("A").map(String::as_str), Some("1"));
+        assert_eq!(m.env.get("B").map(String::as_str), Some("x"));
+        assert_eq!(m.env.get("C").map(String::as_str), Some("3"));
+        assert_eq!(m.retries, 0);
+        assert_eq!(m.timeout_secs, 100);
+        assert_eq!(m.kill_grace_secs, 7);
+        // A smith may configure a command where the mount has none.
+        let m = SmithConfig::parse(
+            r#"{"agent": {"command": ["x"], "timeout_secs": 9, "kill_grace_secs": 0}}"#,
+        )
+        .unwrap()
+        .merged(&AgentConfig::default());
+        assert_eq!(m.command, Some(vec!["x".to_owned()]));
+        assert_eq!((m.timeout_secs, m.kill_grace_secs), (9, 0));
+    }
+
+    #[test]
+    fn modes_parse_from_their_spelling() {
+        for m in [OperatorMode::ReadWrite, OperatorMode::ReadOnly] {
+            assert_eq!(m.as_str().parse::<OperatorMode>(), Ok(m));
+        }
+        for m in [
+            IdentityMode::Auto,
+            IdentityMode::Cgroup,
+            IdentityMode::Ancestry,
+        ] {
+            assert_eq!(m.as_str().parse::<IdentityMode>(), Ok(m));
+        }
+        assert!("rw".parse::<OperatorMode>().is_err());
+        assert!("pid".parse::<IdentityMode>().is_err());
+    }
+
+    #[test]
+    fn placeholder_scanner() {
+        assert_eq!(unknown_placeholder("{mount}/{smith_dir}"), None);
+        assert_eq!(unknown_placeholder("a{b}c"), Some("b"));
+        assert_eq!(unknown_placeholder("{{level}}"), None);
+        assert_eq!(unknown_placeholder("{ level }"), None);
+        assert_eq!(unknown_placeholder("{"), None);
+        assert_eq!(unknown_placeholder("x{level}{zz"), None);
+    }
+}

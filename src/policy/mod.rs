@@ -1,1 +1,21 @@
 //! The access policy (PROTOCOL.md §3–§4): pure decisions over identity, operation and zone.
+//!
+//! [`zone`] says where an entry sits (owner and area, kept on every inode); [`rules`] decides an operation
+//! there ([`decide`] → [`Decision::Allow`] or [`Decision::Deny`] with errno, rule id and sentences);
+//! [`children`] admits a new child for the scaffold (PROTOCOL.md §4). Nothing here touches the
+//! filesystem or a process: the module imports only types.
+
+pub mod children;
+pub mod rules;
+pub mod zone;
+
+#[cfg(test)]
+mod tests;
+
+pub use crate::config::{Limits, OperatorMode};
+pub use children::{check_new_child, child_name, child_number, Family};
+pub use rules::{
+    decide, decide_all, decide_link, decide_rename, relation, rights, Caller, Ctx, Decision,
+    Denial, Names, NewKind, NoNames, Op, OpClass, Relation, Removal, Rights,
+};
+pub use zone::{classify, Area, Depth, RootArea, SmithRef, SmithZone, Zone};

@@ -1,0 +1,165 @@
+//! The scaffold's admission check for a new child (PROTOCOL.md §4): who may make one, how deep, under
+//! which name, how many. Pure; the caller serialises concurrent mkdirs of one parent and remembers the
+//! highest number used across restarts.
+
+use std::ffi::OsStr;
+
+use nix::errno::Errno;
+
+use crate::config::OperatorMode;
+use crate::identity::Identity;
+use crate::policy::rules::{full_id, short, smith_path, Ctx, Denial};
+use crate::tree::model::SmithIdx;
+
+/// What the check needs to know of S, the smith a child is made for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Family {
+    /// S.
+    pub parent: SmithIdx,
+    /// S's level (root 0).
+    pub parent_level: u8,
+    /// The highest child number S has ever used (remembered across restarts), `None` if none.
+    pub highest_used: Option<u32>,
+    /// S's children now.
+    pub n_children: usize,
+}
+
+/// The number of a child name `smith-NNN` (three or more ASCII digits), or `None`.
+pub fn child_number(name: &str) -> Option<u32> {
+    let digits = name.strip_prefix("smith-")?;
+    if digits.len() < 3 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The canonical name of child number `n`: `smith-004`, `smith-1234`.
+pub fn child_name(n: u32) -> String {
+    format!("smith-{n:03}")
+}
+
+/// Check `mkdir children/NAME` in S's `children/` (PROTOCOL.md §4), in the protocol's order:
+///
+/// 1. the caller is neither S nor the operator (or the operator is read-only) → EACCES;
+/// 2. `parent_level + 1 > limits.max_level` → EPERM;
+/// 3. NAME is not `smith-NNN`, or its number is not above `highest_used` → EINVAL, naming the next id;
+/// 4. `n_children >= limits.max_children` → EDQUOT.
+///
+/// Returns the child's number. An existing NAME is the kernel's EEXIST, before this is called.
+pub fn check_new_child(
+    caller: &Identity,
+    family: &Family,
+    name: &OsStr,
+    ctx: &Ctx<'_>,
+) -> Result<u32, Denial> {
+    let parent = full_id(family.parent, ctx);
+    let dir = smith_path(&parent);
+    let name_text = name.to_string_lossy();
+    let next = match family.highest_used {
+        None => Some(1),
+        Some(h) => h.checked_add(1),
+    };
+    let next_name = next.map_or_else(
+        || "no id is left".to_owned(),
+        |n| format!("use {}", child_name(n)),
+    );
+    let deny = |errno, rule, why: String, alternative: String| Denial {
+        errno,
+        rule,
+        why,
+        alternative,
+    };
+
+    // 1. Who.
+    match caller {
+        Identity::Smith(s) if *s == family.parent => {}
+        Identity::Operator if ctx.operator == OperatorMode::ReadWrite => {}
+        Identity::Operator => {
+            return Err(deny(
+                Errno::EACCES,
+                "operator-read-only",
+                format!("the operator may not make a child of {parent}: the operator is read-only on this mount."),
+                "remount with --operator read-write".to_owned(),
+            ))
+        }
+        Identity::Smith(s) => {
+            let own = smith_path(&full_id(*s, ctx));
+            return Err(deny(
+                Errno::EACCES,
+                "scaffold-parent-only",
+                format!(
+                    "{} may not make a child of {parent}: only {} itself and the operator may.",
+                    full_id(*s, ctx),
+                    short(&parent)
+                ),
+                format!("make your own children with mkdir {own}/children/{}", child_name(1)),
+            ));
+        }
+        Identity::Unknown => {
+            return Err(deny(
+                Errno::EACCES,
+                "unknown-lookup-only",
+                format!("an unidentified process may not make a child of {parent}: only {} itself and the operator may.", short(&parent)),
+                "run it as the operator, or bound to a smith with `smithfs run --smith FULL_ID -- CMD`".to_owned(),
+            ))
+        }
+    }
+
+    // 2. How deep.
+    let child_level = u16::from(family.parent_level) + 1;
+    if child_level > u16::from(ctx.limits.max_level) {
+        return Err(deny(
+            Errno::EPERM,
+            "scaffold-max-level",
+            format!(
+                "{parent} is at level {} and limits.max_level is {}: a child would be at level {child_level}.",
+                family.parent_level, ctx.limits.max_level
+            ),
+            format!("do the work in {dir}/private/, or ask the operator to raise limits.max_level in config.json"),
+        ));
+    }
+
+    // 3. Which name.
+    let number = name.to_str().and_then(child_number);
+    let fresh = match (number, family.highest_used) {
+        (Some(n), Some(h)) => n > h,
+        (Some(_), None) => true,
+        (None, _) => false,
+    };
+    let Some(number) = number.filter(|_| fresh) else {
+        let problem = match number {
+            None => "is not smith-NNN (three or more digits)".to_owned(),
+            Some(_) => format!(
+                "does not number above every child {} has used (up to {})",
+                short(&parent),
+                family.highest_used.map_or_else(String::new, child_name)
+            ),
+        };
+        return Err(deny(
+            Errno::EINVAL,
+            "scaffold-child-name",
+            format!("`{name_text}` {problem}: {next_name}."),
+            match next {
+                Some(n) => format!("mkdir {dir}/children/{}", child_name(n)),
+                None => "give the work to an existing child through its inbox/".to_owned(),
+            },
+        ));
+    };
+
+    // 4. How many.
+    let max = ctx.limits.max_children;
+    if u64::try_from(family.n_children).unwrap_or(u64::MAX) >= u64::from(max) {
+        return Err(deny(
+            Errno::EDQUOT,
+            "scaffold-max-children",
+            format!(
+                "{parent} already has {} children and limits.max_children is {max}.",
+                family.n_children
+            ),
+            format!(
+                "give more work to an existing child through its inbox/ ({dir}/children/…/inbox/)"
+            ),
+        ));
+    }
+    Ok(number)
+}

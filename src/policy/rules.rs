@@ -1,0 +1,953 @@
+//! The access decision (PROTOCOL.md §3): who may do what where, as one pure function of identity,
+//! operation, zone and a small mount context.
+//!
+//! [`decide`] is O(1) and allocates only when it denies: the sentence for `.smithfs/why` and the journal
+//! (`why`, `alternative`) is built with the errno and the rule id. The order of checks is: lookup-class ops
+//! (always allowed) → Unknown (EACCES) → device nodes (EPERM but for the operator) → structure (EPERM; the
+//! operator's removal of an idle smith dir, else EBUSY) → the `.smithfs/` and reserved names → operator
+//! read-only mode (EACCES) → `children/` (only the scaffold creates) → the §3 table (EACCES).
+
+use std::fmt;
+
+use nix::errno::Errno;
+
+use crate::config::{Limits, OperatorMode};
+use crate::identity::Identity;
+use crate::policy::zone::{Area, Depth, RootArea, SmithZone, Zone};
+use crate::tree::model::SmithIdx;
+
+/// The operation classes of PROTOCOL.md §3.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OpClass {
+    /// Open for reading, readdir, getxattr/listxattr, readlink.
+    Read,
+    /// Open for writing or with `O_TRUNC`, truncate, fallocate, chmod/chown/utimes, setxattr/removexattr.
+    Write,
+    /// create, mkdir, mknod, symlink, the destination of link or rename.
+    Create,
+    /// unlink, rmdir, the source of a rename, being replaced by a rename.
+    Delete,
+    /// Look a name up (allowed to every identity).
+    Lookup,
+    /// Stat (allowed to every identity).
+    Getattr,
+    /// statfs (allowed to every identity).
+    Statfs,
+}
+
+/// What kind of entry a create makes (PROTOCOL.md §3, "special files").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NewKind {
+    /// create / mknod of a regular file.
+    File,
+    /// mkdir (a mkdir in a `children/` directory is a scaffold request: see
+    /// [`Zone::is_children_dir`]).
+    Dir,
+    /// symlink.
+    Symlink,
+    /// mknod of a FIFO: like a regular create.
+    Fifo,
+    /// mknod of a socket: like a regular create.
+    Socket,
+    /// mknod of a character or block device: EPERM for all but the operator.
+    Device,
+    /// The new name of a `link` (use [`decide_link`], which adds the one-zone condition).
+    Link,
+    /// The destination name of a `rename` (use [`decide_rename`]).
+    RenameDest,
+}
+
+/// How an entry is removed (PROTOCOL.md §3, "delete").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Removal {
+    /// unlink.
+    Unlink,
+    /// rmdir.
+    Rmdir,
+    /// The source name of a rename.
+    RenameSource,
+    /// An existing destination replaced by a rename.
+    Replaced,
+}
+
+/// One operation on one zone. For `Create` the zone is the *new entry's* (its directory's
+/// [`Zone::child_zone`]); for `Delete` the removed entry's; otherwise the inode's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// Look a name up.
+    Lookup,
+    /// Stat.
+    Getattr,
+    /// statfs.
+    Statfs,
+    /// The read class.
+    Read,
+    /// The write class.
+    Write,
+    /// The create class.
+    Create(NewKind),
+    /// The delete class. `subtree_live`: a run of the zone's owner or of one of its descendants is live;
+    /// it matters only to the operator removing structure or conversation logs (EBUSY).
+    Delete {
+        /// unlink, rmdir, rename source or replaced.
+        how: Removal,
+        /// A run in the owner's subtree is live.
+        subtree_live: bool,
+    },
+}
+
+/// How the caller relates to the owner X of a smith zone (the columns of the §3 table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Relation {
+    /// X itself.
+    Owner,
+    /// P(X).
+    Parent,
+    /// Any other smith: X's children, grandparents, siblings, strangers.
+    OtherSmith,
+    /// The operator.
+    Operator,
+}
+
+/// A set of the four rights read, write, create, delete.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Rights(u8);
+
+/// Mount-wide inputs of a decision: operator mode, the root smith, the scaffold limits and the names used in
+/// sentences. Cheap to build per request.
+#[derive(Clone, Copy)]
+pub struct Ctx<'a> {
+    /// `operator` from config or `--operator`.
+    pub operator: OperatorMode,
+    /// The root smith (it may write and create in `results/`); `None` if there is none.
+    pub root: Option<SmithIdx>,
+    /// `limits` from config (PROTOCOL.md §4).
+    pub limits: Limits,
+    /// Full ids for messages; only used when denying.
+    pub names: &'a dyn Names,
+}
+
+/// Full ids of smiths, for the sentences of a denial (`smith-root/smith-001`).
+pub trait Names {
+    /// The full id of `smith`, if known.
+    fn full_id(&self, smith: SmithIdx) -> Option<String>;
+}
+
+impl<F: Fn(SmithIdx) -> Option<String>> Names for F {
+    fn full_id(&self, smith: SmithIdx) -> Option<String> {
+        self(smith)
+    }
+}
+
+/// No names known: messages say `smith #3`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoNames;
+
+impl Names for NoNames {
+    fn full_id(&self, _smith: SmithIdx) -> Option<String> {
+        None
+    }
+}
+
+/// The outcome of [`decide`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Go ahead.
+    Allow,
+    /// Refuse with this errno and record the reason.
+    Deny(Denial),
+}
+
+/// A refusal and its reason, as `.smithfs/why` and `access.denied` show it (PROTOCOL.md §3, §7).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Denial {
+    /// What the caller gets.
+    pub errno: Errno,
+    /// A short stable rule id, e.g. `private-owner-only`.
+    pub rule: &'static str,
+    /// One plain sentence: who may not do what where, and who may.
+    pub why: String,
+    /// What the caller may do instead.
+    pub alternative: String,
+}
+
+impl Rights {
+    /// No right.
+    pub const NONE: Rights = Rights(0);
+    /// Read.
+    pub const R: Rights = Rights(1);
+    /// Write.
+    pub const W: Rights = Rights(2);
+    /// Create.
+    pub const C: Rights = Rights(4);
+    /// Delete.
+    pub const D: Rights = Rights(8);
+    /// Read and write.
+    pub const RW: Rights = Rights(3);
+    /// Read, write, create.
+    pub const RWC: Rights = Rights(7);
+    /// Read, write, delete.
+    pub const RWD: Rights = Rights(11);
+    /// All four ("all" in PROTOCOL.md §3).
+    pub const ALL: Rights = Rights(15);
+
+    /// Does the set hold the right an op of class `class` needs? Lookup-class ops need none.
+    pub const fn allows(self, class: OpClass) -> bool {
+        let need = match class {
+            OpClass::Read => Rights::R,
+            OpClass::Write => Rights::W,
+            OpClass::Create => Rights::C,
+            OpClass::Delete => Rights::D,
+            OpClass::Lookup | OpClass::Getattr | OpClass::Statfs => return true,
+        };
+        self.0 & need.0 != 0
+    }
+
+    /// Intersection.
+    pub const fn and(self, other: Rights) -> Rights {
+        Rights(self.0 & other.0)
+    }
+
+    /// Union.
+    pub const fn or(self, other: Rights) -> Rights {
+        Rights(self.0 | other.0)
+    }
+}
+
+impl fmt::Display for Rights {
+    /// `rwcd` with `-` for a missing right.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = |class, ch| if self.allows(class) { ch } else { '-' };
+        write!(
+            f,
+            "{}{}{}{}",
+            c(OpClass::Read, 'r'),
+            c(OpClass::Write, 'w'),
+            c(OpClass::Create, 'c'),
+            c(OpClass::Delete, 'd')
+        )
+    }
+}
+
+impl Op {
+    /// The §3 class of the op.
+    pub const fn class(self) -> OpClass {
+        match self {
+            Op::Lookup => OpClass::Lookup,
+            Op::Getattr => OpClass::Getattr,
+            Op::Statfs => OpClass::Statfs,
+            Op::Read => OpClass::Read,
+            Op::Write => OpClass::Write,
+            Op::Create(_) => OpClass::Create,
+            Op::Delete { .. } => OpClass::Delete,
+        }
+    }
+
+    /// The verb used in sentences.
+    fn verb(self) -> &'static str {
+        match self {
+            Op::Lookup => "look up",
+            Op::Getattr => "stat",
+            Op::Statfs => "statfs",
+            Op::Read => "read",
+            Op::Write => "write",
+            Op::Create(kind) => match kind {
+                NewKind::File | NewKind::Fifo | NewKind::Socket | NewKind::Symlink => "create",
+                NewKind::Dir => "make a directory",
+                NewKind::Device => "create a device node",
+                NewKind::Link => "hard-link",
+                NewKind::RenameDest => "rename",
+            },
+            Op::Delete { how, .. } => match how {
+                Removal::Unlink | Removal::Rmdir => "remove",
+                Removal::RenameSource => "rename",
+                Removal::Replaced => "replace",
+            },
+        }
+    }
+
+    /// The preposition joining the verb to an inner zone ("write in", "rename into").
+    fn preposition(self) -> &'static str {
+        match self {
+            Op::Create(NewKind::RenameDest | NewKind::Link) => "into",
+            Op::Delete {
+                how: Removal::RenameSource,
+                ..
+            } => "out of",
+            Op::Lookup
+            | Op::Getattr
+            | Op::Statfs
+            | Op::Read
+            | Op::Write
+            | Op::Create(_)
+            | Op::Delete { .. } => "in",
+        }
+    }
+}
+
+impl Decision {
+    /// Is it [`Decision::Allow`]?
+    pub fn is_allowed(&self) -> bool {
+        matches!(self, Decision::Allow)
+    }
+
+    /// The first denial of `self` then `other` (both must allow).
+    pub fn and(self, other: impl FnOnce() -> Decision) -> Decision {
+        match self {
+            Decision::Allow => other(),
+            Decision::Deny(d) => Decision::Deny(d),
+        }
+    }
+}
+
+impl fmt::Display for Denial {
+    /// `why` then `alternative`: the line `.smithfs/why` starts with.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} Instead: {}.", self.why, self.alternative)
+    }
+}
+
+impl fmt::Debug for Ctx<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ctx")
+            .field("operator", &self.operator)
+            .field("root", &self.root)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The §3 table: the rights of `rel` on the entries of `area` (PROTOCOL.md §3).
+///
+/// For an area's own entry ([`Depth::Top`]) of a structure area this is its area's read and write right
+/// only (an area directory is listed under the read right and changed under the write right); creating
+/// and removing structure is decided by [`decide`] before this table. `config.json` and other top-level
+/// names are ordinary entries at both depths. The conversation-log removal allowed to the operator when
+/// nothing is live is not in this table either (see [`decide`]).
+pub const fn table(rel: Relation, area: Area, depth: Depth) -> Rights {
+    use Relation::{Operator, OtherSmith, Owner, Parent};
+    let inner = match (area, rel) {
+        (Area::SmithDir, Owner | Parent | OtherSmith | Operator) => Rights::R,
+        (Area::SmithMd, Owner | Parent) => Rights::R,
+        (Area::SmithMd, Operator) => Rights::RW,
+        (Area::SmithMd, OtherSmith) => Rights::NONE,
+        (Area::Config | Area::Claude, Owner) => Rights::R,
+        (Area::Config | Area::Claude, Parent | Operator) => Rights::ALL,
+        (Area::Config | Area::Claude, OtherSmith) => Rights::NONE,
+        (Area::Inbox, Owner) => Rights::R,
+        (Area::Inbox, Parent | Operator) => Rights::ALL,
+        (Area::Inbox, OtherSmith) => Rights::NONE,
+        (Area::Private | Area::Other, Owner | Operator) => Rights::ALL,
+        (Area::Private | Area::Other, Parent | OtherSmith) => Rights::NONE,
+        (Area::Outbox, Owner | Operator) => Rights::ALL,
+        (Area::Outbox, Parent) => Rights::R,
+        (Area::Outbox, OtherSmith) => Rights::NONE,
+        (Area::Conversations, Owner | Parent | Operator) => Rights::R,
+        (Area::Conversations, OtherSmith) => Rights::NONE,
+        // children/ is read by all; unregistered entries under it (made outside the mount) may also be
+        // changed and removed by the operator. Creating there is the scaffold's alone.
+        (Area::Children, Owner | Parent | OtherSmith) => Rights::R,
+        (Area::Children, Operator) => match depth {
+            Depth::Top => Rights::R,
+            Depth::Inner => Rights::RWD,
+        },
+    };
+    match depth {
+        Depth::Top if area.is_structure() => inner.and(Rights::RW),
+        Depth::Top | Depth::Inner => inner,
+    }
+}
+
+/// The rights outside `smiths/`' smith dirs (PROTOCOL.md §3): smiths read; the root smith may also write
+/// and create in `results/`; the operator may do all. The mount root and `smiths/` are structure
+/// (read and write only); `.smithfs/` is read by all and only `ctl` is written; `.smithfs-state` is nothing.
+pub const fn outside_table(caller: Caller, area: RootArea, depth: Depth) -> Rights {
+    match (area, caller) {
+        (RootArea::Reserved, Caller::Smith | Caller::RootSmith | Caller::Operator) => Rights::NONE,
+        (RootArea::Control, Caller::Smith | Caller::RootSmith | Caller::Operator) => Rights::R,
+        (RootArea::ControlCtl, Caller::Smith | Caller::RootSmith | Caller::Operator) => Rights::RW,
+        (RootArea::Results, Caller::RootSmith) => match depth {
+            Depth::Top => Rights::R,
+            Depth::Inner => Rights::RWC,
+        },
+        (
+            RootArea::MountRoot
+            | RootArea::Config
+            | RootArea::Templates
+            | RootArea::Agents
+            | RootArea::Results
+            | RootArea::Smiths
+            | RootArea::Other,
+            Caller::Smith | Caller::RootSmith,
+        ) => Rights::R,
+        (RootArea::MountRoot, Caller::Operator) => Rights::RW,
+        (RootArea::Smiths, Caller::Operator) => match depth {
+            Depth::Top => Rights::RW,
+            Depth::Inner => Rights::RWD,
+        },
+        (
+            RootArea::Config
+            | RootArea::Templates
+            | RootArea::Agents
+            | RootArea::Results
+            | RootArea::Other,
+            Caller::Operator,
+        ) => Rights::ALL,
+    }
+}
+
+/// The caller as the rules outside smith dirs see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Caller {
+    /// A smith other than the root.
+    Smith,
+    /// The root smith.
+    RootSmith,
+    /// The operator.
+    Operator,
+}
+
+/// Why a decision failed, before it is put into words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Rule {
+    UnknownIdentity,
+    DeviceNode,
+    Structure,
+    StructureLive,
+    ControlVirtual,
+    Reserved,
+    OperatorReadOnly,
+    ChildrenScaffoldOnly,
+    SmithsScaffoldOnly,
+    ConversationsLive,
+    Area(Area),
+    Outside(RootArea),
+    LinkCrossZone,
+    NoZone,
+}
+
+impl Rule {
+    fn errno(self) -> Errno {
+        match self {
+            Rule::UnknownIdentity
+            | Rule::OperatorReadOnly
+            | Rule::Area(_)
+            | Rule::Outside(_)
+            | Rule::NoZone => Errno::EACCES,
+            Rule::DeviceNode
+            | Rule::Structure
+            | Rule::ControlVirtual
+            | Rule::Reserved
+            | Rule::ChildrenScaffoldOnly
+            | Rule::SmithsScaffoldOnly => Errno::EPERM,
+            Rule::StructureLive | Rule::ConversationsLive => Errno::EBUSY,
+            Rule::LinkCrossZone => Errno::EXDEV,
+        }
+    }
+
+    /// The stable rule id recorded in `.smithfs/why` and the journal.
+    fn id(self) -> &'static str {
+        match self {
+            Rule::UnknownIdentity => "unknown-lookup-only",
+            Rule::DeviceNode => "device-operator-only",
+            Rule::Structure => "structure-smithfs-only",
+            Rule::StructureLive => "structure-live-run",
+            Rule::ControlVirtual => "control-fixed-entries",
+            Rule::Reserved => "reserved-name",
+            Rule::OperatorReadOnly => "operator-read-only",
+            Rule::ChildrenScaffoldOnly => "children-scaffold-only",
+            Rule::SmithsScaffoldOnly => "smiths-scaffold-only",
+            Rule::ConversationsLive => "conversations-live-run",
+            Rule::Area(a) => match a {
+                Area::SmithDir => "smith-dir-read-only",
+                Area::SmithMd => "smith-md-operator-writes",
+                Area::Config => "config-parent-writes",
+                Area::Claude => "claude-parent-writes",
+                Area::Inbox => "inbox-parent-writes",
+                Area::Private => "private-owner-only",
+                Area::Outbox => "outbox-owner-writes",
+                Area::Conversations => "conversations-smithfs-writes",
+                Area::Children => "children-read-only",
+                Area::Other => "smith-files-owner-only",
+            },
+            Rule::Outside(a) => match a {
+                RootArea::Results => "results-root-writes",
+                RootArea::Control | RootArea::ControlCtl => "control-read-only",
+                RootArea::MountRoot
+                | RootArea::Config
+                | RootArea::Templates
+                | RootArea::Agents
+                | RootArea::Smiths
+                | RootArea::Other
+                | RootArea::Reserved => "outside-operator-writes",
+            },
+            Rule::LinkCrossZone => "link-one-zone",
+            Rule::NoZone => "no-zone",
+        }
+    }
+}
+
+/// Decide one operation (PROTOCOL.md §3). See the module header for the order of checks.
+///
+/// Errors (as `Deny`): EACCES for "—" cells, Unknown and operator read-only mode; EPERM for structure,
+/// device nodes, `.smithfs/` entries, `.smithfs-state` and non-scaffold creates in `children/` and
+/// `smiths/`; EBUSY when the operator removes or renames structure of a subtree with a live run.
+pub fn decide(id: &Identity, op: Op, zone: &Zone, ctx: &Ctx<'_>) -> Decision {
+    match judge(id, op, zone, ctx) {
+        Ok(()) => Decision::Allow,
+        Err(rule) => Decision::Deny(explain(rule, id, op, zone, None, ctx)),
+    }
+}
+
+/// Decide an operation on an inode with names in several zones: the intersection of their rights
+/// (PROTOCOL.md §3). An empty slice is denied (EACCES, `no-zone`): every inode has a zone.
+pub fn decide_all(id: &Identity, op: Op, zones: &[Zone], ctx: &Ctx<'_>) -> Decision {
+    if zones.is_empty() {
+        return Decision::Deny(explain(Rule::NoZone, id, op, &Zone::root(), None, ctx));
+    }
+    for zone in zones {
+        if let Decision::Deny(d) = decide(id, op, zone, ctx) {
+            return Decision::Deny(d);
+        }
+    }
+    Decision::Allow
+}
+
+/// Decide a rename (PROTOCOL.md §3): delete at the source, create at the destination, and delete on the
+/// replaced entry if there is one. `dst` is the zone the moved entry gets (the destination directory's
+/// [`Zone::child_zone`], or a registered smith dir's zone); the `bool`s say whether a run in the
+/// source's, resp. the replaced entry's, owner subtree is live. For `RENAME_EXCHANGE` decide both
+/// directions.
+pub fn decide_rename(
+    id: &Identity,
+    src: &Zone,
+    src_live: bool,
+    dst: &Zone,
+    replaced: Option<(&Zone, bool)>,
+    ctx: &Ctx<'_>,
+) -> Decision {
+    let source = Op::Delete {
+        how: Removal::RenameSource,
+        subtree_live: src_live,
+    };
+    decide(id, source, src, ctx)
+        .and(|| decide(id, Op::Create(NewKind::RenameDest), dst, ctx))
+        .and(|| match replaced {
+            None => Decision::Allow,
+            Some((zone, live)) => {
+                let op = Op::Delete {
+                    how: Removal::Replaced,
+                    subtree_live: live,
+                };
+                decide(id, op, zone, ctx)
+            }
+        })
+}
+
+/// Decide a hard link of an inode in zone `src` to a new name whose zone is `dst` (PROTOCOL.md §3): only
+/// within one zone (same smith, same area), else EXDEV so tools copy instead; then the create right at
+/// the destination. Unknown gets EACCES first.
+pub fn decide_link(id: &Identity, src: &Zone, dst: &Zone, ctx: &Ctx<'_>) -> Decision {
+    let op = Op::Create(NewKind::Link);
+    if matches!(id, Identity::Unknown) {
+        return Decision::Deny(explain(Rule::UnknownIdentity, id, op, dst, None, ctx));
+    }
+    if !src.same_zone(dst) {
+        return Decision::Deny(explain(Rule::LinkCrossZone, id, op, dst, Some(src), ctx));
+    }
+    decide(id, op, dst, ctx)
+}
+
+/// The rights `id` has on the entries of `zone`, for `.smithfs/whoami` (PROTOCOL.md §7): each class as
+/// [`decide`] judges a plain op of it (read, write, create a file, unlink while a run is live).
+pub fn rights(id: &Identity, zone: &Zone, ctx: &Ctx<'_>) -> Rights {
+    let probe = |op: Op, r: Rights| {
+        if judge(id, op, zone, ctx).is_ok() {
+            r
+        } else {
+            Rights::NONE
+        }
+    };
+    probe(Op::Read, Rights::R)
+        .or(probe(Op::Write, Rights::W))
+        .or(probe(Op::Create(NewKind::File), Rights::C))
+        .or(probe(
+            Op::Delete {
+                how: Removal::Unlink,
+                subtree_live: true,
+            },
+            Rights::D,
+        ))
+}
+
+/// How `id` relates to the owner of `zone`; `None` for Unknown.
+pub fn relation(id: &Identity, zone: &SmithZone) -> Option<Relation> {
+    match id {
+        Identity::Unknown => None,
+        Identity::Operator => Some(Relation::Operator),
+        Identity::Smith(s) if *s == zone.owner => Some(Relation::Owner),
+        Identity::Smith(s) if Some(*s) == zone.owner_parent => Some(Relation::Parent),
+        Identity::Smith(_) => Some(Relation::OtherSmith),
+    }
+}
+
+/// The decision without words.
+fn judge(id: &Identity, op: Op, zone: &Zone, ctx: &Ctx<'_>) -> Result<(), Rule> {
+    let class = op.class();
+    match class {
+        OpClass::Lookup | OpClass::Getattr | OpClass::Statfs => return Ok(()),
+        OpClass::Read | OpClass::Write | OpClass::Create | OpClass::Delete => {}
+    }
+    let caller = match id {
+        Identity::Unknown => return Err(Rule::UnknownIdentity),
+        Identity::Operator => Caller::Operator,
+        Identity::Smith(s) if Some(*s) == ctx.root => Caller::RootSmith,
+        Identity::Smith(_) => Caller::Smith,
+    };
+    if op == Op::Create(NewKind::Device) && caller != Caller::Operator {
+        return Err(Rule::DeviceNode);
+    }
+    let read_only = caller == Caller::Operator && ctx.operator == OperatorMode::ReadOnly;
+    match zone {
+        Zone::Smith(z) => judge_smith(id, op, z, read_only),
+        Zone::Outside { area, depth } => judge_outside(caller, op, *area, *depth, read_only),
+    }
+}
+
+fn judge_smith(id: &Identity, op: Op, z: &SmithZone, read_only: bool) -> Result<(), Rule> {
+    let Some(rel) = relation(id, z) else {
+        return Err(Rule::UnknownIdentity);
+    };
+    let class = op.class();
+    let creates_or_deletes = matches!(class, OpClass::Create | OpClass::Delete);
+    // Structure: only smithfs; the operator may take an idle smith dir apart (rm -rf) or rename it away.
+    if z.depth == Depth::Top && z.area.is_structure() && creates_or_deletes {
+        let dismantles = match op {
+            Op::Delete {
+                how: Removal::Unlink | Removal::Rmdir,
+                subtree_live,
+            } => Some(subtree_live),
+            Op::Delete {
+                how: Removal::RenameSource,
+                subtree_live,
+            } if z.area == Area::SmithDir => Some(subtree_live),
+            Op::Delete { .. }
+            | Op::Create(_)
+            | Op::Lookup
+            | Op::Getattr
+            | Op::Statfs
+            | Op::Read
+            | Op::Write => None,
+        };
+        return match (rel, dismantles) {
+            (Relation::Operator, Some(_)) if read_only => Err(Rule::OperatorReadOnly),
+            (Relation::Operator, Some(true)) => Err(Rule::StructureLive),
+            (Relation::Operator, Some(false)) => Ok(()),
+            (Relation::Operator | Relation::Owner | Relation::Parent | Relation::OtherSmith, _) => {
+                Err(Rule::Structure)
+            }
+        };
+    }
+    if read_only && class != OpClass::Read {
+        let root_inbox = z.owner_level == 0 && z.area == Area::Inbox && z.depth == Depth::Inner;
+        if !root_inbox {
+            return Err(Rule::OperatorReadOnly);
+        }
+    }
+    if z.area == Area::Children && class == OpClass::Create {
+        return match rel {
+            Relation::Owner | Relation::Operator => Err(Rule::ChildrenScaffoldOnly),
+            Relation::Parent | Relation::OtherSmith => Err(Rule::Area(Area::Children)),
+        };
+    }
+    if z.area == Area::Conversations && class == OpClass::Delete && rel == Relation::Operator {
+        match op {
+            Op::Delete {
+                how: Removal::Unlink | Removal::Rmdir,
+                subtree_live: true,
+            } => return Err(Rule::ConversationsLive),
+            Op::Delete {
+                how: Removal::Unlink | Removal::Rmdir,
+                subtree_live: false,
+            } => return Ok(()),
+            Op::Delete { .. }
+            | Op::Create(_)
+            | Op::Lookup
+            | Op::Getattr
+            | Op::Statfs
+            | Op::Read
+            | Op::Write => {}
+        }
+    }
+    if table(rel, z.area, z.depth).allows(class) {
+        Ok(())
+    } else {
+        Err(Rule::Area(z.area))
+    }
+}
+
+fn judge_outside(
+    caller: Caller,
+    op: Op,
+    area: RootArea,
+    depth: Depth,
+    read_only: bool,
+) -> Result<(), Rule> {
+    let class = op.class();
+    let creates_or_deletes = matches!(class, OpClass::Create | OpClass::Delete);
+    match area {
+        RootArea::Reserved => return Err(Rule::Reserved),
+        RootArea::Control | RootArea::ControlCtl if creates_or_deletes => {
+            return Err(Rule::ControlVirtual)
+        }
+        RootArea::MountRoot if creates_or_deletes => return Err(Rule::Structure),
+        RootArea::Smiths if creates_or_deletes && depth == Depth::Top => {
+            return Err(Rule::Structure)
+        }
+        RootArea::Smiths if class == OpClass::Create => return Err(Rule::SmithsScaffoldOnly),
+        RootArea::MountRoot
+        | RootArea::Config
+        | RootArea::Templates
+        | RootArea::Agents
+        | RootArea::Results
+        | RootArea::Smiths
+        | RootArea::Other
+        | RootArea::Control
+        | RootArea::ControlCtl => {}
+    }
+    if read_only && class != OpClass::Read {
+        let allowed = match area {
+            RootArea::Config => class == OpClass::Write && depth == Depth::Top,
+            RootArea::ControlCtl => true,
+            RootArea::MountRoot
+            | RootArea::Templates
+            | RootArea::Agents
+            | RootArea::Results
+            | RootArea::Smiths
+            | RootArea::Other
+            | RootArea::Control
+            | RootArea::Reserved => false,
+        };
+        if !allowed {
+            return Err(Rule::OperatorReadOnly);
+        }
+    }
+    if outside_table(caller, area, depth).allows(class) {
+        Ok(())
+    } else {
+        Err(Rule::Outside(area))
+    }
+}
+
+/// Put a refusal into words. `src` is the source zone of a refused link.
+fn explain(
+    rule: Rule,
+    id: &Identity,
+    op: Op,
+    zone: &Zone,
+    src: Option<&Zone>,
+    ctx: &Ctx<'_>,
+) -> Denial {
+    let who = caller_name(id, ctx);
+    let what = match zone.depth() {
+        Depth::Inner => format!("{} {} {}", op.verb(), op.preposition(), place(zone, ctx)),
+        Depth::Top => format!("{} {}", op.verb(), place(zone, ctx)),
+    };
+    let home = match id {
+        Identity::Smith(s) => Some(smith_path(&full_id(*s, ctx))),
+        Identity::Operator | Identity::Unknown => None,
+    };
+    let own_work = |home: &Option<String>| match home {
+        Some(h) => format!(
+            "work in your own private/ ({h}/private/) and publish in your outbox/ ({h}/outbox/)"
+        ),
+        None => "work inside a smith's areas".to_owned(),
+    };
+    let (why, alternative) = match rule {
+        Rule::UnknownIdentity => (
+            format!("{who} may not {what}: an unidentified process may only look up and stat names."),
+            "run it as the operator, or bound to a smith with `smithfs run --smith FULL_ID -- CMD`".to_owned(),
+        ),
+        Rule::DeviceNode => (
+            format!("{who} may not {what}: only the operator may create device nodes (and the mount is nodev)."),
+            "create a regular file or a FIFO instead".to_owned(),
+        ),
+        Rule::Structure => (
+            format!("{who} may not {what}: smith dirs, their areas and smith.md are made, removed and renamed only by smithfs."),
+            match home {
+                Some(ref h) => format!("make a child with mkdir {h}/children/smith-NNN, and work inside the areas"),
+                None => "make a child with mkdir …/children/smith-NNN; the operator may remove or rename a whole smith dir while no run in it is live".to_owned(),
+            },
+        ),
+        Rule::StructureLive | Rule::ConversationsLive => {
+            let owner = zone.owner().map(|o| full_id(o, ctx)).unwrap_or_default();
+            (
+                format!("{who} may not {what} while a run in {owner}'s subtree is live."),
+                format!("wait for the runs to end, or stop them with `smithfs cancel {owner}`, then retry"),
+            )
+        }
+        Rule::ControlVirtual => (
+            format!("{who} may not {what}: .smithfs/ is virtual and its entries are fixed."),
+            "write commands to .smithfs/ctl".to_owned(),
+        ),
+        Rule::Reserved => (
+            format!("{who} may not {what}: the name is reserved for smithfs's own state."),
+            "use another name".to_owned(),
+        ),
+        Rule::OperatorReadOnly => (
+            format!("{who} may not {what}: the operator is read-only on this mount."),
+            "write tasks to smiths/smith-root/inbox/, edit config.json, or remount with --operator read-write".to_owned(),
+        ),
+        Rule::ChildrenScaffoldOnly => {
+            let dir = zone.owner().map(|o| smith_path(&full_id(o, ctx))).unwrap_or_default();
+            (
+                format!("{who} may not {what}: only smithfs creates entries in children/, when a child is made."),
+                format!("make a child with mkdir {dir}/children/smith-NNN (directly in children/)"),
+            )
+        }
+        Rule::SmithsScaffoldOnly => (
+            format!("{who} may not {what}: smiths/ holds only the smith tree, made by smithfs."),
+            "use results/ or another root-level directory".to_owned(),
+        ),
+        Rule::Area(area) => {
+            let Zone::Smith(z) = zone else {
+                // judge() gives area rules for smith zones only; word it plainly all the same.
+                return Denial {
+                    errno: rule.errno(),
+                    rule: rule.id(),
+                    why: format!("{who} may not {what}."),
+                    alternative: own_work(&home),
+                };
+            };
+            let rel = relation(id, z);
+            let may = who_may(op.class(), z, ctx);
+            let alt = match (rel, area) {
+                (Some(Relation::Parent), Area::Private | Area::Other | Area::Outbox) => {
+                    let child = smith_path(&full_id(z.owner, ctx));
+                    format!("give {} work through its inbox/ ({child}/inbox/) and read its outbox/ ({child}/outbox/)", short(&full_id(z.owner, ctx)))
+                }
+                (Some(Relation::Owner), Area::Inbox | Area::Config | Area::Claude | Area::SmithMd) => format!(
+                    "your parent writes your {}; {}",
+                    area.label(),
+                    own_work(&home)
+                ),
+                (Some(Relation::Operator), Area::Conversations) => {
+                    "read the logs; they can be removed when no run in the subtree is live".to_owned()
+                }
+                (Some(Relation::Operator), Area::Children) => {
+                    "make a child with mkdir …/children/smith-NNN".to_owned()
+                }
+                (Some(Relation::Operator), _) => "change the entries inside the areas instead".to_owned(),
+                (Some(Relation::Owner | Relation::Parent | Relation::OtherSmith) | None, _) => own_work(&home),
+            };
+            (format!("{who} may not {what}: {may}."), alt)
+        }
+        Rule::Outside(area) => {
+            let may = match area {
+                RootArea::Results => "only the root smith (write, create) and the operator may",
+                RootArea::Control | RootArea::ControlCtl => "only .smithfs/ctl is written",
+                RootArea::MountRoot
+                | RootArea::Config
+                | RootArea::Templates
+                | RootArea::Agents
+                | RootArea::Smiths
+                | RootArea::Other
+                | RootArea::Reserved => "smiths read outside smiths/, only the operator changes it",
+            };
+            (format!("{who} may not {what}: {may}."), own_work(&home))
+        }
+        Rule::LinkCrossZone => {
+            let from = src.map(|s| place(s, ctx)).unwrap_or_default();
+            (
+                format!("{who} may not hard-link from {from} into {}: links stay within one smith's area.", place(zone, ctx)),
+                "copy the file instead".to_owned(),
+            )
+        }
+        Rule::NoZone => (
+            format!("{who} may not {}: the entry has no zone (an internal error of smithfs).", op.verb()),
+            "report it; retry through a fresh lookup".to_owned(),
+        ),
+    };
+    Denial {
+        errno: rule.errno(),
+        rule: rule.id(),
+        why,
+        alternative,
+    }
+}
+
+/// "only smith-002, its parent smith-root and the operator may" from the §3 table.
+fn who_may(class: OpClass, z: &SmithZone, ctx: &Ctx<'_>) -> String {
+    let owner = full_id(z.owner, ctx);
+    let mut names: Vec<String> = Vec::new();
+    if table(Relation::Owner, z.area, z.depth).allows(class) {
+        names.push(short(&owner).to_owned());
+    }
+    if table(Relation::Parent, z.area, z.depth).allows(class) {
+        match z.owner_parent {
+            Some(p) => names.push(format!("its parent {}", short(&full_id(p, ctx)))),
+            None => names.push("its parent".to_owned()),
+        }
+    }
+    if table(Relation::OtherSmith, z.area, z.depth).allows(class) {
+        names.push("every smith".to_owned());
+    }
+    if table(Relation::Operator, z.area, z.depth).allows(class) {
+        names.push("the operator".to_owned());
+    }
+    match names.len() {
+        0 => "nobody may, smithfs alone does".to_owned(),
+        1 => format!("only {} may", names[0]),
+        n => format!(
+            "only {} and {} may",
+            names[..n - 1].join(", "),
+            names[n - 1]
+        ),
+    }
+}
+
+/// `smith-root/smith-002's private/`, `results/`.
+fn place(zone: &Zone, ctx: &Ctx<'_>) -> String {
+    match zone {
+        Zone::Smith(z) => match z.area {
+            Area::SmithDir => format!("the smith dir of {}", full_id(z.owner, ctx)),
+            Area::SmithMd
+            | Area::Config
+            | Area::Claude
+            | Area::Inbox
+            | Area::Private
+            | Area::Outbox
+            | Area::Conversations
+            | Area::Children
+            | Area::Other => format!("{}'s {}", full_id(z.owner, ctx), z.area.label()),
+        },
+        Zone::Outside { area, .. } => area.label().to_owned(),
+    }
+}
+
+fn caller_name(id: &Identity, ctx: &Ctx<'_>) -> String {
+    match id {
+        Identity::Smith(s) => full_id(*s, ctx),
+        Identity::Operator => "the operator".to_owned(),
+        Identity::Unknown => "an unidentified process".to_owned(),
+    }
+}
+
+pub(crate) fn full_id(s: SmithIdx, ctx: &Ctx<'_>) -> String {
+    ctx.names
+        .full_id(s)
+        .unwrap_or_else(|| format!("smith #{}", s.0))
+}
+
+/// The last component of a full id.
+pub(crate) fn short(full: &str) -> &str {
+    full.rsplit('/').next().unwrap_or(full)
+}
+
+/// `smiths/smith-root/children/smith-001` from `smith-root/smith-001`.
+pub(crate) fn smith_path(full: &str) -> String {
+    format!(
+        "smiths/{}",
+        full.split('/').collect::<Vec<_>>().join("/children/")
+    )
+}

@@ -1,0 +1,1138 @@
+//! Table and property tests of the policy (PROTOCOL.md §3–§4): one row per cell of the §3 table, one test
+//! per bullet, one per step of §4, and proptest invariants.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+
+use nix::errno::Errno;
+use proptest::prelude::*;
+
+use super::*;
+use crate::identity::Identity;
+use crate::tree::model::SmithIdx;
+
+// The fixture tree. X is smith-002 at level 2; P(X) is smith-001; the root is X's grandparent.
+const ROOT: SmithIdx = SmithIdx(0);
+const P: SmithIdx = SmithIdx(1);
+const X: SmithIdx = SmithIdx(2);
+const CHILD: SmithIdx = SmithIdx(3); // a child of X
+const SIBLING: SmithIdx = SmithIdx(4); // another child of P
+const COUSIN: SmithIdx = SmithIdx(5); // smith-root/smith-002, a sibling of P
+
+fn names(s: SmithIdx) -> Option<String> {
+    let full = match s.0 {
+        0 => "smith-root",
+        1 => "smith-root/smith-001",
+        2 => "smith-root/smith-001/smith-002",
+        3 => "smith-root/smith-001/smith-002/smith-001",
+        4 => "smith-root/smith-001/smith-003",
+        5 => "smith-root/smith-002",
+        _ => return None,
+    };
+    Some(full.to_owned())
+}
+
+fn ctx(operator: OperatorMode) -> Ctx<'static> {
+    Ctx {
+        operator,
+        root: Some(ROOT),
+        limits: Limits::default(),
+        names: &names,
+    }
+}
+
+fn rw() -> Ctx<'static> {
+    ctx(OperatorMode::ReadWrite)
+}
+
+fn zone_of(owner: SmithIdx, area: Area, depth: Depth) -> Zone {
+    let (parent, level) = match owner.0 {
+        0 => (None, 0),
+        1 | 5 => (Some(ROOT), 1),
+        2 | 4 => (Some(P), 2),
+        3 => (Some(X), 3),
+        _ => unreachable!(),
+    };
+    Zone::Smith(SmithZone {
+        owner,
+        owner_parent: parent,
+        owner_level: level,
+        area,
+        depth,
+    })
+}
+
+fn x(area: Area, depth: Depth) -> Zone {
+    zone_of(X, area, depth)
+}
+
+fn out(area: RootArea, depth: Depth) -> Zone {
+    Zone::Outside { area, depth }
+}
+
+const LIVE_UNLINK: Op = Op::Delete {
+    how: Removal::Unlink,
+    subtree_live: true,
+};
+const IDLE_UNLINK: Op = Op::Delete {
+    how: Removal::Unlink,
+    subtree_live: false,
+};
+
+/// The probe ops of the four classes, in `rwcd` order. Delete is probed with a live run in the subtree.
+const CLASSES: [Op; 4] = [Op::Read, Op::Write, Op::Create(NewKind::File), LIVE_UNLINK];
+
+/// Other ops that must be judged exactly like the class probe at the same index.
+fn same_as(i: usize) -> Vec<Op> {
+    match i {
+        0 | 1 => vec![],
+        2 => vec![
+            Op::Create(NewKind::Dir),
+            Op::Create(NewKind::Symlink),
+            Op::Create(NewKind::Fifo),
+            Op::Create(NewKind::Socket),
+        ],
+        _ => vec![Op::Delete {
+            how: Removal::Rmdir,
+            subtree_live: true,
+        }],
+    }
+}
+
+/// `r`/`w`/`c`/`d` allowed, `-` EACCES, `P` EPERM, `B` EBUSY.
+fn expect(cell: &str, id: Identity, zone: Zone, ctx: &Ctx<'_>, row: &str) {
+    assert_eq!(cell.len(), 4, "{row}: cell {cell:?}");
+    for (i, ch) in cell.chars().enumerate() {
+        let want = match ch {
+            'r' | 'w' | 'c' | 'd' => None,
+            '-' => Some(Errno::EACCES),
+            'P' => Some(Errno::EPERM),
+            'B' => Some(Errno::EBUSY),
+            other => panic!("bad cell char {other}"),
+        };
+        for op in std::iter::once(CLASSES[i]).chain(same_as(i)) {
+            let got = match decide(&id, op, &zone, ctx) {
+                Decision::Allow => None,
+                Decision::Deny(d) => {
+                    assert!(!d.why.is_empty() && !d.alternative.is_empty());
+                    Some(d.errno)
+                }
+            };
+            assert_eq!(got, want, "{row}: {id:?} {op:?} (cell {cell})");
+            for cheap in [Op::Lookup, Op::Getattr, Op::Statfs] {
+                assert!(decide(&id, cheap, &zone, ctx).is_allowed());
+            }
+        }
+    }
+}
+
+/// PROTOCOL.md §3, one row per table row; each cell: X, P(X), other smiths (a child of X, the
+/// grandparent, a sibling, a cousin), operator, Unknown.
+#[test]
+fn section_3_table_every_cell() {
+    use Area as A;
+    use Depth::{Inner, Top};
+    #[rustfmt::skip]
+    let rows: &[(&str, Zone, &str, &str, &str, &str)] = &[
+        //  where                        zone                          X       P(X)    others  operator
+        ("smith.md",                     x(A::SmithMd, Top),           "r-PP", "r-PP", "--PP", "rwPB"),
+        ("config.json",                  x(A::Config, Top),            "r---", "rwcd", "----", "rwcd"),
+        (".claude/**",                   x(A::Claude, Inner),          "r---", "rwcd", "----", "rwcd"),
+        ("inbox/**",                     x(A::Inbox, Inner),           "r---", "rwcd", "----", "rwcd"),
+        ("private/**",                   x(A::Private, Inner),         "rwcd", "----", "----", "rwcd"),
+        ("other name (CLAUDE.md)",       x(A::Other, Top),             "rwcd", "----", "----", "rwcd"),
+        ("other name inside (.git/x)",   x(A::Other, Inner),           "rwcd", "----", "----", "rwcd"),
+        ("outbox/**",                    x(A::Outbox, Inner),          "rwcd", "r---", "----", "rwcd"),
+        ("conversations/**",             x(A::Conversations, Inner),   "r---", "r---", "----", "r--B"),
+        ("children/ (the directory)",    x(A::Children, Top),          "r-PP", "r-PP", "r-PP", "r-PB"),
+        ("children/unregistered",        x(A::Children, Inner),        "r-P-", "r---", "r---", "rwPd"),
+        ("the smith dir itself",         x(A::SmithDir, Top),          "r-PP", "r-PP", "r-PP", "r-PB"),
+        // Area directories: listed under the area's read right, changed under its write right.
+        (".claude/",                     x(A::Claude, Top),            "r-PP", "rwPP", "--PP", "rwPB"),
+        ("inbox/",                       x(A::Inbox, Top),             "r-PP", "rwPP", "--PP", "rwPB"),
+        ("private/",                     x(A::Private, Top),           "rwPP", "--PP", "--PP", "rwPB"),
+        ("outbox/",                      x(A::Outbox, Top),            "rwPP", "r-PP", "--PP", "rwPB"),
+        ("conversations/",               x(A::Conversations, Top),     "r-PP", "r-PP", "--PP", "r-PB"),
+    ];
+    let c = rw();
+    for &(row, zone, cx, cp, cother, cop) in rows {
+        expect(cx, Identity::Smith(X), zone, &c, row);
+        expect(cp, Identity::Smith(P), zone, &c, row);
+        for other in [CHILD, ROOT, SIBLING, COUSIN] {
+            expect(cother, Identity::Smith(other), zone, &c, row);
+        }
+        expect(cop, Identity::Operator, zone, &c, row);
+        expect("----", Identity::Unknown, zone, &c, row);
+        // The rights summary agrees with the table for ordinary (non-structure) cells.
+        if !zone.is_structure() {
+            let summary = rights(&Identity::Smith(X), &zone, &c).to_string();
+            assert_eq!(summary, cx.replace(['P', 'B'], "-"), "{row}: whoami rights");
+        }
+    }
+}
+
+/// PROTOCOL.md §3, outside `smiths/`: smiths read; the root smith also writes and creates in results/;
+/// the operator may do all. Columns: root smith, another smith, operator (Unknown: nothing).
+#[test]
+fn section_3_outside_smiths() {
+    use Depth::{Inner, Top};
+    use RootArea as R;
+    #[rustfmt::skip]
+    let rows: &[(&str, Zone, &str, &str, &str)] = &[
+        //  where                   zone                        root    smith   operator
+        ("mount root",              out(R::MountRoot, Top),     "r-PP", "r-PP", "rwPP"),
+        ("config.json",             out(R::Config, Top),        "r---", "r---", "rwcd"),
+        ("templates/",              out(R::Templates, Top),     "r---", "r---", "rwcd"),
+        ("templates/**",            out(R::Templates, Inner),   "r---", "r---", "rwcd"),
+        ("agents/**",               out(R::Agents, Inner),      "r---", "r---", "rwcd"),
+        ("results/",                out(R::Results, Top),       "r---", "r---", "rwcd"),
+        ("results/**",              out(R::Results, Inner),     "rwc-", "r---", "rwcd"),
+        ("smiths/",                 out(R::Smiths, Top),        "r-PP", "r-PP", "rwPP"),
+        ("smiths/unregistered",     out(R::Smiths, Inner),      "r-P-", "r-P-", "rwPd"),
+        ("other root-level name",   out(R::Other, Top),         "r---", "r---", "rwcd"),
+        ("other root-level inner",  out(R::Other, Inner),       "r---", "r---", "rwcd"),
+        (".smithfs/",               out(R::Control, Top),       "r-PP", "r-PP", "r-PP"),
+        (".smithfs/why",            out(R::Control, Inner),     "r-PP", "r-PP", "r-PP"),
+        (".smithfs/ctl",            out(R::ControlCtl, Top),    "rwPP", "rwPP", "rwPP"),
+        (".smithfs-state",          out(R::Reserved, Top),      "PPPP", "PPPP", "PPPP"),
+    ];
+    let c = rw();
+    for &(row, zone, croot, csmith, cop) in rows {
+        expect(croot, Identity::Smith(ROOT), zone, &c, row);
+        for s in [P, X, CHILD, COUSIN] {
+            expect(csmith, Identity::Smith(s), zone, &c, row);
+        }
+        expect(cop, Identity::Operator, zone, &c, row);
+        expect("----", Identity::Unknown, zone, &c, row);
+    }
+    // Without a root smith nobody writes results/ but the operator.
+    let none = Ctx { root: None, ..rw() };
+    expect(
+        "r---",
+        Identity::Smith(ROOT),
+        out(R::Results, Inner),
+        &none,
+        "results/** without a root",
+    );
+}
+
+/// PROTOCOL.md §3, operator mode `read-only`: read everything, write only `smiths/smith-root/inbox/**`,
+/// `config.json` and `.smithfs/ctl`.
+#[test]
+fn operator_read_only() {
+    use Area as A;
+    use Depth::{Inner, Top};
+    use RootArea as R;
+    let c = ctx(OperatorMode::ReadOnly);
+    #[rustfmt::skip]
+    let rows: &[(&str, Zone, &str)] = &[
+        ("smith-root/inbox/**",   zone_of(ROOT, A::Inbox, Inner),        "rwcd"),
+        ("smith-root/inbox/",     zone_of(ROOT, A::Inbox, Top),          "r-P-"),
+        ("X's inbox/**",          x(A::Inbox, Inner),                    "r---"),
+        ("smith-root/private/**", zone_of(ROOT, A::Private, Inner),      "r---"),
+        ("smith.md",              x(A::SmithMd, Top),                    "r-P-"),
+        ("smith dir",             x(A::SmithDir, Top),                   "r-P-"),
+        ("conversations/**",      x(A::Conversations, Inner),            "r---"),
+        ("config.json",           out(R::Config, Top),                   "rw--"),
+        ("results/**",            out(R::Results, Inner),                "r---"),
+        ("mount root",            out(R::MountRoot, Top),                "r-PP"),
+        (".smithfs/ctl",          out(R::ControlCtl, Top),               "rwPP"),
+        (".smithfs/why",          out(R::Control, Inner),                "r-PP"),
+    ];
+    for &(row, zone, cell) in rows {
+        expect(cell, Identity::Operator, zone, &c, row);
+    }
+    // Smiths are not affected by the operator's mode.
+    expect(
+        "rwcd",
+        Identity::Smith(X),
+        x(A::Private, Inner),
+        &c,
+        "X's private/** (read-only operator)",
+    );
+    let d = deny(decide(
+        &Identity::Operator,
+        Op::Write,
+        &x(A::Private, Inner),
+        &c,
+    ));
+    assert_eq!(d.rule, "operator-read-only");
+    // Removing an idle smith dir is a write: refused in read-only mode.
+    let d = deny(decide(
+        &Identity::Operator,
+        IDLE_UNLINK,
+        &x(A::SmithDir, Top),
+        &c,
+    ));
+    assert_eq!((d.errno, d.rule), (Errno::EACCES, "operator-read-only"));
+}
+
+fn deny(d: Decision) -> Denial {
+    match d {
+        Decision::Deny(d) => d,
+        Decision::Allow => panic!("expected a denial"),
+    }
+}
+
+/// PROTOCOL.md §3, structure: made, removed, renamed or replaced only by smithfs; the operator may remove
+/// or rename a smith dir while no run in the subtree is live (else EBUSY); everyone else EPERM.
+#[test]
+fn structure_bullet() {
+    use Area as A;
+    use Depth::Top;
+    let c = rw();
+    let op = Identity::Operator;
+    let rename_src = |live| Op::Delete {
+        how: Removal::RenameSource,
+        subtree_live: live,
+    };
+    let replaced = Op::Delete {
+        how: Removal::Replaced,
+        subtree_live: false,
+    };
+    let rmdir_idle = Op::Delete {
+        how: Removal::Rmdir,
+        subtree_live: false,
+    };
+    let dir = x(A::SmithDir, Top);
+    assert!(decide(&op, rmdir_idle, &dir, &c).is_allowed());
+    assert!(decide(&op, rename_src(false), &dir, &c).is_allowed());
+    let d = deny(decide(&op, rename_src(true), &dir, &c));
+    assert_eq!((d.errno, d.rule), (Errno::EBUSY, "structure-live-run"));
+    assert!(
+        d.alternative
+            .contains("smithfs cancel smith-root/smith-001/smith-002"),
+        "{}",
+        d.alternative
+    );
+    assert_eq!(deny(decide(&op, replaced, &dir, &c)).errno, Errno::EPERM);
+    // rm -rf of an idle smith dir works bottom-up: its areas and smith.md may go too, not be renamed.
+    for area in [
+        A::SmithMd,
+        A::Claude,
+        A::Inbox,
+        A::Private,
+        A::Outbox,
+        A::Conversations,
+        A::Children,
+    ] {
+        assert!(
+            decide(&op, IDLE_UNLINK, &x(area, Top), &c).is_allowed(),
+            "{area:?}"
+        );
+        assert_eq!(
+            deny(decide(&op, rename_src(false), &x(area, Top), &c)).errno,
+            Errno::EPERM
+        );
+        assert_eq!(
+            deny(decide(&op, Op::Create(NewKind::Dir), &x(area, Top), &c)).errno,
+            Errno::EPERM
+        );
+    }
+    assert!(decide(&op, IDLE_UNLINK, &x(A::Conversations, Depth::Inner), &c).is_allowed());
+    let d = deny(decide(
+        &op,
+        rename_src(false),
+        &x(A::Conversations, Depth::Inner),
+        &c,
+    ));
+    assert_eq!(d.errno, Errno::EACCES);
+    // Smiths never touch structure, whatever their relation, idle or not.
+    for s in [X, P, CHILD, ROOT] {
+        for zone in [
+            dir,
+            x(A::Private, Top),
+            x(A::SmithMd, Top),
+            x(A::Children, Top),
+        ] {
+            for del in [
+                IDLE_UNLINK,
+                rename_src(false),
+                replaced,
+                Op::Create(NewKind::RenameDest),
+            ] {
+                let d = deny(decide(&Identity::Smith(s), del, &zone, &c));
+                assert_eq!(
+                    (d.errno, d.rule),
+                    (Errno::EPERM, "structure-smithfs-only"),
+                    "{s:?} {del:?} {zone:?}"
+                );
+            }
+        }
+    }
+    // A smith's own config.json and top-level files are not structure.
+    assert!(decide(&Identity::Smith(P), IDLE_UNLINK, &x(A::Config, Top), &c).is_allowed());
+    assert!(decide(&Identity::Smith(X), IDLE_UNLINK, &x(A::Other, Top), &c).is_allowed());
+}
+
+/// PROTOCOL.md §3, special files: devices EPERM for all but the operator; FIFOs and sockets like files
+/// (the table test checks them cell by cell).
+#[test]
+fn special_files_bullet() {
+    let c = rw();
+    let dev = Op::Create(NewKind::Device);
+    let private = x(Area::Private, Depth::Inner);
+    for s in [X, P, ROOT] {
+        let d = deny(decide(&Identity::Smith(s), dev, &private, &c));
+        assert_eq!((d.errno, d.rule), (Errno::EPERM, "device-operator-only"));
+    }
+    assert!(decide(&Identity::Operator, dev, &private, &c).is_allowed());
+    assert_eq!(
+        deny(decide(
+            &Identity::Operator,
+            dev,
+            &x(Area::Conversations, Depth::Inner),
+            &c
+        ))
+        .errno,
+        Errno::EACCES
+    );
+    assert_eq!(
+        deny(decide(&Identity::Unknown, dev, &private, &c)).errno,
+        Errno::EACCES
+    );
+    assert_eq!(
+        deny(decide(
+            &Identity::Operator,
+            dev,
+            &private,
+            &ctx(OperatorMode::ReadOnly)
+        ))
+        .errno,
+        Errno::EACCES
+    );
+}
+
+/// PROTOCOL.md §3, rename = delete at the source ∧ create at the destination (∧ delete on the replaced).
+#[test]
+fn rename_bullet() {
+    use Area as A;
+    use Depth::Inner;
+    let c = rw();
+    let sx = Identity::Smith(X);
+    let sp = Identity::Smith(P);
+    // A smith publishes atomically from private/ to outbox/, replacing an old result.
+    let outbox = x(A::Outbox, Inner);
+    assert!(decide_rename(
+        &sx,
+        &x(A::Private, Inner),
+        false,
+        &outbox,
+        Some((&outbox, false)),
+        &c
+    )
+    .is_allowed());
+    // A parent moves a task from its private/ into a child's inbox/.
+    assert!(decide_rename(
+        &sp,
+        &zone_of(P, A::Private, Inner),
+        false,
+        &x(A::Inbox, Inner),
+        None,
+        &c
+    )
+    .is_allowed());
+    // ... but not out of the child's outbox (no delete there), nor into its private/.
+    let d = deny(decide_rename(
+        &sp,
+        &outbox,
+        false,
+        &zone_of(P, A::Private, Inner),
+        None,
+        &c,
+    ));
+    assert_eq!((d.errno, d.rule), (Errno::EACCES, "outbox-owner-writes"));
+    let d = deny(decide_rename(
+        &sp,
+        &zone_of(P, A::Private, Inner),
+        false,
+        &x(A::Private, Inner),
+        None,
+        &c,
+    ));
+    assert_eq!((d.errno, d.rule), (Errno::EACCES, "private-owner-only"));
+    // A smith cannot drop a task into its own inbox/.
+    assert!(!decide_rename(
+        &sx,
+        &x(A::Private, Inner),
+        false,
+        &x(A::Inbox, Inner),
+        None,
+        &c
+    )
+    .is_allowed());
+    // Replacing something the caller may not delete is refused.
+    let d = deny(decide_rename(
+        &sx,
+        &x(A::Private, Inner),
+        false,
+        &x(A::Other, Inner),
+        Some((&x(A::Inbox, Inner), false)),
+        &c,
+    ));
+    assert_eq!(d.rule, "inbox-parent-writes");
+    // The operator renames an idle smith dir away, e.g. into results/.
+    let dir = x(A::SmithDir, Depth::Top);
+    let archive = out(RootArea::Results, Inner);
+    assert!(decide_rename(&Identity::Operator, &dir, false, &archive, None, &c).is_allowed());
+    assert_eq!(
+        deny(decide_rename(
+            &Identity::Operator,
+            &dir,
+            true,
+            &archive,
+            None,
+            &c
+        ))
+        .errno,
+        Errno::EBUSY
+    );
+    // Nothing is renamed into children/: only the scaffold makes entries there.
+    let d = deny(decide_rename(
+        &Identity::Operator,
+        &archive,
+        false,
+        &x(A::Children, Inner),
+        None,
+        &c,
+    ));
+    assert_eq!((d.errno, d.rule), (Errno::EPERM, "children-scaffold-only"));
+}
+
+/// PROTOCOL.md §3, link only within one zone, else EXDEV.
+#[test]
+fn link_bullet() {
+    use Area as A;
+    use Depth::{Inner, Top};
+    let c = rw();
+    let sx = Identity::Smith(X);
+    assert!(decide_link(&sx, &x(A::Private, Inner), &x(A::Private, Inner), &c).is_allowed());
+    assert!(decide_link(&sx, &x(A::Other, Top), &x(A::Other, Inner), &c).is_allowed());
+    let d = deny(decide_link(
+        &sx,
+        &x(A::Private, Inner),
+        &x(A::Outbox, Inner),
+        &c,
+    ));
+    assert_eq!((d.errno, d.rule), (Errno::EXDEV, "link-one-zone"));
+    assert!(
+        d.why.contains("private/") && d.why.contains("outbox/"),
+        "{}",
+        d.why
+    );
+    let d = deny(decide_link(
+        &Identity::Smith(P),
+        &zone_of(P, A::Private, Inner),
+        &x(A::Inbox, Inner),
+        &c,
+    ));
+    assert_eq!(d.errno, Errno::EXDEV);
+    // Same zone, but no create right there.
+    let d = deny(decide_link(
+        &sx,
+        &x(A::Inbox, Inner),
+        &x(A::Inbox, Inner),
+        &c,
+    ));
+    assert_eq!(d.errno, Errno::EACCES);
+    assert_eq!(
+        deny(decide_link(
+            &Identity::Unknown,
+            &x(A::Private, Inner),
+            &x(A::Outbox, Inner),
+            &c
+        ))
+        .errno,
+        Errno::EACCES
+    );
+    assert!(decide_link(
+        &Identity::Operator,
+        &out(RootArea::Results, Inner),
+        &out(RootArea::Results, Inner),
+        &c
+    )
+    .is_allowed());
+}
+
+/// PROTOCOL.md §3, an inode with names in several zones gets the intersection of their rights.
+#[test]
+fn multi_zone_intersection() {
+    let c = rw();
+    let zones = [
+        x(Area::Private, Depth::Inner),
+        x(Area::Outbox, Depth::Inner),
+    ];
+    assert!(decide_all(&Identity::Smith(X), Op::Write, &zones, &c).is_allowed());
+    let d = deny(decide_all(&Identity::Smith(P), Op::Read, &zones, &c));
+    assert_eq!(d.rule, "private-owner-only");
+    assert!(decide(&Identity::Smith(P), Op::Read, &zones[1], &c).is_allowed());
+    assert_eq!(
+        deny(decide_all(&Identity::Operator, Op::Read, &[], &c)).rule,
+        "no-zone"
+    );
+}
+
+/// PROTOCOL.md §3, children/: a mkdir in it is the scaffold's (routed by `is_children_dir`), and
+/// `decide` never allows a plain create there.
+#[test]
+fn children_dir_is_for_the_scaffold() {
+    let c = rw();
+    let children = x(Area::Children, Depth::Top);
+    assert!(children.is_children_dir());
+    let slot = children.child_zone(OsStr::new("smith-001"));
+    for id in [Identity::Smith(X), Identity::Operator] {
+        for kind in [
+            NewKind::Dir,
+            NewKind::File,
+            NewKind::Symlink,
+            NewKind::RenameDest,
+        ] {
+            let d = deny(decide(&id, Op::Create(kind), &slot, &c));
+            assert_eq!((d.errno, d.rule), (Errno::EPERM, "children-scaffold-only"));
+        }
+    }
+    let d = deny(decide(
+        &Identity::Smith(P),
+        Op::Create(NewKind::Dir),
+        &slot,
+        &c,
+    ));
+    assert_eq!(d.errno, Errno::EACCES);
+}
+
+/// The sentences: who may not do what where, who may, and what to do instead.
+#[test]
+fn denial_sentences() {
+    let c = rw();
+    let cousin_private = zone_of(COUSIN, Area::Private, Depth::Inner);
+    let d = deny(decide(&Identity::Smith(P), Op::Write, &cousin_private, &c));
+    assert_eq!(d.rule, "private-owner-only");
+    assert_eq!(
+        d.why,
+        "smith-root/smith-001 may not write in smith-root/smith-002's private/: only smith-002 and the operator may."
+    );
+    assert_eq!(
+        d.alternative,
+        "work in your own private/ (smiths/smith-root/children/smith-001/private/) and publish in your outbox/ (smiths/smith-root/children/smith-001/outbox/)"
+    );
+    let d = deny(decide(
+        &Identity::Smith(X),
+        Op::Create(NewKind::File),
+        &x(Area::Inbox, Depth::Inner),
+        &c,
+    ));
+    assert_eq!(
+        d.why,
+        "smith-root/smith-001/smith-002 may not create in smith-root/smith-001/smith-002's inbox/: only its parent smith-001 and the operator may."
+    );
+    assert!(
+        d.alternative.starts_with("your parent writes your inbox/"),
+        "{}",
+        d.alternative
+    );
+    let d = deny(decide(
+        &Identity::Smith(P),
+        Op::Read,
+        &x(Area::Private, Depth::Top),
+        &c,
+    ));
+    assert!(
+        d.why
+            .contains("may not read smith-root/smith-001/smith-002's private/"),
+        "{}",
+        d.why
+    );
+    assert!(
+        d.alternative
+            .contains("smiths/smith-root/children/smith-001/children/smith-002/inbox/"),
+        "{}",
+        d.alternative
+    );
+    let d = deny(decide(
+        &Identity::Operator,
+        Op::Write,
+        &x(Area::Conversations, Depth::Inner),
+        &c,
+    ));
+    assert!(
+        d.why.ends_with("nobody may, smithfs alone does."),
+        "{}",
+        d.why
+    );
+    let d = deny(decide(
+        &Identity::Unknown,
+        Op::Read,
+        &x(Area::Outbox, Depth::Inner),
+        &c,
+    ));
+    assert_eq!((d.errno, d.rule), (Errno::EACCES, "unknown-lookup-only"));
+    assert!(
+        d.why.starts_with("an unidentified process may not read in"),
+        "{}",
+        d.why
+    );
+    // Without names the sentence still reads.
+    let anon = Ctx {
+        names: &NoNames,
+        ..rw()
+    };
+    let d = deny(decide(
+        &Identity::Smith(P),
+        Op::Write,
+        &cousin_private,
+        &anon,
+    ));
+    assert!(
+        d.why
+            .starts_with("smith #1 may not write in smith #5's private/"),
+        "{}",
+        d.why
+    );
+    assert!(d.to_string().contains(" Instead: "));
+}
+
+fn family(parent: SmithIdx, level: u8, highest: Option<u32>, n: usize) -> Family {
+    Family {
+        parent,
+        parent_level: level,
+        highest_used: highest,
+        n_children: n,
+    }
+}
+
+fn child(caller: Identity, f: Family, name: &str, c: &Ctx<'_>) -> Result<u32, Denial> {
+    check_new_child(&caller, &f, OsStr::new(name), c)
+}
+
+/// PROTOCOL.md §4, one test per step, and the order between steps.
+#[test]
+fn section_4_step_1_caller() {
+    let c = rw();
+    let f = family(X, 2, Some(1), 1);
+    assert_eq!(child(Identity::Smith(X), f, "smith-002", &c), Ok(2));
+    assert_eq!(child(Identity::Operator, f, "smith-002", &c), Ok(2));
+    for other in [P, ROOT, CHILD, SIBLING] {
+        let d = child(Identity::Smith(other), f, "smith-002", &c).unwrap_err();
+        assert_eq!((d.errno, d.rule), (Errno::EACCES, "scaffold-parent-only"));
+    }
+    assert_eq!(
+        child(Identity::Unknown, f, "smith-002", &c)
+            .unwrap_err()
+            .errno,
+        Errno::EACCES
+    );
+    let d = child(
+        Identity::Operator,
+        f,
+        "smith-002",
+        &ctx(OperatorMode::ReadOnly),
+    )
+    .unwrap_err();
+    assert_eq!((d.errno, d.rule), (Errno::EACCES, "operator-read-only"));
+    // Step 1 comes before step 2: an outsider at the depth limit gets EACCES.
+    let deep = family(CHILD, 3, None, 0);
+    assert_eq!(
+        child(Identity::Smith(X), deep, "bad", &c)
+            .unwrap_err()
+            .errno,
+        Errno::EACCES
+    );
+}
+
+#[test]
+fn section_4_step_2_depth() {
+    let c = rw();
+    assert_eq!(
+        child(Identity::Smith(X), family(X, 2, None, 0), "smith-001", &c),
+        Ok(1)
+    );
+    let d = child(
+        Identity::Smith(CHILD),
+        family(CHILD, 3, None, 0),
+        "smith-001",
+        &c,
+    )
+    .unwrap_err();
+    assert_eq!((d.errno, d.rule), (Errno::EPERM, "scaffold-max-level"));
+    assert!(
+        d.why.contains("level 3") && d.why.contains("limits.max_level is 3"),
+        "{}",
+        d.why
+    );
+    let flat = Ctx {
+        limits: Limits {
+            max_level: 0,
+            max_children: 5,
+        },
+        ..rw()
+    };
+    assert_eq!(
+        child(
+            Identity::Operator,
+            family(ROOT, 0, None, 0),
+            "smith-001",
+            &flat
+        )
+        .unwrap_err()
+        .errno,
+        Errno::EPERM
+    );
+    let top = Ctx {
+        limits: Limits {
+            max_level: u8::MAX,
+            max_children: 5,
+        },
+        ..rw()
+    };
+    assert_eq!(
+        child(
+            Identity::Operator,
+            family(ROOT, u8::MAX, None, 0),
+            "smith-001",
+            &top
+        )
+        .unwrap_err()
+        .errno,
+        Errno::EPERM
+    );
+    // Step 2 comes before step 3.
+    let d = child(
+        Identity::Smith(CHILD),
+        family(CHILD, 3, None, 0),
+        "nope",
+        &c,
+    )
+    .unwrap_err();
+    assert_eq!(d.errno, Errno::EPERM);
+}
+
+#[test]
+fn section_4_step_3_name() {
+    let c = rw();
+    let f = family(X, 2, Some(4), 2);
+    let sx = Identity::Smith(X);
+    for bad in [
+        "smith-01",
+        "smith-",
+        "smith-abc",
+        "Smith-005",
+        "smith-005x",
+        "child",
+        "smith-+05",
+        "smith-99999999999",
+    ] {
+        let d = child(sx, f, bad, &c).unwrap_err();
+        assert_eq!(
+            (d.errno, d.rule),
+            (Errno::EINVAL, "scaffold-child-name"),
+            "{bad}"
+        );
+        assert!(d.why.ends_with("use smith-005."), "{bad}: {}", d.why);
+        assert_eq!(
+            d.alternative,
+            "mkdir smiths/smith-root/children/smith-001/children/smith-002/children/smith-005"
+        );
+    }
+    for used in ["smith-001", "smith-004", "smith-0004"] {
+        let d = child(sx, f, used, &c).unwrap_err();
+        assert_eq!(d.errno, Errno::EINVAL, "{used}");
+        assert!(
+            d.why.contains("up to smith-004") && d.why.ends_with("use smith-005."),
+            "{}",
+            d.why
+        );
+    }
+    assert_eq!(child(sx, f, "smith-005", &c), Ok(5));
+    assert_eq!(child(sx, f, "smith-010", &c), Ok(10)); // gaps allowed
+    assert_eq!(child(sx, f, "smith-0007", &c), Ok(7)); // three or more digits
+    assert_eq!(child(sx, family(X, 2, None, 0), "smith-000", &c), Ok(0));
+    let d = child(sx, family(X, 2, None, 0), "x", &c).unwrap_err();
+    assert!(d.why.ends_with("use smith-001."), "{}", d.why);
+    let d = check_new_child(&sx, &f, OsStr::from_bytes(b"smith-\xff05"), &c).unwrap_err();
+    assert_eq!(d.errno, Errno::EINVAL);
+    let d = child(sx, family(X, 2, Some(u32::MAX), 0), "smith-001", &c).unwrap_err();
+    assert!(d.why.ends_with("no id is left."), "{}", d.why);
+    // Step 3 comes before step 4.
+    assert_eq!(
+        child(sx, family(X, 2, Some(4), 5), "smith-004", &c)
+            .unwrap_err()
+            .errno,
+        Errno::EINVAL
+    );
+}
+
+#[test]
+fn section_4_step_4_count() {
+    let c = rw();
+    let sx = Identity::Smith(X);
+    assert_eq!(child(sx, family(X, 2, Some(4), 4), "smith-005", &c), Ok(5));
+    let d = child(sx, family(X, 2, Some(5), 5), "smith-006", &c).unwrap_err();
+    assert_eq!((d.errno, d.rule), (Errno::EDQUOT, "scaffold-max-children"));
+    assert!(d.why.contains("already has 5 children"), "{}", d.why);
+    let none = Ctx {
+        limits: Limits {
+            max_level: 3,
+            max_children: 0,
+        },
+        ..rw()
+    };
+    assert_eq!(
+        child(sx, family(X, 2, None, 0), "smith-001", &none)
+            .unwrap_err()
+            .errno,
+        Errno::EDQUOT
+    );
+}
+
+#[test]
+fn child_names() {
+    assert_eq!(child_name(4), "smith-004");
+    assert_eq!(child_name(1234), "smith-1234");
+    assert_eq!(child_number("smith-004"), Some(4));
+    assert_eq!(child_number("smith-04"), None);
+}
+
+// ---- property tests ----
+
+fn arb_idx() -> impl Strategy<Value = SmithIdx> {
+    (0u32..6).prop_map(SmithIdx)
+}
+
+fn arb_identity() -> impl Strategy<Value = Identity> {
+    prop_oneof![
+        4 => arb_idx().prop_map(Identity::Smith),
+        1 => Just(Identity::Operator),
+        1 => Just(Identity::Unknown),
+    ]
+}
+
+fn arb_depth() -> impl Strategy<Value = Depth> {
+    prop_oneof![Just(Depth::Top), Just(Depth::Inner)]
+}
+
+fn arb_zone() -> impl Strategy<Value = Zone> {
+    let smith = (
+        arb_idx(),
+        proptest::option::of(arb_idx()),
+        0u8..5,
+        proptest::sample::select(Area::ALL.to_vec()),
+        arb_depth(),
+    )
+        .prop_filter("a smith is not its own parent", |(o, p, ..)| Some(*o) != *p)
+        .prop_map(|(owner, owner_parent, owner_level, area, depth)| {
+            let depth = if area == Area::SmithDir {
+                Depth::Top
+            } else {
+                depth
+            };
+            Zone::Smith(SmithZone {
+                owner,
+                owner_parent,
+                owner_level,
+                area,
+                depth,
+            })
+        });
+    let outside = (
+        proptest::sample::select(vec![
+            RootArea::MountRoot,
+            RootArea::Config,
+            RootArea::Templates,
+            RootArea::Agents,
+            RootArea::Results,
+            RootArea::Smiths,
+            RootArea::Other,
+            RootArea::Control,
+            RootArea::ControlCtl,
+            RootArea::Reserved,
+        ]),
+        arb_depth(),
+    )
+        .prop_map(|(area, depth)| Zone::Outside { area, depth });
+    prop_oneof![3 => smith, 1 => outside]
+}
+
+fn arb_op() -> impl Strategy<Value = Op> {
+    let kind = proptest::sample::select(vec![
+        NewKind::File,
+        NewKind::Dir,
+        NewKind::Symlink,
+        NewKind::Fifo,
+        NewKind::Socket,
+        NewKind::Device,
+        NewKind::Link,
+        NewKind::RenameDest,
+    ]);
+    let how = proptest::sample::select(vec![
+        Removal::Unlink,
+        Removal::Rmdir,
+        Removal::RenameSource,
+        Removal::Replaced,
+    ]);
+    prop_oneof![
+        Just(Op::Lookup),
+        Just(Op::Getattr),
+        Just(Op::Statfs),
+        Just(Op::Read),
+        Just(Op::Write),
+        kind.prop_map(Op::Create),
+        (how, any::<bool>()).prop_map(|(how, subtree_live)| Op::Delete { how, subtree_live }),
+    ]
+}
+
+fn arb_ctx() -> impl Strategy<Value = Ctx<'static>> {
+    (any::<bool>(), proptest::option::of(arb_idx())).prop_map(|(ro, root)| Ctx {
+        operator: if ro {
+            OperatorMode::ReadOnly
+        } else {
+            OperatorMode::ReadWrite
+        },
+        root,
+        limits: Limits::default(),
+        names: &names,
+    })
+}
+
+fn lookup_class(op: Op) -> bool {
+    matches!(
+        op.class(),
+        OpClass::Lookup | OpClass::Getattr | OpClass::Statfs
+    )
+}
+
+proptest! {
+    /// No smith other than the owner (and the operator) ever reads, writes, creates or deletes in a
+    /// smith's private/.
+    #[test]
+    fn private_is_the_owners(id in arb_idx(), zone in arb_zone(), op in arb_op(), c in arb_ctx()) {
+        if let Zone::Smith(z) = zone {
+            if z.area == Area::Private && id != z.owner && !lookup_class(op) {
+                prop_assert!(!decide(&Identity::Smith(id), op, &zone, &c).is_allowed());
+            }
+        }
+    }
+
+    /// A smith that is neither X nor P(X) — X's children included — may only list X's smith dir and
+    /// children/: a child's rights never include its parent's areas.
+    #[test]
+    fn others_only_see_the_tree(id in arb_idx(), zone in arb_zone(), op in arb_op(), c in arb_ctx()) {
+        if let Zone::Smith(z) = zone {
+            if id != z.owner && Some(id) != z.owner_parent
+                && decide(&Identity::Smith(id), op, &zone, &c).is_allowed() {
+                prop_assert!(lookup_class(op)
+                    || (op == Op::Read && matches!(z.area, Area::SmithDir | Area::Children)));
+            }
+        }
+    }
+
+    /// Unknown never gets anything but lookup, getattr and statfs.
+    #[test]
+    fn unknown_only_looks(zone in arb_zone(), dst in arb_zone(), op in arb_op(), c in arb_ctx()) {
+        let allowed = decide(&Identity::Unknown, op, &zone, &c).is_allowed();
+        prop_assert_eq!(allowed, lookup_class(op));
+        prop_assert!(!decide_link(&Identity::Unknown, &zone, &dst, &c).is_allowed());
+        prop_assert!(!decide_rename(&Identity::Unknown, &zone, false, &dst, None, &c).is_allowed());
+    }
+
+    /// Lookup, getattr and statfs are allowed to every identity everywhere.
+    #[test]
+    fn lookups_are_free(id in arb_identity(), zone in arb_zone(), c in arb_ctx()) {
+        for op in [Op::Lookup, Op::Getattr, Op::Statfs] {
+            prop_assert!(decide(&id, op, &zone, &c).is_allowed());
+        }
+    }
+
+    /// rename allowed ⇒ delete at the source, create at the destination (and delete on the replaced
+    /// entry) each allowed.
+    #[test]
+    fn rename_needs_delete_and_create(
+        id in arb_identity(), src in arb_zone(), dst in arb_zone(), rep in proptest::option::of(arb_zone()),
+        live in any::<bool>(), c in arb_ctx(),
+    ) {
+        if decide_rename(&id, &src, live, &dst, rep.as_ref().map(|z| (z, live)), &c).is_allowed() {
+            let del = |how| Op::Delete { how, subtree_live: live };
+            prop_assert!(decide(&id, del(Removal::RenameSource), &src, &c).is_allowed());
+            prop_assert!(decide(&id, Op::Create(NewKind::RenameDest), &dst, &c).is_allowed());
+            if let Some(r) = rep {
+                prop_assert!(decide(&id, del(Removal::Replaced), &r, &c).is_allowed());
+            }
+        }
+    }
+
+    /// link allowed ⇒ one zone and the create right at the destination.
+    #[test]
+    fn link_stays_in_one_zone(id in arb_identity(), src in arb_zone(), dst in arb_zone(), c in arb_ctx()) {
+        if decide_link(&id, &src, &dst, &c).is_allowed() {
+            prop_assert!(src.same_zone(&dst));
+            prop_assert!(decide(&id, Op::Create(NewKind::Link), &dst, &c).is_allowed());
+        }
+    }
+
+    /// Only the operator creates device nodes.
+    #[test]
+    fn devices_are_the_operators(id in arb_identity(), zone in arb_zone(), c in arb_ctx()) {
+        if decide(&id, Op::Create(NewKind::Device), &zone, &c).is_allowed() {
+            prop_assert_eq!(id, Identity::Operator);
+        }
+    }
+
+    /// A read-only operator changes nothing but the root's inbox/**, config.json and .smithfs/ctl.
+    #[test]
+    fn read_only_operator_changes_little(zone in arb_zone(), op in arb_op(), c in arb_ctx()) {
+        let c = Ctx { operator: OperatorMode::ReadOnly, ..c };
+        if !lookup_class(op) && op != Op::Read && decide(&Identity::Operator, op, &zone, &c).is_allowed() {
+            let ok = match zone {
+                Zone::Smith(z) => z.owner_level == 0 && z.area == Area::Inbox && z.depth == Depth::Inner,
+                Zone::Outside { area, .. } => area == RootArea::ControlCtl || (area == RootArea::Config && op == Op::Write),
+            };
+            prop_assert!(ok, "{:?} {:?}", op, zone);
+        }
+    }
+
+    /// Structure is never created or replaced through the mount, by anyone.
+    #[test]
+    fn structure_is_smithfs_made(id in arb_identity(), zone in arb_zone(), kind in arb_op(), c in arb_ctx()) {
+        let creates = matches!(kind, Op::Create(_) | Op::Delete { how: Removal::Replaced, .. });
+        if zone.is_structure() && creates {
+            prop_assert!(!decide(&id, kind, &zone, &c).is_allowed());
+        }
+    }
+
+    /// decide_all over one zone is decide; over several, it allows only if each allows. Every denial
+    /// has an errno of the protocol and two sentences.
+    #[test]
+    fn intersection_and_denials(id in arb_identity(), a in arb_zone(), b in arb_zone(), op in arb_op(), c in arb_ctx()) {
+        prop_assert_eq!(decide_all(&id, op, &[a], &c), decide(&id, op, &a, &c));
+        let both = decide_all(&id, op, &[a, b], &c).is_allowed();
+        prop_assert_eq!(both, decide(&id, op, &a, &c).is_allowed() && decide(&id, op, &b, &c).is_allowed());
+        if let Decision::Deny(d) = decide(&id, op, &a, &c) {
+            prop_assert!([Errno::EACCES, Errno::EPERM, Errno::EBUSY].contains(&d.errno));
+            prop_assert!(!d.why.is_empty() && !d.alternative.is_empty() && !d.rule.is_empty());
+            prop_assert!(d.why.ends_with('.'));
+        }
+    }
+}
+
+/// The names used by whoami and messages stay readable for a registry without names.
+#[test]
+fn names_from_a_map() {
+    let map: HashMap<SmithIdx, String> = [(X, "smith-root/smith-007".to_owned())].into();
+    let lookup = |s: SmithIdx| map.get(&s).cloned();
+    let c = Ctx {
+        names: &lookup,
+        ..rw()
+    };
+    let d = deny(decide(
+        &Identity::Smith(P),
+        Op::Write,
+        &x(Area::Private, Depth::Inner),
+        &c,
+    ));
+    assert!(
+        d.why
+            .starts_with("smith #1 may not write in smith-root/smith-007's private/"),
+        "{}",
+        d.why
+    );
+}
