@@ -1126,6 +1126,16 @@ master:3 - fuse.smithfs smithfs rw,user_id=1000,group_id=1000,default_permission
             }
 
             #[test]
+            fn no_parser_panics_on_any_string(input in ".*") {
+                let b = input.as_bytes();
+                let _ = parse_stat(b);
+                let _ = parse_status(b);
+                let _ = parse_cgroup(b);
+                let _ = parse_mountinfo(b);
+                let _ = parse_mountinfo_line(b);
+            }
+
+            #[test]
             fn no_parser_panics_on_strings(input in "[0-9a-zA-Z :()/\\\\\t\n,=-]{0,200}") {
                 let b = input.as_bytes();
                 let _ = parse_stat(b);
