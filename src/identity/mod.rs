@@ -1,5 +1,7 @@
 //! Who is calling: the identity of the process behind a FUSE request (PROTOCOL.md §2).
 
+pub mod procfs;
+
 use crate::tree::model::SmithIdx;
 
 /// The identity a request is judged by (PROTOCOL.md §2).

@@ -1,3 +1,5 @@
 //! The smith tree: the model (smiths, levels, states), templates and the scaffold.
 
 pub mod model;
+pub mod scaffold;
+pub mod template;
