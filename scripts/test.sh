@@ -16,6 +16,7 @@
 #   SMITHFS_TEST_FS=bindfs          run the pjdfstest stage on a bindfs mount instead of smithfs
 #                                   (to test this script; smithfs is the default)
 #   PJDFSTEST_TIMEOUT=SECS          limit for the pjdfstest run (default 1800)
+#   PJDFSTEST_EXPECT_FILE=F         expected failures (default tests/pjdfstest-expected-failures.txt)
 # Functions here are called through traps and run_stage, which shellcheck cannot follow:
 # shellcheck disable=SC2317
 set -euo pipefail
@@ -34,7 +35,12 @@ start=$SECONDS
 current="startup"
 failed_stages=()
 notes=()
-tests_passed=""
+tests_passed=0
+tests_failed=0
+tests_skipped=0
+pjd_passed=0
+pjd_failed=0
+pjd_skipped=0
 pjd_counts=""
 summary_printed=0
 
@@ -104,22 +110,30 @@ run_stage() {
 # --- stage bodies --------------------------------------------------------------
 # They run where errexit is off (inside `||`): every step checks its own status.
 
+# sum_counts FILE LINE_REGEX WORD: adds up "N WORD" over the lines of FILE matching LINE_REGEX
+sum_counts() {
+    grep -E "$2" "$1" 2>/dev/null | grep -oE "[0-9]+ $3" | awk '{ s += $1 } END { print s + 0 }'
+}
+
 stage_tests() {
     local log="$logdir/tests.log" rc=0
     if cargo nextest --version >/dev/null 2>&1; then
         cargo nextest run --release --no-fail-fast --no-tests=warn 2>&1 | tee "$log" || rc=$?
-        tests_passed="$(grep -E '^ *Summary \[' "$log" | tail -n 1 | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || true)"
-        if [ -f src/lib.rs ]; then
+        tests_passed="$(sum_counts "$log" '^ *Summary \[' passed)"
+        tests_failed="$(sum_counts "$log" '^ *Summary \[' failed)"
+        tests_skipped="$(sum_counts "$log" '^ *Summary \[' skipped)"
+        if [ -f src/lib.rs ]; then # nextest does not run doctests
             cargo test --release --doc 2>&1 | tee "$log.doc" || rc=$?
-            local doc
-            doc="$(grep -E '^test result:' "$log.doc" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' | awk '{ s += $1 } END { print s + 0 }' || true)"
-            tests_passed=$((${tests_passed:-0} + ${doc:-0}))
+            tests_passed=$((tests_passed + $(sum_counts "$log.doc" '^test result:' passed)))
+            tests_failed=$((tests_failed + $(sum_counts "$log.doc" '^test result:' failed)))
+            tests_skipped=$((tests_skipped + $(sum_counts "$log.doc" '^test result:' ignored)))
         fi
     else
         cargo test --release --no-fail-fast 2>&1 | tee "$log" || rc=$?
-        tests_passed="$(grep -E '^test result:' "$log" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' | awk '{ s += $1 } END { print s + 0 }' || true)"
+        tests_passed="$(sum_counts "$log" '^test result:' passed)"
+        tests_failed="$(sum_counts "$log" '^test result:' failed)"
+        tests_skipped="$(sum_counts "$log" '^test result:' ignored)"
     fi
-    tests_passed="${tests_passed:-0}"
     return "$rc"
 }
 
@@ -157,7 +171,7 @@ stage_pjdfstest() {
     mkdir -p "$mnt" || return 1
     mount_fs || return 1
     mkdir "$mnt/pjdfstest" || return 1
-    scripts/pjdfstest.sh --expect-file tests/pjdfstest-expected-failures.txt \
+    scripts/pjdfstest.sh --expect-file "${PJDFSTEST_EXPECT_FILE:-tests/pjdfstest-expected-failures.txt}" \
         --timeout "${PJDFSTEST_TIMEOUT:-1800}" --log "$logdir/pjdfstest-$test_fs.log" \
         "$mnt/pjdfstest" 2>&1 | tee "$out" || rc=$?
     result="$(grep -E '^pjdfstest.sh: RESULT ' "$out" | tail -n 1 || true)"
@@ -169,7 +183,14 @@ stage_pjdfstest() {
         t="$(sed -E 's/.* total=([0-9]+).*/\1/' <<<"$result")"
         u="$(sed -E 's/.* unexpected_failures=([0-9]+).*/\1/' <<<"$result")"
         k="$(sed -E 's/.* unexpected_skips=([0-9]+).*/\1/' <<<"$result")"
-        pjd_counts="$p/$t passed ($s skipped, $f failed, $u unexpected failures"
+        pjd_passed="$p"
+        pjd_failed="$f"
+        pjd_skipped="$s"
+        if [ "$f" = 0 ]; then
+            pjd_counts="$p/$t passed ($s skipped, 0 unexpected failures"
+        else
+            pjd_counts="$p/$t passed ($s skipped, $f failed, $u unexpected failures"
+        fi
         [ "$k" = 0 ] || pjd_counts+=", $k unexpected skips"
         pjd_counts+=")"
         [ "$test_fs" = smithfs ] || pjd_counts+=" on $test_fs"
@@ -225,22 +246,30 @@ if wanted clippy; then
 fi
 if wanted tests; then
     if [[ " ${failed_stages[*]} " == *" tests "* ]]; then
-        parts+=("tests FAILED (${tests_passed:-0} passed)")
+        parts+=("tests FAILED ($tests_failed failed, $tests_passed passed)")
     else
-        parts+=("${tests_passed:-0} tests passed")
+        parts+=("$tests_passed tests passed")
     fi
 fi
-if wanted pjdfstest && [ -n "$pjd_counts" ]; then parts+=("pjdfstest $pjd_counts"); fi
+if wanted pjdfstest && [ "$(id -u)" = 0 ]; then
+    if [ -n "$pjd_counts" ]; then
+        parts+=("pjdfstest $pjd_counts")
+    else
+        parts+=("pjdfstest gave no result (mount or setup failed, see above)")
+    fi
+fi
 parts+=("${notes[@]}")
 detail="$(printf '%s, ' "${parts[@]}")"
 detail="${detail%, }"
 elapsed="$((SECONDS - start))s"
 
+# the plain count line that CI reads: cargo tests and pjdfstest cases together
+echo "tests: $((tests_passed + pjd_passed)) passed, $((tests_failed + pjd_failed)) failed, $((tests_skipped + pjd_skipped)) skipped"
 if [ "${#failed_stages[@]}" = 0 ]; then
     echo "test.sh: PASS — $detail; ${elapsed}"
     summary_printed=1
     exit 0
 fi
-echo "test.sh: FAIL — ${failed_stages[*]} (${detail}; ${elapsed})"
+echo "test.sh: FAIL — ${failed_stages[*]}; ${detail}; ${elapsed}"
 summary_printed=1
 exit 1
