@@ -79,7 +79,8 @@ else
 fi
 
 # --- pjdfstest ---------------------------------------------------------------
-cargo_bin="${CARGO_HOME:-$HOME/.cargo}/bin"
+cargo_home="${CARGO_HOME:-${HOME:-/root}/.cargo}"
+cargo_bin="$cargo_home/bin"
 pjd="$cargo_bin/pjdfstest"
 have_version=""
 if [ -x "$pjd" ]; then
@@ -90,7 +91,7 @@ if [ "$have_version" != "$PJDFSTEST_VERSION" ]; then
     say "cargo install pjdfstest $PJDFSTEST_VERSION (about 1-2 minutes)"
     log="$(mktemp -t pjdfstest-install.XXXXXX.log)"
     if ! nice -n 10 cargo install pjdfstest --locked --force --version "=$PJDFSTEST_VERSION" \
-        --root "${CARGO_HOME:-$HOME/.cargo}" >"$log" 2>&1; then
+        --root "$cargo_home" >"$log" 2>&1; then
         tail -n 30 "$log" >&2
         die "cargo install pjdfstest failed (full log: $log)"
     fi

@@ -77,12 +77,10 @@ dir="$(cd "$dir" && pwd)"
 [ -z "$expect_file" ] || [ -f "$expect_file" ] || die "expect file $expect_file not found"
 [ -z "$config" ] || [ -f "$config" ] || die "config $config not found"
 
-pjd="${PJDFSTEST:-}"
-if [ -z "$pjd" ]; then
-    pjd="$(command -v pjdfstest 2>/dev/null || true)"
-    [ -n "$pjd" ] || pjd="${CARGO_HOME:-$HOME/.cargo}/bin/pjdfstest"
-fi
-[ -x "$pjd" ] || die "pjdfstest not found (run scripts/install-deps.sh)"
+# $PJDFSTEST, else where scripts/install-deps.sh puts it, else $PATH
+pjd="${PJDFSTEST:-${CARGO_HOME:-${HOME:-/root}/.cargo}/bin/pjdfstest}"
+[ -x "$pjd" ] || pjd="$(command -v pjdfstest 2>/dev/null || true)"
+if [ -z "$pjd" ] || [ ! -x "$pjd" ]; then die "pjdfstest not found (run scripts/install-deps.sh)"; fi
 
 work="$(mktemp -d -t pjdfstest-sh.XXXXXX)"
 made_secondary=""
@@ -140,6 +138,7 @@ version="$("$pjd" --version 2>/dev/null | awk '{print $2}')"
 echo "$me: pjdfstest $version in $dir (secondary fs $secondary, naptime $naptime)"
 echo "$me: raw log: $log"
 
+before="$(find "$dir" -mindepth 1 -maxdepth 1 | wc -l)"
 rc=0
 (
     cd /
@@ -154,6 +153,11 @@ if [ -z "$summary" ]; then
         die "pjdfstest timed out after ${timeout_s}s (exit $rc); see $log"
     fi
     die "pjdfstest printed no summary (exit $rc); see $log"
+fi
+
+after="$(find "$dir" -mindepth 1 -maxdepth 1 | wc -l)"
+if [ "$after" -gt "$before" ]; then
+    echo "$me: warning: pjdfstest left $((after - before)) entr(y/ies) in $dir (its cleanup failed there)"
 fi
 
 # One line per test: STATUS<TAB>NAME<TAB>first message line (failure message or skip reason).

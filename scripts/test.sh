@@ -27,7 +27,7 @@ logdir="$root/target/test-sh"
 mkdir -p "$logdir"
 
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
-export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+export PATH="${CARGO_HOME:-${HOME:-/root}/.cargo}/bin:$PATH"
 test_fs="${SMITHFS_TEST_FS:-smithfs}"
 only="${TEST_SH_ONLY:-}"
 
