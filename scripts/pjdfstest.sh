@@ -89,6 +89,8 @@ cleanup() {
     if [ -n "$made_secondary" ]; then rm -rf "$made_secondary"; fi
 }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 if [ -z "$secondary" ]; then
     made_secondary="$(mktemp -d /dev/shm/pjdfstest-xdev.XXXXXX)"
