@@ -1,0 +1,275 @@
+#!/usr/bin/env bash
+# Everything CI runs, top to bottom (.ci/run execs this):
+#   deps       scripts/install-deps.sh (apt fuse3/libacl1-dev/bindfs..., cargo install pjdfstest, users)
+#   fmt        cargo fmt --check
+#   clippy     cargo clippy --all-targets -- -D warnings
+#   build      cargo build --release
+#   tests      cargo nextest run --release (cargo test --release without nextest), plus doctests
+#   pjdfstest  smithfs init + mount --allow-other on a temp dir, scripts/pjdfstest.sh as root in
+#              DIR/pjdfstest through the mount, smithfs umount (a trap unmounts on any failure)
+# Ends with one line, `test.sh: PASS — ...` or `test.sh: FAIL — <stage(s)>`, and exits 0 or 1.
+# fmt, clippy and tests failing do not stop the later stages; deps or build failing does.
+#
+# Environment:
+#   TEST_SH_ONLY="fmt clippy ..."   run only these stages (deps and build always run when a
+#                                   later stage needs them)
+#   SMITHFS_TEST_FS=bindfs          run the pjdfstest stage on a bindfs mount instead of smithfs
+#                                   (to test this script; smithfs is the default)
+#   PJDFSTEST_TIMEOUT=SECS          limit for the pjdfstest run (default 1800)
+#   PJDFSTEST_EXPECT_FILE=F         expected failures (default tests/pjdfstest-expected-failures.txt)
+# Functions here are called through traps and run_stage, which shellcheck cannot follow:
+# shellcheck disable=SC2317
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root="$(pwd)"
+logdir="$root/target/test-sh"
+mkdir -p "$logdir"
+
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+export PATH="${CARGO_HOME:-${HOME:-/root}/.cargo}/bin:$PATH"
+test_fs="${SMITHFS_TEST_FS:-smithfs}"
+only="${TEST_SH_ONLY:-}"
+
+start=$SECONDS
+current="startup"
+failed_stages=()
+notes=()
+tests_passed=0
+tests_failed=0
+tests_skipped=0
+pjd_passed=0
+pjd_failed=0
+pjd_skipped=0
+pjd_counts=""
+summary_printed=0
+
+# pjdfstest stage state, for the trap
+mnt=""
+work=""
+bindfs_pid=""
+
+wanted() { [ -z "$only" ] || [[ " $only " == *" $1 "* ]]; }
+
+is_mounted() { [ -n "$1" ] && findmnt -rn --mountpoint "$1" >/dev/null 2>&1; }
+
+unmount_all() {
+    if is_mounted "$mnt"; then
+        echo "test.sh: unmounting $mnt"
+        if [ "$test_fs" = smithfs ]; then
+            timeout 60 target/release/smithfs umount "$mnt" || true
+        fi
+        if is_mounted "$mnt"; then umount "$mnt" 2>/dev/null || true; fi
+        if is_mounted "$mnt"; then fusermount3 -u "$mnt" 2>/dev/null || true; fi
+        if is_mounted "$mnt"; then
+            echo "test.sh: $mnt still busy: lazy unmount"
+            umount -l "$mnt" || true
+        fi
+    fi
+    if [ -n "$bindfs_pid" ] && kill -0 "$bindfs_pid" 2>/dev/null; then
+        kill "$bindfs_pid" 2>/dev/null || true
+    fi
+    bindfs_pid=""
+    # only remove the temp tree once nothing is mounted on it (it is the backing store)
+    if [ -n "$work" ] && ! is_mounted "$mnt"; then
+        rm -rf "$work"
+        work=""
+    fi
+}
+
+finish() {
+    local rc=$?
+    unmount_all
+    if [ "$summary_printed" = 0 ]; then
+        echo "test.sh: FAIL — $current (aborted with exit $rc after $((SECONDS - start))s)"
+        [ "$rc" != 0 ] || rc=1
+    fi
+    exit "$rc"
+}
+trap finish EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# run_stage NAME CMD...: prints the stage's timing; returns CMD's status.
+run_stage() {
+    local name="$1" t0=$SECONDS rc=0
+    shift
+    current="$name"
+    echo
+    echo "=== test.sh: $name: $*"
+    "$@" || rc=$?
+    if [ "$rc" = 0 ]; then
+        echo "=== test.sh: $name ok ($((SECONDS - t0))s)"
+    else
+        echo "=== test.sh: $name FAILED with exit $rc ($((SECONDS - t0))s)"
+        failed_stages+=("$name")
+    fi
+    return "$rc"
+}
+
+# --- stage bodies --------------------------------------------------------------
+# They run where errexit is off (inside `||`): every step checks its own status.
+
+# sum_counts FILE LINE_REGEX WORD: adds up "N WORD" over the lines of FILE matching LINE_REGEX
+sum_counts() {
+    grep -E "$2" "$1" 2>/dev/null | grep -oE "[0-9]+ $3" | awk '{ s += $1 } END { print s + 0 }'
+}
+
+stage_tests() {
+    local log="$logdir/tests.log" rc=0
+    if cargo nextest --version >/dev/null 2>&1; then
+        cargo nextest run --release --no-fail-fast --no-tests=warn 2>&1 | tee "$log" || rc=$?
+        tests_passed="$(sum_counts "$log" '^ *Summary \[' passed)"
+        tests_failed="$(sum_counts "$log" '^ *Summary \[' failed)"
+        tests_skipped="$(sum_counts "$log" '^ *Summary \[' skipped)"
+        if [ -f src/lib.rs ]; then # nextest does not run doctests
+            cargo test --release --doc 2>&1 | tee "$log.doc" || rc=$?
+            tests_passed=$((tests_passed + $(sum_counts "$log.doc" '^test result:' passed)))
+            tests_failed=$((tests_failed + $(sum_counts "$log.doc" '^test result:' failed)))
+            tests_skipped=$((tests_skipped + $(sum_counts "$log.doc" '^test result:' ignored)))
+        fi
+    else
+        cargo test --release --no-fail-fast 2>&1 | tee "$log" || rc=$?
+        tests_passed="$(sum_counts "$log" '^test result:' passed)"
+        tests_failed="$(sum_counts "$log" '^test result:' failed)"
+        tests_skipped="$(sum_counts "$log" '^test result:' ignored)"
+    fi
+    return "$rc"
+}
+
+mount_fs() {
+    if [ "$test_fs" = smithfs ]; then
+        timeout 120 target/release/smithfs init "$mnt" || return 1
+        timeout 120 target/release/smithfs mount "$mnt" --allow-other || return 1
+    elif [ "$test_fs" = bindfs ]; then
+        mkdir -p "$work/store" || return 1
+        # -f keeps bindfs in the foreground so that we know (and later kill only) its pid
+        bindfs -f -o allow_other,default_permissions "$work/store" "$mnt" &
+        bindfs_pid=$!
+        for _ in $(seq 1 100); do
+            is_mounted "$mnt" && break
+            kill -0 "$bindfs_pid" 2>/dev/null || break
+            sleep 0.1
+        done
+    else
+        echo "test.sh: unknown SMITHFS_TEST_FS=$test_fs (smithfs or bindfs)" >&2
+        return 1
+    fi
+    if ! is_mounted "$mnt"; then
+        echo "test.sh: $test_fs did not mount $mnt" >&2
+        return 1
+    fi
+    findmnt -rn -o TARGET,FSTYPE,OPTIONS --mountpoint "$mnt"
+}
+
+stage_pjdfstest() {
+    local out="$logdir/pjdfstest.out" rc=0 result
+    # the users pjdfstest switches to must reach the mount: 0755 all the way down
+    work="$(mktemp -d /tmp/smithfs-pjdfstest.XXXXXX)" || return 1
+    chmod 0755 "$work" || return 1
+    mnt="$work/mnt"
+    mkdir -p "$mnt" || return 1
+    mount_fs || return 1
+    mkdir "$mnt/pjdfstest" || return 1
+    scripts/pjdfstest.sh --expect-file "${PJDFSTEST_EXPECT_FILE:-tests/pjdfstest-expected-failures.txt}" \
+        --timeout "${PJDFSTEST_TIMEOUT:-1800}" --log "$logdir/pjdfstest-$test_fs.log" \
+        "$mnt/pjdfstest" 2>&1 | tee "$out" || rc=$?
+    result="$(grep -E '^pjdfstest.sh: RESULT ' "$out" | tail -n 1 || true)"
+    if [ -n "$result" ]; then
+        local f p s t u k
+        f="$(sed -E 's/.* failed=([0-9]+).*/\1/' <<<"$result")"
+        p="$(sed -E 's/.* passed=([0-9]+).*/\1/' <<<"$result")"
+        s="$(sed -E 's/.* skipped=([0-9]+).*/\1/' <<<"$result")"
+        t="$(sed -E 's/.* total=([0-9]+).*/\1/' <<<"$result")"
+        u="$(sed -E 's/.* unexpected_failures=([0-9]+).*/\1/' <<<"$result")"
+        k="$(sed -E 's/.* unexpected_skips=([0-9]+).*/\1/' <<<"$result")"
+        pjd_passed="$p"
+        pjd_failed="$f"
+        pjd_skipped="$s"
+        if [ "$f" = 0 ]; then
+            pjd_counts="$p/$t passed ($s skipped, 0 unexpected failures"
+        else
+            pjd_counts="$p/$t passed ($s skipped, $f failed, $u unexpected failures"
+        fi
+        [ "$k" = 0 ] || pjd_counts+=", $k unexpected skips"
+        pjd_counts+=")"
+        [ "$test_fs" = smithfs ] || pjd_counts+=" on $test_fs"
+    fi
+    # leave the mount the way a user would
+    if [ "$test_fs" = smithfs ]; then
+        timeout 60 target/release/smithfs umount "$mnt" || {
+            echo "test.sh: smithfs umount failed" >&2
+            rc=1
+        }
+    fi
+    unmount_all
+    return "$rc"
+}
+
+# --- run -------------------------------------------------------------------------
+
+echo "test.sh: $(date -u +%FT%TZ) on $(uname -sr), $(nproc) cores; logs in $logdir"
+
+run_stage deps scripts/install-deps.sh || {
+    current="deps"
+    exit 1
+}
+
+if wanted fmt; then run_stage fmt cargo fmt --check || true; fi
+if wanted clippy; then run_stage clippy cargo clippy --all-targets -- -D warnings || true; fi
+
+if wanted build || wanted tests || wanted pjdfstest; then
+    if ! run_stage build cargo build --release; then
+        current="build"
+        exit 1
+    fi
+fi
+
+if wanted tests; then run_stage tests stage_tests || true; fi
+
+if wanted pjdfstest; then
+    if [ "$(id -u)" != 0 ]; then
+        echo "test.sh: pjdfstest needs root; skipping it" >&2
+        notes+=("pjdfstest skipped (not root)")
+    else
+        run_stage pjdfstest stage_pjdfstest || true
+    fi
+fi
+
+current="summary"
+parts=()
+if wanted fmt; then
+    if [[ " ${failed_stages[*]} " == *" fmt "* ]]; then parts+=("fmt FAILED"); else parts+=("fmt ok"); fi
+fi
+if wanted clippy; then
+    if [[ " ${failed_stages[*]} " == *" clippy "* ]]; then parts+=("clippy FAILED"); else parts+=("clippy ok"); fi
+fi
+if wanted tests; then
+    if [[ " ${failed_stages[*]} " == *" tests "* ]]; then
+        parts+=("tests FAILED ($tests_failed failed, $tests_passed passed)")
+    else
+        parts+=("$tests_passed tests passed")
+    fi
+fi
+if wanted pjdfstest && [ "$(id -u)" = 0 ]; then
+    if [ -n "$pjd_counts" ]; then
+        parts+=("pjdfstest $pjd_counts")
+    else
+        parts+=("pjdfstest gave no result (mount or setup failed, see above)")
+    fi
+fi
+parts+=("${notes[@]}")
+detail="$(printf '%s, ' "${parts[@]}")"
+detail="${detail%, }"
+elapsed="$((SECONDS - start))s"
+
+# the plain count line that CI reads: cargo tests and pjdfstest cases together
+echo "tests: $((tests_passed + pjd_passed)) passed, $((tests_failed + pjd_failed)) failed, $((tests_skipped + pjd_skipped)) skipped"
+if [ "${#failed_stages[@]}" = 0 ]; then
+    echo "test.sh: PASS — $detail; ${elapsed}"
+    summary_printed=1
+    exit 0
+fi
+echo "test.sh: FAIL — ${failed_stages[*]}; ${detail}; ${elapsed}"
+summary_printed=1
+exit 1
