@@ -1,6 +1,7 @@
 //! Command line (PROTOCOL.md §6): one file per subcommand. Errors end as one clear line on
 //! stderr and a non-zero exit.
 
+pub mod init;
 mod mount;
 mod umount;
 pub(crate) mod util;
@@ -19,6 +20,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Create the layout, a default config.json and the root smith in DIR.
+    Init(init::InitArgs),
     /// Mount DIR over itself (the directory is both mount point and backing store).
     Mount(mount::MountArgs),
     /// Unmount DIR.
@@ -29,6 +32,7 @@ enum Command {
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Init(a) => init::run(a),
         Command::Mount(a) => mount::run(a),
         Command::Umount(a) => umount::run(a),
     };

@@ -677,3 +677,141 @@ fn next_tmp_serial() -> u64 {
     static SERIAL: AtomicU64 = AtomicU64::new(0);
     SERIAL.fetch_add(1, Ordering::Relaxed)
 }
+
+/// One node of a tree built by [`build_tree`]: a relative path (normal components only) and,
+/// for a file, its content.
+#[derive(Debug)]
+pub enum Node<'a> {
+    /// A directory with permission bits.
+    Dir(&'a std::path::Path, u32),
+    /// A regular file with permission bits and content.
+    File(&'a std::path::Path, u32, &'a [u8]),
+}
+
+/// Open the directory at relative `path` beneath `dir`, one component at a time, never
+/// following a symlink: an `O_PATH | O_DIRECTORY` descriptor.
+pub fn open_dir_path(dir: BorrowedFd<'_>, path: &std::path::Path) -> SysResult<OwnedFd> {
+    let mut cur: Option<OwnedFd> = None;
+    for comp in path.components() {
+        let std::path::Component::Normal(name) = comp else {
+            return Err(Errno::EINVAL);
+        };
+        let c = component(name)?;
+        let base = cur.as_ref().map_or(dir, |f| f.as_fd());
+        cur = Some(open_beneath(base, &c, libc::O_PATH | libc::O_DIRECTORY, 0)?);
+    }
+    match cur {
+        Some(f) => Ok(f),
+        None => open_beneath(dir, c".", libc::O_PATH | libc::O_DIRECTORY, 0),
+    }
+}
+
+/// Build a directory `name` in `dir` holding `nodes` (parents before children), so that it is
+/// never visible half-made: everything is created under a temporary name, fsynced, and renamed
+/// into place with `RENAME_NOREPLACE` (PROTOCOL.md §4, §9). `owner` (uid, gid), when given,
+/// becomes the owner of every created entry. `mode` is the new directory's own mode.
+///
+/// Errors: EEXIST when `name` exists; any errno of the underlying calls (the temporary tree is
+/// removed again on failure).
+pub fn build_tree(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    mode: u32,
+    nodes: &[Node<'_>],
+    owner: Option<(u32, u32)>,
+) -> SysResult<()> {
+    let tmp = CString::new(format!(
+        ".smithfs-new.{}.{}",
+        std::process::id(),
+        next_tmp_serial()
+    ))
+    .map_err(|_| Errno::EINVAL)?;
+    mkdir(dir, &tmp, mode)?;
+    let result = (|| {
+        let root = open_beneath(dir, &tmp, libc::O_PATH | libc::O_DIRECTORY, 0)?;
+        if let Some((u, g)) = owner {
+            chown(root.as_fd(), u, g)?;
+        }
+        for node in nodes {
+            let (path, node_mode) = match node {
+                Node::Dir(p, m) => (*p, *m),
+                Node::File(p, m, _) => (*p, *m),
+            };
+            let leaf = path.file_name().ok_or(Errno::EINVAL)?;
+            let leaf = component(leaf)?;
+            let parent = open_dir_path(
+                root.as_fd(),
+                path.parent().unwrap_or(std::path::Path::new("")),
+            )?;
+            let made = match node {
+                Node::Dir(..) => {
+                    mkdir(parent.as_fd(), &leaf, node_mode)?;
+                    open_beneath(parent.as_fd(), &leaf, libc::O_PATH | libc::O_DIRECTORY, 0)?
+                }
+                Node::File(_, _, content) => {
+                    let f = open_beneath(
+                        parent.as_fd(),
+                        &leaf,
+                        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+                        node_mode,
+                    )?;
+                    let mut off = 0usize;
+                    while off < content.len() {
+                        off += pwrite(f.as_fd(), &content[off..], off as u64)?;
+                    }
+                    fsync(f.as_fd(), true)?;
+                    f
+                }
+            };
+            if let Some((u, g)) = owner {
+                chown(made.as_fd(), u, g)?;
+            }
+        }
+        let rootdir = reopen(root.as_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?;
+        fsync(rootdir.as_fd(), false)?;
+        rename(dir, &tmp, dir, name, libc::RENAME_NOREPLACE)
+    })();
+    if result.is_err() {
+        let _ = remove_tree(dir, &tmp);
+    }
+    result
+}
+
+/// Remove `name` in `dir` and everything below it, never following a symlink.
+pub fn remove_tree(dir: BorrowedFd<'_>, name: &CStr) -> SysResult<()> {
+    let st = stat_at(dir, name)?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        return unlink(dir, name, false);
+    }
+    let sub = open_beneath(dir, name, libc::O_PATH | libc::O_DIRECTORY, 0)?;
+    let mut names = Vec::new();
+    {
+        let mut stream = DirStream::open(sub.as_fd())?;
+        while let Some(e) = stream.next_entry()? {
+            if e.name != b"." && e.name != b".." {
+                names.push(e.name);
+            }
+        }
+    }
+    for n in names {
+        let c = CString::new(n).map_err(|_| Errno::EINVAL)?;
+        remove_tree(sub.as_fd(), &c)?;
+    }
+    unlink(dir, name, true)
+}
+
+/// Read the whole regular file at relative `path` beneath `dir` (never following a symlink).
+pub fn read_file(dir: BorrowedFd<'_>, path: &std::path::Path) -> SysResult<Vec<u8>> {
+    let leaf = component(path.file_name().ok_or(Errno::EINVAL)?)?;
+    let parent = open_dir_path(dir, path.parent().unwrap_or(std::path::Path::new("")))?;
+    let f = open_beneath(parent.as_fd(), &leaf, libc::O_RDONLY, 0)?;
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = pread(f.as_fd(), &mut buf, out.len() as u64)?;
+        if n == 0 {
+            return Ok(out);
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+}

@@ -10,6 +10,7 @@ pub mod backing;
 pub mod error;
 pub mod handle;
 pub mod inode;
+pub mod scaffold;
 
 use std::ffi::{CStr, OsStr};
 use std::os::fd::AsFd;

@@ -1,0 +1,238 @@
+//! `smithfs init DIR`: create the layout, a default config.json and the root smith through the
+//! same scaffold code that child creation uses (PROTOCOL.md §1, §4, §6).
+
+use std::ffi::CString;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+
+use super::util::{self, MountState};
+use crate::fs::{backing, scaffold::create_smith_dir};
+use crate::tree::scaffold::{
+    plan_smith, plan_task, PlanEntry, TaskSpec, FILE_MODE, ROOT_ID, ROOT_TASK_PATH,
+};
+use crate::tree::template::{Templates, BUILTIN_SKILL_NAME};
+
+/// Arguments of `smithfs init`.
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// The directory to initialise (created if missing).
+    pub dir: PathBuf,
+    /// The root task's description.
+    #[arg(long, conflicts_with = "task_file")]
+    pub task: Option<String>,
+    /// Read the root task's description from a file.
+    #[arg(long, value_name = "F")]
+    pub task_file: Option<PathBuf>,
+    /// The root task's title (default: its first line).
+    #[arg(long, value_name = "T")]
+    pub title: Option<String>,
+}
+
+/// The config.json that `init` writes: every key of PROTOCOL.md §8 at its default, no agent.
+pub const DEFAULT_CONFIG: &str = r#"{
+  "agent": { "env": {}, "timeout_secs": 1800, "retries": 1, "kill_grace_secs": 5 },
+  "scheduler": { "max_concurrent": 4 },
+  "limits": { "max_level": 3, "max_children": 5 },
+  "operator": "read-write",
+  "identity": "auto",
+  "hooks": {},
+  "hook_timeout_secs": 30
+}
+"#;
+
+/// Run `smithfs init`.
+pub fn run(args: InitArgs) -> Result<ExitCode> {
+    let dir = util::absolute(&args.dir)?;
+    match util::mount_state(&dir) {
+        MountState::NotMounted => {}
+        _ => bail!(
+            "{} is mounted; run `smithfs init` before `smithfs mount`",
+            dir.display()
+        ),
+    }
+    let description = match (&args.task, &args.task_file) {
+        (Some(t), _) => Some(t.clone()),
+        (None, Some(f)) => Some(
+            std::fs::read_to_string(f)
+                .with_context(|| format!("cannot read the task file {}", f.display()))?,
+        ),
+        (None, None) => None,
+    };
+    if dir.exists() && !dir.is_dir() {
+        bail!("{} is not a directory", dir.display());
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let root = backing::open_store_root(&dir)
+        .map_err(|e| anyhow!("cannot open {}: {e}", dir.display()))?;
+    let root = root.as_fd();
+    if backing::open_dir_path(root, Path::new("smiths/smith-root")).is_ok() {
+        bail!(
+            "{} is already initialised (smiths/smith-root exists)",
+            dir.display()
+        );
+    }
+    let templates = load_templates(root)?;
+    // SAFETY: umask has no preconditions; the scaffold's modes are meant literally.
+    let old_umask = unsafe { libc::umask(0o022) };
+    let result = lay_out(
+        root,
+        &templates,
+        description.as_deref(),
+        args.title.as_deref(),
+    );
+    // SAFETY: as above.
+    unsafe { libc::umask(old_umask) };
+    result?;
+    println!("initialised {}", dir.display());
+    if description.is_some() {
+        println!("  root task: smiths/smith-root/{ROOT_TASK_PATH}");
+    }
+    println!("  next: smithfs mount {}", dir.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cstr(s: &str) -> Result<CString> {
+    Ok(CString::new(s)?)
+}
+
+/// The templates, with `DIR/templates/` overrides.
+pub fn load_templates(root: BorrowedFd<'_>) -> Result<Templates> {
+    let read = |name: &str| {
+        backing::read_file(root, &Path::new("templates").join(name))
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+    };
+    Templates::with_overrides(read).map_err(|e| anyhow!("{e}"))
+}
+
+fn lay_out(
+    root: BorrowedFd<'_>,
+    t: &Templates,
+    task: Option<&str>,
+    title: Option<&str>,
+) -> Result<()> {
+    let io = |what: &str, e: nix::errno::Errno| anyhow!("cannot create {what}: {e}");
+    for d in ["agents", "results", "smiths", "templates"] {
+        backing::ensure_dir(root, &cstr(d)?, 0o755).map_err(|e| io(d, e))?;
+    }
+    match backing::open_file(
+        root,
+        c"config.json",
+        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+        0o644,
+    ) {
+        Ok(f) => {
+            backing::pwrite(f.as_fd(), DEFAULT_CONFIG.as_bytes(), 0)
+                .map_err(|e| io("config.json", e))?;
+        }
+        Err(nix::errno::Errno::EEXIST) => {}
+        Err(e) => return Err(io("config.json", e)),
+    }
+    let templates =
+        backing::open_dir_path(root, Path::new("templates")).map_err(|e| io("templates", e))?;
+    let skills = backing::ensure_dir(templates.as_fd(), c"skills", 0o755)
+        .map_err(|e| io("templates/skills", e))?;
+    if let Some((path, content)) = t
+        .skills()
+        .iter()
+        .find(|(p, _)| p.starts_with(BUILTIN_SKILL_NAME))
+    {
+        let skill = backing::ensure_dir(skills.as_fd(), &cstr(BUILTIN_SKILL_NAME)?, 0o755)
+            .map_err(|e| io("templates/skills", e))?;
+        let file = Path::new(path)
+            .file_name()
+            .and_then(|f| f.to_str())
+            .unwrap_or("SKILL.md");
+        if backing::stat_at(skill.as_fd(), &cstr(file)?).is_err() {
+            backing::write_atomic(skill.as_fd(), &cstr(file)?, content.as_bytes(), 0o644)
+                .map_err(|e| io("the bundled skill", e))?;
+        }
+    }
+    let mut plan = plan_smith(t, ROOT_ID, ROOT_ID, None, 0).map_err(|e| anyhow!("{e}"))?;
+    if let Some(description) = task {
+        let first_line = description.lines().next().unwrap_or("").trim();
+        let title = title.unwrap_or(if first_line.is_empty() {
+            "Root task"
+        } else {
+            first_line
+        });
+        let now = now_rfc3339();
+        let content = plan_task(
+            t,
+            &TaskSpec {
+                title,
+                task_id: "root",
+                smith_id: ROOT_ID,
+                parent_task_id: "none",
+                timestamp: &now,
+                level: 0,
+                description,
+                context: "Given by the operator at `smithfs init`.",
+                expected_output: "A complete answer in outbox/result.md.",
+            },
+        )
+        .map_err(|e| anyhow!("{e}"))?;
+        plan.entries.push(PlanEntry::File {
+            path: PathBuf::from(ROOT_TASK_PATH),
+            mode: FILE_MODE,
+            content,
+        });
+    }
+    let smiths = backing::open_dir_path(root, Path::new("smiths")).map_err(|e| io("smiths", e))?;
+    // SAFETY: getuid/getgid have no preconditions.
+    let owner = unsafe { (libc::getuid(), libc::getgid()) };
+    create_smith_dir(smiths.as_fd(), &cstr(ROOT_ID)?, &plan, Some(owner))
+        .map_err(|e| io("smiths/smith-root", e))?;
+    Ok(())
+}
+
+/// The current time as RFC 3339 UTC with seconds (`2026-11-30T07:31:13Z`).
+pub fn now_rfc3339() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    rfc3339(secs)
+}
+
+/// Format seconds since the epoch as RFC 3339 UTC.
+pub fn rfc3339(secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rfc3339;
+
+    #[test]
+    fn formats_rfc3339() {
+        for (secs, want) in [
+            (0, "1970-01-01T00:00:00Z"),
+            (951_782_400, "2000-02-29T00:00:00Z"),
+            (1_795_930_273, "2026-11-30T07:31:13Z"),
+        ] {
+            assert_eq!(rfc3339(secs), want);
+        }
+    }
+}
