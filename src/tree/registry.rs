@@ -164,29 +164,25 @@ impl Registry {
         }
     }
 
-    /// Forget that `child` is a child of its parent (its dir was removed by the operator).
+    /// Forget smith `child` and its whole subtree (its dir was removed by the operator).
     pub fn unregister(&self, child: SmithIdx) {
         let mut inner = self.inner.write();
         let Some(info) = inner.smiths.get(child.0 as usize).cloned() else {
             return;
         };
-        inner.by_ino.remove(&info.dir_ino);
-        inner.by_full_id.remove(&info.full_id);
         if let Some(p) = info.parent {
             if let Some(p) = inner.smiths.get_mut(p.0 as usize) {
                 p.children.retain(|c| *c != child);
             }
         }
-        for c in info.children {
-            drop(
-                inner.by_full_id.remove(
-                    &inner
-                        .smiths
-                        .get(c.0 as usize)
-                        .map(|s| s.full_id.clone())
-                        .unwrap_or_default(),
-                ),
-            );
+        let mut stack = vec![child];
+        while let Some(idx) = stack.pop() {
+            let Some(s) = inner.smiths.get(idx.0 as usize).cloned() else {
+                continue;
+            };
+            inner.by_ino.remove(&s.dir_ino);
+            inner.by_full_id.remove(&s.full_id);
+            stack.extend(s.children);
         }
     }
 
