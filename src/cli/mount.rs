@@ -294,8 +294,12 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
     };
     session_config.n_threads = Some(worker_threads());
     session_config.clone_fd = true;
-    let mut session = Session::new(FuseFs::new(fs.clone()), dir, &session_config)
-        .map_err(|e| anyhow!("cannot mount {}: {e}", dir.display()))?;
+    let mut session = Session::new(
+        FuseFs::new(fs.clone(), !args.no_passthrough && is_root()),
+        dir,
+        &session_config,
+    )
+    .map_err(|e| anyhow!("cannot mount {}: {e}", dir.display()))?;
     let pid = std::process::id().to_string();
     let _ = backing::write_atomic(state.as_fd(), c"daemon.pid", pid.as_bytes(), 0o644);
     tracing::info!(dir = %dir.display(), pid, nofile, "mounted");
@@ -343,6 +347,11 @@ pub fn load_config(
         config.identity = id.parse().map_err(|e| anyhow!("--identity: {e}"))?;
     }
     Ok(config)
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
 }
 
 fn worker_threads() -> usize {

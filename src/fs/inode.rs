@@ -34,6 +34,42 @@ pub struct Inode {
     nlookup: AtomicU64,
     /// Where the inode sits in the tree (its zone), kept up to date by lookups and renames.
     pub place: Mutex<Place>,
+    /// FUSE passthrough state of a regular file (see [`Passthrough`]).
+    pub passthrough: Mutex<Passthrough>,
+}
+
+/// An opaque kernel backing-file registration (the glue's `fuser::BackingId`), dropped — and
+/// thereby closed in the kernel — when its last user goes.
+pub type BackingRef = Arc<dyn std::any::Any + Send + Sync>;
+
+/// Whether opens of an inode pass reads and writes straight to the backing file in the kernel.
+/// The kernel will not mix a cached and a passthrough open, or two backing files, on one inode:
+/// while any handle is open every open shares one backing registration, made from an `O_RDWR`
+/// descriptor; an inode whose `O_RDWR` open fails is never passed through.
+#[derive(Default)]
+pub enum Passthrough {
+    /// No open handle uses passthrough now.
+    #[default]
+    Idle,
+    /// `users` open handles share `backing`.
+    Active {
+        /// The registration.
+        backing: BackingRef,
+        /// Open handles using it.
+        users: u32,
+    },
+    /// This inode could not be opened `O_RDWR`: its opens are never passed through.
+    Never,
+}
+
+impl std::fmt::Debug for Passthrough {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Passthrough::Idle => f.write_str("Idle"),
+            Passthrough::Active { users, .. } => write!(f, "Active({users})"),
+            Passthrough::Never => f.write_str("Never"),
+        }
+    }
 }
 
 /// An inode's place in the tree: the name it was last reached by and its zone
@@ -120,6 +156,7 @@ impl InodeTable {
             dev: st.st_dev,
             // The root is never forgotten.
             nlookup: AtomicU64::new(1 << 62),
+            passthrough: Mutex::new(Passthrough::Never),
             place: Mutex::new(Place {
                 parent: ROOT_ID,
                 name: Box::default(),
@@ -197,6 +234,7 @@ impl InodeTable {
             dev: st.st_dev,
             nlookup: AtomicU64::new(prior + 1),
             place: Mutex::new(Place::unknown()),
+            passthrough: Mutex::new(Passthrough::Idle),
         });
         map.insert(id, inode.clone());
         inode

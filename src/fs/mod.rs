@@ -27,7 +27,8 @@ use self::backing::CredGuard;
 use self::control::{Command, ControlFile};
 pub use self::error::{FsError, FsResult};
 use self::handle::{DirHandle, FileHandle, HandleTable};
-use self::inode::{Inode, InodeTable, Place, ROOT_ID};
+pub use self::inode::BackingRef;
+use self::inode::{Inode, InodeTable, Passthrough, Place, ROOT_ID};
 pub use self::why::DenialRecord;
 use self::why::WhyStore;
 use crate::config::{Limits, OperatorMode};
@@ -1076,7 +1077,9 @@ impl SmithFs {
             opener: who,
             flags,
             may_write,
-            dirty: std::sync::atomic::AtomicBool::new(truncates),
+            // Opened with write access or O_TRUNC: its release completes the file (§5).
+            dirty: std::sync::atomic::AtomicBool::new(may_write || truncates),
+            passthrough: std::sync::atomic::AtomicBool::new(false),
         });
         Ok((fh, Cache::Normal))
     }
@@ -1105,8 +1108,55 @@ impl SmithFs {
             flags,
             may_write,
             dirty: std::sync::atomic::AtomicBool::new(true),
+            passthrough: std::sync::atomic::AtomicBool::new(false),
         });
         Ok((attr, fh))
+    }
+
+    /// The passthrough backing for the freshly opened handle `fh` of a regular file: the inode's
+    /// shared registration, or a new one made by `register` from an `O_RDWR` descriptor. `None`
+    /// when this inode cannot be passed through (its opens then go through the daemon).
+    ///
+    /// The inode's passthrough lock is held across the reopen and `register` (one ioctl), so
+    /// concurrent opens of one file share one registration.
+    pub fn passthrough(
+        &self,
+        fh: u64,
+        register: impl FnOnce(std::os::fd::BorrowedFd<'_>) -> std::io::Result<BackingRef>,
+    ) -> Option<BackingRef> {
+        let h = self.files.get(fh).ok()?;
+        if h.inode.kind != libc::S_IFREG {
+            return None;
+        }
+        let mut pt = h.inode.passthrough.lock();
+        let backing = match &mut *pt {
+            Passthrough::Never => return None,
+            Passthrough::Active { backing, users } => {
+                *users += 1;
+                backing.clone()
+            }
+            Passthrough::Idle => {
+                let made = backing::reopen(h.inode.fd(), libc::O_RDWR)
+                    .map_err(std::io::Error::from)
+                    .and_then(|fd| register(fd.as_fd()));
+                match made {
+                    Ok(backing) => {
+                        *pt = Passthrough::Active {
+                            backing: backing.clone(),
+                            users: 1,
+                        };
+                        backing
+                    }
+                    Err(e) => {
+                        tracing::debug!(ino = h.inode.id, "no passthrough: {e}");
+                        *pt = Passthrough::Never;
+                        return None;
+                    }
+                }
+            }
+        };
+        h.passthrough.store(true, Ordering::Relaxed);
+        Some(backing)
     }
 
     /// Read up to `size` bytes at `offset` through handle `fh` (FUSE read).
@@ -1184,6 +1234,16 @@ impl SmithFs {
             return self.controls.remove(fh).map(drop).ok_or(FsError::Stale);
         }
         let h = self.files.remove(fh).ok_or(FsError::Stale)?;
+        if h.passthrough.load(Ordering::Relaxed) {
+            let mut pt = h.inode.passthrough.lock();
+            if let Passthrough::Active { users, .. } = &mut *pt {
+                *users -= 1;
+                if *users == 0 {
+                    // Dropping the last reference closes the kernel registration.
+                    *pt = Passthrough::Idle;
+                }
+            }
+        }
         if h.dirty.load(Ordering::Relaxed) && h.inode.kind == libc::S_IFREG {
             let (parent, name) = {
                 let p = h.inode.place.lock();

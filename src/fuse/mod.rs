@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType,
-    Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags,
-    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
-    ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
-    WriteFlags,
+    AccessFlags, BackingId, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle,
+    FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    TimeOrNow, WriteFlags,
 };
 
 use crate::fs::{Attr, Cache, Caller, FsError, SetAttr, SmithFs, XattrReply};
@@ -26,12 +26,31 @@ const MAX_WRITE: u32 = 1 << 20;
 #[derive(Debug)]
 pub struct FuseFs {
     fs: Arc<SmithFs>,
+    /// Use FUSE passthrough for regular files: asked for by the mount and granted by the kernel
+    /// (decided once, at init).
+    passthrough: bool,
 }
 
 impl FuseFs {
-    /// Serve `fs` over FUSE.
-    pub fn new(fs: Arc<SmithFs>) -> FuseFs {
-        FuseFs { fs }
+    /// Serve `fs` over FUSE; `passthrough` asks for kernel passthrough of regular files (needs
+    /// CAP_SYS_ADMIN and kernel ≥ 6.9).
+    pub fn new(fs: Arc<SmithFs>, passthrough: bool) -> FuseFs {
+        FuseFs { fs, passthrough }
+    }
+
+    /// The shared backing registration for handle `fh`, made through `open_backing`.
+    fn backing_for(
+        &self,
+        fh: u64,
+        open_backing: impl FnOnce(std::os::fd::BorrowedFd<'_>) -> std::io::Result<BackingId>,
+    ) -> Option<Arc<BackingId>> {
+        if !self.passthrough {
+            return None;
+        }
+        let any = self.fs.passthrough(fh, |fd| {
+            open_backing(fd).map(|b| Arc::new(b) as crate::fs::BackingRef)
+        })?;
+        any.downcast::<BackingId>().ok()
     }
 }
 
@@ -167,7 +186,7 @@ fn reply_xattr(reply: ReplyXattr, r: Result<XattrReply, FsError>) {
 
 impl Filesystem for FuseFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let wanted = InitFlags::FUSE_ATOMIC_O_TRUNC
+        let mut wanted = InitFlags::FUSE_ATOMIC_O_TRUNC
             | InitFlags::FUSE_HANDLE_KILLPRIV_V2
             | InitFlags::FUSE_DO_READDIRPLUS
             | InitFlags::FUSE_READDIRPLUS_AUTO
@@ -175,6 +194,15 @@ impl Filesystem for FuseFs {
             | InitFlags::FUSE_AUTO_INVAL_DATA
             | InitFlags::FUSE_BIG_WRITES
             | InitFlags::FUSE_MAX_PAGES;
+        if self.passthrough {
+            if config.capabilities().contains(InitFlags::FUSE_PASSTHROUGH)
+                && config.set_max_stack_depth(1).is_ok()
+            {
+                wanted |= InitFlags::FUSE_PASSTHROUGH;
+            } else {
+                self.passthrough = false;
+            }
+        }
         let available = config.capabilities() & wanted;
         if let Err(missing) = config.add_capabilities(available) {
             tracing::warn!(?missing, "kernel refused FUSE capabilities");
@@ -184,7 +212,7 @@ impl Filesystem for FuseFs {
         }
         let _ = config.set_max_readahead(MAX_WRITE);
         let _ = config.set_max_background(64);
-        tracing::info!(capabilities = ?available, "FUSE session initialised");
+        tracing::info!(capabilities = ?available, passthrough = self.passthrough, "FUSE session initialised");
         Ok(())
     }
 
@@ -333,7 +361,16 @@ impl Filesystem for FuseFs {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.fs.open(&caller(req), ino.0, flags.0) {
-            Ok((fh, cache)) => reply.opened(FileHandle(fh), fopen(cache)),
+            Ok((fh, cache)) => {
+                let backing = match cache {
+                    Cache::Normal => self.backing_for(fh, |fd| reply.open_backing(fd)),
+                    Cache::Never => None,
+                };
+                match backing {
+                    Some(b) => reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &b),
+                    None => reply.opened(FileHandle(fh), fopen(cache)),
+                }
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -545,13 +582,23 @@ impl Filesystem for FuseFs {
         reply: ReplyCreate,
     ) {
         match self.fs.create(&caller(req), parent.0, name, mode, flags) {
-            Ok((a, fh)) => reply.created(
-                &TTL,
-                &file_attr(&a),
-                Generation(0),
-                FileHandle(fh),
-                FopenFlags::empty(),
-            ),
+            Ok((a, fh)) => match self.backing_for(fh, |fd| reply.open_backing(fd)) {
+                Some(b) => reply.created_passthrough(
+                    &TTL,
+                    &file_attr(&a),
+                    Generation(0),
+                    FileHandle(fh),
+                    FopenFlags::empty(),
+                    &b,
+                ),
+                None => reply.created(
+                    &TTL,
+                    &file_attr(&a),
+                    Generation(0),
+                    FileHandle(fh),
+                    FopenFlags::empty(),
+                ),
+            },
             Err(e) => reply.error(errno(&e)),
         }
     }
