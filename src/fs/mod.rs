@@ -219,6 +219,8 @@ struct ControlHandle {
 pub type StatusFn = Box<dyn Fn() -> String + Send + Sync>;
 /// Receives [`FsEvent`]s; set once by the daemon.
 pub type EventFn = Box<dyn Fn(FsEvent) + Send + Sync>;
+/// Tells whether a run of a smith or of one of its descendants is live; set once by the daemon.
+pub type LiveFn = Box<dyn Fn(SmithIdx) -> bool + Send + Sync>;
 
 /// The filesystem: the inode table, the handle tables, the smith registry and the access check.
 pub struct SmithFs {
@@ -236,6 +238,7 @@ pub struct SmithFs {
     opts: FsOptions,
     events: OnceLock<EventFn>,
     status: OnceLock<StatusFn>,
+    live: OnceLock<LiveFn>,
 }
 
 impl std::fmt::Debug for SmithFs {
@@ -285,6 +288,7 @@ impl SmithFs {
             opts,
             events: OnceLock::new(),
             status: OnceLock::new(),
+            live: OnceLock::new(),
         })
     }
 
@@ -316,6 +320,19 @@ impl SmithFs {
     /// Serve `.smithfs/status.json` from `f` (once).
     pub fn set_status_source(&self, f: StatusFn) {
         let _ = self.status.set(f);
+    }
+
+    /// Answer "is a run live in this smith's subtree?" with `f` (once).
+    pub fn set_liveness(&self, f: LiveFn) {
+        let _ = self.live.set(f);
+    }
+
+    /// Is a run of the owner of `zone`, or of one of its descendants, live?
+    fn subtree_live(&self, zone: &Zone) -> bool {
+        match (zone.owner(), self.live.get()) {
+            (Some(owner), Some(live)) => live(owner),
+            _ => false,
+        }
     }
 
     fn emit(&self, e: FsEvent) {
@@ -916,7 +933,7 @@ impl SmithFs {
         };
         let op = Op::Delete {
             how,
-            subtree_live: false,
+            subtree_live: self.subtree_live(&zone),
         };
         let d = self.decide_zone(who, op, &zone);
         self.enforce(
@@ -978,18 +995,20 @@ impl SmithFs {
             limits: self.opts.limits,
             names: &names,
         };
+        let src_live = self.subtree_live(&src_zone);
+        let replaced_live = replaced.as_ref().is_some_and(|(z, _)| self.subtree_live(z));
         let mut d = decide_rename(
             &who,
             &src_zone,
-            false,
+            src_live,
             &dst_zone,
-            replaced.as_ref().map(|(z, _)| (z, false)),
+            replaced.as_ref().map(|(z, _)| (z, replaced_live)),
             &ctx,
         );
         if exchange && d.is_allowed() {
             if let Some((rz, _)) = &replaced {
                 let back = self.new_zone(&from, name);
-                d = decide_rename(&who, rz, false, &back, Some((&src_zone, false)), &ctx);
+                d = decide_rename(&who, rz, replaced_live, &back, Some((&src_zone, src_live)), &ctx);
             }
         }
         self.enforce(caller, who, d, "rename", || self.child_path(&from, name))?;
