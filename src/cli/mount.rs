@@ -251,10 +251,21 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
     let state = backing::ensure_dir(root.as_fd(), &state_name, 0o700)
         .map_err(|e| anyhow!("cannot create {}/{STATE_DIR}: {e}", dir.display()))?;
     // One daemon per directory: a second `mount` racing this one fails here, before mounting.
-    let lock = backing::open_file(state.as_fd(), c"daemon.lock", libc::O_RDWR | libc::O_CREAT, 0o600)
-        .map_err(|e| anyhow!("cannot open the daemon lock: {e}"))?;
+    let lock = backing::open_file(
+        state.as_fd(),
+        c"daemon.lock",
+        libc::O_RDWR | libc::O_CREAT,
+        0o600,
+    )
+    .map_err(|e| anyhow!("cannot open the daemon lock: {e}"))?;
     // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+    if unsafe {
+        libc::flock(
+            std::os::fd::AsRawFd::as_raw_fd(&lock),
+            libc::LOCK_EX | libc::LOCK_NB,
+        )
+    } != 0
+    {
         bail!(
             "another smithfs daemon is serving {}; unmount it first with `smithfs umount {}`",
             dir.display(),

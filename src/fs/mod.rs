@@ -346,8 +346,17 @@ impl SmithFs {
         self.identities.resolve(caller.pid)
     }
 
-    fn ctx(&self) -> (Option<SmithIdx>, RegistryNames<'_>) {
-        (self.registry.root(), RegistryNames(&self.registry))
+    /// Run `f` with the policy context of this mount (PROTOCOL.md §3: operator mode, root smith,
+    /// limits, and full ids for the sentences of a denial).
+    fn with_ctx<R>(&self, f: impl FnOnce(&Ctx<'_>) -> R) -> R {
+        let names = RegistryNames(&self.registry);
+        let ctx = Ctx {
+            operator: self.opts.operator,
+            root: self.registry.root(),
+            limits: self.opts.limits,
+            names: &names,
+        };
+        f(&ctx)
     }
 
     /// Apply a decision: Ok, or record the denial (why + journal) and return its errno.
@@ -403,36 +412,18 @@ impl SmithFs {
     /// Decide `op` on every zone of `inode` (the intersection rule, PROTOCOL.md §3).
     fn decide_inode(&self, who: Identity, op: Op, inode: &Inode) -> Decision {
         let zone = self.zone(inode);
-        let (root, names) = self.ctx();
-        let ctx = Ctx {
-            operator: self.opts.operator,
-            root,
-            limits: self.opts.limits,
-            names: &names,
-        };
-        let first = decide(&who, op, &zone, &ctx);
-        if !first.is_allowed() {
-            return first;
-        }
         let others = inode.place.lock().others.clone();
-        for z in others {
-            let d = decide(&who, op, &z, &ctx);
-            if !d.is_allowed() {
-                return d;
-            }
-        }
-        Decision::Allow
+        self.with_ctx(|ctx| {
+            std::iter::once(&zone)
+                .chain(others.iter())
+                .map(|z| decide(&who, op, z, ctx))
+                .find(|d| !d.is_allowed())
+                .unwrap_or(Decision::Allow)
+        })
     }
 
     fn decide_zone(&self, who: Identity, op: Op, zone: &Zone) -> Decision {
-        let (root, names) = self.ctx();
-        let ctx = Ctx {
-            operator: self.opts.operator,
-            root,
-            limits: self.opts.limits,
-            names: &names,
-        };
-        decide(&who, op, zone, &ctx)
+        self.with_ctx(|ctx| decide(&who, op, zone, ctx))
     }
 
     /// Check `op` on `inode` for the caller.
@@ -821,14 +812,7 @@ impl SmithFs {
             highest_used: info.highest_child,
             n_children: info.children.len(),
         };
-        let (root, names) = self.ctx();
-        let ctx = Ctx {
-            operator: self.opts.operator,
-            root,
-            limits: self.opts.limits,
-            names: &names,
-        };
-        let number = match check_new_child(&who, &family, name, &ctx) {
+        let number = match self.with_ctx(|ctx| check_new_child(&who, &family, name, ctx)) {
             Ok(n) => n,
             Err(d) => return Err(self.denied(caller, who, "mkdir", self.child_path(dir, name), d)),
         };
@@ -898,14 +882,7 @@ impl SmithFs {
         let cname = Self::name_in(newname)?;
         let src = self.zone(&inode);
         let dst = self.new_zone(&dir, newname);
-        let (root, names) = self.ctx();
-        let ctx = Ctx {
-            operator: self.opts.operator,
-            root,
-            limits: self.opts.limits,
-            names: &names,
-        };
-        let d = decide_link(&who, &src, &dst, &ctx);
+        let d = self.with_ctx(|ctx| decide_link(&who, &src, &dst, ctx));
         self.enforce(caller, who, d, "link", || self.child_path(&dir, newname))?;
         backing::link(inode.fd(), dir.fd(), &cname)?;
         let (linked, attr) = self.lookup_in(&dir, &cname)?;
@@ -988,29 +965,30 @@ impl SmithFs {
         } else {
             self.new_zone(&to, newname)
         };
-        let (root, names) = self.ctx();
-        let ctx = Ctx {
-            operator: self.opts.operator,
-            root,
-            limits: self.opts.limits,
-            names: &names,
-        };
         let src_live = self.subtree_live(&src_zone);
         let replaced_live = replaced.as_ref().is_some_and(|(z, _)| self.subtree_live(z));
-        let mut d = decide_rename(
-            &who,
-            &src_zone,
-            src_live,
-            &dst_zone,
-            replaced.as_ref().map(|(z, _)| (z, replaced_live)),
-            &ctx,
-        );
-        if exchange && d.is_allowed() {
-            if let Some((rz, _)) = &replaced {
-                let back = self.new_zone(&from, name);
-                d = decide_rename(&who, rz, replaced_live, &back, Some((&src_zone, src_live)), &ctx);
+        let back = self.new_zone(&from, name);
+        let d = self.with_ctx(|ctx| {
+            let there = decide_rename(
+                &who,
+                &src_zone,
+                src_live,
+                &dst_zone,
+                replaced.as_ref().map(|(z, _)| (z, replaced_live)),
+                ctx,
+            );
+            match (&replaced, exchange, there.is_allowed()) {
+                (Some((rz, _)), true, true) => decide_rename(
+                    &who,
+                    rz,
+                    replaced_live,
+                    &back,
+                    Some((&src_zone, src_live)),
+                    ctx,
+                ),
+                _ => there,
             }
-        }
+        });
         self.enforce(caller, who, d, "rename", || self.child_path(&from, name))?;
         backing::rename(from.fd(), &cname, to.fd(), &cnew, flags)?;
         if src_st.st_mode & libc::S_IFMT == libc::S_IFDIR
@@ -1662,6 +1640,10 @@ impl SmithFs {
 
     /// `.smithfs/whoami`: key: value lines (PROTOCOL.md §7).
     fn whoami_text(&self, caller: &Caller, who: Identity) -> String {
+        self.with_ctx(|ctx| self.whoami_lines(caller, who, ctx))
+    }
+
+    fn whoami_lines(&self, caller: &Caller, who: Identity, ctx: &Ctx<'_>) -> String {
         let mut out = String::new();
         let kind = match who {
             Identity::Smith(_) => "smith",
@@ -1669,13 +1651,6 @@ impl SmithFs {
             Identity::Unknown => "unknown",
         };
         out.push_str(&format!("identity: {kind}\n"));
-        let (root, names) = self.ctx();
-        let ctx = Ctx {
-            operator: self.opts.operator,
-            root,
-            limits: self.opts.limits,
-            names: &names,
-        };
         match who {
             Identity::Smith(s) => {
                 if let Some(info) = self.registry.get(s) {
@@ -1709,7 +1684,7 @@ impl SmithFs {
                         ("conversations", Area::Conversations),
                         ("children", Area::Children),
                     ] {
-                        let r = crate::policy::rights(&who, &z(area), &ctx);
+                        let r = crate::policy::rights(&who, &z(area), ctx);
                         out.push_str(&format!("rights.{label}: {r}\n"));
                     }
                     if let Some(p) = info.parent {
@@ -1721,7 +1696,7 @@ impl SmithFs {
                                 area: Area::Outbox,
                                 depth: Depth::Inner,
                             });
-                            let r = crate::policy::rights(&who, &pz, &ctx);
+                            let r = crate::policy::rights(&who, &pz, ctx);
                             out.push_str(&format!("rights.parent.outbox: {r}\n"));
                         }
                     }
