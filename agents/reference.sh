@@ -96,7 +96,7 @@ if [ "$(cat "$W/task-key" 2>/dev/null || :)" != "$TASK_KEY" ]; then
     if [ "$SMITH_WAKE" = children ] && [ -f "$W/task-key" ]; then
         log "woken for children, but the newest task is not the one we dispatched for: working on the new one"
     fi
-    rm -rf "$W/plan" "$W/dispatch.tsv" "$W/self.tsv" "$W/dispatch.done" "$W/files.tsv"
+    rm -rf "$W/plan" "$W/dispatch.tsv" "$W/self.tsv" "$W/self-parts" "$W/self-data" "$W/dispatch.done" "$W/files.tsv" "$W/pending"
     printf '%s\n' "$TASK_KEY" >"$W/task-key"
 fi
 
@@ -410,11 +410,13 @@ errno_of() { # the errno name in mkdir's message (LC_ALL=C)
     *) echo OTHER ;;
     esac
 }
-new_child() { # new_child -> prints the name of a freshly created child, or fails
+new_child() { # new_child PART -> prints the name of a freshly created child, or fails
     n=$(last_used)
     n=$((${n:-0} + 1))
     for attempt in 1 2 3 4 5 6; do
         name=$(printf 'smith-%03d' "$n")
+        # intent first: if this run dies after the mkdir, the next run reuses the child
+        printf '%s\t%s\n' "$1" "$name" >"$W/pending"
         if err=$(mkdir "children/$name" 2>&1); then
             echo "$name" >>"$W/ids"
             echo "$name"
@@ -447,7 +449,13 @@ copy_part() { # copy_part PARTFILE DEST: copy the part's units (relative paths k
 for pf in "$W"/plan/part-*; do
     part=${pf##*/}
     if grep -q "^$part	" "$W/dispatch.tsv"; then continue; fi # dispatched by an earlier run
-    if ! child=$(new_child); then
+    # an earlier run that died between mkdir and the task's rename left a child without a task:
+    # reuse it (a child without a task would never settle)
+    child=$(awk -F '\t' -v p="$part" '$1 == p { print $2 }' "$W/pending" 2>/dev/null || :)
+    if [ -n "$child" ] && [ -d "children/$child" ] && ! ls "children/$child"/inbox/task-*.md >/dev/null 2>&1 &&
+        [ ! -e "children/$child/outbox/result.md" ]; then
+        log "reusing $child for $part (created by an interrupted run, no task yet)"
+    elif ! child=$(new_child "$part"); then
         log "no child for $part: counting it myself"
         mkdir -p "$W/self-data"
         copy_part "$pf" "$W/self-data"

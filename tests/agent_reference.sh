@@ -82,6 +82,12 @@ if [ $# -eq 1 ] && [ -n "${SMITH_FULL_ID:-}" ] && [ -f smith.md ]; then
         printf '# Smith %s\nFull id: %s/%s\nLevel: %s\n' "$name" "$SMITH_FULL_ID" "$name" $((SMITH_LEVEL + 1)) >"$tmp/smith.md"
         printf '# Start here, %s\n' "$name" >"$tmp/private/START_HERE.md"
         mv "$tmp" "$1"
+        # FAKE_KILL_AFTER=FULL_ID:N - the agent of FULL_ID is killed right after its N-th child is made
+        if [ "${FAKE_KILL_AFTER%:*}" = "$SMITH_FULL_ID" ] && [ "$(ls children | wc -l)" -ge "${FAKE_KILL_AFTER##*:}" ] &&
+            [ ! -e "$state.killed" ]; then
+            touch "$state.killed"
+            kill -KILL 0
+        fi
         exit 0
         ;;
     esac
@@ -135,8 +141,8 @@ run_smith() {
             cd "$dir" &&
                 env PATH="$SHIM:$PATH" SMITH_ID="${id##*/}" SMITH_FULL_ID="$id" SMITH_LEVEL="$level" \
                     SMITH_PARENT="$parent" SMITH_DIR="$dir" SMITH_TASK_FILE="$task" SMITH_WAKE="$wake" \
-                    SMITH_MOUNT="$m" FAKE_STATE="$m/.fake-state" \
-                    bash "$m/agents/reference.sh" </dev/null >"$dir/conversations/$run/messages.log" 2>&1
+                    SMITH_MOUNT="$m" FAKE_STATE="$m/.fake-state" FAKE_KILL_AFTER="${FAKE_KILL_AFTER:-}" \
+                    setsid bash "$m/agents/reference.sh" </dev/null >"$dir/conversations/$run/messages.log" 2>&1
         ) || rc=$?
     fi
     echo "$rc" >"$dir/conversations/$run/exit"
@@ -410,7 +416,23 @@ scenario_refusals() {
     summary_line refusals "$m"
 }
 
-scenarios=${*:-synthetic real failure refusals}
+scenario_interrupted() {
+    echo "== interrupted: the root's first run is killed (SIGKILL) right after it made its 2nd child"
+    local m=$WORK/interrupted
+    RUNS=0
+    new_mount "$m"
+    [ -d "$WORK/synthetic-data" ] || gen_synthetic "$WORK/synthetic-data"
+    cp -R "$WORK/synthetic-data" "$m/smiths/smith-root/inbox/data"
+    start_root "$m" "$(task_text 40)"
+    FAKE_KILL_AFTER=smith-root:2 schedule "$m"
+    common_checks "$m" "$WORK/synthetic-data"
+    check "root's first run was killed" 137 "$(cat "$m/smiths/smith-root/conversations/run-0001/exit")"
+    check "the retry reused the task-less child: root's children" "smith-001 smith-002 smith-003 smith-004 smith-005" \
+        "$(ls "$m/smiths/smith-root/children" | tr '\n' ' ' | sed 's/ $//')"
+    summary_line interrupted "$m"
+}
+
+scenarios=${*:-synthetic real failure refusals interrupted}
 for s in $scenarios; do "scenario_$s"; done
 echo
 echo "agent_reference: $pass passed, $fail failed"
