@@ -100,9 +100,6 @@ if [ "$(cat "$W/task-key" 2>/dev/null || :)" != "$TASK_KEY" ]; then
     printf '%s\n' "$TASK_KEY" >"$W/task-key"
 fi
 
-NL='
-'
-
 # ---------------------------------------------------------------------------------------------
 # Counting
 
@@ -413,7 +410,7 @@ errno_of() { # the errno name in mkdir's message (LC_ALL=C)
 new_child() { # new_child PART -> prints the name of a freshly created child, or fails
     n=$(last_used)
     n=$((${n:-0} + 1))
-    for attempt in 1 2 3 4 5 6; do
+    for _ in 1 2 3 4 5 6; do
         name=$(printf 'smith-%03d' "$n")
         # intent first: if this run dies after the mkdir, the next run reuses the child
         printf '%s\t%s\n' "$1" "$name" >"$W/pending"

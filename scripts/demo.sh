@@ -162,15 +162,18 @@ if [ "$RESUME" = 0 ]; then
     cp "$REPO/Cargo.toml" "$DATA/smithfs/"
     n=0
     if [ -n "$REG" ]; then
-        for c in $(ls "$REG"); do
+        for c in "$REG"*/; do
             [ "$CRATES" = all ] || [ "$n" -lt "$CRATES" ] || break
-            cp -R "$REG/$c" "$DATA/$c"
+            c=${c%/}
+            cp -R "$c" "$DATA/${c##*/}"
             n=$((n + 1))
         done
     else
         say "no cargo registry sources under ${CARGO_HOME:-$HOME/.cargo}/registry/src: counting src/ only"
     fi
     FILES=$(find "$DATA" -type f | wc -l)
+    # the direct count to check the census against, taken now (before the tree grows)
+    echo "$FILES $(find "$DATA" -type f -exec cat {} + | wc -l) $(find "$DATA" -type f -exec cat {} + | wc -c)" >"$DIR/.demo-direct"
     say "copied smithfs/src and $n crates: $FILES files, $(du -sh "$DATA" | cut -f1) in $(awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f s", b - a }')"
     [ -n "$SPLIT" ] || SPLIT=$(((FILES + 11) / 12))
     [ "$SPLIT" -ge 50 ] || SPLIT=50
@@ -281,7 +284,7 @@ else
             case $st in running | done | failed) continue ;; esac
             # a plain passthrough mount does not scaffold children yet: supply the areas
             for a in inbox private outbox children conversations; do [ -d "$d/$a" ] || mkdir -p "$d/$a"; done
-            if [ -f "$d/outbox/result.md" ]; then ST[$id]=done; continue; fi
+            if [ -f "$d/outbox/result.md" ]; then ST[$id]="done"; continue; fi
             task=$(ls -t "$d"/inbox/task-*.md 2>/dev/null | head -n 1 || :)
             [ -n "$task" ] || continue
             wake=""
@@ -301,7 +304,7 @@ else
             KEY[$id]=$task
             launch "$id" "$wake"
         done
-        if [ "${ST[smith-root]:-}" = done ] || [ "${ST[smith-root]:-}" = failed ]; then break; fi
+        if [ "${ST[smith-root]:-}" = "done" ] || [ "${ST[smith-root]:-}" = failed ]; then break; fi
         if [ "$(awk -v a="$T0" -v b="$(date +%s)" 'BEGIN { print (b - a > '"$TIMEOUT"') }')" = 1 ]; then
             say "timed out after $TIMEOUT s"
             RC=124
@@ -316,7 +319,7 @@ else
                 LIVE=$((LIVE - 1))
                 d=$(sdir "$id")
                 if [ -f "$d/outbox/result.md" ]; then
-                    ST[$id]=done
+                    ST[$id]="done"
                     if [ "$id" = smith-root ]; then
                         cp "$d/outbox/result.md" "$DIR/results/.final.md.tmp" && mv "$DIR/results/.final.md.tmp" "$DIR/results/final.md"
                     fi
@@ -339,7 +342,7 @@ else
     done
     stop_runs
     show
-    [ "${ST[smith-root]:-}" = done ] || RC=1
+    [ "${ST[smith-root]:-}" = "done" ] || RC=1
 fi
 
 # --- 6. the answer -------------------------------------------------------------------------------------
@@ -362,19 +365,21 @@ DEPTH=$(cd "$DIR/smiths" && find smith-root \( -name private -o -name inbox -o -
     awk '$0 ~ /\/children\/smith-[0-9]+$/ { n = gsub(/\/children\//, "&"); if (n > d) d = n } END { print d + 0 }')
 if [ "$DRIVER" = smithfs ] && has_cmd events; then
     RUNCOUNT=$("$SMITHFS" events "$DIR" --json | grep -c '"run.started"' || :)
+elif [ -r "$DIR/.smithfs/status.json" ]; then
+    RUNCOUNT=$(grep -o '"runs"[[:space:]]*:[[:space:]]*[0-9]*' "$DIR/.smithfs/status.json" | awk -F: '{ s += $2 } END { print s + 0 }')
 else
     RUNCOUNT=$(find "$DIR/smiths" -type d -path '*/conversations/*' -name 'run*' | wc -l)
 fi
 say "wall time:  $WALL s (from the root task to the final result)"
 say "runs:       $RUNCOUNT"
 say "smiths:     $SMITHS over $((DEPTH + 1)) levels (root = 0, deepest $DEPTH)"
-if [ -f "$DIR/results/final.md" ] && [ -d "$DATA" ]; then
+if [ -f "$DIR/results/final.md" ] && [ -f "$DIR/.demo-direct" ]; then
     got=$(awk '/^```census-tsv/ { on = 1; next } on && /^```/ { exit } on && $1 == "total" { print $2, $3, $4 }' "$DIR/results/final.md")
-    want="$(find "$DATA" -type f | wc -l) $(find "$DATA" -type f -exec cat {} + | wc -l) $(find "$DATA" -type f -exec cat {} + | wc -c)"
+    want=$(cat "$DIR/.demo-direct")
     if [ "$got" = "$want" ]; then
         say "check:      census totals = direct count ($want: files lines bytes)"
     else
-        say "check:      MISMATCH: census $got, direct count $want"
+        say "check:      MISMATCH: census $got, direct count $want (files lines bytes)"
         [ "$RC" != 0 ] || RC=1
     fi
 fi

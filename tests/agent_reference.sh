@@ -167,7 +167,7 @@ schedule() {
             st="$S/$(printf '%s' "$id" | tr / _)"
             [ -f "$st.final" ] && continue
             if [ -f "$dir/outbox/result.md" ]; then
-                echo done >"$st.final"
+                echo "done" >"$st.final"
                 if [ "$id" = smith-root ]; then cp "$dir/outbox/result.md" "$m/results/.final.tmp" && mv "$m/results/.final.tmp" "$m/results/final.md"; fi
                 progress=1
                 continue
@@ -263,8 +263,9 @@ common_checks() { # common_checks M DATA_COPY
         n=$(ls "$dir/children" | wc -l)
         [ "$n" -le 5 ] || { echo "       $id has $n children"; viol=$((viol + 1)); }
         prev=0
-        for c in $(ls "$dir/children"); do
-            c=${c#smith-}
+        for c in "$dir"/children/smith-*; do
+            [ -d "$c" ] || continue
+            c=${c##*/smith-}
             c=$((10#$c))
             [ "$c" -gt "$prev" ] || { echo "       $id: child ids not increasing"; viol=$((viol + 1)); }
             prev=$c
@@ -340,7 +341,8 @@ scenario_synthetic() {
     gen_synthetic "$WORK/synthetic-data"
     cp -R "$WORK/synthetic-data" "$m/smiths/smith-root/inbox/data"
     start_root "$m" "$(task_text 20)"
-    local t0=$(date +%s.%N)
+    local t0
+    t0=$(date +%s.%N)
     schedule "$m"
     common_checks "$m" "$WORK/synthetic-data"
     check "deepest level" 3 "$(depth "$m")"
@@ -364,7 +366,8 @@ scenario_real() {
     for c in $(ls "$reg" | head -n 40); do cp -R "$reg/$c" "$d/$c"; done
     cp -R "$d" "$m/smiths/smith-root/inbox/data"
     start_root "$m" "$(task_text 150)"
-    local t0=$(date +%s.%N)
+    local t0
+    t0=$(date +%s.%N)
     schedule "$m"
     common_checks "$m" "$d"
     [ "$(depth "$m")" -ge 2 ] && ok "decomposed over at least 2 levels ($(depth "$m"))" || bad "only $(depth "$m") levels"
