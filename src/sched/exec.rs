@@ -681,6 +681,10 @@ impl Exec {
         let rel = info.rel_dir();
         let rec = self.recs.entry(s).or_default();
         rec.next_run = rec.next_run.max(1);
+        // The attempt consumes the tasks that are there now, even if it cannot start: a
+        // rescan must not schedule them again.
+        let t0 = SystemTime::now();
+        rec.last_start = Some(t0);
         let (run_id, dir) = loop {
             let id = format!("run-{:04}", rec.next_run);
             match runner::create_run_dir(self.root.as_fd(), Path::new(&rel), &id) {
@@ -737,7 +741,6 @@ impl Exec {
                 return self.fail_start(s, wake, &run_id, Some(dir), msg, agent.retries);
             }
         };
-        let t0 = SystemTime::now();
         let cwd = PathBuf::from(&ph.smith_dir);
         let started = runner::launch(
             Launch {
@@ -777,7 +780,6 @@ impl Exec {
         }
         if let Some(rec) = self.recs.get_mut(&s) {
             rec.runs += 1;
-            rec.last_start = Some(t0);
             rec.last_run = Some(LastRun {
                 run_id: run_id.clone(),
                 wake: wake.as_str().into(),

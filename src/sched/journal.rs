@@ -268,6 +268,12 @@ pub fn replay(events: &[Event]) -> (HashMap<String, History>, Vec<OpenRun>) {
             }
             "task.assigned" if ev.scheduled != Some(false) => h.terminal = None,
             "run.exited" | "run.interrupted" => {
+                // An attempt that could not start has no `run.started`; it still consumed the
+                // tasks that were there.
+                let started = h.last_run.as_ref().map(|l| &l.run_id) == ev.run_id.as_ref();
+                if !started && ev.error.is_some() {
+                    h.last_start = super::time::parse(&ev.ts);
+                }
                 if let Some(lr) = h
                     .last_run
                     .as_mut()
