@@ -281,7 +281,13 @@ impl Exec {
                 },
             );
         }
-        let mut interrupted = Vec::new();
+        let mut interrupted: Vec<(SmithIdx, Wake)> = all
+            .iter()
+            .filter_map(|i| {
+                let w = hist.get(&i.full_id)?.interrupted.as_deref()?;
+                Some((i.idx, Wake::parse(w).unwrap_or(Wake::Task)))
+            })
+            .collect();
         for o in open {
             let s = self.registry.by_full_id(&o.smith);
             self.kill_leftover(s, &o);
@@ -560,7 +566,10 @@ impl Exec {
     }
 
     fn on_cancel(&mut self, s: SmithIdx) {
+        let now = SystemTime::now();
         for (x, live) in self.queue.cancel(s) {
+            // The cancel consumes the tasks that are there: a rescan must not revive it.
+            self.recs.entry(x).or_default().last_start = Some(now);
             let mut ev = self.ev("run.cancelled", x);
             if live {
                 ev.run_id = self.live.get(&x).map(|l| l.run_id.clone());

@@ -204,6 +204,9 @@ pub struct History {
     pub last_start: Option<SystemTime>,
     /// `failed` or `cancelled` per the last decisive event, else `None`.
     pub terminal: Option<Terminal>,
+    /// The wake reason of its last run if that run was interrupted (`run.interrupted`, by an
+    /// unmount or a dead daemon) and nothing ran since: what `--resume` re-queues.
+    pub interrupted: Option<String>,
 }
 
 /// A state that only the journal remembers (§9).
@@ -248,6 +251,7 @@ pub fn replay(events: &[Event]) -> (HashMap<String, History>, Vec<OpenRun>) {
             "run.started" => {
                 h.runs += 1;
                 h.terminal = None;
+                h.interrupted = None;
                 h.last_start = super::time::parse(&ev.ts);
                 h.last_run = Some(LastRun {
                     run_id: ev.run_id.clone().unwrap_or_default(),
@@ -290,9 +294,21 @@ pub fn replay(events: &[Event]) -> (HashMap<String, History>, Vec<OpenRun>) {
                     Some("cancelled") => h.terminal = Some(Terminal::Cancelled),
                     _ => {}
                 }
+                if ev.event == "run.interrupted" {
+                    let wake = ev
+                        .wake
+                        .clone()
+                        .or_else(|| h.last_run.as_ref().map(|l| l.wake.clone()));
+                    h.interrupted = wake.or(Some("task".into()));
+                }
                 closes(&mut open);
             }
-            "run.cancelled" => h.terminal = Some(Terminal::Cancelled),
+            "run.cancelled" => {
+                // A cancel consumes the tasks that were there: only newer ones revive it.
+                h.terminal = Some(Terminal::Cancelled);
+                h.interrupted = None;
+                h.last_start = super::time::parse(&ev.ts).max(h.last_start);
+            }
             _ => {}
         }
     }
