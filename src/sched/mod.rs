@@ -21,6 +21,7 @@ pub mod runner;
 pub mod scan;
 pub mod time;
 pub mod trigger;
+pub mod view;
 
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, OwnedFd};
