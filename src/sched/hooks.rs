@@ -135,7 +135,8 @@ impl HookJob {
             Launch {
                 argv: &self.argv,
                 env: &env,
-                cwd: None,
+                // Never the daemon's cwd (which may be at or above the mount): `/`.
+                cwd: Some(std::path::Path::new("/")),
                 stdin_piped: true,
                 output: self.log.take(),
                 bind: BindTo::Operator,

@@ -234,7 +234,8 @@ impl Scheduler {
     /// Is a run of `s` or of one of its descendants live? Answered from a snapshot the
     /// scheduler thread keeps, without waiting on it (for `SmithFs`'s liveness hook).
     pub fn subtree_live(&self, s: SmithIdx) -> bool {
-        let live = self.shared.live.lock();
+        // Copy out first: the registry's lock is never taken under ours.
+        let live: Vec<SmithIdx> = self.shared.live.lock().iter().copied().collect();
         live.iter()
             .any(|x| *x == s || self.registry.is_ancestor(s, *x))
     }
