@@ -49,7 +49,9 @@ echo ok > outbox/result.md
 "#;
     let s = env.start(env.config_with_agent(agent, |_| {}));
     poll_until(30, "final.md", || env.read("results/final.md"));
-    poll_until(10, "root done", || (state(&s, "smith-root") == "done").then_some(()));
+    poll_until(10, "root done", || {
+        (state(&s, "smith-root") == "done").then_some(())
+    });
     let status = s.status_json();
     let doc: smithfs::sched::view::StatusDoc =
         serde_json::from_slice(&status).expect("status.json matches the CLI's view");
@@ -76,7 +78,10 @@ fn status_events_wait_cancel() {
     assert!(o.status.success());
     let text = out(&o);
     assert!(text.starts_with("smith-root"), "{text}");
-    assert!(text.contains("├─ smith-001") && text.contains("failed"), "{text}");
+    assert!(
+        text.contains("├─ smith-001") && text.contains("failed"),
+        "{text}"
+    );
     assert!(!text.contains('\x1b'), "plain when not a tty");
     let o = smithfs(&["status", "--json"], &[("SMITH_MOUNT", &dir)]);
     assert!(o.status.success(), "DIR from $SMITH_MOUNT");
@@ -85,28 +90,60 @@ fn status_events_wait_cancel() {
 
     let o = smithfs(&["events", &dir], &[]);
     let text = out(&o);
-    assert!(text.lines().any(|l| l.contains("run.exited") && l.contains("outcome=failed")), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains("run.exited") && l.contains("outcome=failed")),
+        "{text}"
+    );
     assert!(!text.contains("torn"));
     let o = smithfs(&["events", &dir, "--json"], &[]);
-    assert!(out(&o).lines().all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()));
+    assert!(out(&o)
+        .lines()
+        .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()));
 
     let code = |args: &[&str], env: &[(&str, &str)]| smithfs(args, env).status.code();
-    assert_eq!(code(&["wait", &dir], &[]), Some(0), "final.md and root done");
-    assert_eq!(code(&["wait", &dir, "--smith", "smith-root/smith-001"], &[]), Some(1));
-    assert_eq!(code(&["wait", &dir, "--smith", "smith-root/smith-002"], &[]), Some(0));
-    assert_eq!(code(&["wait", &dir, "--children"], &[]), Some(1), "one child failed");
     assert_eq!(
-        code(&["wait", &dir, "--children", "--timeout", "0.2"], &[("SMITH_FULL_ID", "smith-root/smith-002")]),
+        code(&["wait", &dir], &[]),
+        Some(0),
+        "final.md and root done"
+    );
+    assert_eq!(
+        code(&["wait", &dir, "--smith", "smith-root/smith-001"], &[]),
+        Some(1)
+    );
+    assert_eq!(
+        code(&["wait", &dir, "--smith", "smith-root/smith-002"], &[]),
+        Some(0)
+    );
+    assert_eq!(
+        code(&["wait", &dir, "--children"], &[]),
+        Some(1),
+        "one child failed"
+    );
+    assert_eq!(
+        code(
+            &["wait", &dir, "--children", "--timeout", "0.2"],
+            &[("SMITH_FULL_ID", "smith-root/smith-002")]
+        ),
         Some(124),
         "smith-002 has no children: never settles"
     );
-    assert_eq!(code(&["wait", &dir, "--smith", "smith-root/nope"], &[]), Some(1));
+    assert_eq!(
+        code(&["wait", &dir, "--smith", "smith-root/nope"], &[]),
+        Some(1)
+    );
     assert_eq!(code(&["wait", "/nonexistent-smithfs"], &[]), Some(1));
 
     let o = smithfs(&["cancel", &dir, "smith-root/smith-002"], &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(env.read(".smithfs/ctl").as_deref(), Some("cancel smith-root/smith-002\n"));
-    let o = smithfs(&["cancel", "smith-root"], &[("SMITH_MOUNT", "/nonexistent-smithfs")]);
+    assert_eq!(
+        env.read(".smithfs/ctl").as_deref(),
+        Some("cancel smith-root/smith-002\n")
+    );
+    let o = smithfs(
+        &["cancel", "smith-root"],
+        &[("SMITH_MOUNT", "/nonexistent-smithfs")],
+    );
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("live smithfs mount"));
 }
@@ -118,7 +155,13 @@ fn doctor_reports_each_check() {
     }
     let o = smithfs(&["doctor"], &[]);
     let text = out(&o);
-    for what in ["/dev/fuse", "fusermount3", "kernel", "cgroups", "privileges"] {
+    for what in [
+        "/dev/fuse",
+        "fusermount3",
+        "kernel",
+        "cgroups",
+        "privileges",
+    ] {
         assert!(text.contains(what), "{what} missing in\n{text}");
     }
 }
