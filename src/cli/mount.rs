@@ -12,6 +12,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
@@ -245,6 +246,9 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
         libc::umask(0);
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
     }
+    // Before any thread exists, so that every thread inherits the mask and only the signal
+    // thread ever takes SIGTERM/SIGINT/SIGHUP.
+    let signals = block_signals()?;
     let nofile = raise_nofile();
     let root =
         backing::open_store_root(dir).map_err(|e| anyhow!("cannot open {}: {e}", dir.display()))?;
@@ -263,14 +267,8 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
         0o600,
     )
     .map_err(|e| anyhow!("cannot open the daemon lock: {e}"))?;
-    // SAFETY: flock on a descriptor we own.
-    if unsafe {
-        libc::flock(
-            std::os::fd::AsRawFd::as_raw_fd(&lock),
-            libc::LOCK_EX | libc::LOCK_NB,
-        )
-    } != 0
-    {
+    // A daemon that was just unmounted may still be finishing: give it a moment.
+    if !try_lock(&lock, Duration::from_secs(10)) {
         bail!(
             "another smithfs daemon is serving {}; unmount it first with `smithfs umount {}`",
             dir.display(),
@@ -361,7 +359,7 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
         fs.set_liveness(Box::new(move |i| s.subtree_live(i)));
     }
     let unmounter = session.unmount_callable();
-    spawn_signal_thread(unmounter, sched.clone())?;
+    spawn_signal_thread(signals, unmounter, sched.clone())?;
     if let Some(r) = report.take() {
         r.write_all(b"ready\n")?;
         detach_stdio();
@@ -373,6 +371,33 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
     let _ = backing::unlink(state.as_fd(), c"daemon.pid", false);
     tracing::info!(dir = %dir.display(), "unmounted");
     Ok(())
+}
+
+/// Take `flock(LOCK_EX)` on `fd`, retrying until `patience` runs out.
+fn try_lock(fd: &OwnedFd, patience: Duration) -> bool {
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        // SAFETY: flock on a descriptor we own.
+        let got = unsafe {
+            libc::flock(
+                std::os::fd::AsRawFd::as_raw_fd(fd),
+                libc::LOCK_EX | libc::LOCK_NB,
+            )
+        } == 0;
+        if got || std::time::Instant::now() >= deadline {
+            return got;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Wait until no daemon holds the lock file `path` (or `patience` runs out); true when free.
+/// Used by `umount` to return only once the daemon is done with the store.
+pub fn wait_for_lock(path: &Path, patience: Duration) -> bool {
+    match std::fs::OpenOptions::new().read(true).open(path) {
+        Ok(f) => try_lock(&OwnedFd::from(f), patience),
+        Err(_) => true,
+    }
 }
 
 /// The mount's configuration: `--config F` or `DIR/config.json` (absent: defaults), with
@@ -463,18 +488,24 @@ impl Invalidate for KernelInvalidate {
     }
 }
 
-/// Block SIGTERM/SIGINT/SIGHUP in every thread; when one arrives, stop the runs (journaled
-/// `run.interrupted`), then unmount cleanly.
-fn spawn_signal_thread(
-    mut unmounter: fuser::SessionUnmounter,
-    sched: Arc<Scheduler>,
-) -> Result<()> {
+/// Block SIGTERM/SIGINT/SIGHUP in this thread (and every thread it starts afterwards).
+fn block_signals() -> Result<nix::sys::signal::SigSet> {
     use nix::sys::signal::{SigSet, Signal};
     let mut set = SigSet::empty();
     set.add(Signal::SIGTERM);
     set.add(Signal::SIGINT);
     set.add(Signal::SIGHUP);
     set.thread_block().context("cannot block signals")?;
+    Ok(set)
+}
+
+/// Wait for one of the blocked signals; when one arrives, stop the runs (journaled
+/// `run.interrupted`), then unmount cleanly.
+fn spawn_signal_thread(
+    set: nix::sys::signal::SigSet,
+    mut unmounter: fuser::SessionUnmounter,
+    sched: Arc<Scheduler>,
+) -> Result<()> {
     std::thread::Builder::new()
         .name("smithfs-signals".into())
         .spawn(move || {

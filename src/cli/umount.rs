@@ -38,9 +38,14 @@ pub fn run(args: UmountArgs) -> Result<ExitCode> {
             if unsafe { libc::kill(pid, libc::SIGTERM) } == 0 {
                 let deadline = Instant::now() + Duration::from_secs(60);
                 while Instant::now() < deadline {
-                    if util::mount_state(&dir) == MountState::NotMounted {
-                        wait_for_daemon(&dir);
-                        return Ok(ExitCode::SUCCESS);
+                    match util::mount_state(&dir) {
+                        MountState::NotMounted => {
+                            wait_for_daemon(&dir);
+                            return Ok(ExitCode::SUCCESS);
+                        }
+                        // The daemon died instead: detach below.
+                        MountState::Dead => break,
+                        MountState::Live | MountState::Other(_) => {}
                     }
                     std::thread::sleep(Duration::from_millis(20));
                 }
@@ -50,7 +55,7 @@ pub fn run(args: UmountArgs) -> Result<ExitCode> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         let c = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
-        let flags = if state == MountState::Dead {
+        let flags = if util::mount_state(&dir) == MountState::Dead {
             libc::MNT_DETACH
         } else {
             0
@@ -89,25 +94,10 @@ fn daemon_pid(dir: &std::path::Path) -> Option<i32> {
         .and_then(|p| p.trim().parse().ok())
 }
 
-/// Wait (up to 10 s) for the daemon that served `dir` to exit, so that a new mount or a reader
-/// of the store finds everything settled.
+/// Wait (up to 10 s) for the daemon that served `dir` to let go of the store: its lock on
+/// `.smithfs-state/daemon.lock` is released only when it is done, so a following `mount` or a
+/// reader of the store finds everything settled.
 fn wait_for_daemon(dir: &std::path::Path) {
-    let pidfile = dir.join(STATE_DIR).join("daemon.pid");
-    let Ok(pid) = std::fs::read_to_string(&pidfile) else {
-        return;
-    };
-    let Ok(pid) = pid.trim().parse::<i32>() else {
-        return;
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        // SAFETY: signal 0 only checks for existence.
-        if unsafe { libc::kill(pid, 0) } != 0 {
-            return;
-        }
-        if !pidfile.exists() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let lock = dir.join(STATE_DIR).join("daemon.lock");
+    let _ = crate::cli::mount::wait_for_lock(&lock, Duration::from_secs(10));
 }

@@ -71,6 +71,13 @@ pub enum Passthrough {
         /// Open handles using it.
         users: u32,
     },
+    /// `users` open handles go through the daemon (a setuid/setgid file: writes must clear
+    /// those bits as the writer, which a passthrough write done with the daemon's credentials
+    /// would not); new opens join them until all are closed.
+    Cached {
+        /// Open handles not passed through.
+        users: u32,
+    },
     /// This inode could not be opened `O_RDWR`: its opens are never passed through.
     Never,
 }
@@ -80,6 +87,7 @@ impl std::fmt::Debug for Passthrough {
         match self {
             Passthrough::Idle => f.write_str("Idle"),
             Passthrough::Active { users, .. } => write!(f, "Active({users})"),
+            Passthrough::Cached { users } => write!(f, "Cached({users})"),
             Passthrough::Never => f.write_str("Never"),
         }
     }

@@ -1141,9 +1141,19 @@ impl SmithFs {
         let mut pt = h.inode.passthrough.lock();
         let backing = match &mut *pt {
             Passthrough::Never => return None,
+            Passthrough::Cached { users } => {
+                *users += 1;
+                h.passthrough.store(true, Ordering::Relaxed);
+                return None;
+            }
             Passthrough::Active { backing, users } => {
                 *users += 1;
                 backing.clone()
+            }
+            Passthrough::Idle if setid(&h.fd) => {
+                *pt = Passthrough::Cached { users: 1 };
+                h.passthrough.store(true, Ordering::Relaxed);
+                return None;
             }
             Passthrough::Idle => {
                 let made = h
@@ -1251,12 +1261,15 @@ impl SmithFs {
         let h = self.files.remove(fh).ok_or(FsError::Stale)?;
         if h.passthrough.load(Ordering::Relaxed) {
             let mut pt = h.inode.passthrough.lock();
-            if let Passthrough::Active { users, .. } = &mut *pt {
-                *users -= 1;
-                if *users == 0 {
-                    // Dropping the last reference closes the kernel registration.
-                    *pt = Passthrough::Idle;
+            match &mut *pt {
+                Passthrough::Active { users, .. } | Passthrough::Cached { users } => {
+                    *users -= 1;
+                    if *users == 0 {
+                        // Dropping the last reference closes the kernel registration.
+                        *pt = Passthrough::Idle;
+                    }
                 }
+                Passthrough::Idle | Passthrough::Never => {}
             }
         }
         if h.dirty.load(Ordering::Relaxed) && h.inode.kind == libc::S_IFREG {
@@ -1819,6 +1832,14 @@ fn xattr_reply(
 
 fn xattr_name(name: &OsStr) -> FsResult<std::ffi::CString> {
     std::ffi::CString::new(name.as_bytes()).map_err(|_| FsError::Backing(Errno::EINVAL))
+}
+
+/// Does the open file carry setuid, or setgid with group execute (bits a write must clear)?
+fn setid(fd: &OwnedFd) -> bool {
+    backing::stat(fd.as_fd()).is_ok_and(|st| {
+        st.st_mode & libc::S_ISUID != 0
+            || st.st_mode & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP
+    })
 }
 
 /// Clear setuid, and setgid when group-executable, as a write or truncate by a caller without
