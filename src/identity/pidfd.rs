@@ -146,6 +146,19 @@ pub fn send_signal(fd: BorrowedFd<'_>, signal: i32) -> io::Result<()> {
     Ok(())
 }
 
+/// True once the process (or, for a `PIDFD_THREAD` pidfd, the thread) has exited, zombie or
+/// reaped: the pidfd polls readable. One `poll` with no wait.
+pub fn has_exited(fd: BorrowedFd<'_>) -> bool {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid `pollfd` that lives across the call; timeout 0 never blocks.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n > 0 && p.revents & (libc::POLLIN | libc::POLLHUP) != 0
+}
+
 /// True if `PIDFD_GET_INFO` works here (Linux ≥ 6.13), checked on the calling thread.
 pub fn get_info_supported() -> bool {
     // SAFETY: gettid has no preconditions.
@@ -185,6 +198,25 @@ mod tests {
         assert_eq!(i.ppid, unsafe { libc::getppid() } as u32);
         let leader = open(pid, 0).expect("pidfd_open own process");
         assert_ne!(inode(leader.as_fd()).expect("fstat"), 0);
+    }
+
+    #[test]
+    fn exit_is_seen_on_zombies_and_reaped_processes() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let fd = open(child.id(), 0).expect("pidfd_open child");
+        assert!(!has_exited(fd.as_fd()));
+        let _ = child.kill();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !has_exited(fd.as_fd()) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        assert!(has_exited(fd.as_fd()), "zombie polls readable");
+        let _ = child.wait();
+        assert!(has_exited(fd.as_fd()));
+        assert!(info(fd.as_fd()).is_err(), "reaped: ESRCH");
     }
 
     #[test]

@@ -749,7 +749,7 @@ impl Resolver {
 
     /// The live processes of smith `idx`, pids in the daemon's namespace, unsorted. cgroup mode:
     /// `cgroup.procs`. Ancestry mode: every process in `/proc` that resolves to the smith (the
-    /// bound ones and their descendants) — a scan, not for the hot path.
+    /// bound ones and their descendants; zombies excluded) — a scan, not for the hot path.
     ///
     /// Empty for an unregistered smith or on a read error.
     pub fn live_pids(&self, idx: SmithIdx) -> Vec<u32> {
@@ -783,7 +783,7 @@ impl Resolver {
         dir.filter_map(|d| d.ok()?.file_name().to_str()?.parse::<u32>().ok())
             .filter_map(|pid| {
                 let node = live_process(pid).ok()?;
-                if node.ino == self.daemon_ino {
+                if node.ino == self.daemon_ino || pidfd::has_exited(node.fd.as_fd()) {
                     return None;
                 }
                 let fd = node.fd.try_clone().ok()?;
