@@ -2,6 +2,7 @@
 
 pub mod ancestry;
 pub mod cgroup;
+pub mod keeper;
 pub mod pidfd;
 pub mod procfs;
 pub mod resolve;
