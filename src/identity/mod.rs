@@ -1,6 +1,13 @@
 //! Who is calling: the identity of the process behind a FUSE request (PROTOCOL.md §2).
 
+pub mod ancestry;
+pub mod cgroup;
+pub mod keeper;
+pub mod pidfd;
 pub mod procfs;
+pub mod resolve;
+
+pub use resolve::{Effective, IdentityError, Resolver};
 
 use crate::tree::model::SmithIdx;
 

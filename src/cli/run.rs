@@ -1,0 +1,206 @@
+//! `smithfs run [--mount DIR] --smith FULL_ID -- CMD [ARGS…]`: run CMD bound to a smith, for the
+//! operator (PROTOCOL.md §2, §6, §7), and exit with CMD's status.
+//!
+//! Binding: this process writes `bind <full-id>\n` to `<mount>/.smithfs/ctl` in one `write`; the
+//! daemon binds the writing process. A refused bind fails the write (`EACCES` not the operator,
+//! `ENOENT` no such smith, `EINVAL` malformed) and the reason is read from `<mount>/.smithfs/why`
+//! and printed.
+//!
+//! Then, by the mode the daemon reports in `.smithfs/whoami` (`identity mode: cgroup|ancestry`):
+//! - **cgroup**: this process is already in the smith's cgroup, so it simply `exec`s CMD;
+//!   descendants inherit the cgroup.
+//! - **ancestry** (also when the line is missing): this process is the *keeper*. It is bound, becomes
+//!   a child subreaper, forks and execs CMD, reaps everything (orphans re-parent to it), ignores
+//!   SIGINT/SIGQUIT (the terminal sends them to CMD too), forwards SIGTERM/SIGHUP to CMD, and exits
+//!   once its last descendant is gone with CMD's exit code, or 128 + the signal that killed it.
+//!
+//! CMD gets `SMITH_MOUNT`, `SMITH_FULL_ID`, `SMITH_ID`, `SMITH_LEVEL`, `SMITH_PARENT` and
+//! `SMITH_DIR` (as runs do, §5). CMD not found: 127; not executable: 126.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+
+use super::whoami::{self, CONTROL_DIR};
+use crate::identity::keeper;
+use crate::tree::scaffold::smith_dir_rel;
+
+/// Arguments of `smithfs run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The smithfs mount (default: the nearest above the working directory, then $SMITH_MOUNT,
+    /// then ./.agent-smith).
+    #[arg(long, value_name = "DIR")]
+    pub mount: Option<PathBuf>,
+    /// The smith to run as, by full id: smith-root, smith-root/smith-001, …
+    #[arg(long, value_name = "FULL_ID")]
+    pub smith: String,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// Run `smithfs run`: bind, then exec (cgroup) or keep (ancestry); the exit code is CMD's.
+///
+/// # Errors
+/// A bad full id, no mount, a refused bind (with the daemon's reason), or CMD that cannot be
+/// started (in cgroup mode; the keeper reports it as 126/127 instead).
+pub fn run(args: RunArgs) -> Result<ExitCode> {
+    let smith = SmithEnv::new(&args.smith)?;
+    let mount = whoami::find_mount(args.mount.as_deref())?;
+    let control = mount.join(CONTROL_DIR);
+    let mode = std::fs::read_to_string(control.join("whoami"))
+        .ok()
+        .and_then(|t| whoami::lookup(&t, "identity mode"));
+    bind(&control, &args.smith)?;
+    let env = smith.vars(&mount);
+    if mode.as_deref() == Some("cgroup") {
+        let (prog, rest) = args
+            .command
+            .split_first()
+            .ok_or_else(|| anyhow!("no command given after --"))?;
+        let err = std::process::Command::new(prog).args(rest).envs(env).exec();
+        let code = if err.kind() == std::io::ErrorKind::NotFound {
+            127
+        } else {
+            126
+        };
+        eprintln!(
+            "smithfs: cannot execute {}: {err}",
+            Path::new(prog).display()
+        );
+        return Ok(ExitCode::from(code));
+    }
+    for (k, v) in &env {
+        std::env::set_var(k, v);
+    }
+    let status = keeper::keep(&args.command).context("keeper")?;
+    Ok(ExitCode::from(status))
+}
+
+/// The full id and what follows from it: the `SMITH_*` variables.
+struct SmithEnv {
+    full_id: String,
+    dir: PathBuf,
+}
+
+impl SmithEnv {
+    fn new(full_id: &str) -> Result<SmithEnv> {
+        let dir = smith_dir_rel(full_id).ok_or_else(|| {
+            anyhow!(
+                "not a full smith id: {full_id:?} (expected smith-root, smith-root/smith-001, …)"
+            )
+        })?;
+        Ok(SmithEnv {
+            full_id: full_id.to_string(),
+            dir,
+        })
+    }
+
+    fn vars(&self, mount: &Path) -> Vec<(String, OsString)> {
+        let (parent, id) = match self.full_id.rsplit_once('/') {
+            Some((p, id)) => (p, id),
+            None => ("", self.full_id.as_str()),
+        };
+        let level = self.full_id.matches('/').count();
+        vec![
+            ("SMITH_MOUNT".into(), mount.as_os_str().to_owned()),
+            ("SMITH_FULL_ID".into(), self.full_id.clone().into()),
+            ("SMITH_ID".into(), id.into()),
+            ("SMITH_LEVEL".into(), level.to_string().into()),
+            ("SMITH_PARENT".into(), parent.into()),
+            ("SMITH_DIR".into(), mount.join(&self.dir).into_os_string()),
+        ]
+    }
+}
+
+/// Writes `bind <full_id>\n` to `<control>/ctl`; on refusal, reads `<control>/why`.
+fn bind(control: &Path, full_id: &str) -> Result<()> {
+    let ctl = control.join("ctl");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&ctl)
+        .with_context(|| format!("cannot open {}", ctl.display()))?;
+    let line = format!("bind {full_id}\n");
+    let result = f.write(line.as_bytes());
+    drop(f);
+    let err = match result {
+        Ok(n) if n == line.len() => return Ok(()),
+        Ok(n) => bail!(
+            "bind {full_id}: short write to {} ({n} bytes)",
+            ctl.display()
+        ),
+        Err(e) => e,
+    };
+    let why = std::fs::read_to_string(control.join("why")).unwrap_or_default();
+    let why = why.lines().next().unwrap_or("").trim();
+    let what = match err.raw_os_error() {
+        Some(libc::EACCES) | Some(libc::EPERM) => {
+            "bind refused: `smithfs run` is for the operator only".to_string()
+        }
+        Some(libc::ENOENT) => format!("no such smith {full_id}"),
+        Some(libc::EINVAL) => format!("the daemon refused `bind {full_id}` as malformed"),
+        _ => format!("bind {full_id} failed"),
+    };
+    if why.is_empty() {
+        bail!("{what} ({err})")
+    }
+    bail!("{what} ({err}): {why}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_ids() {
+        for ok in [
+            "smith-root",
+            "smith-root/smith-001",
+            "smith-root/smith-001/smith-0042",
+        ] {
+            assert!(SmithEnv::new(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "smith-001",
+            "smith-root/",
+            "smith-root/smith-1",
+            "/smith-root",
+            "a b",
+        ] {
+            let e = SmithEnv::new(bad)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(e.contains("not a full smith id"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn env_vars() {
+        let s = SmithEnv::new("smith-root/smith-001/smith-002").expect("id");
+        let v: std::collections::HashMap<String, OsString> =
+            s.vars(Path::new("/m")).into_iter().collect();
+        assert_eq!(v["SMITH_ID"], "smith-002");
+        assert_eq!(v["SMITH_PARENT"], "smith-root/smith-001");
+        assert_eq!(v["SMITH_LEVEL"], "2");
+        assert_eq!(v["SMITH_MOUNT"], "/m");
+        assert_eq!(
+            v["SMITH_DIR"],
+            "/m/smiths/smith-root/children/smith-001/children/smith-002"
+        );
+        let root: std::collections::HashMap<String, OsString> = SmithEnv::new("smith-root")
+            .expect("id")
+            .vars(Path::new("/m"))
+            .into_iter()
+            .collect();
+        assert_eq!(root["SMITH_PARENT"], "");
+        assert_eq!(root["SMITH_LEVEL"], "0");
+    }
+}

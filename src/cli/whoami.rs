@@ -1,0 +1,237 @@
+//! `smithfs whoami [--json]`: the calling process's identity and rights as the daemon sees it
+//! (PROTOCOL.md §6, §7). It prints `<mount>/.smithfs/whoami` (`key: value` lines: identity, full id,
+//! level, smith dir, identity mode, rights per area), or with `--json` one JSON object whose keys are
+//! those keys in snake case (`full id` → `full_id`), values strings (`level` a number when it is
+//! one).
+//!
+//! Also home of [`find_mount`], which `run` shares: the mount is `--mount DIR`, else the nearest
+//! smithfs mount above the working directory, else `$SMITH_MOUNT`, else `./.agent-smith` (§6).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde_json::{Map, Value};
+
+use super::util::{self, MountState};
+use crate::identity::procfs::{self, MountInfo};
+
+/// Name of the control directory at the mount root (PROTOCOL.md §7).
+pub const CONTROL_DIR: &str = ".smithfs";
+
+/// Arguments of `smithfs whoami`.
+#[derive(Debug, Args)]
+pub struct WhoamiArgs {
+    /// Print one JSON object instead of `key: value` lines.
+    #[arg(long)]
+    pub json: bool,
+    /// The smithfs mount (default: the nearest above the working directory, then $SMITH_MOUNT,
+    /// then ./.agent-smith).
+    #[arg(long, value_name = "DIR")]
+    pub mount: Option<PathBuf>,
+}
+
+/// Run `smithfs whoami`: print the caller's identity; exit 0, or 1 with one line when no mount is
+/// found or the file cannot be read.
+pub fn run(args: WhoamiArgs) -> Result<ExitCode> {
+    let mount = find_mount(args.mount.as_deref())?;
+    let file = mount.join(CONTROL_DIR).join("whoami");
+    let text = std::fs::read_to_string(&file)
+        .with_context(|| format!("cannot read {}", file.display()))?;
+    if args.json {
+        let json = serde_json::to_string_pretty(&to_json(&parse_pairs(&text)))?;
+        println!("{json}");
+    } else {
+        print!("{text}");
+        if !text.ends_with('\n') && !text.is_empty() {
+            println!();
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The `key: value` lines of a `.smithfs/` file, in order (pure). The key is everything before the
+/// first `:`, trimmed; the value the rest, trimmed. Blank lines and lines without `:` are skipped.
+pub fn parse_pairs(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            let k = k.trim();
+            (!k.is_empty()).then(|| (k.to_string(), v.trim().to_string()))
+        })
+        .collect()
+}
+
+/// The value of `key` in `whoami` text (pure), e.g. `identity mode` → `cgroup`.
+pub fn lookup(text: &str, key: &str) -> Option<String> {
+    parse_pairs(text)
+        .into_iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(key))
+        .map(|(_, v)| v)
+}
+
+/// `whoami` pairs as a JSON object (pure): keys snake-cased (runs of non-alphanumerics → `_`,
+/// lower case), values strings, `level` a number when numeric; a repeated key keeps its first value.
+pub fn to_json(pairs: &[(String, String)]) -> Value {
+    let mut map = Map::new();
+    for (k, v) in pairs {
+        let key = snake(k);
+        if map.contains_key(&key) {
+            continue;
+        }
+        let value = match (key.as_str(), v.parse::<u64>()) {
+            ("level", Ok(n)) => Value::from(n),
+            _ => Value::from(v.as_str()),
+        };
+        map.insert(key, value);
+    }
+    Value::Object(map)
+}
+
+fn snake(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for c in key.chars() {
+        if c.is_alphanumeric() {
+            out.extend(c.to_lowercase());
+        } else if !out.is_empty() && !out.ends_with('_') {
+            out.push('_');
+        }
+    }
+    while out.ends_with('_') {
+        out.pop();
+    }
+    out
+}
+
+/// The smithfs mount whose mount point is the deepest one containing `cwd` (pure): a FUSE mount
+/// whose subtype or source is `smithfs`.
+pub fn nearest_mount(mounts: &[MountInfo], cwd: &Path) -> Option<PathBuf> {
+    mounts
+        .iter()
+        .filter(|m| m.is_smithfs() && cwd.starts_with(&m.mount_point))
+        .max_by_key(|m| m.mount_point.components().count())
+        .map(|m| m.mount_point.clone())
+}
+
+/// Finds the smithfs mount to talk to (PROTOCOL.md §6): `explicit`, else the nearest smithfs mount
+/// above the working directory, else `$SMITH_MOUNT`, else `./.agent-smith`. The result is a live
+/// smithfs mount.
+///
+/// # Errors
+/// `explicit` (or the fallback) is not a live smithfs mount (not mounted, something else, or a
+/// dead daemon), or none was found; each a one-line message naming what was tried.
+pub fn find_mount(explicit: Option<&Path>) -> Result<PathBuf> {
+    if let Some(dir) = explicit {
+        return check_live(&util::absolute(dir)?);
+    }
+    let cwd = std::env::current_dir().context("cannot read the working directory")?;
+    let mounts = std::fs::read("/proc/self/mountinfo")
+        .ok()
+        .and_then(|b| procfs::parse_mountinfo(&b).ok())
+        .unwrap_or_default();
+    if let Some(m) = nearest_mount(&mounts, &cwd) {
+        return check_live(&m);
+    }
+    if let Some(env) = std::env::var_os("SMITH_MOUNT").filter(|v| !v.is_empty()) {
+        return check_live(&util::absolute(Path::new(&env))?);
+    }
+    let default = cwd.join(".agent-smith");
+    match util::mount_state(&default) {
+        MountState::Live => Ok(default),
+        _ => bail!(
+            "no smithfs mount found: none above {}, $SMITH_MOUNT is unset and ./.agent-smith is not \
+             mounted (use --mount DIR)",
+            cwd.display()
+        ),
+    }
+}
+
+fn check_live(dir: &Path) -> Result<PathBuf> {
+    match util::mount_state(dir) {
+        MountState::Live => Ok(dir.to_path_buf()),
+        MountState::Dead => bail!(
+            "{}: the smithfs daemon is gone (dead mount); remount it",
+            dir.display()
+        ),
+        MountState::NotMounted => bail!("{} is not a smithfs mount", dir.display()),
+        MountState::Other(t) => bail!("{} is a {t} mount, not smithfs", dir.display()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::procfs::parse_mountinfo;
+
+    const WHOAMI: &str = "identity: smith\nfull id: smith-root/smith-001\nlevel: 1\n\
+smith dir: /m/smiths/smith-root/children/smith-001\nidentity mode: ancestry\n\
+rights private/: read, write, create, delete\nrights inbox/: read\n\nnot a pair\n";
+
+    #[test]
+    fn pairs_and_lookup() {
+        let p = parse_pairs(WHOAMI);
+        assert_eq!(p.len(), 7);
+        assert_eq!(
+            p[1],
+            ("full id".to_string(), "smith-root/smith-001".to_string())
+        );
+        assert_eq!(lookup(WHOAMI, "identity mode").as_deref(), Some("ancestry"));
+        assert_eq!(lookup(WHOAMI, "Identity Mode").as_deref(), Some("ancestry"));
+        assert_eq!(lookup(WHOAMI, "missing"), None);
+        assert_eq!(lookup("", "identity"), None);
+    }
+
+    #[test]
+    fn json_shape() {
+        let v = to_json(&parse_pairs(WHOAMI));
+        assert_eq!(v["identity"], "smith");
+        assert_eq!(v["full_id"], "smith-root/smith-001");
+        assert_eq!(v["level"], 1);
+        assert_eq!(v["identity_mode"], "ancestry");
+        assert_eq!(v["rights_private"], "read, write, create, delete");
+        let op = to_json(&parse_pairs("identity: operator\nlevel: none\n"));
+        assert_eq!(op["level"], "none");
+    }
+
+    #[test]
+    fn snake_table() {
+        for (k, want) in [
+            ("full id", "full_id"),
+            ("Identity Mode", "identity_mode"),
+            ("rights outbox/", "rights_outbox"),
+            ("  x--y  ", "x_y"),
+            ("", ""),
+        ] {
+            assert_eq!(snake(k), want, "{k:?}");
+        }
+    }
+
+    #[test]
+    fn nearest_mount_table() {
+        let mounts = parse_mountinfo(
+            b"1 0 0:1 / / rw - ext4 /dev/root rw\n\
+2 1 0:50 / /w/a rw,nosuid,nodev - fuse.smithfs smithfs rw,user_id=0\n\
+3 2 0:51 / /w/a/smiths/x rw - fuse smithfs rw\n\
+4 1 0:52 / /w/b rw - fuse.sshfs host:/ rw\n\
+5 1 0:53 / /w/c\\040d rw - fuse.smithfs smithfs rw\n",
+        )
+        .expect("fixture");
+        let rows: &[(&str, Option<&str>)] = &[
+            ("/w/a", Some("/w/a")),
+            ("/w/a/smiths/smith-root/private", Some("/w/a")),
+            ("/w/a/smiths/x/y", Some("/w/a/smiths/x")),
+            ("/w/ab", None),
+            ("/w/b/z", None),
+            ("/w/c d/e", Some("/w/c d")),
+            ("/", None),
+        ];
+        for (cwd, want) in rows {
+            assert_eq!(
+                nearest_mount(&mounts, Path::new(cwd)),
+                want.map(PathBuf::from),
+                "{cwd}"
+            );
+        }
+    }
+}

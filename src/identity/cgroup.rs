@@ -1,0 +1,282 @@
+//! The cgroup v2 side of identity (PROTOCOL.md §2, cgroup mode): where the cgroup2 hierarchy is,
+//! the cgroups smithfs creates, and the few operations on them (move a process in, list, signal,
+//! kill, remove).
+//!
+//! Layout (flat; see `docs/PROTOCOL-NOTES-identity.md`):
+//! ```text
+//! <cgroup2 mount><the daemon's own cgroup>/smithfs-<daemon pid>/   the parent, created by the daemon
+//!     smith-root/                      one per registered smith: the full id with `/` → `.`
+//!     smith-root.smith-001/
+//!     smith-root.smith-001.smith-002/
+//!     operator/                        user hooks, bound as the operator (PROTOCOL.md §5)
+//! ```
+//! Nothing outside the parent is ever created, written or removed. The cgroup id that
+//! `PIDFD_GET_INFO` reports for a task is the inode number of its cgroup directory.
+
+use std::ffi::{CString, OsStr};
+use std::fs;
+use std::io::{self, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::procfs::{Cgroups, MountInfo};
+
+/// Name of the cgroup of user hooks under the parent.
+pub const OPERATOR_CGROUP: &str = "operator";
+
+/// The directory of the caller's own cgroup v2 cgroup, from its `mountinfo` and `cgroup` files
+/// (pure). The first `cgroup2` mount whose root contains the process's v2 path wins.
+///
+/// `None`: no cgroup2 mount, no `0::` line, a path outside the mount (another cgroup namespace,
+/// `/..`), or a deleted cgroup.
+pub fn own_cgroup_dir(mounts: &[MountInfo], own: &Cgroups) -> Option<PathBuf> {
+    let path = own.v2.as_ref()?;
+    if own.v2_deleted || path.components().any(|c| c.as_os_str() == "..") {
+        return None;
+    }
+    mounts
+        .iter()
+        .filter(|m| m.fs_type == "cgroup2")
+        .find_map(|m| {
+            let rel = path.strip_prefix(&m.root).ok()?;
+            Some(m.mount_point.join(rel))
+        })
+}
+
+/// The cgroup name of a smith: its full id with `/` replaced by `.` (`smith-root/smith-001` →
+/// `smith-root.smith-001`). `None` if `full_id` is not `smith-root(/smith-NNN)*`, so a name can
+/// never be `.`, `..`, contain `/` or collide with [`OPERATOR_CGROUP`].
+pub fn smith_cgroup_name(full_id: &str) -> Option<String> {
+    crate::tree::scaffold::smith_dir_rel(full_id)?;
+    Some(full_id.replace('/', "."))
+}
+
+/// A cgroup directory smithfs created: its path, an `O_DIRECTORY` descriptor (for
+/// `clone3(CLONE_INTO_CGROUP)`), and its cgroup id.
+#[derive(Debug)]
+pub struct Cgroup {
+    /// Absolute path under the cgroup2 mount.
+    pub path: PathBuf,
+    /// `O_RDONLY | O_DIRECTORY | O_CLOEXEC` descriptor of the directory.
+    pub dir: OwnedFd,
+    /// The cgroup id (inode number of the directory).
+    pub id: u64,
+}
+
+impl Cgroup {
+    /// Creates the directory `path` (its parent must exist) and opens it.
+    ///
+    /// # Errors
+    /// `mkdir`'s error (`EEXIST`, `EACCES`, `EROFS`, `ENOENT` …), or opening/stat-ing it.
+    pub fn create(path: &Path) -> io::Result<Cgroup> {
+        fs::create_dir(path)?;
+        match Cgroup::open(path) {
+            Ok(c) => Ok(c),
+            Err(e) => {
+                let _ = fs::remove_dir(path);
+                Err(e)
+            }
+        }
+    }
+
+    fn open(path: &Path) -> io::Result<Cgroup> {
+        let c = CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: `c` is a NUL-terminated path that outlives the call.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a descriptor the kernel just returned, owned by nobody else.
+        let dir = unsafe { OwnedFd::from_raw_fd(fd) };
+        let id = fs::metadata(path)?.ino();
+        Ok(Cgroup {
+            path: path.to_path_buf(),
+            dir,
+            id,
+        })
+    }
+
+    fn write_file(&self, name: &str, text: &str) -> io::Result<()> {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .open(self.path.join(name))?;
+        f.write_all(text.as_bytes())
+    }
+
+    /// Moves the thread group of `pid` (a tid is enough) into this cgroup (`cgroup.procs`).
+    ///
+    /// # Errors
+    /// `ESRCH` no such process, `EACCES`/`EPERM`/`EBUSY` as the kernel decides.
+    pub fn move_in(&self, pid: u32) -> io::Result<()> {
+        self.write_file("cgroup.procs", &pid.to_string())
+    }
+
+    /// The processes in this cgroup now (`cgroup.procs`; pids in our namespace).
+    ///
+    /// # Errors
+    /// Reading the file.
+    pub fn procs(&self) -> io::Result<Vec<u32>> {
+        let text = fs::read_to_string(self.path.join("cgroup.procs"))?;
+        Ok(text.lines().filter_map(|l| l.trim().parse().ok()).collect())
+    }
+
+    /// True while any process is in this cgroup (`populated 1` in `cgroup.events`).
+    ///
+    /// # Errors
+    /// Reading the file.
+    pub fn populated(&self) -> io::Result<bool> {
+        let text = fs::read_to_string(self.path.join("cgroup.events"))?;
+        Ok(text.lines().any(|l| l.trim() == "populated 1"))
+    }
+
+    /// SIGKILL everything in the cgroup at once (`cgroup.kill`, Linux ≥ 5.14), forks included.
+    ///
+    /// # Errors
+    /// Writing the file (`ENOENT` on older kernels).
+    pub fn kill_all(&self) -> io::Result<()> {
+        self.write_file("cgroup.kill", "1")
+    }
+
+    /// Sends `signal` to every process of the cgroup: the cgroup is frozen first (so nothing forks
+    /// past the list; waits at most `freeze_wait`), each process is signalled, then it is thawed
+    /// (a frozen process receives the signal when thawed).
+    ///
+    /// # Errors
+    /// Reading `cgroup.procs` or writing `cgroup.freeze`. Processes that vanished are skipped.
+    pub fn signal_all(&self, signal: i32, freeze_wait: Duration) -> io::Result<()> {
+        self.write_file("cgroup.freeze", "1")?;
+        let deadline = Instant::now() + freeze_wait;
+        while Instant::now() < deadline {
+            match fs::read_to_string(self.path.join("cgroup.events")) {
+                Ok(t) if t.lines().any(|l| l.trim() == "frozen 1") => break,
+                Ok(_) => std::thread::sleep(Duration::from_millis(1)),
+                Err(_) => break,
+            }
+        }
+        let result = self.procs().map(|pids| {
+            for pid in pids {
+                if let Ok(pid) = libc::pid_t::try_from(pid) {
+                    // SAFETY: kill takes two integers; the process is frozen in our cgroup, so
+                    // its pid cannot be recycled before the signal is queued.
+                    unsafe { libc::kill(pid, signal) };
+                }
+            }
+        });
+        let thawed = self.write_file("cgroup.freeze", "0");
+        result.and(thawed)
+    }
+
+    /// Polls until the cgroup is empty or `timeout` passes; true if empty.
+    pub fn wait_empty(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.populated() {
+                Ok(false) | Err(_) => return true,
+                Ok(true) if Instant::now() >= deadline => return false,
+                Ok(true) => std::thread::sleep(Duration::from_millis(2)),
+            }
+        }
+    }
+
+    /// Removes the (empty) cgroup directory.
+    ///
+    /// # Errors
+    /// `EBUSY` while processes or child cgroups are in it.
+    pub fn remove(&self) -> io::Result<()> {
+        match fs::remove_dir(&self.path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            other => other,
+        }
+    }
+}
+
+/// True if `name` is a cgroup name this module creates under the parent.
+pub fn is_ours(name: &OsStr) -> bool {
+    name == OPERATOR_CGROUP || name.to_str().and_then(smith_from_name).is_some()
+}
+
+fn smith_from_name(name: &str) -> Option<String> {
+    let full = name.replace('.', "/");
+    smith_cgroup_name(&full).map(|_| full)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::procfs::{parse_cgroup, parse_mountinfo};
+
+    const MOUNTS: &[u8] = b"\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+";
+
+    #[test]
+    fn own_cgroup_dir_table() {
+        let mounts = parse_mountinfo(MOUNTS).expect("fixture");
+        let delegated = parse_mountinfo(
+            b"50 1 0:40 /user.slice /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n",
+        )
+        .expect("fixture");
+        let rows: &[(&[MountInfo], &[u8], Option<&str>)] = &[
+            (
+                &mounts,
+                b"4:memory:/x\n0::/\n",
+                Some("/sys/fs/cgroup/unified/"),
+            ),
+            (
+                &mounts,
+                b"0::/system.slice/a b.service\n",
+                Some("/sys/fs/cgroup/unified/system.slice/a b.service"),
+            ),
+            (&mounts, b"4:memory:/x\n", None),
+            (&mounts, b"0::/gone (deleted)\n", None),
+            (&mounts, b"0::/../../outside\n", None),
+            (
+                &delegated,
+                b"0::/user.slice/u/app\n",
+                Some("/sys/fs/cgroup/u/app"),
+            ),
+            (&delegated, b"0::/system.slice\n", None),
+            (&[], b"0::/\n", None),
+        ];
+        for (i, (m, cg, want)) in rows.iter().enumerate() {
+            let own = parse_cgroup(cg).expect("fixture");
+            assert_eq!(own_cgroup_dir(m, &own), want.map(PathBuf::from), "row {i}");
+        }
+    }
+
+    #[test]
+    fn smith_names() {
+        assert_eq!(
+            smith_cgroup_name("smith-root").as_deref(),
+            Some("smith-root")
+        );
+        assert_eq!(
+            smith_cgroup_name("smith-root/smith-001/smith-1000").as_deref(),
+            Some("smith-root.smith-001.smith-1000")
+        );
+        for bad in [
+            "",
+            "operator",
+            "smith-root/..",
+            "smith-root/",
+            "a/smith-001",
+            "smith-root/smith-1",
+        ] {
+            assert_eq!(smith_cgroup_name(bad), None, "{bad}");
+        }
+        assert!(is_ours(OsStr::new("operator")));
+        assert!(is_ours(OsStr::new("smith-root.smith-002")));
+        assert!(!is_ours(OsStr::new("system.slice")));
+    }
+}

@@ -1,0 +1,204 @@
+//! The *keeper* of ancestry mode (PROTOCOL.md §2): a bound process that is a child subreaper, runs
+//! a command, reaps every descendant (orphans re-parent to it), and returns the command's status only
+//! once its last descendant is gone, so that no process of a smith's tree ever re-parents outside
+//! it. `smithfs run` uses it after binding itself.
+//!
+//! Signals: SIGINT and SIGQUIT are ignored by the keeper (a terminal sends them to the command's
+//! process group, which includes the command); SIGTERM and SIGHUP are forwarded to the command.
+
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// The CMD pid the keeper forwards SIGTERM and SIGHUP to (0: none yet).
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward(signal: libc::c_int) {
+    let pid = CHILD.load(Ordering::Relaxed);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe; `pid` is our unreaped child (a zombie at worst).
+        unsafe { libc::kill(pid, signal) };
+    }
+}
+
+/// `argv[0]` resolved through `$PATH` (before any fork: nothing allocates after it).
+fn find_program(prog: &OsString) -> Option<PathBuf> {
+    let p = Path::new(prog);
+    if prog.as_bytes().contains(&b'/') {
+        return Some(p.to_path_buf());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|d| d.join(p))
+        .find(|c| is_executable(c))
+}
+
+fn is_executable(p: &Path) -> bool {
+    let Ok(c) = CString::new(p.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: a NUL-terminated path that outlives the call.
+    p.is_file() && unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0
+}
+
+/// The keeper: becomes a child subreaper, forks and execs `argv`, reaps every descendant, and
+/// returns CMD's exit code (or 128 + signal; 127 not found, 126 not executable) once no descendant
+/// is left. Signal dispositions it changes are restored before it returns.
+///
+/// Must be called from a process whose other threads (if any) never fork; the child only calls
+/// `sigaction`, `execve` and `_exit`.
+///
+/// # Errors
+/// An empty `argv`, an argument with a NUL byte, `prctl` or `fork` failures.
+pub fn keep(argv: &[OsString]) -> std::io::Result<u8> {
+    let prog = argv
+        .first()
+        .ok_or_else(|| std::io::Error::other("no command given"))?;
+    let Some(path) = find_program(prog) else {
+        eprintln!(
+            "smithfs: cannot execute {}: command not found",
+            Path::new(prog).display()
+        );
+        return Ok(127);
+    };
+    let nul = |_| std::io::Error::from_raw_os_error(libc::EINVAL);
+    let cpath = CString::new(path.into_os_string().into_vec()).map_err(nul)?;
+    let cargs: Vec<CString> = argv
+        .iter()
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<Result<_, _>>()
+        .map_err(nul)?;
+    let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    let envs: Vec<CString> = std::env::vars_os()
+        .filter_map(|(k, v)| {
+            let mut kv = k.into_vec();
+            kv.push(b'=');
+            kv.extend(v.into_vec());
+            CString::new(kv).ok()
+        })
+        .collect();
+    let mut envp: Vec<*const libc::c_char> = envs.iter().map(|c| c.as_ptr()).collect();
+    envp.push(std::ptr::null());
+    let fail_prefix = format!("smithfs: cannot execute {}: ", Path::new(prog).display());
+
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let saved = Dispositions::install()?;
+    // SAFETY: the child runs only async-signal-safe calls (sigaction, execve, write, _exit) on
+    // memory prepared above.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        let e = std::io::Error::last_os_error();
+        saved.restore();
+        return Err(e);
+    }
+    if pid == 0 {
+        saved.restore();
+        // SAFETY: async-signal-safe calls only; pointers are valid NUL-terminated arrays.
+        unsafe {
+            libc::execve(cpath.as_ptr(), ptrs.as_ptr(), envp.as_ptr());
+            let errno = *libc::__errno_location();
+            let reason: &[u8] = match errno {
+                libc::ENOENT => b"no such file\n",
+                libc::EACCES => b"permission denied\n",
+                libc::ENOEXEC => b"not an executable format\n",
+                _ => b"exec failed\n",
+            };
+            libc::write(2, fail_prefix.as_ptr().cast(), fail_prefix.len());
+            libc::write(2, reason.as_ptr().cast(), reason.len());
+            libc::_exit(if errno == libc::ENOENT { 127 } else { 126 });
+        }
+    }
+    CHILD.store(pid, Ordering::Relaxed);
+    let mut code: u8 = 0;
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid writes one int to `status`.
+        let r = unsafe { libc::waitpid(-1, &mut status, 0) };
+        if r < 0 {
+            match std::io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR) => continue,
+                _ => break, // ECHILD: no descendant left
+            }
+        }
+        if r == pid {
+            code = exit_code(status);
+            CHILD.store(0, Ordering::Relaxed);
+        }
+    }
+    saved.restore();
+    Ok(code)
+}
+
+/// The shell convention for a wait status: the exit code, or 128 + the terminating signal.
+pub fn exit_code(status: libc::c_int) -> u8 {
+    if libc::WIFEXITED(status) {
+        u8::try_from(libc::WEXITSTATUS(status)).unwrap_or(1)
+    } else if libc::WIFSIGNALED(status) {
+        u8::try_from(128 + libc::WTERMSIG(status)).unwrap_or(255)
+    } else {
+        1
+    }
+}
+
+/// The keeper's signal dispositions, with the previous ones to restore.
+struct Dispositions {
+    old: Vec<(libc::c_int, libc::sigaction)>,
+}
+
+impl Dispositions {
+    fn install() -> std::io::Result<Dispositions> {
+        let mut d = Dispositions { old: Vec::new() };
+        let forward_handler = forward as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        for (sig, handler) in [
+            (libc::SIGINT, libc::SIG_IGN),
+            (libc::SIGQUIT, libc::SIG_IGN),
+            (libc::SIGTERM, forward_handler),
+            (libc::SIGHUP, forward_handler),
+        ] {
+            // SAFETY: zeroed sigaction is a valid empty action; sigaction reads `new` and writes
+            // `old`, both live across the call.
+            unsafe {
+                let mut new: libc::sigaction = std::mem::zeroed();
+                new.sa_sigaction = handler;
+                new.sa_flags = libc::SA_RESTART;
+                libc::sigemptyset(&mut new.sa_mask);
+                let mut old: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, &new, &mut old) != 0 {
+                    let e = std::io::Error::last_os_error();
+                    d.restore();
+                    return Err(e);
+                }
+                d.old.push((sig, old));
+            }
+        }
+        Ok(d)
+    }
+
+    /// Puts the previous dispositions back (async-signal-safe: only `sigaction`).
+    fn restore(&self) {
+        for (sig, old) in &self.old {
+            // SAFETY: `old` is the action sigaction returned for `sig`.
+            unsafe { libc::sigaction(*sig, old, std::ptr::null_mut()) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes() {
+        // Encoded as the kernel does: exit code << 8; a signal in the low 7 bits.
+        assert_eq!(exit_code(0), 0);
+        assert_eq!(exit_code(3 << 8), 3);
+        assert_eq!(exit_code(255 << 8), 255);
+        assert_eq!(exit_code(libc::SIGTERM), 143);
+        assert_eq!(exit_code(libc::SIGKILL), 137);
+    }
+}

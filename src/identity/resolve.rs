@@ -1,0 +1,940 @@
+//! The daemon's identity engine (PROTOCOL.md §2): FUSE request thread id → [`Identity`], binding of
+//! processes to smiths, and the per-smith cgroups of cgroup mode.
+//!
+//! **cgroup mode.** Each registered smith has a cgroup under `smithfs-<daemon pid>` (layout in
+//! [`super::cgroup`]); a caller in a smith's cgroup is that smith. Anyone else is resolved by the
+//! ancestry walk below, which then only looks for the daemon (its unbound descendants are Unknown).
+//!
+//! **ancestry mode.** Bound processes are recorded by their pidfd and pidfs inode number; a caller
+//! is the smith of the first bound process among its thread group and its ancestors, Unknown if the
+//! daemon comes first, Operator if pid 1 or an invisible parent does.
+//!
+//! **Cache.** tid → (a pidfd of that thread, the identity found, the cgroup id seen, a generation).
+//! A hit costs one `PIDFD_GET_INFO` ioctl: `ESRCH` means the thread is gone, so a recycled tid
+//! never inherits an entry. In cgroup mode the ioctl also returns the caller's current cgroup, so a
+//! move between cgroups is seen at once. In ancestry mode every [`Resolver::bind`] starts a new
+//! generation: entries of older generations are re-resolved, except Smith entries, which are final
+//! (a live process that was a smith stays that smith: only the operator can be bound). The cache is
+//! capped (each entry holds one descriptor); dead entries go first, then the least recently used.
+//!
+//! Lock order: `smiths` → `by_cgroup` → `bound` → `cache`; none is held across a blocking call.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
+
+use super::ancestry::{self, ProcNode};
+use super::cgroup::{self, Cgroup, OPERATOR_CGROUP};
+use super::pidfd::{self, PidfdInfo, PIDFD_THREAD};
+use super::procfs;
+use super::Identity;
+use crate::config::IdentityMode;
+use crate::tree::model::SmithIdx;
+
+/// Default cap of the resolution cache, in entries (each holds one descriptor). Lowered to a
+/// quarter of the soft `RLIMIT_NOFILE` when that is smaller.
+pub const DEFAULT_CACHE_CAPACITY: usize = 4096;
+
+/// How long [`Resolver::shutdown`] waits for a killed cgroup to empty.
+const KILL_WAIT: Duration = Duration::from_secs(2);
+
+/// How long [`Resolver::kill_smith`] waits for a cgroup to freeze before signalling it.
+const FREEZE_WAIT: Duration = Duration::from_millis(200);
+
+/// The identity mechanism in force (PROTOCOL.md §2), after `auto` was decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Effective {
+    /// One cgroup per smith.
+    Cgroup,
+    /// Process ancestry with bound keepers.
+    Ancestry,
+}
+
+impl Effective {
+    /// `cgroup` or `ancestry`, as `.smithfs/whoami` prints it (`identity mode: …`, §7).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effective::Cgroup => "cgroup",
+            Effective::Ancestry => "ancestry",
+        }
+    }
+}
+
+/// What the identity engine can fail with. Display is one line.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    /// `--identity cgroup` but no cgroup can be created (no cgroup2 mount, no permission, …).
+    #[error("cgroup identity is not available: {0}")]
+    NoCgroup(String),
+    /// The kernel lacks `PIDFD_GET_INFO` (Linux ≥ 6.13 is needed).
+    #[error("this kernel lacks PIDFD_GET_INFO (Linux 6.13 or later is needed): {0}")]
+    PidfdUnsupported(#[source] io::Error),
+    /// The process to bind (or the daemon) does not exist.
+    #[error("no such process {0}")]
+    NoSuchProcess(u32),
+    /// A smith index that [`Resolver::register_smith`] was never given.
+    #[error("smith #{} is not registered", .0 .0)]
+    UnknownSmith(SmithIdx),
+    /// The index or full id is already registered for another smith.
+    #[error("smith #{} or {full_id} is already registered differently", .idx.0)]
+    Conflict {
+        /// The index asked for.
+        idx: SmithIdx,
+        /// The full id asked for.
+        full_id: String,
+    },
+    /// Not `smith-root(/smith-NNN)*`.
+    #[error("not a full smith id: {0:?} (expected smith-root, smith-root/smith-001, …)")]
+    BadFullId(String),
+    /// The process is already another smith (binding would change a smith's identity).
+    #[error("process {pid} already belongs to smith #{}", .smith.0)]
+    AlreadyBound {
+        /// The process.
+        pid: u32,
+        /// Its smith.
+        smith: SmithIdx,
+    },
+    /// A system call failed; `what` says which step.
+    #[error("{what}: {source}")]
+    Io {
+        /// The step, e.g. `moving 123 into /sys/fs/cgroup/…/smith-root`.
+        what: String,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> IdentityError {
+    let what = what.into();
+    move |source| IdentityError::Io { what, source }
+}
+
+/// A registered smith.
+struct SmithEntry {
+    full_id: String,
+    /// Its cgroup (cgroup mode). Never removed from the map while the resolver lives, so the
+    /// descriptor outlives every [`BorrowedFd`] handed out by [`Resolver::smith_cgroup_fd`].
+    cgroup: Option<Arc<Cgroup>>,
+}
+
+/// A process bound in ancestry mode, keyed by its pidfs inode number.
+struct Bound {
+    pid: u32,
+    fd: OwnedFd,
+    identity: Identity,
+}
+
+/// One cached resolution.
+struct CacheEntry {
+    /// `PIDFD_THREAD` pidfd of the thread: dead → `ESRCH`.
+    fd: OwnedFd,
+    /// pidfs inode of the thread (equals its process's for a thread-group leader).
+    ino: u64,
+    tgid: u32,
+    identity: Identity,
+    cgroup_id: Option<u64>,
+    generation: u64,
+    last_used: AtomicU64,
+}
+
+/// The cgroups of cgroup mode that are not a smith's.
+struct CgroupState {
+    parent: Cgroup,
+    operator: Arc<Cgroup>,
+}
+
+/// The identity engine: thread-safe (`Send + Sync`), one per mount (PROTOCOL.md §2).
+pub struct Resolver {
+    mode: Effective,
+    daemon_pid: u32,
+    daemon_ino: u64,
+    _daemon_fd: OwnedFd,
+    cgroups: Option<CgroupState>,
+    smiths: RwLock<HashMap<SmithIdx, SmithEntry>>,
+    /// cgroup id → identity (cgroup mode: the smiths' cgroups and the operator's).
+    by_cgroup: RwLock<HashMap<u64, Identity>>,
+    /// pidfs inode → bound process (ancestry mode).
+    bound: RwLock<HashMap<u64, Bound>>,
+    cache: RwLock<HashMap<u32, Arc<CacheEntry>>>,
+    capacity: AtomicUsize,
+    generation: AtomicU64,
+    tick: AtomicU64,
+    shut_down: AtomicBool,
+    shutdown_lock: Mutex<()>,
+}
+
+/// A live process during a walk: its pidfd pins it, so its pid cannot be recycled under us
+/// unnoticed.
+struct LiveNode {
+    pid: u32,
+    ppid: u32,
+    ino: u64,
+    fd: OwnedFd,
+}
+
+impl ProcNode for LiveNode {
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+    fn ppid(&self) -> u32 {
+        self.ppid
+    }
+}
+
+/// The process `pid` (a thread-group leader), pinned.
+fn live_process(pid: u32) -> io::Result<LiveNode> {
+    let fd = pidfd::open(pid, 0)?;
+    let info = pidfd::info(fd.as_fd())?;
+    Ok(LiveNode {
+        pid,
+        ppid: info.ppid,
+        ino: pidfd::inode(fd.as_fd())?,
+        fd,
+    })
+}
+
+/// The parent of `child`, checked: after pinning the parent, `child` must still have it as its
+/// parent (else it was re-parented and the pid may be another process; retry a few times).
+fn live_parent(child: &LiveNode) -> io::Result<LiveNode> {
+    let mut ppid = child.ppid;
+    for _ in 0..8 {
+        if ppid == 0 {
+            break;
+        }
+        if let Ok(parent) = live_process(ppid) {
+            let now = pidfd::info(child.fd.as_fd())?.ppid;
+            if now == ppid {
+                return Ok(parent);
+            }
+            ppid = now;
+        } else {
+            ppid = pidfd::info(child.fd.as_fd())?.ppid;
+        }
+    }
+    Err(io::Error::from_raw_os_error(libc::EAGAIN))
+}
+
+/// The thread group of the thread pinned by `thread`, pinned, checked against the thread still
+/// living in it.
+fn live_thread_group(thread: BorrowedFd<'_>, info: &PidfdInfo) -> io::Result<LiveNode> {
+    let node = live_process(info.tgid)?;
+    if pidfd::info(thread)?.tgid != info.tgid {
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+    }
+    Ok(node)
+}
+
+/// The cgroup v2 directory of process `pid` (pure parsing of `/proc` text).
+fn cgroup_dir_of(pid: u32) -> Result<PathBuf, String> {
+    let mounts =
+        std::fs::read("/proc/self/mountinfo").map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
+    let mounts = procfs::parse_mountinfo(&mounts).map_err(|e| e.to_string())?;
+    let own = std::fs::read(format!("/proc/{pid}/cgroup"))
+        .map_err(|e| format!("/proc/{pid}/cgroup: {e}"))?;
+    let own = procfs::parse_cgroup(&own).map_err(|e| e.to_string())?;
+    cgroup::own_cgroup_dir(&mounts, &own)
+        .ok_or_else(|| "no cgroup2 mount holds the daemon's cgroup".to_string())
+}
+
+/// Creates `smithfs-<pid>` and its `operator` cgroup under the daemon's cgroup, and checks that
+/// processes can be moved in and killed there.
+fn create_cgroups(daemon_pid: u32) -> Result<CgroupState, String> {
+    let base = cgroup_dir_of(daemon_pid)?;
+    let path = base.join(format!("smithfs-{daemon_pid}"));
+    let parent = Cgroup::create(&path).map_err(|e| format!("mkdir {}: {e}", path.display()))?;
+    let check = || -> Result<Arc<Cgroup>, String> {
+        for f in ["cgroup.procs", "cgroup.kill", "cgroup.freeze"] {
+            let p = path.join(f);
+            let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
+                .map_err(|_| format!("{}: bad path", p.display()))?;
+            // SAFETY: `c` is a NUL-terminated path that outlives the call.
+            if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
+                return Err(format!("{}: {}", p.display(), io::Error::last_os_error()));
+            }
+        }
+        let op = path.join(OPERATOR_CGROUP);
+        Cgroup::create(&op)
+            .map(Arc::new)
+            .map_err(|e| format!("mkdir {}: {e}", op.display()))
+    };
+    match check() {
+        Ok(operator) => Ok(CgroupState { parent, operator }),
+        Err(e) => {
+            let _ = parent.remove();
+            Err(e)
+        }
+    }
+}
+
+fn cache_capacity_default() -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid out-pointer for one `struct rlimit`.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0;
+    let quarter = if ok {
+        usize::try_from(lim.rlim_cur / 4).unwrap_or(usize::MAX)
+    } else {
+        256
+    };
+    DEFAULT_CACHE_CAPACITY.min(quarter).max(16)
+}
+
+impl Resolver {
+    /// Starts the identity engine of the daemon `daemon_pid` (normally `std::process::id()`).
+    ///
+    /// `auto` is cgroup mode when a cgroup `smithfs-<daemon_pid>` can be created (with
+    /// `cgroup.procs`, `cgroup.kill` and `cgroup.freeze` writable) under the daemon's own cgroup on
+    /// the cgroup2 mount found in `/proc/self/mountinfo`, else ancestry mode. In both modes the
+    /// calling process becomes a child subreaper (`PR_SET_CHILD_SUBREAPER`): orphans of runs re-parent
+    /// to it and must be reaped by it.
+    ///
+    /// # Errors
+    /// [`IdentityError::PidfdUnsupported`] before Linux 6.13, [`IdentityError::NoSuchProcess`] if
+    /// `daemon_pid` does not exist, [`IdentityError::NoCgroup`] for `cgroup` when no cgroup can be
+    /// made, [`IdentityError::Io`] if `prctl` fails.
+    pub fn new(mode: IdentityMode, daemon_pid: u32) -> Result<Resolver, IdentityError> {
+        // SAFETY: gettid has no preconditions.
+        let me = u32::try_from(unsafe { libc::gettid() }).unwrap_or(0);
+        pidfd::open(me, PIDFD_THREAD)
+            .and_then(|fd| pidfd::info(fd.as_fd()))
+            .map_err(IdentityError::PidfdUnsupported)?;
+        let daemon =
+            live_process(daemon_pid).map_err(|_| IdentityError::NoSuchProcess(daemon_pid))?;
+        // SAFETY: prctl with integer arguments only.
+        if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+            return Err(IdentityError::Io {
+                what: "prctl(PR_SET_CHILD_SUBREAPER)".into(),
+                source: io::Error::last_os_error(),
+            });
+        }
+        let cgroups = match mode {
+            IdentityMode::Ancestry => None,
+            IdentityMode::Cgroup => {
+                Some(create_cgroups(daemon_pid).map_err(IdentityError::NoCgroup)?)
+            }
+            IdentityMode::Auto => match create_cgroups(daemon_pid) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    tracing::info!("cgroup identity unavailable, using ancestry: {e}");
+                    None
+                }
+            },
+        };
+        let mut by_cgroup = HashMap::new();
+        if let Some(c) = &cgroups {
+            by_cgroup.insert(c.operator.id, Identity::Operator);
+        }
+        Ok(Resolver {
+            mode: if cgroups.is_some() {
+                Effective::Cgroup
+            } else {
+                Effective::Ancestry
+            },
+            daemon_pid,
+            daemon_ino: daemon.ino,
+            _daemon_fd: daemon.fd,
+            cgroups,
+            smiths: RwLock::new(HashMap::new()),
+            by_cgroup: RwLock::new(by_cgroup),
+            bound: RwLock::new(HashMap::new()),
+            cache: RwLock::new(HashMap::new()),
+            capacity: AtomicUsize::new(cache_capacity_default()),
+            generation: AtomicU64::new(0),
+            tick: AtomicU64::new(0),
+            shut_down: AtomicBool::new(false),
+            shutdown_lock: Mutex::new(()),
+        })
+    }
+
+    /// The mechanism in force.
+    pub fn mode(&self) -> Effective {
+        self.mode
+    }
+
+    /// The daemon pid this resolver was started for.
+    pub fn daemon_pid(&self) -> u32 {
+        self.daemon_pid
+    }
+
+    /// The parent cgroup directory `…/smithfs-<daemon pid>` (cgroup mode), for messages and `meta.json`.
+    pub fn cgroup_parent(&self) -> Option<&std::path::Path> {
+        self.cgroups.as_ref().map(|c| c.parent.path.as_path())
+    }
+
+    /// Sets the cache cap (entries, at least 1); a full cache evicts on the next insertion.
+    pub fn set_cache_capacity(&self, entries: usize) {
+        self.capacity.store(entries.max(1), Ordering::Relaxed);
+    }
+
+    /// Number of cached resolutions (for tests and statistics).
+    pub fn cache_len(&self) -> usize {
+        self.cache.read().len()
+    }
+
+    /// Drops every cached resolution (the next `resolve` of each thread is a miss).
+    pub fn clear_cache(&self) {
+        self.cache.write().clear();
+    }
+
+    /// Registers smith `idx` with its full id (`smith-root(/smith-NNN)*`, PROTOCOL.md §1); in
+    /// cgroup mode creates its cgroup `<parent>/<full id with / → .>`. Registering the same pair
+    /// again is a no-op.
+    ///
+    /// # Errors
+    /// [`IdentityError::BadFullId`], [`IdentityError::Conflict`] (index or id registered
+    /// differently), [`IdentityError::Io`] if the cgroup cannot be made.
+    pub fn register_smith(&self, idx: SmithIdx, full_id: &str) -> Result<(), IdentityError> {
+        let name = cgroup::smith_cgroup_name(full_id)
+            .ok_or_else(|| IdentityError::BadFullId(full_id.into()))?;
+        let conflict = || IdentityError::Conflict {
+            idx,
+            full_id: full_id.into(),
+        };
+        {
+            let smiths = self.smiths.read();
+            if let Some(e) = smiths.get(&idx) {
+                return if e.full_id == full_id {
+                    Ok(())
+                } else {
+                    Err(conflict())
+                };
+            }
+            if smiths.values().any(|e| e.full_id == full_id) {
+                return Err(conflict());
+            }
+        }
+        let cg = match &self.cgroups {
+            Some(c) => {
+                let path = c.parent.path.join(&name);
+                let cg =
+                    Cgroup::create(&path).map_err(io_err(format!("mkdir {}", path.display())))?;
+                Some(Arc::new(cg))
+            }
+            None => None,
+        };
+        let mut smiths = self.smiths.write();
+        if smiths.contains_key(&idx) || smiths.values().any(|e| e.full_id == full_id) {
+            // A concurrent registration won; ours is a duplicate.
+            if let Some(cg) = &cg {
+                let _ = cg.remove();
+            }
+            return match smiths.get(&idx) {
+                Some(e) if e.full_id == full_id => Ok(()),
+                _ => Err(conflict()),
+            };
+        }
+        if let Some(cg) = &cg {
+            self.by_cgroup.write().insert(cg.id, Identity::Smith(idx));
+        }
+        smiths.insert(
+            idx,
+            SmithEntry {
+                full_id: full_id.into(),
+                cgroup: cg,
+            },
+        );
+        Ok(())
+    }
+
+    /// The full id registered for `idx`.
+    pub fn full_id(&self, idx: SmithIdx) -> Option<String> {
+        self.smiths.read().get(&idx).map(|e| e.full_id.clone())
+    }
+
+    /// The identity of the thread `tid` of a FUSE request (PROTOCOL.md §2); the hot path.
+    ///
+    /// pid 0 and vanished threads are Unknown; so is any failure to read the process table (fail
+    /// closed: Unknown may only look up and stat). A cache hit costs one ioctl.
+    pub fn resolve(&self, tid: u32) -> Identity {
+        if tid == 0 {
+            return Identity::Unknown;
+        }
+        let now = self.tick.fetch_add(1, Ordering::Relaxed);
+        let cached = self.cache.read().get(&tid).cloned();
+        let reuse = match cached {
+            Some(entry) => match pidfd::info(entry.fd.as_fd()) {
+                Ok(info) => {
+                    if let Some(id) = self.hit(&entry, &info) {
+                        entry.last_used.store(now, Ordering::Relaxed);
+                        return id;
+                    }
+                    Some((entry, info))
+                }
+                Err(_) => {
+                    self.evict_entry(tid, &entry);
+                    None
+                }
+            },
+            None => None,
+        };
+        let (fd, info) = match reuse {
+            Some((entry, info)) => {
+                // Stale generation or a changed cgroup: resolve again with a fresh pidfd.
+                self.evict_entry(tid, &entry);
+                match pidfd::open(tid, PIDFD_THREAD) {
+                    Ok(fd) => (fd, info),
+                    Err(_) => return Identity::Unknown,
+                }
+            }
+            None => {
+                let Ok(fd) = pidfd::open(tid, PIDFD_THREAD) else {
+                    return Identity::Unknown;
+                };
+                let Ok(info) = pidfd::info(fd.as_fd()) else {
+                    return Identity::Unknown;
+                };
+                (fd, info)
+            }
+        };
+        let generation = self.generation.load(Ordering::Acquire);
+        let identity = self.resolve_fresh(fd.as_fd(), &info);
+        if let Ok(ino) = pidfd::inode(fd.as_fd()) {
+            self.insert(
+                tid,
+                CacheEntry {
+                    fd,
+                    ino,
+                    tgid: info.tgid,
+                    identity,
+                    cgroup_id: info.cgroup_id,
+                    generation,
+                    last_used: AtomicU64::new(now),
+                },
+            );
+        }
+        identity
+    }
+
+    /// The answer of a live cache entry, or `None` if it must be resolved again.
+    fn hit(&self, entry: &CacheEntry, info: &PidfdInfo) -> Option<Identity> {
+        match self.mode {
+            Effective::Cgroup => {
+                if let Some(id) = info
+                    .cgroup_id
+                    .and_then(|c| self.by_cgroup.read().get(&c).copied())
+                {
+                    return Some(id);
+                }
+                (info.cgroup_id == entry.cgroup_id && !matches!(entry.identity, Identity::Smith(_)))
+                    .then_some(entry.identity)
+            }
+            Effective::Ancestry => self.entry_valid(entry).then_some(entry.identity),
+        }
+    }
+
+    fn entry_valid(&self, entry: &CacheEntry) -> bool {
+        matches!(entry.identity, Identity::Smith(_))
+            || entry.generation == self.generation.load(Ordering::Acquire)
+    }
+
+    /// Resolves without the cache for the live thread pinned by `thread`.
+    fn resolve_fresh(&self, thread: BorrowedFd<'_>, info: &PidfdInfo) -> Identity {
+        if self.mode == Effective::Cgroup {
+            if let Some(id) = info
+                .cgroup_id
+                .and_then(|c| self.by_cgroup.read().get(&c).copied())
+            {
+                return id;
+            }
+        }
+        let Ok(start) = live_thread_group(thread, info) else {
+            return Identity::Unknown;
+        };
+        self.walk(start)
+    }
+
+    /// The ancestry walk from a pinned process.
+    fn walk(&self, start: LiveNode) -> Identity {
+        let classify = |n: &LiveNode| self.classify(n);
+        ancestry::walk(start, live_parent, classify).unwrap_or(Identity::Unknown)
+    }
+
+    fn classify(&self, n: &LiveNode) -> Option<Identity> {
+        if n.ino == self.daemon_ino {
+            return Some(Identity::Unknown);
+        }
+        if self.mode == Effective::Ancestry {
+            if let Some(b) = self.bound.read().get(&n.ino) {
+                return Some(b.identity);
+            }
+            let cache = self.cache.read();
+            if let Some(e) = cache.get(&n.pid) {
+                if e.ino == n.ino && self.entry_valid(e) {
+                    return Some(e.identity);
+                }
+            }
+        }
+        None
+    }
+
+    fn evict_entry(&self, tid: u32, entry: &Arc<CacheEntry>) {
+        let mut cache = self.cache.write();
+        if cache.get(&tid).is_some_and(|e| Arc::ptr_eq(e, entry)) {
+            cache.remove(&tid);
+        }
+    }
+
+    fn insert(&self, tid: u32, entry: CacheEntry) {
+        let cap = self.capacity.load(Ordering::Relaxed);
+        if self.cache.read().len() >= cap {
+            self.make_room(cap);
+        }
+        self.cache.write().insert(tid, Arc::new(entry));
+    }
+
+    /// Evicts dead entries, then (if still at least `cap`) the least recently used half, Smith
+    /// entries last.
+    fn make_room(&self, cap: usize) {
+        let snapshot: Vec<(u32, Arc<CacheEntry>)> = self
+            .cache
+            .read()
+            .iter()
+            .map(|(k, v)| (*k, Arc::clone(v)))
+            .collect();
+        let mut live = Vec::with_capacity(snapshot.len());
+        let mut dead = Vec::new();
+        for (tid, e) in snapshot {
+            if pidfd::info(e.fd.as_fd()).is_ok() {
+                live.push((tid, e));
+            } else {
+                dead.push((tid, e));
+            }
+        }
+        if live.len() >= cap {
+            live.sort_by_key(|(_, e)| {
+                (
+                    matches!(e.identity, Identity::Smith(_)),
+                    e.last_used.load(Ordering::Relaxed),
+                )
+            });
+            let drop_n = live.len() - cap / 2;
+            dead.extend(live.drain(..drop_n));
+        }
+        let mut cache = self.cache.write();
+        for (tid, e) in dead {
+            if cache.get(&tid).is_some_and(|c| Arc::ptr_eq(c, &e)) {
+                cache.remove(&tid);
+            }
+        }
+    }
+
+    /// Forgets cached resolutions of the thread group `tgid` and starts a new generation.
+    fn invalidate(&self, tgid: u32) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.cache.write().retain(|_, e| e.tgid != tgid);
+    }
+
+    /// Binds the process of `pid` (a tid is enough: its whole thread group) to smith `idx`
+    /// (PROTOCOL.md §2, §7 `bind`): cgroup mode moves it into the smith's cgroup; ancestry mode
+    /// records it by pidfd. Its descendants from then on are that smith. Authority (operator only)
+    /// is the caller's check.
+    ///
+    /// # Errors
+    /// [`IdentityError::UnknownSmith`], [`IdentityError::NoSuchProcess`],
+    /// [`IdentityError::AlreadyBound`] if it is another smith's already, [`IdentityError::Io`] if
+    /// the cgroup move fails.
+    pub fn bind(&self, pid: u32, idx: SmithIdx) -> Result<(), IdentityError> {
+        let cgroup = {
+            let smiths = self.smiths.read();
+            let e = smiths.get(&idx).ok_or(IdentityError::UnknownSmith(idx))?;
+            e.cgroup.clone()
+        };
+        self.bind_as(pid, Identity::Smith(idx), cgroup)
+    }
+
+    /// Binds the process of `pid` as the operator: user hooks, which the daemon starts but which
+    /// act for the operator (PROTOCOL.md §5). cgroup mode moves it into the `operator` cgroup.
+    ///
+    /// # Errors
+    /// As [`Resolver::bind`].
+    pub fn bind_operator(&self, pid: u32) -> Result<(), IdentityError> {
+        let cgroup = self.cgroups.as_ref().map(|c| Arc::clone(&c.operator));
+        self.bind_as(pid, Identity::Operator, cgroup)
+    }
+
+    fn bind_as(
+        &self,
+        pid: u32,
+        identity: Identity,
+        cgroup: Option<Arc<Cgroup>>,
+    ) -> Result<(), IdentityError> {
+        let gone = |_| IdentityError::NoSuchProcess(pid);
+        let thread = pidfd::open(pid, PIDFD_THREAD).map_err(gone)?;
+        let info = pidfd::info(thread.as_fd()).map_err(gone)?;
+        let process = live_thread_group(thread.as_fd(), &info).map_err(gone)?;
+        match self.walk_uncached(&process) {
+            Identity::Smith(smith) if Identity::Smith(smith) != identity => {
+                return Err(IdentityError::AlreadyBound { pid, smith });
+            }
+            _ => {}
+        }
+        match cgroup {
+            Some(cg) if self.mode == Effective::Cgroup => {
+                cg.move_in(process.pid)
+                    .map_err(|e| match e.raw_os_error() {
+                        Some(libc::ESRCH) => IdentityError::NoSuchProcess(pid),
+                        _ => IdentityError::Io {
+                            what: format!("moving {} into {}", process.pid, cg.path.display()),
+                            source: e,
+                        },
+                    })?;
+            }
+            _ => {
+                let mut bound = self.bound.write();
+                bound.retain(|_, b| pidfd::info(b.fd.as_fd()).is_ok());
+                bound.insert(
+                    process.ino,
+                    Bound {
+                        pid: process.pid,
+                        fd: process.fd,
+                        identity,
+                    },
+                );
+            }
+        }
+        self.invalidate(info.tgid);
+        Ok(())
+    }
+
+    /// The identity of a pinned process without consulting the cache (binding decisions).
+    fn walk_uncached(&self, process: &LiveNode) -> Identity {
+        if self.mode == Effective::Cgroup {
+            if let Ok(info) = pidfd::info(process.fd.as_fd()) {
+                if let Some(id) = info
+                    .cgroup_id
+                    .and_then(|c| self.by_cgroup.read().get(&c).copied())
+                {
+                    return id;
+                }
+            }
+            return Identity::Operator;
+        }
+        let classify = |n: &LiveNode| {
+            if n.ino == self.daemon_ino {
+                return Some(Identity::Unknown);
+            }
+            self.bound.read().get(&n.ino).map(|b| b.identity)
+        };
+        let Ok(start) = live_process(process.pid) else {
+            return Identity::Unknown;
+        };
+        ancestry::walk(start, live_parent, classify).unwrap_or(Identity::Unknown)
+    }
+
+    /// The `O_DIRECTORY` descriptor of smith `idx`'s cgroup, for `clone3(CLONE_INTO_CGROUP)`
+    /// (cgroup mode; `None` in ancestry mode or for an unregistered smith). Valid as long as the
+    /// resolver.
+    pub fn smith_cgroup_fd(&self, idx: SmithIdx) -> Option<BorrowedFd<'_>> {
+        let smiths = self.smiths.read();
+        let raw = smiths.get(&idx)?.cgroup.as_ref()?.dir.as_raw_fd();
+        // SAFETY: the descriptor belongs to an `Arc<Cgroup>` held by `self.smiths`, whose entries
+        // are never removed or replaced while `self` lives, so it stays open for the borrow `'_`.
+        Some(unsafe { BorrowedFd::borrow_raw(raw) })
+    }
+
+    /// The cgroup directory path of smith `idx` (cgroup mode), for `meta.json` and messages.
+    pub fn smith_cgroup_path(&self, idx: SmithIdx) -> Option<PathBuf> {
+        let smiths = self.smiths.read();
+        Some(smiths.get(&idx)?.cgroup.as_ref()?.path.clone())
+    }
+
+    /// The live processes of smith `idx`, pids in the daemon's namespace, unsorted. cgroup mode:
+    /// `cgroup.procs`. Ancestry mode: every process in `/proc` that resolves to the smith (the
+    /// bound ones and their descendants; zombies excluded) — a scan, not for the hot path.
+    ///
+    /// Empty for an unregistered smith or on a read error.
+    pub fn live_pids(&self, idx: SmithIdx) -> Vec<u32> {
+        self.live_processes(idx)
+            .into_iter()
+            .map(|(pid, _)| pid)
+            .collect()
+    }
+
+    /// Live processes of `idx` with a pidfd each (ancestry mode), or without (cgroup mode).
+    fn live_processes(&self, idx: SmithIdx) -> Vec<(u32, Option<OwnedFd>)> {
+        let cgroup = {
+            let smiths = self.smiths.read();
+            let Some(e) = smiths.get(&idx) else {
+                return Vec::new();
+            };
+            e.cgroup.clone()
+        };
+        if let Some(cg) = cgroup {
+            return cg
+                .procs()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|p| (p, None))
+                .collect();
+        }
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        let want = Identity::Smith(idx);
+        dir.filter_map(|d| d.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter_map(|pid| {
+                let node = live_process(pid).ok()?;
+                if node.ino == self.daemon_ino || pidfd::has_exited(node.fd.as_fd()) {
+                    return None;
+                }
+                let fd = node.fd.try_clone().ok()?;
+                (self.walk(node) == want).then_some((pid, Some(fd)))
+            })
+            .collect()
+    }
+
+    /// Sends `signal` to every process of smith `idx` (PROTOCOL.md §5 timeouts, §6 cancel).
+    /// cgroup mode: SIGKILL through `cgroup.kill` (atomic, forks included); any other signal to
+    /// every process of the frozen cgroup. Ancestry mode: the process group of each bound process
+    /// that leads its own group (runs do), and every process that resolves to the smith, through
+    /// its pidfd (never a recycled pid).
+    ///
+    /// # Errors
+    /// [`IdentityError::UnknownSmith`], [`IdentityError::Io`] for a cgroup file that cannot be
+    /// written. Processes that are already gone are not errors.
+    pub fn kill_smith(&self, idx: SmithIdx, signal: i32) -> Result<(), IdentityError> {
+        let cgroup = {
+            let smiths = self.smiths.read();
+            smiths
+                .get(&idx)
+                .ok_or(IdentityError::UnknownSmith(idx))?
+                .cgroup
+                .clone()
+        };
+        if let Some(cg) = cgroup {
+            let r = if signal == libc::SIGKILL {
+                cg.kill_all()
+            } else {
+                cg.signal_all(signal, FREEZE_WAIT)
+            };
+            return r.map_err(io_err(format!("signalling {}", cg.path.display())));
+        }
+        {
+            let bound = self.bound.read();
+            for b in bound
+                .values()
+                .filter(|b| b.identity == Identity::Smith(idx))
+            {
+                let Ok(pid) = libc::pid_t::try_from(b.pid) else {
+                    continue;
+                };
+                // SAFETY: getpgid takes an integer. The pidfd `b.fd` pins the process, and it is
+                // checked alive right after, so `pid` is not a recycled number.
+                let pgid = unsafe { libc::getpgid(pid) };
+                if pgid == pid && pidfd::info(b.fd.as_fd()).is_ok() {
+                    // SAFETY: kill with integers; the group is led by the live bound process.
+                    unsafe { libc::kill(-pgid, signal) };
+                }
+                let _ = pidfd::send_signal(b.fd.as_fd(), signal);
+            }
+        }
+        for (_, fd) in self.live_processes(idx) {
+            if let Some(fd) = fd {
+                let _ = pidfd::send_signal(fd.as_fd(), signal);
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes what the resolver created: every smith cgroup, the `operator` cgroup and the parent
+    /// (cgroup mode), and forgets bound processes. With `kill`, the processes of every smith are
+    /// SIGKILLed first (waiting up to 2 s per cgroup); without, a cgroup that still has processes
+    /// is left in place and reported. Idempotent; also run (without `kill`) on drop.
+    ///
+    /// # Errors
+    /// [`IdentityError::Io`] naming the first cgroup that could not be removed.
+    pub fn shutdown(&self, kill: bool) -> Result<(), IdentityError> {
+        let _guard = self.shutdown_lock.lock();
+        if self.shut_down.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut first_err = None;
+        let mut note = |what: String, e: io::Error| {
+            tracing::warn!("{what}: {e}");
+            if first_err.is_none() {
+                first_err = Some(IdentityError::Io { what, source: e });
+            }
+        };
+        let smith_cgroups: Vec<Arc<Cgroup>> = self
+            .smiths
+            .read()
+            .values()
+            .filter_map(|e| e.cgroup.clone())
+            .collect();
+        if let Some(state) = &self.cgroups {
+            for cg in smith_cgroups.iter().chain(std::iter::once(&state.operator)) {
+                if kill && cg.populated().unwrap_or(false) {
+                    if let Err(e) = cg.kill_all() {
+                        note(format!("killing {}", cg.path.display()), e);
+                    }
+                    cg.wait_empty(KILL_WAIT);
+                }
+                if let Err(e) = cg.remove() {
+                    note(format!("removing {}", cg.path.display()), e);
+                }
+            }
+            if let Err(e) = state.parent.remove() {
+                note(format!("removing {}", state.parent.path.display()), e);
+            }
+        } else if kill {
+            let idxs: Vec<SmithIdx> = self.smiths.read().keys().copied().collect();
+            for idx in idxs {
+                let _ = self.kill_smith(idx, libc::SIGKILL);
+            }
+        }
+        self.bound.write().clear();
+        self.cache.write().clear();
+        self.shut_down.store(true, Ordering::Release);
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Resolver {
+    fn drop(&mut self) {
+        if let Err(e) = self.shutdown(false) {
+            tracing::warn!("identity shutdown: {e}");
+        }
+    }
+}
+
+impl std::fmt::Debug for Resolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resolver")
+            .field("mode", &self.mode)
+            .field("daemon_pid", &self.daemon_pid)
+            .field("cgroup_parent", &self.cgroup_parent())
+            .field("smiths", &self.smiths.read().len())
+            .field("cached", &self.cache_len())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn resolver_is_send_and_sync() {
+        assert_send_sync::<Resolver>();
+    }
+
+    #[test]
+    fn effective_names() {
+        assert_eq!(Effective::Cgroup.as_str(), "cgroup");
+        assert_eq!(Effective::Ancestry.as_str(), "ancestry");
+    }
+}
