@@ -6,10 +6,12 @@ mod doctor;
 mod events;
 pub mod init;
 pub mod mount;
+pub mod run;
 mod status;
 mod umount;
 pub(crate) mod util;
 mod wait;
+pub mod whoami;
 
 use std::process::ExitCode;
 
@@ -31,6 +33,10 @@ enum Command {
     Mount(mount::MountArgs),
     /// Unmount DIR (stopping live runs first).
     Umount(umount::UmountArgs),
+    /// Run CMD bound to a smith (operator only); exits with CMD's status.
+    Run(run::RunArgs),
+    /// The calling process's identity and rights.
+    Whoami(whoami::WhoamiArgs),
     /// Show the tree: state, runs, durations, result present.
     Status(status::StatusArgs),
     /// Show the journal.
@@ -50,6 +56,8 @@ pub fn run() -> ExitCode {
         Command::Init(a) => init::run(a),
         Command::Mount(a) => mount::run(a),
         Command::Umount(a) => umount::run(a),
+        Command::Run(a) => run::run(a),
+        Command::Whoami(a) => whoami::run(a),
         Command::Status(a) => status::run(a),
         Command::Events(a) => events::run(a),
         Command::Wait(a) => wait::run(a),

@@ -21,9 +21,12 @@ use fuser::{MountOption, Session, SessionACL};
 use crate::config::Config;
 
 use super::util::{self, MountState};
-use crate::fs::{backing, FsOptions, NoBinding, SmithFs, STATE_DIR};
+use crate::fs::Identities;
+use crate::fs::{backing, FsOptions, SmithFs, STATE_DIR};
 use crate::fuse::FuseFs;
-use crate::sched::{Invalidate, NoBinder, SchedCtx, Scheduler};
+use crate::identity::resolve::{IdentityError, Resolver};
+use crate::sched::{Invalidate, RunBinder, SchedCtx, Scheduler};
+use crate::tree::model::SmithIdx;
 
 /// Arguments of `smithfs mount`.
 #[derive(Debug, Args)]
@@ -287,6 +290,14 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
     }
     let config = load_config(dir, root.as_fd(), args)?;
     let templates = super::init::load_templates(root.as_fd())?;
+    let resolver = Arc::new(
+        Resolver::new(config.identity, std::process::id())
+            .map_err(|e| anyhow!("cannot set up identity resolution: {e}"))?,
+    );
+    let binding = Arc::new(Binding(resolver.clone()));
+    // The resolver made the daemon a subreaper: orphans of runs land here and are reaped.
+    crate::sched::reaper::start();
+    tracing::info!(mode = resolver.mode().as_str(), "identity resolution");
     let fs = Arc::new(
         SmithFs::new(
             root,
@@ -300,7 +311,7 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
                     .and_then(|v| v.parse().ok())
                     .unwrap_or((nofile as usize).saturating_sub(2048).max(1024) * 3 / 4),
             },
-            Arc::new(NoBinding),
+            binding.clone(),
         )
         .map_err(|e| anyhow!("cannot read {}: {e}", dir.display()))?,
     );
@@ -339,7 +350,7 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
                 mount: dir.to_path_buf(),
                 config,
                 registry: fs.registry().clone(),
-                binder: Arc::new(NoBinder),
+                binder: binding.clone(),
                 invalidate: Arc::new(KernelInvalidate {
                     notifier: session.notifier(),
                     fs: fs.clone(),
@@ -366,6 +377,9 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
     }
     let served = session.run().context("FUSE session failed");
     sched.shutdown();
+    if let Err(e) = resolver.shutdown(false) {
+        tracing::warn!("identity clean-up: {e}");
+    }
     served?;
     drop(lock);
     let _ = backing::unlink(state.as_fd(), c"daemon.pid", false);
@@ -464,6 +478,78 @@ fn raise_nofile() -> u64 {
 
 /// The soft `RLIMIT_NOFILE` the daemon started with, restored for the processes it starts.
 pub static ORIGINAL_NOFILE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The identity resolver as the filesystem's identity source and the scheduler's run binder.
+struct Binding(Arc<Resolver>);
+
+impl Identities for Binding {
+    fn resolve(&self, pid: u32) -> crate::identity::Identity {
+        self.0.resolve(pid)
+    }
+
+    fn bind(&self, pid: u32, smith: SmithIdx) -> Result<(), nix::errno::Errno> {
+        self.0.bind(pid, smith).map_err(|e| {
+            tracing::warn!("bind of {pid}: {e}");
+            match e {
+                IdentityError::NoSuchProcess(_) => nix::errno::Errno::ESRCH,
+                IdentityError::UnknownSmith(_) => nix::errno::Errno::ENOENT,
+                IdentityError::AlreadyBound { .. } => nix::errno::Errno::EBUSY,
+                IdentityError::NoCgroup(_)
+                | IdentityError::PidfdUnsupported(_)
+                | IdentityError::Conflict { .. }
+                | IdentityError::BadFullId(_)
+                | IdentityError::Io { .. } => nix::errno::Errno::EIO,
+            }
+        })
+    }
+
+    fn register_smith(&self, smith: SmithIdx, full_id: &str) {
+        if let Err(e) = self.0.register_smith(smith, full_id) {
+            tracing::error!("cannot register {full_id}: {e}");
+        }
+    }
+
+    fn mode_name(&self) -> &'static str {
+        self.0.mode().as_str()
+    }
+}
+
+impl RunBinder for Binding {
+    fn cgroup_procs_fd(&self, smith: SmithIdx) -> Option<OwnedFd> {
+        let dir = self.0.smith_cgroup_fd(smith)?;
+        backing::open_file(dir, c"cgroup.procs", libc::O_WRONLY, 0).ok()
+    }
+
+    fn bind_pid(&self, pid: u32, smith: SmithIdx) -> std::io::Result<()> {
+        self.0
+            .bind(pid, smith)
+            .map_err(|e| std::io::Error::other(e.to_string()))
+    }
+
+    fn bind_operator_pid(&self, pid: u32) -> std::io::Result<()> {
+        self.0
+            .bind_operator(pid)
+            .map_err(|e| std::io::Error::other(e.to_string()))
+    }
+
+    fn kill_smith(&self, smith: SmithIdx, sig: i32) {
+        if let Err(e) = self.0.kill_smith(smith, sig) {
+            tracing::warn!("kill of smith #{}: {e}", smith.0);
+        }
+    }
+
+    fn cgroup_path(&self, smith: SmithIdx) -> Option<String> {
+        self.0
+            .smith_cgroup_path(smith)
+            .map(|p| p.display().to_string())
+    }
+
+    fn smith_has_processes(&self, smith: SmithIdx) -> Option<bool> {
+        self.0
+            .smith_cgroup_path(smith)
+            .map(|_| !self.0.live_pids(smith).is_empty())
+    }
+}
 
 /// Kernel cache invalidation for the daemon's own writes, sent from the scheduler's thread
 /// (never from a FUSE thread: the kernel may wait on us).

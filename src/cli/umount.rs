@@ -90,7 +90,7 @@ pub fn run(args: UmountArgs) -> Result<ExitCode> {
 fn daemon_pid(dir: &std::path::Path) -> Option<i32> {
     let text = std::fs::read_to_string(dir.join(".smithfs/whoami")).ok()?;
     text.lines()
-        .find_map(|l| l.strip_prefix("daemon_pid: "))
+        .find_map(|l| l.strip_prefix("daemon pid: "))
         .and_then(|p| p.trim().parse().ok())
 }
 

@@ -67,7 +67,7 @@ pub fn parse_pairs(text: &str) -> Vec<(String, String)> {
 pub fn lookup(text: &str, key: &str) -> Option<String> {
     parse_pairs(text)
         .into_iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case(key))
+        .find(|(k, _)| snake(k) == snake(key))
         .map(|(_, v)| v)
 }
 

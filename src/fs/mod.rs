@@ -1696,12 +1696,12 @@ impl SmithFs {
                         .parent
                         .and_then(|p| self.registry.full_id(p))
                         .unwrap_or_default();
-                    out.push_str(&format!("full_id: {}\n", info.full_id));
-                    out.push_str(&format!("smith_id: {}\n", info.id));
+                    out.push_str(&format!("full id: {}\n", info.full_id));
+                    out.push_str(&format!("smith id: {}\n", info.id));
                     out.push_str(&format!("level: {}\n", info.level));
                     out.push_str(&format!("parent: {parent}\n"));
                     out.push_str(&format!(
-                        "smith_dir: {}\n",
+                        "smith dir: {}\n",
                         self.opts.mount_point.join(info.rel_dir()).display()
                     ));
                     let z = |area| {
@@ -1723,7 +1723,7 @@ impl SmithFs {
                         ("children", Area::Children),
                     ] {
                         let r = crate::policy::rights(&who, &z(area), ctx);
-                        out.push_str(&format!("rights.{label}: {r}\n"));
+                        out.push_str(&format!("rights {label}: {r}\n"));
                     }
                     if let Some(p) = info.parent {
                         if let Some(pi) = self.registry.get(p) {
@@ -1735,7 +1735,7 @@ impl SmithFs {
                                 depth: Depth::Inner,
                             });
                             let r = crate::policy::rights(&who, &pz, ctx);
-                            out.push_str(&format!("rights.parent.outbox: {r}\n"));
+                            out.push_str(&format!("rights parent outbox: {r}\n"));
                         }
                     }
                     out.push_str(&format!(
@@ -1745,14 +1745,14 @@ impl SmithFs {
                 }
             }
             Identity::Operator => {
-                out.push_str(&format!("operator_mode: {}\n", self.opts.operator.as_str()));
+                out.push_str(&format!("operator mode: {}\n", self.opts.operator.as_str()));
             }
             Identity::Unknown => {}
         }
-        out.push_str(&format!("identity_mode: {}\n", self.identities.mode_name()));
+        out.push_str(&format!("identity mode: {}\n", self.identities.mode_name()));
         out.push_str(&format!("pid: {}\nuid: {}\n", caller.pid, caller.uid));
         out.push_str(&format!("mount: {}\n", self.opts.mount_point.display()));
-        out.push_str(&format!("daemon_pid: {}\n", std::process::id()));
+        out.push_str(&format!("daemon pid: {}\n", std::process::id()));
         out
     }
 

@@ -162,7 +162,9 @@ impl HookJob {
             unsafe { libc::kill(-(started.pid as i32), libc::SIGKILL) };
             self.done.timed_out = Some(true);
         }
-        match started.child.wait() {
+        let waited = started.child.wait();
+        super::reaper::untrack(started.pid);
+        match waited {
             Ok(st) => {
                 self.done.exit_code = st.code();
                 self.done.signal = st.signal();

@@ -17,6 +17,7 @@ mod exec;
 pub mod hooks;
 pub mod journal;
 pub mod queue;
+pub mod reaper;
 pub mod runner;
 pub mod scan;
 pub mod time;

@@ -347,6 +347,7 @@ pub fn launch(l: Launch<'_>, binder: &dyn RunBinder) -> io::Result<Started> {
         match (spawned, bound) {
             (Ok(child), Ok(())) => {
                 let pid = child.id();
+                super::reaper::track(pid);
                 Ok(Started {
                     start_ticks: start_ticks(pid),
                     child,
