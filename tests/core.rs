@@ -128,13 +128,19 @@ print(os.stat("f").st_size)
 fn symlink_readlink() {
     let m = TestMount::new();
     m.sh_ok("echo data > target && ln -s target rel && ln -s /etc/hostname abs && ln -s nowhere dangling");
-    assert_eq!(m.sh_ok("readlink rel abs dangling"), "target\n/etc/hostname\nnowhere\n");
+    assert_eq!(
+        m.sh_ok("readlink rel abs dangling"),
+        "target\n/etc/hostname\nnowhere\n"
+    );
     assert_eq!(m.sh_ok("cat rel"), "data\n");
     assert_eq!(m.sh_ok("stat -c %F rel"), "symbolic link\n");
     let long = "x".repeat(1000);
     m.sh_ok(&format!("ln -s {long} longlink"));
     assert_eq!(m.sh_ok("readlink longlink").trim(), long);
-    let out = py(&m, r#"print(err(os.stat, "dangling"), err(os.readlink, "target"))"#);
+    let out = py(
+        &m,
+        r#"print(err(os.stat, "dangling"), err(os.readlink, "target"))"#,
+    );
     assert_eq!(out.trim(), "ENOENT EINVAL");
     // A symlink pointing out of the mount is followed by the caller, like anywhere else.
     assert_eq!(
@@ -312,8 +318,8 @@ print(len(names), len(set(names)), sorted(names) == ["entry-%05d" % i for i in r
     assert_eq!(out, "5000 5000 True\n");
 
     // telldir/seekdir: resume from recorded offsets and see the same names (libc directly).
-    let dir = std::ffi::CString::new(m.path().join("big").into_os_string().into_encoded_bytes())
-        .unwrap();
+    let dir =
+        std::ffi::CString::new(m.path().join("big").into_os_string().into_encoded_bytes()).unwrap();
     // SAFETY: plain libc directory-stream calls on a stream this block owns and closes.
     unsafe {
         let d = libc::opendir(dir.as_ptr());
@@ -363,7 +369,10 @@ odd = ["entry-%05d" % i for i in range(1, 5000, 2)]
 print(len(seen) == len(set(seen)), all(n in set(seen) for n in odd), len(os.listdir("big")))
 "#,
     );
-    assert_eq!(out.trim().split(' ').take(2).collect::<Vec<_>>(), ["True", "True"]);
+    assert_eq!(
+        out.trim().split(' ').take(2).collect::<Vec<_>>(),
+        ["True", "True"]
+    );
 }
 
 #[test]
@@ -551,7 +560,10 @@ print(t == fcntl.F_WRLCK, start, ln, pid)
     drop(holder.stdin.take());
     holder.wait().unwrap();
     let mut holder = lock_holder(&m, "fcntl.flock(f, fcntl.LOCK_SH)");
-    assert_eq!(try_lock("fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)"), "got\n");
+    assert_eq!(
+        try_lock("fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)"),
+        "got\n"
+    );
     drop(holder.stdin.take());
     holder.wait().unwrap();
 }
@@ -593,7 +605,10 @@ fn files_created_by_another_user_belong_to_that_user() {
     assert!(!r.ok() && r.stderr.contains("Permission denied"), "{r:?}");
     let r = sh_as(65534, 65534, m.path(), "rm -f pub/../pubfile");
     assert!(!r.ok(), "{r:?}");
-    assert_eq!(sh_as(65534, 65534, m.path(), "cat pubfile").expect_ok("read"), "pub\n");
+    assert_eq!(
+        sh_as(65534, 65534, m.path(), "cat pubfile").expect_ok("read"),
+        "pub\n"
+    );
     // The sticky bit: nobody cannot remove root's file in /pub.
     m.sh_ok("touch pub/roots");
     assert!(!sh_as(65534, 65534, m.path(), "rm -f pub/roots").ok());
@@ -617,7 +632,10 @@ print(err(os.getxattr, n, "user.x"), renameat2("x", n, RENAME_EXCHANGE))
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[0], "False ENOENT ENOENT");
     for l in &lines[1..4] {
-        assert!(!l.contains("ok"), "an operation on .smithfs-state succeeded: {out}");
+        assert!(
+            !l.contains("ok"),
+            "an operation on .smithfs-state succeeded: {out}"
+        );
     }
     assert!(!lines[4].ends_with(" 0"), "{out}");
     assert!(!lines[4].contains("ok"), "{out}");
@@ -664,10 +682,7 @@ fn store_after_umount_holds_exactly_what_was_written() {
 #[test]
 fn mounting_twice_is_refused() {
     let m = TestMount::new();
-    let r = smithfs([
-        std::ffi::OsStr::new("mount"),
-        m.path().as_os_str(),
-    ]);
+    let r = smithfs([std::ffi::OsStr::new("mount"), m.path().as_os_str()]);
     assert!(!r.ok());
     assert!(
         r.stderr.contains("already mounted") && r.stderr.contains("smithfs umount"),

@@ -8,7 +8,8 @@ use std::process::{Command, Stdio};
 
 use common::*;
 
-const GIT: &str = "git -c user.name=Test -c user.email=test@example.com -c init.defaultBranch=main \
+const GIT: &str =
+    "git -c user.name=Test -c user.email=test@example.com -c init.defaultBranch=main \
                    -c commit.gpgsign=false";
 
 #[test]
@@ -27,8 +28,7 @@ fn git_init_add_commit_log() {
     // Commits made in the same second have no defined order: compare as a set.
     let log = m.sh_ok("cd repo && git log --format=%s | sort");
     assert_eq!(
-        log,
-        "Merge branch 'side'\nfirst\nsecond\nside\n",
+        log, "Merge branch 'side'\nfirst\nsecond\nside\n",
         "git log: {log}"
     );
     assert_eq!(m.sh_ok("cd repo && git status --porcelain"), "");
@@ -37,7 +37,10 @@ fn git_init_add_commit_log() {
         m.sh_ok("cd repo && git ls-files -s src/link | cut -c1-6"),
         "120000\n"
     );
-    assert_eq!(m.sh_ok("cd repo && git show v1:src/lib.rs"), "fn main() {}\n");
+    assert_eq!(
+        m.sh_ok("cd repo && git show v1:src/lib.rs"),
+        "fn main() {}\n"
+    );
     // gc repacks (renames, hard links, fsync of packs) and the repository stays whole.
     m.sh_ok("cd repo && git gc -q && git fsck --no-progress 2>&1 && git count-objects -v | grep -q '^count: 0'");
     // A clone from inside the mount to inside the mount.
@@ -72,13 +75,20 @@ fn tar_extracts_nested_dirs_and_symlinks() {
         scratch.display()
     ));
     // And the tree matches an extraction to a plain directory.
-    sh_in(&scratch, "mkdir plain && tar --numeric-owner -xpf t.tar -C plain")
-        .expect_ok("plain extraction");
-    assert_eq!(snapshot(&m.path().join("out")), snapshot(&scratch.join("plain")));
+    sh_in(
+        &scratch,
+        "mkdir plain && tar --numeric-owner -xpf t.tar -C plain",
+    )
+    .expect_ok("plain extraction");
+    assert_eq!(
+        snapshot(&m.path().join("out")),
+        snapshot(&scratch.join("plain"))
+    );
     assert_eq!(m.sh_ok("cat out/a/up"), "top\n");
     assert_eq!(m.sh_ok("ls out/a/shortcut"), "blob\n");
     assert_eq!(
-        m.sh_ok("stat -c %i out/top.txt out/x/hardlink | uniq | wc -l").trim(),
+        m.sh_ok("stat -c %i out/top.txt out/x/hardlink | uniq | wc -l")
+            .trim(),
         "1"
     );
     // And back out again: tar of the mounted tree round-trips to the same bytes.
@@ -86,7 +96,10 @@ fn tar_extracts_nested_dirs_and_symlinks() {
         "tar --numeric-owner -cf {0}/again.tar -C out . && mkdir {0}/again && tar -xpf {0}/again.tar -C {0}/again",
         scratch.display()
     ));
-    assert_eq!(snapshot(&scratch.join("again")), snapshot(&scratch.join("plain")));
+    assert_eq!(
+        snapshot(&scratch.join("again")),
+        snapshot(&scratch.join("plain"))
+    );
 }
 
 #[test]

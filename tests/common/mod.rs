@@ -391,7 +391,13 @@ pub fn snapshot(root: &Path) -> std::collections::BTreeMap<String, (char, u32, u
             let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
             let ft = md.file_type();
             let (t, data) = if ft.is_symlink() {
-                ('l', std::fs::read_link(&p).unwrap().into_os_string().into_encoded_bytes())
+                (
+                    'l',
+                    std::fs::read_link(&p)
+                        .unwrap()
+                        .into_os_string()
+                        .into_encoded_bytes(),
+                )
             } else if ft.is_dir() {
                 ('d', Vec::new())
             } else if ft.is_file() {
@@ -460,7 +466,10 @@ impl Drop for DevFuseGrant {
         if let Err(e) =
             std::fs::set_permissions("/dev/fuse", std::fs::Permissions::from_mode(self.original))
         {
-            eprintln!("DevFuseGrant: cannot restore /dev/fuse mode {:o}: {e}", self.original);
+            eprintln!(
+                "DevFuseGrant: cannot restore /dev/fuse mode {:o}: {e}",
+                self.original
+            );
         }
     }
 }
