@@ -15,10 +15,12 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use fuser::{Config, MountOption, Session, SessionACL};
+use fuser::{MountOption, Session, SessionACL};
+
+use crate::config::Config;
 
 use super::util::{self, MountState};
-use crate::fs::{backing, FsOptions, SmithFs, STATE_DIR};
+use crate::fs::{backing, FsOptions, NoBinding, SmithFs, STATE_DIR};
 use crate::fuse::FuseFs;
 
 /// Arguments of `smithfs mount`.
@@ -248,6 +250,28 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
     let state_name = std::ffi::CString::new(STATE_DIR)?;
     let state = backing::ensure_dir(root.as_fd(), &state_name, 0o700)
         .map_err(|e| anyhow!("cannot create {}/{STATE_DIR}: {e}", dir.display()))?;
+    // One daemon per directory: a second `mount` racing this one fails here, before mounting.
+    let lock = backing::open_file(
+        state.as_fd(),
+        c"daemon.lock",
+        libc::O_RDWR | libc::O_CREAT,
+        0o600,
+    )
+    .map_err(|e| anyhow!("cannot open the daemon lock: {e}"))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe {
+        libc::flock(
+            std::os::fd::AsRawFd::as_raw_fd(&lock),
+            libc::LOCK_EX | libc::LOCK_NB,
+        )
+    } != 0
+    {
+        bail!(
+            "another smithfs daemon is serving {}; unmount it first with `smithfs umount {}`",
+            dir.display(),
+            dir.display()
+        );
+    }
     if report.is_some() {
         let log = backing::open_file(
             state.as_fd(),
@@ -258,9 +282,20 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
         .map_err(|e| anyhow!("cannot open the daemon log: {e}"))?;
         init_logging(args, Some(File::from(log)));
     }
+    let config = load_config(dir, root.as_fd(), args)?;
+    let templates = super::init::load_templates(root.as_fd())?;
     let fs = Arc::new(
-        SmithFs::new(root, FsOptions::default())
-            .map_err(|e| anyhow!("cannot read {}: {e}", dir.display()))?,
+        SmithFs::new(
+            root,
+            FsOptions {
+                mount_point: dir.to_path_buf(),
+                operator: config.operator,
+                limits: config.limits,
+                templates,
+            },
+            Arc::new(NoBinding),
+        )
+        .map_err(|e| anyhow!("cannot read {}: {e}", dir.display()))?,
     );
     let mut options = vec![
         MountOption::FSName("smithfs".into()),
@@ -272,17 +307,21 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
     if !args.allow_other {
         options.push(MountOption::NoSuid);
     }
-    let mut config = Config::default();
-    config.mount_options = options;
-    config.acl = if args.allow_other {
+    let mut session_config = fuser::Config::default();
+    session_config.mount_options = options;
+    session_config.acl = if args.allow_other {
         SessionACL::All
     } else {
         SessionACL::Owner
     };
-    config.n_threads = Some(worker_threads());
-    config.clone_fd = true;
-    let mut session = Session::new(FuseFs::new(fs.clone()), dir, &config)
-        .map_err(|e| anyhow!("cannot mount {}: {e}", dir.display()))?;
+    session_config.n_threads = Some(worker_threads());
+    session_config.clone_fd = true;
+    let mut session = Session::new(
+        FuseFs::new(fs.clone(), !args.no_passthrough && is_root()),
+        dir,
+        &session_config,
+    )
+    .map_err(|e| anyhow!("cannot mount {}: {e}", dir.display()))?;
     let pid = std::process::id().to_string();
     let _ = backing::write_atomic(state.as_fd(), c"daemon.pid", pid.as_bytes(), 0o644);
     tracing::info!(dir = %dir.display(), pid, nofile, "mounted");
@@ -293,9 +332,49 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
         detach_stdio();
     }
     session.run().context("FUSE session failed")?;
+    drop(lock);
     let _ = backing::unlink(state.as_fd(), c"daemon.pid", false);
     tracing::info!(dir = %dir.display(), "unmounted");
     Ok(())
+}
+
+/// The mount's configuration: `--config F` or `DIR/config.json` (absent: defaults), with
+/// `--operator` and `--identity` overriding it. A malformed file is refused with the key's path
+/// (PROTOCOL.md §8).
+pub fn load_config(
+    dir: &Path,
+    root: std::os::fd::BorrowedFd<'_>,
+    args: &MountArgs,
+) -> Result<Config> {
+    let text = match &args.config {
+        Some(f) => Some(
+            std::fs::read_to_string(f).with_context(|| format!("cannot read {}", f.display()))?,
+        ),
+        None => match backing::read_file(root, Path::new("config.json")) {
+            Ok(b) => Some(
+                String::from_utf8(b)
+                    .map_err(|_| anyhow!("{}/config.json is not UTF-8", dir.display()))?,
+            ),
+            Err(nix::errno::Errno::ENOENT) => None,
+            Err(e) => bail!("cannot read {}/config.json: {e}", dir.display()),
+        },
+    };
+    let mut config = match text {
+        Some(t) => Config::parse(&t).map_err(|e| anyhow!("{e}"))?,
+        None => Config::default(),
+    };
+    if let Some(op) = &args.operator {
+        config.operator = op.parse().map_err(|e| anyhow!("--operator: {e}"))?;
+    }
+    if let Some(id) = &args.identity {
+        config.identity = id.parse().map_err(|e| anyhow!("--identity: {e}"))?;
+    }
+    Ok(config)
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
 }
 
 fn worker_threads() -> usize {

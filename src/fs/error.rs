@@ -8,6 +8,9 @@ pub enum FsError {
     /// The backing store refused: its errno is echoed unchanged.
     #[error("backing store: {0}")]
     Backing(#[from] Errno),
+    /// The access policy refused (PROTOCOL.md §3); the reason is recorded for `.smithfs/why`.
+    #[error("denied: {0}")]
+    Denied(Errno),
     /// The inode or handle number is not known (the kernel raced a forget or release).
     #[error("stale inode or handle")]
     Stale,
@@ -21,6 +24,7 @@ impl FsError {
     pub fn errno(&self) -> Errno {
         match self {
             FsError::Backing(e) => *e,
+            FsError::Denied(e) => *e,
             FsError::Stale => Errno::ESTALE,
             FsError::Reserved(e) => *e,
         }

@@ -30,6 +30,8 @@ pub struct FileHandle {
     /// Set once anything was written through it, or it was opened with `O_TRUNC`/`O_CREAT`:
     /// its release completes the file (PROTOCOL.md §5).
     pub dirty: AtomicBool,
+    /// Holds one user of its inode's passthrough backing (released with the handle).
+    pub passthrough: AtomicBool,
 }
 
 /// An open directory.

@@ -10,10 +10,11 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use super::backing;
 use super::error::{FsError, FsResult};
+use crate::policy::zone::Zone;
 
 /// FUSE's root node id.
 pub const ROOT_ID: u64 = 1;
@@ -31,6 +32,76 @@ pub struct Inode {
     pub dev: u64,
     /// Kernel lookup count; the inode is dropped from the table when it reaches zero.
     nlookup: AtomicU64,
+    /// Where the inode sits in the tree (its zone), kept up to date by lookups and renames.
+    pub place: Mutex<Place>,
+    /// FUSE passthrough state of a regular file (see [`Passthrough`]).
+    pub passthrough: Mutex<Passthrough>,
+}
+
+/// An opaque kernel backing-file registration (the glue's `fuser::BackingId`), dropped — and
+/// thereby closed in the kernel — when its last user goes.
+pub type BackingRef = Arc<dyn std::any::Any + Send + Sync>;
+
+/// Whether opens of an inode pass reads and writes straight to the backing file in the kernel.
+/// The kernel will not mix a cached and a passthrough open, or two backing files, on one inode:
+/// while any handle is open every open shares one backing registration, made from an `O_RDWR`
+/// descriptor; an inode whose `O_RDWR` open fails is never passed through.
+#[derive(Default)]
+pub enum Passthrough {
+    /// No open handle uses passthrough now.
+    #[default]
+    Idle,
+    /// `users` open handles share `backing`.
+    Active {
+        /// The registration.
+        backing: BackingRef,
+        /// Open handles using it.
+        users: u32,
+    },
+    /// This inode could not be opened `O_RDWR`: its opens are never passed through.
+    Never,
+}
+
+impl std::fmt::Debug for Passthrough {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Passthrough::Idle => f.write_str("Idle"),
+            Passthrough::Active { users, .. } => write!(f, "Active({users})"),
+            Passthrough::Never => f.write_str("Never"),
+        }
+    }
+}
+
+/// An inode's place in the tree: the name it was last reached by and its zone
+/// (PROTOCOL.md §3: zones follow the tree; a new entry takes the zone of its directory).
+#[derive(Debug, Clone)]
+pub struct Place {
+    /// Node id of the directory it was last looked up in (itself for the root).
+    pub parent: u64,
+    /// Its name there.
+    pub name: Box<[u8]>,
+    /// Its zone, valid while `epoch` equals the filesystem's zone epoch.
+    pub zone: Zone,
+    /// The zone epoch `zone` was computed in; `FIXED` for zones that never change.
+    pub epoch: u64,
+    /// Zones of other names of the same inode (hard links made outside the mount): decisions
+    /// take the intersection of all (PROTOCOL.md §3).
+    pub others: Vec<Zone>,
+}
+
+impl Place {
+    /// Epoch marker of a zone that never needs recomputing (the root, virtual entries).
+    pub const FIXED: u64 = u64::MAX;
+
+    fn unknown() -> Place {
+        Place {
+            parent: ROOT_ID,
+            name: Box::default(),
+            zone: Zone::root(),
+            epoch: 0,
+            others: Vec::new(),
+        }
+    }
 }
 
 impl Inode {
@@ -85,6 +156,14 @@ impl InodeTable {
             dev: st.st_dev,
             // The root is never forgotten.
             nlookup: AtomicU64::new(1 << 62),
+            passthrough: Mutex::new(Passthrough::Never),
+            place: Mutex::new(Place {
+                parent: ROOT_ID,
+                name: Box::default(),
+                zone: Zone::root(),
+                epoch: Place::FIXED,
+                others: Vec::new(),
+            }),
         });
         let mut map = HashMap::new();
         map.insert(ROOT_ID, root_inode);
@@ -100,6 +179,11 @@ impl InodeTable {
     /// The inode with node id `id`, or `Stale`.
     pub fn get(&self, id: u64) -> FsResult<Arc<Inode>> {
         self.map.read().get(&id).cloned().ok_or(FsError::Stale)
+    }
+
+    /// The inode with node id `id`, if the kernel holds it.
+    pub fn find(&self, id: u64) -> Option<Arc<Inode>> {
+        self.map.read().get(&id).cloned()
     }
 
     /// The root inode.
@@ -149,6 +233,8 @@ impl InodeTable {
             kind,
             dev: st.st_dev,
             nlookup: AtomicU64::new(prior + 1),
+            place: Mutex::new(Place::unknown()),
+            passthrough: Mutex::new(Passthrough::Idle),
         });
         map.insert(id, inode.clone());
         inode

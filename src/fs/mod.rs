@@ -7,28 +7,54 @@
 //! recorded opener (PROTOCOL.md §2).
 
 pub mod backing;
+pub mod control;
 pub mod error;
 pub mod handle;
 pub mod inode;
 pub mod scaffold;
+pub mod scan;
+mod why;
 
-use std::ffi::{CStr, OsStr};
-use std::os::fd::AsFd;
+use std::ffi::{CStr, CString, OsStr};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use nix::errno::Errno;
 
 use self::backing::CredGuard;
+use self::control::{Command, ControlFile};
 pub use self::error::{FsError, FsResult};
 use self::handle::{DirHandle, FileHandle, HandleTable};
-use self::inode::{Inode, InodeTable, ROOT_ID};
+pub use self::inode::BackingRef;
+use self::inode::{Inode, InodeTable, Passthrough, Place, ROOT_ID};
+pub use self::why::DenialRecord;
+use self::why::WhyStore;
+use crate::config::{Limits, OperatorMode};
 use crate::identity::Identity;
+use crate::policy::{
+    check_new_child, decide, decide_link, decide_rename, Area, Ctx, Decision, Denial, Depth,
+    Family, NewKind, Op, Removal, Zone,
+};
+use crate::tree::model::SmithIdx;
+use crate::tree::registry::Registry;
+use crate::tree::scaffold::plan_smith;
+use crate::tree::template::Templates;
 
 /// The name of smithfs's own state directory in the store's root, never visible through the
 /// mount (PROTOCOL.md §1).
 pub const STATE_DIR: &str = ".smithfs-state";
+
+/// Entry and attribute time-to-live the kernel gets for an entry: zero for the virtual control
+/// files, whose content and rights depend on the caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cache {
+    /// Backing-store entries: cache for the mount's TTL.
+    Normal,
+    /// `.smithfs/`: never cache, direct I/O.
+    Never,
+}
 
 /// The process behind a request, as the kernel reports it.
 #[derive(Clone, Copy, Debug)]
@@ -39,19 +65,6 @@ pub struct Caller {
     pub uid: u32,
     /// Filesystem gid.
     pub gid: u32,
-}
-
-/// What an operation asks of an object, for the access check (PROTOCOL.md §3 operation classes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
-    /// Open for reading, readdir, getxattr/listxattr, readlink.
-    Read,
-    /// Open for writing or `O_TRUNC`, truncate, fallocate, chmod/chown/utimes, set/removexattr.
-    Write,
-    /// Create a name in a directory (create, mkdir, mknod, symlink, link or rename destination).
-    Create,
-    /// Remove a name from a directory (unlink, rmdir, rename source, replaced by rename).
-    Delete,
 }
 
 /// Attributes of an inode as the mount shows them: the backing `stat` with `st_ino` replaced by
@@ -103,53 +116,417 @@ pub struct DirEntryOut<'a> {
     pub attr: Option<Attr>,
 }
 
-/// Options fixed for the life of a mount.
-#[derive(Clone, Debug, Default)]
-pub struct FsOptions {}
-
-/// The filesystem: the inode table, the handle tables and the access check.
-#[derive(Debug)]
-pub struct SmithFs {
-    inodes: InodeTable,
-    files: HandleTable<FileHandle>,
-    dirs: HandleTable<DirHandle>,
-    #[allow(dead_code)]
-    opts: FsOptions,
+/// What the filesystem tells the rest of the daemon (the scheduler and the journal). Sent
+/// without waiting: the sink must not block (STYLE.md habit 7).
+#[derive(Clone, Debug)]
+pub enum FsEvent {
+    /// A `task-*.md` directly in a smith's inbox was completed (PROTOCOL.md §5).
+    TaskCompleted {
+        /// The inbox's owner.
+        smith: SmithIdx,
+        /// The file's name.
+        name: String,
+    },
+    /// A smith's `outbox/result.md` was completed.
+    ResultCompleted {
+        /// The outbox's owner.
+        smith: SmithIdx,
+    },
+    /// A child dir was scaffolded.
+    SmithCreated {
+        /// The new smith.
+        smith: SmithIdx,
+    },
+    /// An operation was denied.
+    Denied(Box<DenialRecord>),
+    /// `cancel <full-id>` was written to `ctl` by an authorised identity.
+    Cancel {
+        /// The smith to cancel (with its subtree).
+        smith: SmithIdx,
+    },
 }
 
-impl SmithFs {
-    /// A filesystem over the backing store whose root is the `O_PATH` descriptor `root`.
-    pub fn new(root: std::os::fd::OwnedFd, opts: FsOptions) -> FsResult<SmithFs> {
-        Ok(SmithFs {
-            inodes: InodeTable::new(root)?,
-            files: HandleTable::default(),
-            dirs: HandleTable::default(),
-            opts,
-        })
-    }
+/// Who resolves identities and binds processes (PROTOCOL.md §2); implemented by the identity
+/// resolver. Must be cheap on a cache hit: it is on every request's path.
+pub trait Identities: Send + Sync {
+    /// The identity of the thread `pid` (0: Unknown).
+    fn resolve(&self, pid: u32) -> Identity;
+    /// Bind the process of thread `pid` to `smith` (`ctl bind`). Errors: an errno.
+    fn bind(&self, pid: u32, smith: SmithIdx) -> Result<(), Errno>;
+    /// A smith was registered (cgroup mode makes its cgroup).
+    fn register_smith(&self, smith: SmithIdx, full_id: &str);
+    /// `cgroup` or `ancestry`, for `whoami`.
+    fn mode_name(&self) -> &'static str;
+}
 
-    /// The identity a request is judged by (PROTOCOL.md §2). Until smiths are bound, every
-    /// process is the operator; request pid 0 is Unknown.
-    pub fn identify(&self, caller: &Caller) -> Identity {
-        if caller.pid == 0 {
+/// No binding: every process with a pid is the operator, pid 0 is Unknown.
+#[derive(Debug, Default)]
+pub struct NoBinding;
+
+impl Identities for NoBinding {
+    fn resolve(&self, pid: u32) -> Identity {
+        if pid == 0 {
             Identity::Unknown
         } else {
             Identity::Operator
         }
     }
+    fn bind(&self, _pid: u32, _smith: SmithIdx) -> Result<(), Errno> {
+        Err(Errno::ENOSYS)
+    }
+    fn register_smith(&self, _smith: SmithIdx, _full_id: &str) {}
+    fn mode_name(&self) -> &'static str {
+        "none"
+    }
+}
 
-    /// The one access check every operation calls (PROTOCOL.md §3): may `who` do `access` on
-    /// `inode` (for Create/Delete: on the entry `name` in directory `inode`)?
-    pub fn check(
+/// Options fixed for the life of a mount.
+#[derive(Clone, Debug)]
+pub struct FsOptions {
+    /// Operator mode (PROTOCOL.md §3).
+    pub operator: OperatorMode,
+    /// Scaffold limits (PROTOCOL.md §4).
+    pub limits: Limits,
+    /// Templates for the scaffold.
+    pub templates: Templates,
+    /// The mount point as users see it (for `whoami`).
+    pub mount_point: std::path::PathBuf,
+}
+
+impl Default for FsOptions {
+    fn default() -> Self {
+        FsOptions {
+            operator: OperatorMode::ReadWrite,
+            limits: Limits {
+                max_level: 3,
+                max_children: 5,
+            },
+            templates: Templates::builtin(),
+            mount_point: std::path::PathBuf::new(),
+        }
+    }
+}
+
+/// An open control file: its content snapshot (taken at open, for the opener) or, for `ctl`,
+/// the commands written so far.
+#[derive(Debug)]
+struct ControlHandle {
+    file: ControlFile,
+    data: Vec<u8>,
+}
+
+/// Produces `.smithfs/status.json` (the scheduler's view); set once by the daemon.
+pub type StatusFn = Box<dyn Fn() -> String + Send + Sync>;
+/// Receives [`FsEvent`]s; set once by the daemon.
+pub type EventFn = Box<dyn Fn(FsEvent) + Send + Sync>;
+/// Tells whether a run of a smith or of one of its descendants is live; set once by the daemon.
+pub type LiveFn = Box<dyn Fn(SmithIdx) -> bool + Send + Sync>;
+
+/// The filesystem: the inode table, the handle tables, the smith registry and the access check.
+pub struct SmithFs {
+    inodes: InodeTable,
+    files: HandleTable<FileHandle>,
+    dirs: HandleTable<DirHandle>,
+    controls: HandleTable<ControlHandle>,
+    registry: Arc<Registry>,
+    identities: Arc<dyn Identities>,
+    why: WhyStore,
+    /// Bumped by every directory rename: cached zones older than it are recomputed from the
+    /// parent chain (a renamed directory carries its subtree to its new zone).
+    zone_epoch: AtomicU64,
+    state: OwnedFd,
+    opts: FsOptions,
+    events: OnceLock<EventFn>,
+    status: OnceLock<StatusFn>,
+    live: OnceLock<LiveFn>,
+}
+
+impl std::fmt::Debug for SmithFs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SmithFs")
+            .field("inodes", &self.inodes.len())
+            .field("opts", &self.opts)
+            .finish()
+    }
+}
+
+/// Names of smiths for policy sentences.
+struct RegistryNames<'a>(&'a Registry);
+
+impl crate::policy::Names for RegistryNames<'_> {
+    fn full_id(&self, smith: SmithIdx) -> Option<String> {
+        self.0.full_id(smith)
+    }
+}
+
+impl SmithFs {
+    /// A filesystem over the backing store whose root is the `O_PATH` descriptor `root`; its
+    /// smith registry is rebuilt by scanning (PROTOCOL.md §9).
+    pub fn new(
+        root: OwnedFd,
+        opts: FsOptions,
+        identities: Arc<dyn Identities>,
+    ) -> FsResult<SmithFs> {
+        let state_name = CString::new(STATE_DIR).map_err(|_| FsError::Backing(Errno::EINVAL))?;
+        let state = backing::ensure_dir(root.as_fd(), &state_name, 0o700)?;
+        let registry = Arc::new(Registry::new());
+        let highest = scan::load_highest(state.as_fd());
+        scan::scan(root.as_fd(), &registry, &highest)?;
+        for s in registry.all() {
+            identities.register_smith(s.idx, &s.full_id);
+        }
+        Ok(SmithFs {
+            inodes: InodeTable::new(root)?,
+            files: HandleTable::default(),
+            dirs: HandleTable::default(),
+            controls: HandleTable::default(),
+            registry,
+            identities,
+            why: WhyStore::default(),
+            zone_epoch: AtomicU64::new(1),
+            state,
+            opts,
+            events: OnceLock::new(),
+            status: OnceLock::new(),
+            live: OnceLock::new(),
+        })
+    }
+
+    /// The smith registry.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// The state directory `.smithfs-state/` (an `O_PATH` descriptor).
+    pub fn state_dir(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.state.as_fd()
+    }
+
+    /// The store's root (an `O_PATH` descriptor).
+    pub fn store_root(&self) -> Arc<Inode> {
+        self.inodes.root()
+    }
+
+    /// Node id of backing inode number `ino` (for kernel cache invalidation).
+    pub fn node_id(&self, backing_ino: u64) -> u64 {
+        self.inodes.ids.node_id(backing_ino)
+    }
+
+    /// Route events to `sink` (once).
+    pub fn set_event_sink(&self, sink: EventFn) {
+        let _ = self.events.set(sink);
+    }
+
+    /// Serve `.smithfs/status.json` from `f` (once).
+    pub fn set_status_source(&self, f: StatusFn) {
+        let _ = self.status.set(f);
+    }
+
+    /// Answer "is a run live in this smith's subtree?" with `f` (once).
+    pub fn set_liveness(&self, f: LiveFn) {
+        let _ = self.live.set(f);
+    }
+
+    /// Is a run of the owner of `zone`, or of one of its descendants, live?
+    fn subtree_live(&self, zone: &Zone) -> bool {
+        match (zone.owner(), self.live.get()) {
+            (Some(owner), Some(live)) => live(owner),
+            _ => false,
+        }
+    }
+
+    fn emit(&self, e: FsEvent) {
+        if let Some(sink) = self.events.get() {
+            sink(e);
+        }
+    }
+
+    /// The identity a request is judged by (PROTOCOL.md §2).
+    pub fn identify(&self, caller: &Caller) -> Identity {
+        self.identities.resolve(caller.pid)
+    }
+
+    /// Run `f` with the policy context of this mount (PROTOCOL.md §3: operator mode, root smith,
+    /// limits, and full ids for the sentences of a denial).
+    fn with_ctx<R>(&self, f: impl FnOnce(&Ctx<'_>) -> R) -> R {
+        let names = RegistryNames(&self.registry);
+        let ctx = Ctx {
+            operator: self.opts.operator,
+            root: self.registry.root(),
+            limits: self.opts.limits,
+            names: &names,
+        };
+        f(&ctx)
+    }
+
+    /// Apply a decision: Ok, or record the denial (why + journal) and return its errno.
+    fn enforce(
         &self,
+        caller: &Caller,
         who: Identity,
-        _access: Access,
-        _inode: &Inode,
-        _name: Option<&OsStr>,
+        decision: Decision,
+        op: &str,
+        path: impl FnOnce() -> String,
     ) -> FsResult<()> {
+        match decision {
+            Decision::Allow => Ok(()),
+            Decision::Deny(d) => Err(self.denied(caller, who, op, path(), d)),
+        }
+    }
+
+    fn denied(&self, caller: &Caller, who: Identity, op: &str, path: String, d: Denial) -> FsError {
+        let errno = d.errno;
+        let rec = DenialRecord {
+            who: self.identity_name(who),
+            smith: match who {
+                Identity::Smith(s) => Some(s),
+                Identity::Operator | Identity::Unknown => None,
+            },
+            pid: caller.pid,
+            uid: caller.uid,
+            time: crate::cli::init::now_rfc3339(),
+            op: op.to_string(),
+            path,
+            errno: errno as i32,
+            rule: d.rule.to_string(),
+            why: d.why,
+            alternative: d.alternative,
+        };
+        tracing::debug!(?rec, "denied");
+        self.why.record(who, rec.clone());
+        self.emit(FsEvent::Denied(Box::new(rec)));
+        FsError::Denied(errno)
+    }
+
+    fn identity_name(&self, who: Identity) -> String {
         match who {
-            Identity::Unknown => Err(FsError::Reserved(Errno::EACCES)),
-            Identity::Operator | Identity::Smith(_) => Ok(()),
+            Identity::Smith(s) => self
+                .registry
+                .full_id(s)
+                .unwrap_or_else(|| format!("smith #{}", s.0)),
+            Identity::Operator => "operator".into(),
+            Identity::Unknown => "unknown".into(),
+        }
+    }
+
+    /// Decide `op` on every zone of `inode` (the intersection rule, PROTOCOL.md §3).
+    fn decide_inode(&self, who: Identity, op: Op, inode: &Inode) -> Decision {
+        let zone = self.zone(inode);
+        let others = inode.place.lock().others.clone();
+        self.with_ctx(|ctx| {
+            std::iter::once(&zone)
+                .chain(others.iter())
+                .map(|z| decide(&who, op, z, ctx))
+                .find(|d| !d.is_allowed())
+                .unwrap_or(Decision::Allow)
+        })
+    }
+
+    fn decide_zone(&self, who: Identity, op: Op, zone: &Zone) -> Decision {
+        self.with_ctx(|ctx| decide(&who, op, zone, ctx))
+    }
+
+    /// Check `op` on `inode` for the caller.
+    fn check_inode(
+        &self,
+        caller: &Caller,
+        who: Identity,
+        op: Op,
+        label: &str,
+        inode: &Inode,
+    ) -> FsResult<()> {
+        let d = self.decide_inode(who, op, inode);
+        self.enforce(caller, who, d, label, || self.path_of(inode))
+    }
+
+    /// The zone of `inode`, recomputed from its parent chain when a directory rename made the
+    /// cached one stale.
+    pub fn zone(&self, inode: &Inode) -> Zone {
+        let epoch = self.zone_epoch.load(Ordering::Acquire);
+        let (parent, name, cached) = {
+            let p = inode.place.lock();
+            if p.epoch == Place::FIXED || p.epoch == epoch {
+                return p.zone;
+            }
+            (p.parent, p.name.clone(), p.zone)
+        };
+        let zone = self
+            .entry_zone(parent, &name, inode.id, inode.is_dir())
+            .unwrap_or(cached);
+        let mut p = inode.place.lock();
+        if p.parent == parent && p.name == name {
+            p.zone = zone;
+            p.epoch = epoch;
+        }
+        zone
+    }
+
+    /// The zone of the entry `name` (node id `id`, if it exists) in directory `parent`.
+    fn entry_zone(&self, parent: u64, name: &[u8], id: u64, is_dir: bool) -> Option<Zone> {
+        if is_dir {
+            if let Some((idx, par, level)) = self.registry.smith_at(self.inodes.ids.node_id(id)) {
+                return Some(Zone::smith_dir(idx, par, level));
+            }
+        }
+        if parent == ROOT_ID && name == control::DIR_NAME.as_bytes() && id == control::DIR_ID {
+            return Some(Zone::root().child_zone(OsStr::from_bytes(name)));
+        }
+        let dir = self.inodes.find(parent)?;
+        Some(self.zone(&dir).child_zone(OsStr::from_bytes(name)))
+    }
+
+    /// The zone a new entry `name` gets in `dir` (never a registered smith dir).
+    fn new_zone(&self, dir: &Inode, name: &OsStr) -> Zone {
+        self.zone(dir).child_zone(name)
+    }
+
+    /// The zone of the existing entry `name` in `dir` (a registered smith dir is found by its
+    /// backing inode number).
+    fn existing_zone(
+        &self,
+        dir: &Inode,
+        cname: &CStr,
+        name: &OsStr,
+    ) -> FsResult<(Zone, libc::stat)> {
+        let st = backing::stat_at(dir.fd(), cname)?;
+        if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+            if let Some((idx, par, level)) = self.registry.smith_at(st.st_ino) {
+                return Ok((Zone::smith_dir(idx, par, level), st));
+            }
+        }
+        Ok((self.new_zone(dir, name), st))
+    }
+
+    /// Mount-relative path of `inode`, from its parent chain (for messages only).
+    pub fn path_of(&self, inode: &Inode) -> String {
+        let mut parts: Vec<Box<[u8]>> = Vec::new();
+        let mut cur = inode.id;
+        for _ in 0..256 {
+            if cur == ROOT_ID {
+                break;
+            }
+            let Some(node) = self.inodes.find(cur) else {
+                parts.push(Box::from(&b"?"[..]));
+                break;
+            };
+            let p = node.place.lock();
+            parts.push(p.name.clone());
+            cur = p.parent;
+        }
+        parts.reverse();
+        let joined: Vec<String> = parts
+            .iter()
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect();
+        joined.join("/")
+    }
+
+    fn child_path(&self, dir: &Inode, name: &OsStr) -> String {
+        let base = self.path_of(dir);
+        if base.is_empty() {
+            name.to_string_lossy().into_owned()
+        } else {
+            format!("{base}/{}", name.to_string_lossy())
         }
     }
 
@@ -161,37 +538,107 @@ impl SmithFs {
 
     /// Names in the store's root that the mount never shows or lets anyone create.
     fn reserved(parent: u64, name: &OsStr) -> bool {
-        parent == ROOT_ID && name.as_bytes() == STATE_DIR.as_bytes()
+        parent == ROOT_ID
+            && (name.as_bytes() == STATE_DIR.as_bytes()
+                || name.as_bytes() == control::DIR_NAME.as_bytes())
     }
 
-    fn name_in(name: &OsStr) -> FsResult<std::ffi::CString> {
+    fn name_in(name: &OsStr) -> FsResult<CString> {
         Ok(backing::component(name)?)
     }
 
-    /// Resolve `name` in `parent`, raising its lookup count (FUSE lookup).
-    pub fn lookup(&self, parent: u64, name: &OsStr) -> FsResult<Attr> {
+    /// Resolve `name` in `parent`, raising its lookup count (FUSE lookup). Allowed to every
+    /// identity (PROTOCOL.md §3).
+    pub fn lookup(&self, parent: u64, name: &OsStr) -> FsResult<(Attr, Cache)> {
+        if parent == ROOT_ID && name.as_bytes() == control::DIR_NAME.as_bytes() {
+            return Ok((self.control_attr(control::DIR_ID), Cache::Never));
+        }
+        if parent == control::DIR_ID {
+            let f = ControlFile::by_name(name).ok_or(FsError::Backing(Errno::ENOENT))?;
+            return Ok((self.control_attr(f.id()), Cache::Never));
+        }
         if Self::reserved(parent, name) {
             return Err(FsError::Reserved(Errno::ENOENT));
         }
         let dir = self.inodes.get(parent)?;
         let cname = Self::name_in(name)?;
-        self.lookup_in(&dir, &cname).map(|(_, a)| a)
+        self.lookup_in(&dir, &cname)
+            .map(|(_, a)| (a, Cache::Normal))
     }
 
     fn lookup_in(&self, dir: &Inode, cname: &CStr) -> FsResult<(Arc<Inode>, Attr)> {
         let fd = backing::lookup(dir.fd(), cname)?;
         let st = backing::stat(fd.as_fd())?;
         let inode = self.inodes.remember(fd, &st);
+        self.place(&inode, dir, cname.to_bytes());
         Ok((inode, self.attr_of(st)))
+    }
+
+    /// Record that `inode` was reached as `name` in `dir`.
+    fn place(&self, inode: &Inode, dir: &Inode, name: &[u8]) {
+        {
+            let p = inode.place.lock();
+            if p.epoch != 0 && p.parent == dir.id && &*p.name == name {
+                return;
+            }
+        }
+        let epoch = self.zone_epoch.load(Ordering::Acquire);
+        let zone = self
+            .entry_zone(dir.id, name, inode.id, inode.is_dir())
+            .unwrap_or_else(Zone::root);
+        let mut p = inode.place.lock();
+        if p.epoch == Place::FIXED {
+            return;
+        }
+        if p.epoch == 0 || inode.is_dir() {
+            p.parent = dir.id;
+            p.name = name.into();
+            p.zone = zone;
+            p.epoch = epoch;
+        } else if p.zone != zone && !p.others.contains(&zone) {
+            // Another name of the same file in another zone (made outside the mount).
+            p.others.push(zone);
+        }
     }
 
     /// Drop `n` kernel references to `ino` (FUSE forget).
     pub fn forget(&self, ino: u64, n: u64) {
-        self.inodes.forget(ino, n);
+        if !control::is_virtual(ino) {
+            self.inodes.forget(ino, n);
+        }
+    }
+
+    fn control_attr(&self, id: u64) -> Attr {
+        let root = backing::stat(self.inodes.root().fd()).ok();
+        // SAFETY: an all-zero stat is a valid value.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if let Some(r) = root {
+            st.st_atime = r.st_atime;
+            st.st_mtime = r.st_mtime;
+            st.st_ctime = r.st_ctime;
+            st.st_uid = r.st_uid;
+            st.st_gid = r.st_gid;
+            st.st_blksize = r.st_blksize;
+        }
+        st.st_ino = id;
+        match ControlFile::by_id(id) {
+            Some(f) => {
+                st.st_mode = libc::S_IFREG | f.mode();
+                st.st_nlink = 1;
+            }
+            None => {
+                st.st_mode = libc::S_IFDIR | 0o555;
+                st.st_nlink = 2;
+            }
+        }
+        Attr(st)
     }
 
     /// Attributes of `ino`, through the handle `fh` if given (FUSE getattr).
     pub fn getattr(&self, ino: u64, fh: Option<u64>) -> FsResult<Attr> {
+        if control::is_virtual(ino) {
+            return Ok(self.control_attr(ino));
+        }
         if let Some(fh) = fh {
             if let Ok(h) = self.files.get(fh) {
                 return Ok(self.attr_of(backing::stat(h.fd.as_fd())?));
@@ -205,6 +652,17 @@ impl SmithFs {
     /// Truncation through a handle is judged by the handle's opener; everything else by the
     /// caller (PROTOCOL.md §2).
     pub fn setattr(&self, caller: &Caller, ino: u64, set: &SetAttr) -> FsResult<Attr> {
+        if control::is_virtual(ino) {
+            // Truncating ctl on open (`echo … > ctl`) is harmless; nothing else changes.
+            if ino == ControlFile::Ctl.id()
+                && set.mode.is_none()
+                && set.uid.is_none()
+                && set.gid.is_none()
+            {
+                return Ok(self.control_attr(ino));
+            }
+            return Err(FsError::Backing(Errno::EPERM));
+        }
         let inode = self.inodes.get(ino)?;
         let handle = set.fh.and_then(|fh| self.files.get(fh).ok());
         let who = self.identify(caller);
@@ -214,7 +672,7 @@ impl SmithFs {
             || set.atime.is_some()
             || set.mtime.is_some();
         if by_caller {
-            self.check(who, Access::Write, &inode, None)?;
+            self.check_inode(caller, who, Op::Write, "setattr", &inode)?;
         }
         if let Some(mode) = set.mode {
             backing::chmod(inode.fd(), mode & 0o7777)?;
@@ -236,7 +694,7 @@ impl SmithFs {
                     h.dirty.store(true, Ordering::Relaxed);
                 }
                 None => {
-                    self.check(who, Access::Write, &inode, None)?;
+                    self.check_inode(caller, who, Op::Write, "truncate", &inode)?;
                     let fd = backing::reopen(inode.fd(), libc::O_WRONLY)?;
                     backing::ftruncate(fd.as_fd(), size)?;
                 }
@@ -259,22 +717,28 @@ impl SmithFs {
     /// The target of the symlink `ino` (FUSE readlink).
     pub fn readlink(&self, caller: &Caller, ino: u64) -> FsResult<Vec<u8>> {
         let inode = self.inodes.get(ino)?;
-        self.check(self.identify(caller), Access::Read, &inode, None)?;
+        self.check_inode(caller, self.identify(caller), Op::Read, "readlink", &inode)?;
         Ok(backing::readlink(inode.fd())?)
     }
 
+    /// Check a create of `name` in `parent` and return the directory and the C name.
     fn creating(
         &self,
         caller: &Caller,
+        who: Identity,
         parent: u64,
         name: &OsStr,
-    ) -> FsResult<(Arc<Inode>, std::ffi::CString)> {
-        if Self::reserved(parent, name) {
+        kind: NewKind,
+        label: &str,
+    ) -> FsResult<(Arc<Inode>, CString)> {
+        if control::is_virtual(parent) || Self::reserved(parent, name) {
             return Err(FsError::Reserved(Errno::EPERM));
         }
         let dir = self.inodes.get(parent)?;
         let cname = Self::name_in(name)?;
-        self.check(self.identify(caller), Access::Create, &dir, Some(name))?;
+        let zone = self.new_zone(&dir, name);
+        let d = self.decide_zone(who, Op::Create(kind), &zone);
+        self.enforce(caller, who, d, label, || self.child_path(&dir, name))?;
         Ok((dir, cname))
     }
 
@@ -287,7 +751,14 @@ impl SmithFs {
         mode: u32,
         rdev: u32,
     ) -> FsResult<Attr> {
-        let (dir, cname) = self.creating(caller, parent, name)?;
+        let kind = match mode & libc::S_IFMT {
+            libc::S_IFIFO => NewKind::Fifo,
+            libc::S_IFSOCK => NewKind::Socket,
+            libc::S_IFCHR | libc::S_IFBLK => NewKind::Device,
+            _ => NewKind::File,
+        };
+        let who = self.identify(caller);
+        let (dir, cname) = self.creating(caller, who, parent, name, kind, "mknod")?;
         {
             let _cred = as_caller(caller)?;
             backing::mknod(dir.fd(), &cname, mode, u64::from(rdev))?;
@@ -295,14 +766,80 @@ impl SmithFs {
         self.lookup_in(&dir, &cname).map(|(_, a)| a)
     }
 
-    /// Create a directory owned by the caller (FUSE mkdir).
+    /// Create a directory owned by the caller (FUSE mkdir). In a smith's `children/` this is
+    /// the scaffold (PROTOCOL.md §4).
     pub fn mkdir(&self, caller: &Caller, parent: u64, name: &OsStr, mode: u32) -> FsResult<Attr> {
-        let (dir, cname) = self.creating(caller, parent, name)?;
+        let who = self.identify(caller);
+        if !control::is_virtual(parent) && !Self::reserved(parent, name) {
+            let dir = self.inodes.get(parent)?;
+            if let Zone::Smith(z) = self.zone(&dir) {
+                if z.area == Area::Children && z.depth == Depth::Top {
+                    return self.make_child(caller, who, &dir, z.owner, name);
+                }
+            }
+        }
+        let (dir, cname) = self.creating(caller, who, parent, name, NewKind::Dir, "mkdir")?;
         {
             let _cred = as_caller(caller)?;
             backing::mkdir(dir.fd(), &cname, mode)?;
         }
         self.lookup_in(&dir, &cname).map(|(_, a)| a)
+    }
+
+    /// The scaffold: check §4 in order, build the child under a temporary name, rename it into
+    /// place, register it — serialised per parent so the limits hold under races.
+    fn make_child(
+        &self,
+        caller: &Caller,
+        who: Identity,
+        dir: &Arc<Inode>,
+        parent: SmithIdx,
+        name: &OsStr,
+    ) -> FsResult<Attr> {
+        let cname = Self::name_in(name)?;
+        let family_lock = self.registry.family(parent);
+        let _serial = family_lock.lock();
+        if backing::stat_at(dir.fd(), &cname).is_ok() {
+            return Err(FsError::Backing(Errno::EEXIST));
+        }
+        let info = self
+            .registry
+            .get(parent)
+            .ok_or(FsError::Backing(Errno::ENOENT))?;
+        let family = Family {
+            parent,
+            parent_level: info.level,
+            highest_used: info.highest_child,
+            n_children: info.children.len(),
+        };
+        let number = match self.with_ctx(|ctx| check_new_child(&who, &family, name, ctx)) {
+            Ok(n) => n,
+            Err(d) => return Err(self.denied(caller, who, "mkdir", self.child_path(dir, name), d)),
+        };
+        let id = name.to_string_lossy().into_owned();
+        let full_id = format!("{}/{id}", info.full_id);
+        let plan = plan_smith(
+            &self.opts.templates,
+            &id,
+            &full_id,
+            Some(&info.full_id),
+            info.level + 1,
+        )
+        .map_err(|e| {
+            tracing::error!("scaffold of {full_id}: {e}");
+            FsError::Backing(Errno::EIO)
+        })?;
+        scaffold::create_smith_dir(dir.fd(), &cname, &plan, Some((caller.uid, caller.gid)))?;
+        let st = backing::stat_at(dir.fd(), &cname)?;
+        let idx = self.registry.register(Some(parent), &id, st.st_ino, None);
+        self.registry.note_child_number(parent, number);
+        if let Err(e) = scan::save_highest(self.state.as_fd(), &self.registry) {
+            tracing::error!("cannot remember child numbers: {e}");
+        }
+        self.identities.register_smith(idx, &full_id);
+        tracing::info!(smith = %full_id, "smith created");
+        self.emit(FsEvent::SmithCreated { smith: idx });
+        self.lookup_in(dir, &cname).map(|(_, a)| a)
     }
 
     /// Create a symlink owned by the caller (FUSE symlink).
@@ -313,9 +850,10 @@ impl SmithFs {
         name: &OsStr,
         target: &OsStr,
     ) -> FsResult<Attr> {
-        let (dir, cname) = self.creating(caller, parent, name)?;
-        let ctarget = std::ffi::CString::new(target.as_bytes())
-            .map_err(|_| FsError::Backing(Errno::EINVAL))?;
+        let who = self.identify(caller);
+        let (dir, cname) = self.creating(caller, who, parent, name, NewKind::Symlink, "symlink")?;
+        let ctarget =
+            CString::new(target.as_bytes()).map_err(|_| FsError::Backing(Errno::EINVAL))?;
         {
             let _cred = as_caller(caller)?;
             backing::symlink(&ctarget, dir.fd(), &cname)?;
@@ -323,7 +861,8 @@ impl SmithFs {
         self.lookup_in(&dir, &cname).map(|(_, a)| a)
     }
 
-    /// Add the name `newname` in `newparent` for `ino` (FUSE link).
+    /// Add the name `newname` in `newparent` for `ino` (FUSE link): only within one zone, else
+    /// EXDEV (PROTOCOL.md §3).
     pub fn link(
         &self,
         caller: &Caller,
@@ -331,26 +870,68 @@ impl SmithFs {
         newparent: u64,
         newname: &OsStr,
     ) -> FsResult<Attr> {
+        if control::is_virtual(ino)
+            || control::is_virtual(newparent)
+            || Self::reserved(newparent, newname)
+        {
+            return Err(FsError::Reserved(Errno::EPERM));
+        }
+        let who = self.identify(caller);
         let inode = self.inodes.get(ino)?;
-        let (dir, cname) = self.creating(caller, newparent, newname)?;
+        let dir = self.inodes.get(newparent)?;
+        let cname = Self::name_in(newname)?;
+        let src = self.zone(&inode);
+        let dst = self.new_zone(&dir, newname);
+        let d = self.with_ctx(|ctx| decide_link(&who, &src, &dst, ctx));
+        self.enforce(caller, who, d, "link", || self.child_path(&dir, newname))?;
         backing::link(inode.fd(), dir.fd(), &cname)?;
-        self.lookup_in(&dir, &cname).map(|(_, a)| a)
+        let (linked, attr) = self.lookup_in(&dir, &cname)?;
+        self.completed_at(&dir, newname, &linked);
+        Ok(attr)
     }
 
     /// Remove the name `name` from `parent` (FUSE unlink, or rmdir when `is_dir`).
     pub fn remove(&self, caller: &Caller, parent: u64, name: &OsStr, is_dir: bool) -> FsResult<()> {
-        if Self::reserved(parent, name) {
-            return Err(FsError::Reserved(Errno::ENOENT));
+        if control::is_virtual(parent) || Self::reserved(parent, name) {
+            return Err(FsError::Reserved(if control::is_virtual(parent) {
+                Errno::EPERM
+            } else {
+                Errno::ENOENT
+            }));
         }
+        let who = self.identify(caller);
         let dir = self.inodes.get(parent)?;
         let cname = Self::name_in(name)?;
-        self.check(self.identify(caller), Access::Delete, &dir, Some(name))?;
+        let (zone, st) = self.existing_zone(&dir, &cname, name)?;
+        let how = if is_dir {
+            Removal::Rmdir
+        } else {
+            Removal::Unlink
+        };
+        let op = Op::Delete {
+            how,
+            subtree_live: self.subtree_live(&zone),
+        };
+        let d = self.decide_zone(who, op, &zone);
+        self.enforce(
+            caller,
+            who,
+            d,
+            if is_dir { "rmdir" } else { "unlink" },
+            || self.child_path(&dir, name),
+        )?;
         backing::unlink(dir.fd(), &cname, is_dir)?;
+        if is_dir {
+            if let Some((idx, _, _)) = self.registry.smith_at(st.st_ino) {
+                self.registry.unregister(idx);
+            }
+        }
         Ok(())
     }
 
     /// Rename (FUSE rename; `flags` are `RENAME_NOREPLACE`/`RENAME_EXCHANGE`): delete at the
-    /// source and create at the destination (PROTOCOL.md §3).
+    /// source and create at the destination (PROTOCOL.md §3). A moved directory carries its
+    /// subtree to the new zone.
     pub fn rename(
         &self,
         caller: &Caller,
@@ -360,6 +941,9 @@ impl SmithFs {
         newname: &OsStr,
         flags: u32,
     ) -> FsResult<()> {
+        if control::is_virtual(parent) || control::is_virtual(newparent) {
+            return Err(FsError::Reserved(Errno::EPERM));
+        }
         if Self::reserved(parent, name) {
             return Err(FsError::Reserved(Errno::ENOENT));
         }
@@ -371,37 +955,130 @@ impl SmithFs {
         let to = self.inodes.get(newparent)?;
         let cname = Self::name_in(name)?;
         let cnew = Self::name_in(newname)?;
-        self.check(who, Access::Delete, &from, Some(name))?;
-        self.check(who, Access::Create, &to, Some(newname))?;
+        let (src_zone, src_st) = self.existing_zone(&from, &cname, name)?;
+        let replaced = self.existing_zone(&to, &cnew, newname).ok();
+        let exchange = flags & libc::RENAME_EXCHANGE != 0;
+        let src_is_smith = src_st.st_mode & libc::S_IFMT == libc::S_IFDIR
+            && self.registry.smith_at(src_st.st_ino).is_some();
+        let dst_zone = if src_is_smith {
+            src_zone
+        } else {
+            self.new_zone(&to, newname)
+        };
+        let src_live = self.subtree_live(&src_zone);
+        let replaced_live = replaced.as_ref().is_some_and(|(z, _)| self.subtree_live(z));
+        let back = self.new_zone(&from, name);
+        let d = self.with_ctx(|ctx| {
+            let there = decide_rename(
+                &who,
+                &src_zone,
+                src_live,
+                &dst_zone,
+                replaced.as_ref().map(|(z, _)| (z, replaced_live)),
+                ctx,
+            );
+            match (&replaced, exchange, there.is_allowed()) {
+                (Some((rz, _)), true, true) => decide_rename(
+                    &who,
+                    rz,
+                    replaced_live,
+                    &back,
+                    Some((&src_zone, src_live)),
+                    ctx,
+                ),
+                _ => there,
+            }
+        });
+        self.enforce(caller, who, d, "rename", || self.child_path(&from, name))?;
         backing::rename(from.fd(), &cname, to.fd(), &cnew, flags)?;
+        if src_st.st_mode & libc::S_IFMT == libc::S_IFDIR
+            || replaced
+                .as_ref()
+                .is_some_and(|(_, st)| exchange && st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+        {
+            self.zone_epoch.fetch_add(1, Ordering::AcqRel);
+        }
+        self.moved(src_st.st_ino, &to, newname.as_bytes());
+        if exchange {
+            if let Some((_, st)) = &replaced {
+                self.moved(st.st_ino, &from, name.as_bytes());
+            }
+        }
+        if let Some(moved) = self.inodes.find(self.inodes.ids.node_id(src_st.st_ino)) {
+            self.completed_at(&to, newname, &moved);
+        } else if src_st.st_mode & libc::S_IFMT == libc::S_IFREG {
+            self.completed_name(&to, newname);
+        }
         Ok(())
     }
 
-    /// Open `ino` with `flags` (FUSE open); returns the handle number.
-    pub fn open(&self, caller: &Caller, ino: u64, flags: i32) -> FsResult<u64> {
+    /// Update the place of a renamed inode (if the kernel holds it).
+    fn moved(&self, backing_ino: u64, dir: &Inode, name: &[u8]) {
+        let Some(inode) = self.inodes.find(self.inodes.ids.node_id(backing_ino)) else {
+            return;
+        };
+        let epoch = self.zone_epoch.load(Ordering::Acquire);
+        let zone = self
+            .entry_zone(dir.id, name, inode.id, inode.is_dir())
+            .unwrap_or_else(Zone::root);
+        let mut p = inode.place.lock();
+        p.parent = dir.id;
+        p.name = name.into();
+        p.zone = zone;
+        p.epoch = epoch;
+        p.others.retain(|z| *z != zone);
+    }
+
+    /// If `inode` (a regular file now named `name` in `dir`) is a protocol file, report its
+    /// completion (PROTOCOL.md §5).
+    fn completed_at(&self, dir: &Inode, name: &OsStr, inode: &Inode) {
+        if inode.kind == libc::S_IFREG {
+            self.completed_name(dir, name);
+        }
+    }
+
+    fn completed_name(&self, dir: &Inode, name: &OsStr) {
+        if let Some(e) = completion(self.zone(dir), name.as_bytes()) {
+            self.emit(e);
+        }
+    }
+
+    /// Open `ino` with `flags` (FUSE open); returns the handle number and how to cache it.
+    pub fn open(&self, caller: &Caller, ino: u64, flags: i32) -> FsResult<(u64, Cache)> {
+        if let Some(f) = ControlFile::by_id(ino) {
+            return self
+                .open_control(caller, f, flags)
+                .map(|fh| (fh, Cache::Never));
+        }
+        if control::is_virtual(ino) {
+            return Err(FsError::Backing(Errno::EISDIR));
+        }
         let inode = self.inodes.get(ino)?;
         let who = self.identify(caller);
         let acc = flags & libc::O_ACCMODE;
         let may_write = acc != libc::O_RDONLY;
         let truncates = flags & libc::O_TRUNC != 0;
         if acc != libc::O_WRONLY {
-            self.check(who, Access::Read, &inode, None)?;
+            self.check_inode(caller, who, Op::Read, "open for reading", &inode)?;
         }
         if may_write || truncates {
-            self.check(who, Access::Write, &inode, None)?;
+            self.check_inode(caller, who, Op::Write, "open for writing", &inode)?;
         }
         let fd = backing::reopen(inode.fd(), flags)?;
         if truncates && caller.uid != 0 {
             kill_suid_sgid(&inode)?;
         }
-        Ok(self.files.insert(FileHandle {
+        let fh = self.files.insert(FileHandle {
             fd,
             inode,
             opener: who,
             flags,
             may_write,
-            dirty: std::sync::atomic::AtomicBool::new(truncates),
-        }))
+            // Opened with write access or O_TRUNC: its release completes the file (§5).
+            dirty: std::sync::atomic::AtomicBool::new(may_write || truncates),
+            passthrough: std::sync::atomic::AtomicBool::new(false),
+        });
+        Ok((fh, Cache::Normal))
     }
 
     /// Create and open `name` in `parent` (FUSE create); the new file belongs to the caller.
@@ -413,7 +1090,8 @@ impl SmithFs {
         mode: u32,
         flags: i32,
     ) -> FsResult<(Attr, u64)> {
-        let (dir, cname) = self.creating(caller, parent, name)?;
+        let who = self.identify(caller);
+        let (dir, cname) = self.creating(caller, who, parent, name, NewKind::File, "create")?;
         let fd = {
             let _cred = as_caller(caller)?;
             backing::open_beneath(dir.fd(), &cname, flags | libc::O_CREAT, mode)?
@@ -423,16 +1101,69 @@ impl SmithFs {
         let fh = self.files.insert(FileHandle {
             fd,
             inode,
-            opener: self.identify(caller),
+            opener: who,
             flags,
             may_write,
             dirty: std::sync::atomic::AtomicBool::new(true),
+            passthrough: std::sync::atomic::AtomicBool::new(false),
         });
         Ok((attr, fh))
     }
 
+    /// The passthrough backing for the freshly opened handle `fh` of a regular file: the inode's
+    /// shared registration, or a new one made by `register` from an `O_RDWR` descriptor. `None`
+    /// when this inode cannot be passed through (its opens then go through the daemon).
+    ///
+    /// The inode's passthrough lock is held across the reopen and `register` (one ioctl), so
+    /// concurrent opens of one file share one registration.
+    pub fn passthrough(
+        &self,
+        fh: u64,
+        register: impl FnOnce(std::os::fd::BorrowedFd<'_>) -> std::io::Result<BackingRef>,
+    ) -> Option<BackingRef> {
+        let h = self.files.get(fh).ok()?;
+        if h.inode.kind != libc::S_IFREG {
+            return None;
+        }
+        let mut pt = h.inode.passthrough.lock();
+        let backing = match &mut *pt {
+            Passthrough::Never => return None,
+            Passthrough::Active { backing, users } => {
+                *users += 1;
+                backing.clone()
+            }
+            Passthrough::Idle => {
+                let made = backing::reopen(h.inode.fd(), libc::O_RDWR)
+                    .map_err(std::io::Error::from)
+                    .and_then(|fd| register(fd.as_fd()));
+                match made {
+                    Ok(backing) => {
+                        *pt = Passthrough::Active {
+                            backing: backing.clone(),
+                            users: 1,
+                        };
+                        backing
+                    }
+                    Err(e) => {
+                        tracing::debug!(ino = h.inode.id, "no passthrough: {e}");
+                        *pt = Passthrough::Never;
+                        return None;
+                    }
+                }
+            }
+        };
+        h.passthrough.store(true, Ordering::Relaxed);
+        Some(backing)
+    }
+
     /// Read up to `size` bytes at `offset` through handle `fh` (FUSE read).
-    pub fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+    pub fn read(&self, ino: u64, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        if control::is_virtual(ino) {
+            let h = self.controls.get(fh)?;
+            let start = (offset as usize).min(h.data.len());
+            let end = (start + size as usize).min(h.data.len());
+            return Ok(h.data[start..end].to_vec());
+        }
         let h = self.files.get(fh)?;
         let mut buf = vec![0u8; size as usize];
         let mut done = 0usize;
@@ -449,7 +1180,19 @@ impl SmithFs {
 
     /// Write `data` at `offset` through handle `fh` (FUSE write); `kill_suidgid` is the kernel's
     /// request to clear setuid/setgid (`FUSE_WRITE_KILL_SUIDGID`, with `HANDLE_KILLPRIV_V2`).
-    pub fn write(&self, fh: u64, offset: u64, data: &[u8], kill_suidgid: bool) -> FsResult<u32> {
+    /// A write to `.smithfs/ctl` runs its commands as the writing process (PROTOCOL.md §7).
+    pub fn write(
+        &self,
+        caller: &Caller,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        data: &[u8],
+        kill_suidgid: bool,
+    ) -> FsResult<u32> {
+        if control::is_virtual(ino) {
+            return self.write_control(caller, fh, data);
+        }
         let h = self.files.get(fh)?;
         if !h.may_write {
             return Err(FsError::Backing(Errno::EBADF));
@@ -474,26 +1217,64 @@ impl SmithFs {
     }
 
     /// Flush (FUSE flush, at each close of a descriptor): nothing is buffered in the daemon.
-    pub fn flush(&self, fh: u64) -> FsResult<()> {
+    pub fn flush(&self, ino: u64, fh: u64) -> FsResult<()> {
+        if control::is_virtual(ino) {
+            return Ok(());
+        }
         self.files.get(fh).map(drop)
     }
 
-    /// Release the handle `fh` (FUSE release, at the last close).
-    pub fn release(&self, fh: u64) -> FsResult<()> {
-        self.files.remove(fh).map(drop).ok_or(FsError::Stale)
+    /// Release the handle `fh` (FUSE release, at the last close). Releasing a handle that wrote
+    /// completes the file (PROTOCOL.md §5).
+    pub fn release(&self, ino: u64, fh: u64) -> FsResult<()> {
+        if control::is_virtual(ino) {
+            return self.controls.remove(fh).map(drop).ok_or(FsError::Stale);
+        }
+        let h = self.files.remove(fh).ok_or(FsError::Stale)?;
+        if h.passthrough.load(Ordering::Relaxed) {
+            let mut pt = h.inode.passthrough.lock();
+            if let Passthrough::Active { users, .. } = &mut *pt {
+                *users -= 1;
+                if *users == 0 {
+                    // Dropping the last reference closes the kernel registration.
+                    *pt = Passthrough::Idle;
+                }
+            }
+        }
+        if h.dirty.load(Ordering::Relaxed) && h.inode.kind == libc::S_IFREG {
+            let (parent, name) = {
+                let p = h.inode.place.lock();
+                (p.parent, p.name.clone())
+            };
+            if let Some(dir) = self.inodes.find(parent) {
+                if let Some(e) = completion(self.zone(&dir), &name) {
+                    self.emit(e);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Flush a file to stable storage (FUSE fsync).
-    pub fn fsync(&self, fh: u64, datasync: bool) -> FsResult<()> {
+    pub fn fsync(&self, ino: u64, fh: u64, datasync: bool) -> FsResult<()> {
+        if control::is_virtual(ino) {
+            return Ok(());
+        }
         let h = self.files.get(fh)?;
         Ok(backing::fsync(h.fd.as_fd(), datasync)?)
     }
 
     /// Open the directory `ino` for reading (FUSE opendir).
     pub fn opendir(&self, caller: &Caller, ino: u64) -> FsResult<u64> {
-        let inode = self.inodes.get(ino)?;
         let who = self.identify(caller);
-        self.check(who, Access::Read, &inode, None)?;
+        if ino == control::DIR_ID {
+            if who == Identity::Unknown {
+                return Err(FsError::Backing(Errno::EACCES));
+            }
+            return Ok(0);
+        }
+        let inode = self.inodes.get(ino)?;
+        self.check_inode(caller, who, Op::Read, "list", &inode)?;
         let stream = backing::DirStream::open(inode.fd())?;
         Ok(self.dirs.insert(DirHandle {
             stream: parking_lot::Mutex::new(stream),
@@ -504,14 +1285,41 @@ impl SmithFs {
 
     /// List the directory behind handle `fh` from cookie `offset`, feeding entries to `add`
     /// until it returns `true` (buffer full). With `plus`, each entry but `.`/`..` is looked up;
-    /// an entry that does not fit is forgotten again.
+    /// an entry that does not fit is forgotten again. The root also lists `.smithfs`.
     pub fn readdir(
         &self,
+        ino: u64,
         fh: u64,
         offset: u64,
         plus: bool,
         mut add: impl FnMut(&DirEntryOut<'_>) -> bool,
     ) -> FsResult<()> {
+        if ino == control::DIR_ID {
+            let names: Vec<(u64, u32, &str)> = [
+                (control::DIR_ID, libc::S_IFDIR, "."),
+                (ROOT_ID, libc::S_IFDIR, ".."),
+            ]
+            .into_iter()
+            .chain(
+                ControlFile::ALL
+                    .iter()
+                    .map(|f| (f.id(), libc::S_IFREG, f.name())),
+            )
+            .collect();
+            for (i, (id, kind, name)) in names.into_iter().enumerate().skip(offset as usize) {
+                let e = DirEntryOut {
+                    ino: id,
+                    offset: i as u64 + 1,
+                    kind,
+                    name: OsStr::new(name),
+                    attr: plus.then(|| self.control_attr(id)),
+                };
+                if add(&e) {
+                    break;
+                }
+            }
+            return Ok(());
+        }
         let h = self.dirs.get(fh)?;
         let at_root = h.inode.id == ROOT_ID;
         let mut stream = h.stream.lock();
@@ -532,12 +1340,13 @@ impl SmithFs {
             };
             if plus {
                 if dot {
+                    // SAFETY: an all-zero stat is a valid value.
                     let mut st: libc::stat = unsafe { std::mem::zeroed() };
                     st.st_ino = ent.ino;
                     st.st_mode = kind;
                     out.attr = Some(Attr(st));
                 } else {
-                    let cname = std::ffi::CString::new(ent.name.clone())
+                    let cname = CString::new(ent.name.clone())
                         .map_err(|_| FsError::Backing(Errno::EINVAL))?;
                     match self.lookup_in(&h.inode, &cname) {
                         Ok((_, attr)) => {
@@ -553,19 +1362,38 @@ impl SmithFs {
                 if plus && !dot {
                     self.inodes.forget(out.ino, 1);
                 }
-                break;
+                return Ok(());
+            }
+        }
+        if at_root {
+            // `.smithfs` after the real entries; its cookie is past every telldir value.
+            let e = DirEntryOut {
+                ino: control::DIR_ID,
+                offset: i64::MAX as u64,
+                kind: libc::S_IFDIR,
+                name: OsStr::new(control::DIR_NAME),
+                attr: plus.then(|| self.control_attr(control::DIR_ID)),
+            };
+            if offset != i64::MAX as u64 {
+                add(&e);
             }
         }
         Ok(())
     }
 
     /// Close the directory handle `fh` (FUSE releasedir).
-    pub fn releasedir(&self, fh: u64) -> FsResult<()> {
+    pub fn releasedir(&self, ino: u64, fh: u64) -> FsResult<()> {
+        if ino == control::DIR_ID {
+            return Ok(());
+        }
         self.dirs.remove(fh).map(drop).ok_or(FsError::Stale)
     }
 
     /// Flush a directory (FUSE fsyncdir).
-    pub fn fsyncdir(&self, fh: u64, datasync: bool) -> FsResult<()> {
+    pub fn fsyncdir(&self, ino: u64, fh: u64, datasync: bool) -> FsResult<()> {
+        if ino == control::DIR_ID {
+            return Ok(());
+        }
         let h = self.dirs.get(fh)?;
         let stream = h.stream.lock();
         Ok(backing::fsync(stream.fd(), datasync)?)
@@ -586,14 +1414,16 @@ impl SmithFs {
         value: &[u8],
         flags: i32,
     ) -> FsResult<()> {
+        if control::is_virtual(ino) {
+            return Err(FsError::Backing(Errno::EPERM));
+        }
         let inode = self.inodes.get(ino)?;
-        self.check(self.identify(caller), Access::Write, &inode, None)?;
+        self.check_inode(caller, self.identify(caller), Op::Write, "setxattr", &inode)?;
         let cname = xattr_name(name)?;
         Ok(backing::setxattr(inode.fd(), &cname, value, flags)?)
     }
 
-    /// Get an extended attribute (FUSE getxattr): with `size == 0`, its size in `Err`-free
-    /// form as `XattrReply::Size`.
+    /// Get an extended attribute (FUSE getxattr): with `size == 0`, its size.
     pub fn getxattr(
         &self,
         caller: &Caller,
@@ -601,23 +1431,38 @@ impl SmithFs {
         name: &OsStr,
         size: u32,
     ) -> FsResult<XattrReply> {
+        if control::is_virtual(ino) {
+            return Err(FsError::Backing(Errno::ENODATA));
+        }
         let inode = self.inodes.get(ino)?;
-        self.check(self.identify(caller), Access::Read, &inode, None)?;
+        self.check_inode(caller, self.identify(caller), Op::Read, "getxattr", &inode)?;
         let cname = xattr_name(name)?;
         xattr_reply(size, |buf| backing::getxattr(inode.fd(), &cname, buf))
     }
 
     /// List extended attribute names (FUSE listxattr).
     pub fn listxattr(&self, caller: &Caller, ino: u64, size: u32) -> FsResult<XattrReply> {
+        if control::is_virtual(ino) {
+            return Ok(XattrReply::Size(0));
+        }
         let inode = self.inodes.get(ino)?;
-        self.check(self.identify(caller), Access::Read, &inode, None)?;
+        self.check_inode(caller, self.identify(caller), Op::Read, "listxattr", &inode)?;
         xattr_reply(size, |buf| backing::listxattr(inode.fd(), buf))
     }
 
     /// Remove an extended attribute (FUSE removexattr).
     pub fn removexattr(&self, caller: &Caller, ino: u64, name: &OsStr) -> FsResult<()> {
+        if control::is_virtual(ino) {
+            return Err(FsError::Backing(Errno::EPERM));
+        }
         let inode = self.inodes.get(ino)?;
-        self.check(self.identify(caller), Access::Write, &inode, None)?;
+        self.check_inode(
+            caller,
+            self.identify(caller),
+            Op::Write,
+            "removexattr",
+            &inode,
+        )?;
         let cname = xattr_name(name)?;
         Ok(backing::removexattr(inode.fd(), &cname)?)
     }
@@ -664,6 +1509,262 @@ impl SmithFs {
     /// Numbers of held inodes and open handles (files, directories), for status and tests.
     pub fn counts(&self) -> (usize, usize, usize) {
         (self.inodes.len(), self.files.len(), self.dirs.len())
+    }
+
+    fn open_control(&self, caller: &Caller, f: ControlFile, flags: i32) -> FsResult<u64> {
+        let who = self.identify(caller);
+        if who == Identity::Unknown {
+            return Err(FsError::Backing(Errno::EACCES));
+        }
+        let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        if writing && f != ControlFile::Ctl {
+            return Err(FsError::Backing(Errno::EACCES));
+        }
+        let data = match f {
+            ControlFile::Whoami => self.whoami_text(caller, who).into_bytes(),
+            ControlFile::Why => match self.why.latest(who, caller.uid) {
+                Some(r) => r.render().into_bytes(),
+                None => {
+                    format!("no denial recorded for {}\n", self.identity_name(who)).into_bytes()
+                }
+            },
+            ControlFile::Status => match self.status.get() {
+                Some(s) => s().into_bytes(),
+                None => self.plain_status().into_bytes(),
+            },
+            ControlFile::Events => {
+                backing::read_file(self.state.as_fd(), std::path::Path::new("events.jsonl"))
+                    .unwrap_or_default()
+            }
+            ControlFile::Ctl => Vec::new(),
+        };
+        Ok(self.controls.insert(ControlHandle { file: f, data }))
+    }
+
+    fn write_control(&self, caller: &Caller, fh: u64, data: &[u8]) -> FsResult<u32> {
+        let h = self.controls.get(fh)?;
+        if h.file != ControlFile::Ctl {
+            return Err(FsError::Backing(Errno::EBADF));
+        }
+        let who = self.identify(caller);
+        let text = std::str::from_utf8(data).map_err(|_| FsError::Backing(Errno::EINVAL))?;
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            self.run_command(caller, who, line)?;
+        }
+        Ok(data.len() as u32)
+    }
+
+    /// Run one `ctl` command as `who` (PROTOCOL.md §7).
+    fn run_command(&self, caller: &Caller, who: Identity, line: &str) -> FsResult<()> {
+        let path = || format!("{}/{}", control::DIR_NAME, ControlFile::Ctl.name());
+        let cmd = match control::parse_command(line) {
+            Ok(c) => c,
+            Err(msg) => {
+                return Err(self.denied(
+                    caller,
+                    who,
+                    "ctl",
+                    path(),
+                    Denial {
+                        errno: Errno::EINVAL,
+                        rule: "ctl-syntax",
+                        why: format!("{msg}."),
+                        alternative: "Write `bind <full-id>` or `cancel <full-id>`, one per line."
+                            .into(),
+                    },
+                ))
+            }
+        };
+        let (verb, full_id) = match &cmd {
+            Command::Bind(f) => ("bind", f.clone()),
+            Command::Cancel(f) => ("cancel", f.clone()),
+        };
+        let Some(smith) = self.registry.by_full_id(&full_id) else {
+            return Err(self.denied(
+                caller,
+                who,
+                verb,
+                path(),
+                Denial {
+                    errno: Errno::ENOENT,
+                    rule: "ctl-no-such-smith",
+                    why: format!("There is no smith {full_id}."),
+                    alternative: "Name an existing smith by its full id (see `smithfs status`)."
+                        .into(),
+                },
+            ));
+        };
+        match cmd {
+            Command::Bind(_) => {
+                if who != Identity::Operator {
+                    return Err(self.denied(
+                        caller,
+                        who,
+                        verb,
+                        path(),
+                        Denial {
+                            errno: Errno::EACCES,
+                            rule: "ctl-bind-operator-only",
+                            why: format!(
+                                "Only the operator may bind a process; {} may not.",
+                                self.identity_name(who)
+                            ),
+                            alternative: "Smiths start children by writing their inboxes.".into(),
+                        },
+                    ));
+                }
+                self.identities
+                    .bind(caller.pid, smith)
+                    .map_err(FsError::Backing)?;
+                tracing::info!(pid = caller.pid, smith = %full_id, "process bound");
+            }
+            Command::Cancel(_) => {
+                let allowed = match who {
+                    Identity::Operator => true,
+                    Identity::Smith(s) => self.registry.is_ancestor(s, smith),
+                    Identity::Unknown => false,
+                };
+                if !allowed {
+                    return Err(self.denied(caller, who, verb, path(), Denial {
+                        errno: Errno::EACCES,
+                        rule: "ctl-cancel-ancestor-only",
+                        why: format!("{} may not cancel {full_id}: only the operator or an ancestor may.", self.identity_name(who)),
+                        alternative: "Cancel your own descendants only.".into(),
+                    }));
+                }
+                self.emit(FsEvent::Cancel { smith });
+            }
+        }
+        Ok(())
+    }
+
+    /// `.smithfs/whoami`: key: value lines (PROTOCOL.md §7).
+    fn whoami_text(&self, caller: &Caller, who: Identity) -> String {
+        self.with_ctx(|ctx| self.whoami_lines(caller, who, ctx))
+    }
+
+    fn whoami_lines(&self, caller: &Caller, who: Identity, ctx: &Ctx<'_>) -> String {
+        let mut out = String::new();
+        let kind = match who {
+            Identity::Smith(_) => "smith",
+            Identity::Operator => "operator",
+            Identity::Unknown => "unknown",
+        };
+        out.push_str(&format!("identity: {kind}\n"));
+        match who {
+            Identity::Smith(s) => {
+                if let Some(info) = self.registry.get(s) {
+                    let parent = info
+                        .parent
+                        .and_then(|p| self.registry.full_id(p))
+                        .unwrap_or_default();
+                    out.push_str(&format!("full_id: {}\n", info.full_id));
+                    out.push_str(&format!("smith_id: {}\n", info.id));
+                    out.push_str(&format!("level: {}\n", info.level));
+                    out.push_str(&format!("parent: {parent}\n"));
+                    out.push_str(&format!(
+                        "smith_dir: {}\n",
+                        self.opts.mount_point.join(info.rel_dir()).display()
+                    ));
+                    let z = |area| {
+                        Zone::Smith(crate::policy::SmithZone {
+                            owner: s,
+                            owner_parent: info.parent,
+                            owner_level: info.level,
+                            area,
+                            depth: Depth::Inner,
+                        })
+                    };
+                    for (label, area) in [
+                        ("smith.md", Area::SmithMd),
+                        ("config.json", Area::Config),
+                        ("inbox", Area::Inbox),
+                        ("private", Area::Private),
+                        ("outbox", Area::Outbox),
+                        ("conversations", Area::Conversations),
+                        ("children", Area::Children),
+                    ] {
+                        let r = crate::policy::rights(&who, &z(area), ctx);
+                        out.push_str(&format!("rights.{label}: {r}\n"));
+                    }
+                    if let Some(p) = info.parent {
+                        if let Some(pi) = self.registry.get(p) {
+                            let pz = Zone::Smith(crate::policy::SmithZone {
+                                owner: p,
+                                owner_parent: pi.parent,
+                                owner_level: pi.level,
+                                area: Area::Outbox,
+                                depth: Depth::Inner,
+                            });
+                            let r = crate::policy::rights(&who, &pz, ctx);
+                            out.push_str(&format!("rights.parent.outbox: {r}\n"));
+                        }
+                    }
+                    out.push_str(&format!(
+                        "limits: max_level {}, max_children {}\n",
+                        self.opts.limits.max_level, self.opts.limits.max_children
+                    ));
+                }
+            }
+            Identity::Operator => {
+                out.push_str(&format!("operator_mode: {}\n", self.opts.operator.as_str()));
+            }
+            Identity::Unknown => {}
+        }
+        out.push_str(&format!("identity_mode: {}\n", self.identities.mode_name()));
+        out.push_str(&format!("pid: {}\nuid: {}\n", caller.pid, caller.uid));
+        out.push_str(&format!("mount: {}\n", self.opts.mount_point.display()));
+        out
+    }
+
+    fn plain_status(&self) -> String {
+        let smiths: Vec<serde_json::Value> = self
+            .registry
+            .all()
+            .into_iter()
+            .map(|s| {
+                serde_json::json!({
+                    "full_id": s.full_id,
+                    "parent": s.parent.and_then(|p| self.registry.full_id(p)),
+                    "level": s.level,
+                    "state": "idle",
+                    "runs": 0,
+                    "has_result": false,
+                    "last_run": null,
+                })
+            })
+            .collect();
+        serde_json::json!({"smiths": smiths, "agent_configured": false}).to_string() + "\n"
+    }
+}
+
+/// The completion event for a regular file named `name` in a directory of zone `dir`
+/// (PROTOCOL.md §5): `task-*.md` directly in an inbox, `result.md` directly in an outbox.
+pub fn completion(dir: Zone, name: &[u8]) -> Option<FsEvent> {
+    let Zone::Smith(z) = dir else {
+        return None;
+    };
+    if z.depth != Depth::Top {
+        return None;
+    }
+    match z.area {
+        Area::Inbox if name.starts_with(b"task-") && name.ends_with(b".md") => {
+            Some(FsEvent::TaskCompleted {
+                smith: z.owner,
+                name: String::from_utf8_lossy(name).into_owned(),
+            })
+        }
+        Area::Outbox if name == b"result.md" => Some(FsEvent::ResultCompleted { smith: z.owner }),
+        Area::SmithDir
+        | Area::SmithMd
+        | Area::Config
+        | Area::Claude
+        | Area::Inbox
+        | Area::Private
+        | Area::Outbox
+        | Area::Conversations
+        | Area::Children
+        | Area::Other => None,
     }
 }
 

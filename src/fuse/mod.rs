@@ -7,14 +7,14 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType,
-    Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags,
-    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
-    ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
-    WriteFlags,
+    AccessFlags, BackingId, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle,
+    FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    TimeOrNow, WriteFlags,
 };
 
-use crate::fs::{Attr, Caller, FsError, SetAttr, SmithFs, XattrReply};
+use crate::fs::{Attr, Cache, Caller, FsError, SetAttr, SmithFs, XattrReply};
 
 /// How long the kernel may cache entries and attributes of backing-store inodes.
 const TTL: Duration = Duration::from_secs(1);
@@ -26,12 +26,31 @@ const MAX_WRITE: u32 = 1 << 20;
 #[derive(Debug)]
 pub struct FuseFs {
     fs: Arc<SmithFs>,
+    /// Use FUSE passthrough for regular files: asked for by the mount and granted by the kernel
+    /// (decided once, at init).
+    passthrough: bool,
 }
 
 impl FuseFs {
-    /// Serve `fs` over FUSE.
-    pub fn new(fs: Arc<SmithFs>) -> FuseFs {
-        FuseFs { fs }
+    /// Serve `fs` over FUSE; `passthrough` asks for kernel passthrough of regular files (needs
+    /// CAP_SYS_ADMIN and kernel ≥ 6.9).
+    pub fn new(fs: Arc<SmithFs>, passthrough: bool) -> FuseFs {
+        FuseFs { fs, passthrough }
+    }
+
+    /// The shared backing registration for handle `fh`, made through `open_backing`.
+    fn backing_for(
+        &self,
+        fh: u64,
+        open_backing: impl FnOnce(std::os::fd::BorrowedFd<'_>) -> std::io::Result<BackingId>,
+    ) -> Option<Arc<BackingId>> {
+        if !self.passthrough {
+            return None;
+        }
+        let any = self.fs.passthrough(fh, |fd| {
+            open_backing(fd).map(|b| Arc::new(b) as crate::fs::BackingRef)
+        })?;
+        any.downcast::<BackingId>().ok()
     }
 }
 
@@ -117,10 +136,36 @@ fn timespec(t: TimeOrNow) -> libc::timespec {
     }
 }
 
+fn ttl(cache: Cache) -> Duration {
+    match cache {
+        Cache::Normal => TTL,
+        Cache::Never => Duration::ZERO,
+    }
+}
+
+fn fopen(cache: Cache) -> FopenFlags {
+    match cache {
+        Cache::Normal => FopenFlags::empty(),
+        Cache::Never => FopenFlags::FOPEN_DIRECT_IO,
+    }
+}
+
 fn reply_entry(reply: ReplyEntry, r: Result<Attr, FsError>) {
+    reply_entry_cached(reply, r.map(|a| (a, Cache::Normal)));
+}
+
+fn reply_entry_cached(reply: ReplyEntry, r: Result<(Attr, Cache), FsError>) {
     match r {
-        Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(0)),
+        Ok((a, c)) => reply.entry(&ttl(c), &file_attr(&a), Generation(0)),
         Err(e) => reply.error(errno(&e)),
+    }
+}
+
+fn cache_of(ino: INodeNo) -> Cache {
+    if crate::fs::control::is_virtual(ino.0) {
+        Cache::Never
+    } else {
+        Cache::Normal
     }
 }
 
@@ -141,7 +186,7 @@ fn reply_xattr(reply: ReplyXattr, r: Result<XattrReply, FsError>) {
 
 impl Filesystem for FuseFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let wanted = InitFlags::FUSE_ATOMIC_O_TRUNC
+        let mut wanted = InitFlags::FUSE_ATOMIC_O_TRUNC
             | InitFlags::FUSE_HANDLE_KILLPRIV_V2
             | InitFlags::FUSE_DO_READDIRPLUS
             | InitFlags::FUSE_READDIRPLUS_AUTO
@@ -149,6 +194,15 @@ impl Filesystem for FuseFs {
             | InitFlags::FUSE_AUTO_INVAL_DATA
             | InitFlags::FUSE_BIG_WRITES
             | InitFlags::FUSE_MAX_PAGES;
+        if self.passthrough {
+            if config.capabilities().contains(InitFlags::FUSE_PASSTHROUGH)
+                && config.set_max_stack_depth(1).is_ok()
+            {
+                wanted |= InitFlags::FUSE_PASSTHROUGH;
+            } else {
+                self.passthrough = false;
+            }
+        }
         let available = config.capabilities() & wanted;
         if let Err(missing) = config.add_capabilities(available) {
             tracing::warn!(?missing, "kernel refused FUSE capabilities");
@@ -158,12 +212,12 @@ impl Filesystem for FuseFs {
         }
         let _ = config.set_max_readahead(MAX_WRITE);
         let _ = config.set_max_background(64);
-        tracing::info!(capabilities = ?available, "FUSE session initialised");
+        tracing::info!(capabilities = ?available, passthrough = self.passthrough, "FUSE session initialised");
         Ok(())
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        reply_entry(reply, self.fs.lookup(parent.0, name));
+        reply_entry_cached(reply, self.fs.lookup(parent.0, name));
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -172,7 +226,7 @@ impl Filesystem for FuseFs {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.fs.getattr(ino.0, fh.map(|f| f.0)) {
-            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Ok(a) => reply.attr(&ttl(cache_of(ino)), &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -205,7 +259,7 @@ impl Filesystem for FuseFs {
             fh: fh.map(|f| f.0),
         };
         match self.fs.setattr(&caller(req), ino.0, &set) {
-            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Ok(a) => reply.attr(&ttl(cache_of(ino)), &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -307,7 +361,16 @@ impl Filesystem for FuseFs {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.fs.open(&caller(req), ino.0, flags.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Ok((fh, cache)) => {
+                let backing = match cache {
+                    Cache::Normal => self.backing_for(fh, |fd| reply.open_backing(fd)),
+                    Cache::Never => None,
+                };
+                match backing {
+                    Some(b) => reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &b),
+                    None => reply.opened(FileHandle(fh), fopen(cache)),
+                }
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -315,7 +378,7 @@ impl Filesystem for FuseFs {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -323,7 +386,7 @@ impl Filesystem for FuseFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.fs.read(fh.0, offset, size) {
+        match self.fs.read(ino.0, fh.0, offset, size) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(errno(&e)),
         }
@@ -331,8 +394,8 @@ impl Filesystem for FuseFs {
 
     fn write(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -342,7 +405,7 @@ impl Filesystem for FuseFs {
         reply: ReplyWrite,
     ) {
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-        match self.fs.write(fh.0, offset, data, kill) {
+        match self.fs.write(&caller(req), ino.0, fh.0, offset, data, kill) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(&e)),
         }
@@ -351,36 +414,36 @@ impl Filesystem for FuseFs {
     fn flush(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.fs.flush(fh.0));
+        reply_empty(reply, self.fs.flush(ino.0, fh.0));
     }
 
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.fs.release(fh.0));
+        reply_empty(reply, self.fs.release(ino.0, fh.0));
     }
 
     fn fsync(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.fs.fsync(fh.0, datasync));
+        reply_empty(reply, self.fs.fsync(ino.0, fh.0, datasync));
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -393,12 +456,12 @@ impl Filesystem for FuseFs {
     fn readdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let r = self.fs.readdir(fh.0, offset, false, |e| {
+        let r = self.fs.readdir(ino.0, fh.0, offset, false, |e| {
             reply.add(INodeNo(e.ino), e.offset, file_type(e.kind), e.name)
         });
         match r {
@@ -410,19 +473,26 @@ impl Filesystem for FuseFs {
     fn readdirplus(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let r = self.fs.readdir(fh.0, offset, true, |e| {
+        let r = self.fs.readdir(ino.0, fh.0, offset, true, |e| {
             let attr = e.attr.map(|a| file_attr(&a)).unwrap_or_else(|| {
                 let mut st: libc::stat = unsafe { std::mem::zeroed() };
                 st.st_ino = e.ino;
                 st.st_mode = e.kind;
                 file_attr(&Attr(st))
             });
-            reply.add(INodeNo(e.ino), e.offset, e.name, &TTL, &attr, Generation(0))
+            reply.add(
+                INodeNo(e.ino),
+                e.offset,
+                e.name,
+                &ttl(cache_of(INodeNo(e.ino))),
+                &attr,
+                Generation(0),
+            )
         });
         match r {
             Ok(()) => reply.ok(),
@@ -433,23 +503,23 @@ impl Filesystem for FuseFs {
     fn releasedir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.fs.releasedir(fh.0));
+        reply_empty(reply, self.fs.releasedir(ino.0, fh.0));
     }
 
     fn fsyncdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.fs.fsyncdir(fh.0, datasync));
+        reply_empty(reply, self.fs.fsyncdir(ino.0, fh.0, datasync));
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
@@ -512,13 +582,23 @@ impl Filesystem for FuseFs {
         reply: ReplyCreate,
     ) {
         match self.fs.create(&caller(req), parent.0, name, mode, flags) {
-            Ok((a, fh)) => reply.created(
-                &TTL,
-                &file_attr(&a),
-                Generation(0),
-                FileHandle(fh),
-                FopenFlags::empty(),
-            ),
+            Ok((a, fh)) => match self.backing_for(fh, |fd| reply.open_backing(fd)) {
+                Some(b) => reply.created_passthrough(
+                    &TTL,
+                    &file_attr(&a),
+                    Generation(0),
+                    FileHandle(fh),
+                    FopenFlags::empty(),
+                    &b,
+                ),
+                None => reply.created(
+                    &TTL,
+                    &file_attr(&a),
+                    Generation(0),
+                    FileHandle(fh),
+                    FopenFlags::empty(),
+                ),
+            },
             Err(e) => reply.error(errno(&e)),
         }
     }

@@ -1,5 +1,6 @@
 //! The smith tree: the model (smiths, levels, states), templates and the scaffold.
 
 pub mod model;
+pub mod registry;
 pub mod scaffold;
 pub mod template;

@@ -1,0 +1,100 @@
+//! The start-up scan: rebuild the smith registry from the store (PROTOCOL.md §1, §9). A directory
+//! is a smith dir when it is `smiths/smith-root` or a validly named directory in a registered
+//! smith's `children/`.
+
+use std::collections::HashMap;
+use std::ffi::{CString, OsStr};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use super::backing::{self, SysResult};
+use crate::tree::model::SmithIdx;
+use crate::tree::registry::Registry;
+use crate::tree::scaffold::{parse_child_name, ROOT_ID};
+
+/// The file in `.smithfs-state/` that remembers each smith's highest child number.
+pub const CHILDREN_FILE: &str = "children.json";
+
+/// Register every smith dir under `root` (the store's root) in `registry`. `highest` is the
+/// remembered highest child number per full id (from [`CHILDREN_FILE`]).
+pub fn scan(
+    root: BorrowedFd<'_>,
+    registry: &Registry,
+    highest: &HashMap<String, u32>,
+) -> SysResult<()> {
+    let smiths = match backing::open_dir_path(root, Path::new("smiths")) {
+        Ok(f) => f,
+        Err(nix::errno::Errno::ENOENT) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let root_name = CString::new(ROOT_ID).map_err(|_| nix::errno::Errno::EINVAL)?;
+    let Ok(st) = backing::stat_at(smiths.as_fd(), &root_name) else {
+        return Ok(());
+    };
+    if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        return Ok(());
+    }
+    let idx = registry.register(None, ROOT_ID, st.st_ino, highest.get(ROOT_ID).copied());
+    let dir = backing::open_beneath(
+        smiths.as_fd(),
+        &root_name,
+        libc::O_PATH | libc::O_DIRECTORY,
+        0,
+    )?;
+    scan_children(dir.as_fd(), idx, registry, highest)
+}
+
+fn scan_children(
+    smith_dir: BorrowedFd<'_>,
+    parent: SmithIdx,
+    registry: &Registry,
+    highest: &HashMap<String, u32>,
+) -> SysResult<()> {
+    let Ok(children) = backing::open_dir_path(smith_dir, Path::new("children")) else {
+        return Ok(());
+    };
+    let mut found = Vec::new();
+    {
+        let mut stream = backing::DirStream::open(children.as_fd())?;
+        while let Some(e) = stream.next_entry()? {
+            if let Some(n) = parse_child_name(OsStr::from_bytes(&e.name)) {
+                found.push((n, e.name));
+            }
+        }
+    }
+    found.sort();
+    for (n, name) in found {
+        let c = CString::new(name.clone()).map_err(|_| nix::errno::Errno::EINVAL)?;
+        let Ok(st) = backing::stat_at(children.as_fd(), &c) else {
+            continue;
+        };
+        if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+            continue;
+        }
+        registry.note_child_number(parent, n);
+        let id = String::from_utf8_lossy(&name).into_owned();
+        let full = format!("{}/{id}", registry.full_id(parent).unwrap_or_default());
+        let idx = registry.register(Some(parent), &id, st.st_ino, highest.get(&full).copied());
+        let dir = backing::open_beneath(children.as_fd(), &c, libc::O_PATH | libc::O_DIRECTORY, 0)?;
+        scan_children(dir.as_fd(), idx, registry, highest)?;
+    }
+    Ok(())
+}
+
+/// Read [`CHILDREN_FILE`] from the state dir (empty when absent or unreadable).
+pub fn load_highest(state: BorrowedFd<'_>) -> HashMap<String, u32> {
+    backing::read_file(state, Path::new(CHILDREN_FILE))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
+}
+
+/// Write [`CHILDREN_FILE`] atomically.
+pub fn save_highest(state: BorrowedFd<'_>, registry: &Registry) -> SysResult<()> {
+    let map: std::collections::BTreeMap<String, u32> =
+        registry.highest_children().into_iter().collect();
+    let text = serde_json::to_vec_pretty(&map).unwrap_or_default();
+    let name = CString::new(CHILDREN_FILE).map_err(|_| nix::errno::Errno::EINVAL)?;
+    backing::write_atomic(state, &name, &text, 0o600)
+}
