@@ -371,24 +371,36 @@ impl Drop for TestMount {
     }
 }
 
-/// `(dev, ino)`-free view of a directory tree, for comparing before/after: relative path →
-/// (type char, mode bits, size, content for files / target for symlinks).
-pub fn snapshot(root: &Path) -> std::collections::BTreeMap<String, (char, u32, u64, Vec<u8>)> {
+/// One entry of a `snapshot`: type char ('f', 'd', 'l', 'o'), mode bits, size (0 for
+/// directories), and content (files) or target (symlinks) as length + FNV-1a hash.
+pub type SnapEntry = (char, u32, u64, (usize, u64));
+
+fn fnv(data: &[u8]) -> (usize, u64) {
+    let h = data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
+    });
+    (data.len(), h)
+}
+
+/// An inode-free view of the tree under `root`, for comparing before/after: relative path →
+/// entry. `skip_root` names root-level entries to leave out (with everything under them).
+pub fn snapshot_without(
+    root: &Path,
+    skip_root: &[&str],
+) -> std::collections::BTreeMap<String, SnapEntry> {
     use std::os::unix::fs::MetadataExt;
     let mut out = std::collections::BTreeMap::new();
-    fn walk(
-        root: &Path,
-        dir: &Path,
-        out: &mut std::collections::BTreeMap<String, (char, u32, u64, Vec<u8>)>,
-    ) {
-        let mut entries: Vec<_> = std::fs::read_dir(dir)
-            .unwrap_or_else(|e| panic!("read_dir {}: {e}", dir.display()))
-            .map(|e| e.unwrap().path())
-            .collect();
-        entries.sort();
-        for p in entries {
-            let md = std::fs::symlink_metadata(&p).unwrap();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in
+            std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("read_dir {}: {e}", dir.display()))
+        {
+            let p = e.unwrap().path();
             let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            if dir == root && skip_root.contains(&rel.as_str()) {
+                continue;
+            }
+            let md = std::fs::symlink_metadata(&p).unwrap();
             let ft = md.file_type();
             let (t, data) = if ft.is_symlink() {
                 (
@@ -399,6 +411,7 @@ pub fn snapshot(root: &Path) -> std::collections::BTreeMap<String, (char, u32, u
                         .into_encoded_bytes(),
                 )
             } else if ft.is_dir() {
+                stack.push(p.clone());
                 ('d', Vec::new())
             } else if ft.is_file() {
                 ('f', std::fs::read(&p).unwrap())
@@ -406,14 +419,22 @@ pub fn snapshot(root: &Path) -> std::collections::BTreeMap<String, (char, u32, u
                 ('o', Vec::new())
             };
             let size = if ft.is_dir() { 0 } else { md.size() };
-            out.insert(rel, (t, md.mode() & 0o7777, size, data));
-            if ft.is_dir() {
-                walk(root, &p, out);
-            }
+            out.insert(rel, (t, md.mode() & 0o7777, size, fnv(&data)));
         }
     }
-    walk(root, root, &mut out);
     out
+}
+
+/// `snapshot_without(root, &[])`.
+pub fn snapshot(root: &Path) -> std::collections::BTreeMap<String, SnapEntry> {
+    snapshot_without(root, &[])
+}
+
+/// What the store holds as files: a mount's root seen through the mount minus the virtual
+/// control directory `.smithfs/` (PROTOCOL.md §7, never stored), or the backing store minus
+/// `.smithfs-state/` (never visible).
+pub fn store_view(root: &Path) -> std::collections::BTreeMap<String, SnapEntry> {
+    snapshot_without(root, &[".smithfs", ".smithfs-state"])
 }
 
 /// Serialise tests that change `/dev/fuse`'s mode, across processes (nextest) and threads.
