@@ -773,8 +773,8 @@ fn dead_mount_gives_enotconn_and_is_cleared_by_umount() {
 #[test]
 fn foreground_mount_serves_and_sigterm_unmounts() {
     let mut m = TestMount::with(MountOpts {
-        allow_other: false,
         foreground: true,
+        ..MountOpts::default()
     });
     m.sh_ok("echo fg > f && cat f");
     let pid = m.daemon_pid().unwrap();
@@ -810,4 +810,240 @@ fn busy_umount_fails_clearly_and_keeps_mount() {
     assert!(!r.ok() && r.stderr.contains("busy"), "{r:?}");
     assert!(is_smithfs_mounted(m.path()));
     m.sh_ok("touch ok");
+}
+
+#[test]
+fn descriptor_operations_after_unlink_and_rename() {
+    let m = TestMount::new();
+    let out = py(
+        &m,
+        r#"
+fd = os.open("f", os.O_CREAT | os.O_RDWR, 0o644)
+os.write(fd, b"0123456789")
+os.rename("f", "g")
+print(os.fstat(fd).st_size, os.path.exists("f"), open("g").read())
+os.unlink("g")
+os.ftruncate(fd, 4)
+os.fchmod(fd, 0o600)
+os.fchown(fd, 1234, 4321)
+os.utime(fd, ns=(5, 6_000_000_007))
+s = os.fstat(fd)
+print(s.st_size, oct(s.st_mode & 0o777), s.st_uid, s.st_gid, s.st_mtime_ns, s.st_nlink)
+os.pwrite(fd, b"XY", 2)
+print(os.pread(fd, 100, 0))
+os.fsync(fd)
+os.setxattr(fd, "user.k", b"v"); print(os.getxattr(fd, "user.k"))
+os.posix_fallocate(fd, 0, 8192); print(os.fstat(fd).st_size)
+os.close(fd)
+# A directory descriptor survives its directory's rename.
+os.mkdir("d"); open("d/x", "w").close()
+dfd = os.open("d", os.O_RDONLY | os.O_DIRECTORY)
+os.rename("d", "e")
+print(os.listdir(dfd), os.stat("x", dir_fd=dfd).st_size)
+open("y", "w").close(); os.rename("y", "e/y")
+print(sorted(os.listdir(dfd)))
+os.close(dfd)
+"#,
+    );
+    assert_eq!(
+        out,
+        "10 False 0123456789\n4 0o600 1234 4321 6000000007 0\nb'01XY'\nb'v'\n8192\n['x'] 0\n['x', 'y']\n"
+    );
+}
+
+#[test]
+fn concurrent_appenders_lose_no_line() {
+    let m = TestMount::new();
+    m.sh_ok(
+        "for p in 1 2 3 4; do (for i in $(seq 1 300); do echo \"$p-$i-padding-padding-padding\" >> log; done) & done; wait",
+    );
+    assert_eq!(m.sh_ok("wc -l < log").trim(), "1200");
+    assert_eq!(m.sh_ok("sort -u log | wc -l").trim(), "1200");
+    assert_eq!(
+        m.sh_ok("grep -cv '^[1-4]-[0-9]*-padding-padding-padding$' log || true")
+            .trim(),
+        "0"
+    );
+}
+
+#[test]
+fn parallel_processes_building_and_tearing_down_trees() {
+    let m = TestMount::new();
+    // Eight processes each create, rename into a shared directory, list, and delete.
+    m.sh_ok(
+        "mkdir shared && for p in $(seq 1 8); do ( \
+           mkdir -p own$p/a/b && for i in $(seq 1 100); do echo $p$i > own$p/a/b/f$i; done && \
+           for i in $(seq 1 100); do mv own$p/a/b/f$i shared/p$p-$i; done && \
+           ls shared > /dev/null && rm -r own$p \
+         ) & done; wait",
+    );
+    assert_eq!(m.sh_ok("ls shared | wc -l").trim(), "800");
+    assert_eq!(
+        m.sh_ok("find . -maxdepth 1 -name 'own*' | wc -l").trim(),
+        "0"
+    );
+    assert_eq!(m.sh_ok("cat shared/p3-42"), "342\n");
+    m.sh_ok(
+        "for p in $(seq 1 8); do (rm shared/p$p-*) & done; wait; test -z \"$(ls -A shared)\" && rmdir shared",
+    );
+}
+
+#[test]
+fn programs_run_from_the_mount() {
+    let m = TestMount::new();
+    m.sh_ok("cp /bin/echo ./myecho && printf '#!/bin/sh\\necho script \"$@\"\\n' > s.sh && chmod +x s.sh");
+    assert_eq!(m.sh_ok("./myecho elf works"), "elf works\n");
+    assert_eq!(m.sh_ok("./s.sh ran"), "script ran\n");
+    // A running binary cannot be opened for writing (ETXTBSY), as on any local filesystem.
+    let out = m.sh_ok(
+        "cp /bin/sleep ./mysleep && (./mysleep 30 & echo $! > pid) && \
+         for i in $(seq 1 500); do grep -q mysleep /proc/$(cat pid)/cmdline 2>/dev/null && break; done; \
+         python3 -c '
+import errno, os
+try:
+    os.open(\"mysleep\", os.O_WRONLY); print(\"opened\")
+except OSError as e:
+    print(errno.errorcode[e.errno])
+'; kill $(cat pid)",
+    );
+    assert_eq!(out, "ETXTBSY\n");
+}
+
+#[test]
+fn shared_mmap_writes_reach_the_file() {
+    let m = TestMount::new();
+    let out = py(
+        &m,
+        r#"
+import mmap
+with open("mm", "wb") as f:
+    f.write(b"\0" * 8192)
+fd = os.open("mm", os.O_RDWR)
+mp = mmap.mmap(fd, 8192, mmap.MAP_SHARED)
+mp[100:105] = b"hello"
+mp[5000:5003] = b"abc"
+mp.flush()
+import subprocess
+other = subprocess.run(["python3", "-c", "d = open('mm','rb').read(); print(d[100:105], d[5000:5003])"], capture_output=True, text=True).stdout
+print(other.strip())
+os.pwrite(fd, b"WORLD", 100)
+print(mp[100:105])
+mp.close(); os.close(fd)
+"#,
+    );
+    assert_eq!(out, "b'hello' b'abc'\nb'WORLD'\n");
+}
+
+/// Run the same script as nobody on a plain directory and in the mount; the outputs must match.
+fn same_as_plain_dir_as_nobody(m: &TestMount, setup_as_root: &str, script: &str) {
+    let plain = m.scratch().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::create_dir(m.path().join("plain")).unwrap();
+    std::fs::set_permissions(
+        m.path().join("plain"),
+        std::fs::Permissions::from_mode(0o777),
+    )
+    .unwrap();
+    sh_in(&plain, setup_as_root).expect_ok("setup on the plain dir");
+    sh_in(&m.path().join("plain"), setup_as_root).expect_ok("setup in the mount");
+    let want = sh_as(65534, 65534, &plain, script);
+    let got = sh_as(65534, 65534, &m.path().join("plain"), script);
+    assert!(want.ok(), "{want:?}");
+    assert_eq!(got.stdout, want.stdout, "mount vs plain dir: {got:?}");
+}
+
+use std::os::unix::fs::PermissionsExt;
+
+#[test]
+fn truncates_and_chmods_by_others_clear_setuid_like_ext4() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let m = TestMount::new();
+    same_as_plain_dir_as_nobody(
+        &m,
+        "for f in t a g; do echo data > $f; chmod 6777 $f; done; \
+         echo d > o; chown 65534:65534 o; chmod 6755 o",
+        "truncate -s 1 t; python3 -c 'import os; fd = os.open(\"a\", os.O_WRONLY); os.ftruncate(fd, 2)'; \
+         chmod 6755 o; stat -c '%n %a' t a g o",
+    );
+}
+
+/// A write by a process without CAP_FSETID clears setuid/setgid (ext4: `w 777`, `gx 767`).
+const KILL_ON_WRITE: (&str, &str) = (
+    "echo data > w; chmod 6777 w; echo d > gx; chmod 2767 gx; echo d > p; chmod 4777 p",
+    "echo more >> w; echo x >> gx; python3 -c 'import os; fd = os.open(\"p\", os.O_WRONLY); os.pwrite(fd, b\"z\", 0)'; \
+     stat -c '%n %a' w gx p",
+);
+
+#[test]
+#[ignore = "bug: with FUSE passthrough (the default) a write by a non-owner leaves setuid/setgid set, in the mount and in the store"]
+fn writes_by_others_clear_setuid_like_ext4() {
+    let m = TestMount::new();
+    same_as_plain_dir_as_nobody(&m, KILL_ON_WRITE.0, KILL_ON_WRITE.1);
+}
+
+#[test]
+#[ignore = "bug: without passthrough the store is right but the mount shows the old mode until the 1 s attribute TTL expires"]
+fn writes_by_others_clear_setuid_like_ext4_without_passthrough() {
+    let m = TestMount::with(MountOpts {
+        allow_other: true,
+        extra: vec!["--no-passthrough"],
+        ..MountOpts::default()
+    });
+    same_as_plain_dir_as_nobody(&m, KILL_ON_WRITE.0, KILL_ON_WRITE.1);
+}
+
+#[test]
+fn nlink_and_ctime_are_fresh_after_each_change() {
+    let m = TestMount::new();
+    // Wait (bounded) until the filesystem clock has moved past `t`, so a later change must
+    // show a newer ctime.
+    let ctime = |p: &str| -> i128 {
+        let md = std::fs::symlink_metadata(m.path().join(p)).unwrap();
+        i128::from(md.ctime()) * 1_000_000_000 + i128::from(md.ctime_nsec())
+    };
+    let tick = |after: i128| {
+        poll_until(Duration::from_secs(5), "the clock to tick", || {
+            m.sh_ok("touch .clock");
+            ctime(".clock") > after
+        })
+    };
+    m.sh_ok("echo x > f && mkdir d");
+    let mut last = ctime("f");
+    for (step, script, nlink) in [
+        ("link", "ln f g", "2"),
+        ("link into a dir", "ln f d/h", "3"),
+        ("chmod via another name", "chmod 600 d/h", "3"),
+        ("rename", "mv g g2", "3"),
+        ("unlink", "rm g2", "2"),
+        ("write", "echo y >> d/h", "2"),
+        (
+            "xattr",
+            "python3 -c 'import os; os.setxattr(\"f\", \"user.a\", b\"1\")'",
+            "2",
+        ),
+    ] {
+        tick(last);
+        m.sh_ok(script);
+        assert_eq!(
+            m.sh_ok("stat -c %h f"),
+            format!("{nlink}\n"),
+            "nlink after {step}"
+        );
+        let now = ctime("f");
+        assert!(now > last, "ctime did not change after {step}");
+        last = now;
+    }
+    // A directory's nlink follows its subdirectories.
+    m.sh_ok("mkdir d/s1 d/s2");
+    assert_eq!(m.sh_ok("stat -c %h d"), "4\n");
+    m.sh_ok("rmdir d/s1 && mv d/s2 s2");
+    assert_eq!(m.sh_ok("stat -c %h d"), "2\n");
+    assert_eq!(
+        m.sh_ok("stat -c %h ."),
+        m.sh_ok("ls -l -d . | awk '{print $2}'")
+    );
 }

@@ -793,8 +793,27 @@ fn run_case(
     Ok(())
 }
 
+/// The default mount: regular files use FUSE passthrough (reads and writes go from the kernel
+/// to the backing file).
 #[test]
 fn random_operations_agree_with_a_plain_directory() {
+    differential(TestMount::new(), 0x5317_0f5e_ed00_0001);
+}
+
+/// `--no-passthrough`: every read and write goes through the daemon.
+#[test]
+fn random_operations_agree_with_a_plain_directory_without_passthrough() {
+    differential(
+        TestMount::with(MountOpts {
+            allow_other: true,
+            extra: vec!["--no-passthrough"],
+            ..MountOpts::default()
+        }),
+        0x5317_0f5e_ed00_1001,
+    );
+}
+
+fn differential(m: TestMount, default_seed: u64) {
     if !is_root() {
         eprintln!("skipped: the differential test runs as root (chown, trusted.* xattrs)");
         return;
@@ -803,7 +822,6 @@ fn random_operations_agree_with_a_plain_directory() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(10_000);
-    let m = TestMount::new();
     let plain_root = m.scratch().join("plain");
     let mount_root = m.path().join("diff");
     std::fs::create_dir(&plain_root).unwrap();
@@ -821,7 +839,7 @@ fn random_operations_agree_with_a_plain_directory() {
     match std::env::var("PROPTEST_RNG_SEED").as_deref() {
         Ok("random") => config.rng_seed = RngSeed::Random,
         Ok(_) => {} // Config::default() parsed it
-        Err(_) => config.rng_seed = RngSeed::Fixed(0x5317_0f5e_ed00_0001),
+        Err(_) => config.rng_seed = RngSeed::Fixed(default_seed),
     }
     let seed = config.rng_seed;
     let total = AtomicUsize::new(0);

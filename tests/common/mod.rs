@@ -154,6 +154,8 @@ pub struct MountOpts {
     pub allow_other: bool,
     /// `-f`: the FUSE server is a child process of the test instead of a daemon.
     pub foreground: bool,
+    /// More `smithfs mount` arguments (e.g. `--no-passthrough`).
+    pub extra: Vec<&'static str>,
 }
 
 /// A smithfs directory in a private temp dir, mounted for the guard's lifetime.
@@ -173,7 +175,7 @@ impl TestMount {
     pub fn new() -> Self {
         Self::with(MountOpts {
             allow_other: true,
-            foreground: false,
+            ..MountOpts::default()
         })
     }
 
@@ -216,6 +218,7 @@ impl TestMount {
         if self.opts.foreground {
             a.push(OsStr::new("-f"));
         }
+        a.extend(self.opts.extra.iter().map(OsStr::new));
         a
     }
 
