@@ -783,6 +783,11 @@ fn foreground_mount_serves_and_sigterm_unmounts() {
     poll_until(Duration::from_secs(10), "SIGTERM to unmount", || {
         !is_smithfs_mounted(m.path())
     });
+    let status = m.wait_foreground_exit();
+    assert!(
+        status.success(),
+        "the server exits 0 after SIGTERM: {status}"
+    );
     assert_eq!(std::fs::read_to_string(m.path().join("f")).unwrap(), "fg\n");
     // The guard copes with an already-unmounted mount; mount again to test remount in -f mode.
     m.mount();

@@ -230,7 +230,10 @@ impl TestMount {
                 .args(self.mount_args())
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
-                .stderr(Stdio::null())
+                .stderr(
+                    std::fs::File::create(self.tmp.path().join("foreground.log"))
+                        .expect("foreground log"),
+                )
                 .spawn()
                 .expect("spawn smithfs mount -f");
             self.child = Some(child);
@@ -238,7 +241,9 @@ impl TestMount {
             poll_until(MOUNT_DEADLINE, "the foreground mount to be live", || {
                 if let Some(c) = self.child.as_mut() {
                     if let Ok(Some(st)) = c.try_wait() {
-                        panic!("smithfs mount -f exited early: {st}");
+                        let log = std::fs::read_to_string(self.tmp.path().join("foreground.log"))
+                            .unwrap_or_default();
+                        panic!("smithfs mount -f exited early: {st}\n{log}");
                     }
                 }
                 is_smithfs_mounted(&dir) && std::fs::metadata(&dir).is_ok()
@@ -279,6 +284,17 @@ impl TestMount {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    /// Wait (bounded) for the `-f` server to exit on its own; its exit status.
+    pub fn wait_foreground_exit(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("a foreground server");
+        let mut status = None;
+        poll_until(MOUNT_DEADLINE, "the foreground server to exit", || {
+            status = c.try_wait().expect("try_wait");
+            status.is_some()
+        });
+        status.unwrap()
     }
 
     /// PID of the FUSE server for this mount (the `-f` child, or the daemon found by its
