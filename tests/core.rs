@@ -1052,3 +1052,44 @@ fn nlink_and_ctime_are_fresh_after_each_change() {
         m.sh_ok("ls -l -d . | awk '{print $2}'")
     );
 }
+
+/// An unmount not made by `smithfs umount` (plain `umount`, `fusermount3 -u`, SIGTERM to the
+/// daemon) leaves the daemon exiting for a moment; a `smithfs mount` in that moment must still
+/// succeed (or wait), not claim that another daemon is serving a directory that is not mounted.
+#[test]
+#[ignore = "bug: `smithfs mount` right after an external umount fails with \"another smithfs daemon is serving DIR\" while the old daemon exits (its flock)"]
+fn mount_right_after_an_external_umount_succeeds() {
+    let mut m = TestMount::new();
+    for i in 0..30 {
+        run(Command::new("umount").arg(m.path())).expect_ok("umount");
+        let r = smithfs([
+            std::ffi::OsStr::new("mount"),
+            m.path().as_os_str(),
+            std::ffi::OsStr::new("--allow-other"),
+        ]);
+        assert!(r.ok(), "round {i}: {r:?}");
+        assert!(
+            !r.stderr.contains("warning"),
+            "round {i}: the exiting daemon is reported as a user of the directory: {r:?}"
+        );
+    }
+    m.sh_ok("touch still-works");
+}
+
+/// `smithfs umount` returns once the daemon is gone: an immediate `smithfs mount` succeeds and
+/// warns about nobody.
+#[test]
+fn umount_then_mount_again_at_once() {
+    let mut m = TestMount::new();
+    for i in 0..30 {
+        smithfs([std::ffi::OsStr::new("umount"), m.path().as_os_str()]).expect_ok("umount");
+        let r = smithfs([
+            std::ffi::OsStr::new("mount"),
+            m.path().as_os_str(),
+            std::ffi::OsStr::new("--allow-other"),
+        ]);
+        assert!(r.ok(), "round {i}: {r:?}");
+        assert!(!r.stderr.contains("warning"), "round {i}: {r:?}");
+    }
+    m.sh_ok("touch still-works");
+}
