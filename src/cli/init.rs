@@ -30,6 +30,36 @@ pub struct InitArgs {
     /// The root task's title (default: its first line).
     #[arg(long, value_name = "T")]
     pub title: Option<String>,
+    /// Write a working `agent` configuration for this agent CLI (`reference` also installs the
+    /// bundled reference agent as `agents/reference.sh`).
+    #[arg(long, value_parser = ["reference", "claude", "codex", "gemini", "aider"])]
+    pub agent: Option<String>,
+}
+
+/// The bundled reference agent (PROTOCOL.md §6: installed under the mount's `agents/`).
+pub const REFERENCE_AGENT: &str = include_str!("../../agents/reference.sh");
+
+/// The `agent` section `init --agent NAME` writes into config.json.
+pub fn agent_config(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "reference" => include_str!("../../agents/configs/reference.json"),
+        "claude" => include_str!("../../agents/configs/claude.json"),
+        "codex" => include_str!("../../agents/configs/codex.json"),
+        "gemini" => include_str!("../../agents/configs/gemini.json"),
+        "aider" => include_str!("../../agents/configs/aider.json"),
+        _ => return None,
+    })
+}
+
+/// The default config.json with `agent` replaced by `agent`'s configuration.
+fn config_with_agent(agent: &str) -> Result<String> {
+    let section = agent_config(agent).ok_or_else(|| anyhow!("unknown agent {agent}"))?;
+    let mut config: serde_json::Value = serde_json::from_str(DEFAULT_CONFIG)?;
+    config["agent"] = serde_json::from_str(section)?;
+    let text = serde_json::to_string_pretty(&config)? + "\n";
+    crate::config::Config::parse(&text)
+        .map_err(|e| anyhow!("bundled {agent} configuration: {e}"))?;
+    Ok(text)
 }
 
 /// The config.json that `init` writes: every key of PROTOCOL.md §8 at its default, no agent.
@@ -78,9 +108,15 @@ pub fn run(args: InitArgs) -> Result<ExitCode> {
     let templates = load_templates(root)?;
     // SAFETY: umask has no preconditions; the scaffold's modes are meant literally.
     let old_umask = unsafe { libc::umask(0o022) };
+    let config = match &args.agent {
+        Some(a) => config_with_agent(a)?,
+        None => DEFAULT_CONFIG.to_string(),
+    };
     let result = lay_out(
         root,
         &templates,
+        &config,
+        args.agent.as_deref(),
         description.as_deref(),
         args.title.as_deref(),
     );
@@ -90,6 +126,12 @@ pub fn run(args: InitArgs) -> Result<ExitCode> {
     println!("initialised {}", dir.display());
     if description.is_some() {
         println!("  root task: smiths/smith-root/{ROOT_TASK_PATH}");
+    }
+    match &args.agent {
+        Some(a) => println!("  agent: {a} (config.json \"agent\")"),
+        None => println!(
+            "  no agent configured: tasks wait until config.json has an \"agent\" (or use --agent)"
+        ),
     }
     println!("  next: smithfs mount {}", dir.display());
     Ok(ExitCode::SUCCESS)
@@ -112,6 +154,8 @@ pub fn load_templates(root: BorrowedFd<'_>) -> Result<Templates> {
 fn lay_out(
     root: BorrowedFd<'_>,
     t: &Templates,
+    config: &str,
+    agent: Option<&str>,
     task: Option<&str>,
     title: Option<&str>,
 ) -> Result<()> {
@@ -126,11 +170,25 @@ fn lay_out(
         0o644,
     ) {
         Ok(f) => {
-            backing::pwrite(f.as_fd(), DEFAULT_CONFIG.as_bytes(), 0)
+            backing::pwrite(f.as_fd(), config.as_bytes(), 0).map_err(|e| io("config.json", e))?;
+        }
+        Err(nix::errno::Errno::EEXIST) if agent.is_some() => {
+            backing::write_atomic(root, c"config.json", config.as_bytes(), 0o644)
                 .map_err(|e| io("config.json", e))?;
         }
         Err(nix::errno::Errno::EEXIST) => {}
         Err(e) => return Err(io("config.json", e)),
+    }
+    if agent == Some("reference") {
+        let agents =
+            backing::open_dir_path(root, Path::new("agents")).map_err(|e| io("agents", e))?;
+        backing::write_atomic(
+            agents.as_fd(),
+            c"reference.sh",
+            REFERENCE_AGENT.as_bytes(),
+            0o755,
+        )
+        .map_err(|e| io("agents/reference.sh", e))?;
     }
     let templates =
         backing::open_dir_path(root, Path::new("templates")).map_err(|e| io("templates", e))?;

@@ -292,6 +292,10 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
                 operator: config.operator,
                 limits: config.limits,
                 templates,
+                max_fds: std::env::var("SMITHFS_MAX_FDS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or((nofile as usize).saturating_sub(2048).max(1024) * 3 / 4),
             },
             Arc::new(NoBinding),
         )

@@ -1,4 +1,11 @@
-//! The inode table: one `O_PATH` descriptor per inode the kernel knows, keyed by FUSE node id.
+//! The inode table: every inode the kernel knows, keyed by FUSE node id, each reachable through
+//! an `O_PATH` descriptor.
+//!
+//! Descriptors are a cache, not a per-inode cost: the kernel may hold far more inodes than the
+//! process may have descriptors (a census of a large tree holds hundreds of thousands). Each
+//! inode also keeps its kernel file handle; when the number of held descriptors passes a budget,
+//! the least recently used are closed and reopened by handle on next use (`open_by_handle_at`,
+//! root only). Without file handles every descriptor stays open.
 //!
 //! Node ids are the backing store's inode numbers (stable across remounts; hard links share
 //! one), except that the store's root is node 1 (`FUSE_ROOT_ID`) and a backing inode numbered 1
@@ -7,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -24,8 +31,14 @@ pub const ROOT_ID: u64 = 1;
 pub struct Inode {
     /// FUSE node id (see the module docs).
     pub id: u64,
-    /// `O_PATH | O_NOFOLLOW` descriptor of the backing inode.
-    pub fd: OwnedFd,
+    /// `O_PATH | O_NOFOLLOW` descriptor of the backing inode, while cached.
+    fd: Mutex<Option<Arc<OwnedFd>>>,
+    /// Kernel file handle to reopen the inode after its descriptor was evicted.
+    handle: Option<backing::FileHandleBytes>,
+    /// Used since the last eviction sweep (second-chance bit).
+    used: AtomicBool,
+    /// The descriptor budget shared by all inodes of the table.
+    budget: Arc<FdBudget>,
     /// `S_IFMT` bits of the inode's mode.
     pub kind: u32,
     /// Backing device, to tell a reused inode number from the same file.
@@ -104,10 +117,66 @@ impl Place {
     }
 }
 
+/// The shared budget of cached `O_PATH` descriptors.
+#[derive(Debug)]
+struct FdBudget {
+    /// The store root opened for reading: the mount descriptor `open_by_handle_at` needs.
+    root: OwnedFd,
+    /// Descriptors held now.
+    open: AtomicUsize,
+    /// Sweep when `open` passes this.
+    cap: usize,
+    /// File handles work here (root, and a filesystem that has them).
+    handles: bool,
+}
+
+/// A held `O_PATH` descriptor of an inode (kept open while borrowed, even if evicted meanwhile).
+#[derive(Debug, Clone)]
+pub struct PathFd(Arc<OwnedFd>);
+
+impl AsFd for PathFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
+impl Drop for Inode {
+    fn drop(&mut self) {
+        if self.fd.get_mut().is_some() {
+            self.budget.open.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
 impl Inode {
-    /// The held `O_PATH` descriptor.
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+    /// The inode's `O_PATH` descriptor, reopened by file handle if it was evicted.
+    /// Errors: ESTALE when the inode is gone from the store.
+    pub fn fd(&self) -> FsResult<PathFd> {
+        self.used.store(true, Ordering::Relaxed);
+        let mut slot = self.fd.lock();
+        if let Some(f) = slot.as_ref() {
+            return Ok(PathFd(f.clone()));
+        }
+        let handle = self.handle.as_ref().ok_or(FsError::Stale)?;
+        let f = Arc::new(backing::open_by_handle(self.budget.root.as_fd(), handle)?);
+        *slot = Some(f.clone());
+        self.budget.open.fetch_add(1, Ordering::Relaxed);
+        Ok(PathFd(f))
+    }
+
+    /// Close the cached descriptor if the inode was not used since the last sweep and can be
+    /// reopened; returns whether it was closed.
+    fn evict(&self) -> bool {
+        if self.handle.is_none() || self.used.swap(false, Ordering::Relaxed) {
+            return false;
+        }
+        let mut slot = self.fd.lock();
+        if slot.take().is_some() {
+            self.budget.open.fetch_sub(1, Ordering::Relaxed);
+            true
+        } else {
+            false
+        }
     }
 
     /// True for a directory.
@@ -139,6 +208,8 @@ impl IdMap {
 #[derive(Debug)]
 pub struct InodeTable {
     map: RwLock<HashMap<u64, Arc<Inode>>>,
+    budget: Arc<FdBudget>,
+    sweeping: Mutex<()>,
     /// Backing inode number mapping.
     pub ids: IdMap,
     /// Backing device of the store.
@@ -146,12 +217,27 @@ pub struct InodeTable {
 }
 
 impl InodeTable {
-    /// A table holding the store's root, given its `O_PATH` descriptor.
-    pub fn new(root: OwnedFd) -> FsResult<InodeTable> {
+    /// A table holding the store's root, given its `O_PATH` descriptor. `max_fds` bounds the
+    /// cached descriptors (when file handles work on the store).
+    pub fn new(root: OwnedFd, max_fds: usize) -> FsResult<InodeTable> {
         let st = backing::stat(root.as_fd())?;
+        let root = Arc::new(root);
+        let mount = backing::reopen(root.as_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?;
+        let handles = backing::file_handle(root.as_fd())
+            .and_then(|h| backing::open_by_handle(mount.as_fd(), &h))
+            .is_ok();
+        let budget = Arc::new(FdBudget {
+            root: mount,
+            open: AtomicUsize::new(1),
+            cap: max_fds.max(64),
+            handles,
+        });
         let root_inode = Arc::new(Inode {
             id: ROOT_ID,
-            fd: root,
+            fd: Mutex::new(Some(root)),
+            handle: None,
+            used: AtomicBool::new(true),
+            budget: budget.clone(),
             kind: st.st_mode & libc::S_IFMT,
             dev: st.st_dev,
             // The root is never forgotten.
@@ -169,6 +255,8 @@ impl InodeTable {
         map.insert(ROOT_ID, root_inode);
         Ok(InodeTable {
             map: RwLock::new(map),
+            budget,
+            sweeping: Mutex::new(()),
             ids: IdMap {
                 root_ino: st.st_ino,
             },
@@ -176,8 +264,12 @@ impl InodeTable {
         })
     }
 
-    /// The inode with node id `id`, or `Stale`.
+    /// The inode with node id `id`, or `Stale`. Sweeps the descriptor cache when reopened
+    /// descriptors pushed it over budget.
     pub fn get(&self, id: u64) -> FsResult<Arc<Inode>> {
+        if self.budget.open.load(Ordering::Relaxed) > self.budget.cap {
+            self.sweep();
+        }
         self.map.read().get(&id).cloned().ok_or(FsError::Stale)
     }
 
@@ -216,6 +308,12 @@ impl InodeTable {
                 }
             }
         }
+        // The file handle is taken before the table lock (a syscall; no lock across syscalls).
+        let handle = if self.budget.handles {
+            backing::file_handle(fd.as_fd()).ok()
+        } else {
+            None
+        };
         let mut map = self.map.write();
         if let Some(current) = map.get(&id) {
             let replaced = stale.is_some_and(|s| Arc::ptr_eq(s, current));
@@ -227,9 +325,13 @@ impl InodeTable {
         let prior = map
             .get(&id)
             .map_or(0, |k| k.nlookup.load(Ordering::Relaxed));
+        self.budget.open.fetch_add(1, Ordering::Relaxed);
         let inode = Arc::new(Inode {
             id,
-            fd,
+            fd: Mutex::new(Some(Arc::new(fd))),
+            handle,
+            used: AtomicBool::new(true),
+            budget: self.budget.clone(),
             kind,
             dev: st.st_dev,
             nlookup: AtomicU64::new(prior + 1),
@@ -237,7 +339,34 @@ impl InodeTable {
             passthrough: Mutex::new(Passthrough::Idle),
         });
         map.insert(id, inode.clone());
+        drop(map);
+        if self.budget.open.load(Ordering::Relaxed) > self.budget.cap {
+            self.sweep();
+        }
         inode
+    }
+
+    /// Close cached descriptors of inodes not used since the last sweep until the budget has
+    /// a tenth free again (second-chance eviction). One sweep at a time; others skip.
+    fn sweep(&self) {
+        let Some(_one) = self.sweeping.try_lock() else {
+            return;
+        };
+        let target = self.budget.cap - self.budget.cap / 10;
+        let inodes: Vec<Arc<Inode>> = self.map.read().values().cloned().collect();
+        for _round in 0..2 {
+            for inode in &inodes {
+                if self.budget.open.load(Ordering::Relaxed) <= target {
+                    return;
+                }
+                inode.evict();
+            }
+        }
+    }
+
+    /// Descriptors held now by the table (for status and tests).
+    pub fn open_fds(&self) -> usize {
+        self.budget.open.load(Ordering::Relaxed)
     }
 
     /// Drop `n` kernel references to `id`; forget the inode when none remain.
@@ -268,5 +397,8 @@ impl InodeTable {
 
 /// True when the held file has no names left (its inode number may have been reused).
 fn is_gone(inode: &Inode) -> bool {
-    matches!(backing::stat(inode.fd()), Ok(st) if st.st_nlink == 0)
+    match inode.fd() {
+        Ok(fd) => matches!(backing::stat(fd.as_fd()), Ok(st) if st.st_nlink == 0),
+        Err(_) => true,
+    }
 }

@@ -191,6 +191,8 @@ pub struct FsOptions {
     pub templates: Templates,
     /// The mount point as users see it (for `whoami`).
     pub mount_point: std::path::PathBuf,
+    /// Cached `O_PATH` descriptors to keep at most (beyond it they are reopened by handle).
+    pub max_fds: usize,
 }
 
 impl Default for FsOptions {
@@ -203,6 +205,7 @@ impl Default for FsOptions {
             },
             templates: Templates::builtin(),
             mount_point: std::path::PathBuf::new(),
+            max_fds: 4096,
         }
     }
 }
@@ -276,7 +279,7 @@ impl SmithFs {
             identities.register_smith(s.idx, &s.full_id);
         }
         Ok(SmithFs {
-            inodes: InodeTable::new(root)?,
+            inodes: InodeTable::new(root, opts.max_fds)?,
             files: HandleTable::default(),
             dirs: HandleTable::default(),
             controls: HandleTable::default(),
@@ -488,7 +491,7 @@ impl SmithFs {
         cname: &CStr,
         name: &OsStr,
     ) -> FsResult<(Zone, libc::stat)> {
-        let st = backing::stat_at(dir.fd(), cname)?;
+        let st = backing::stat_at(dir.fd()?.as_fd(), cname)?;
         if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
             if let Some((idx, par, level)) = self.registry.smith_at(st.st_ino) {
                 return Ok((Zone::smith_dir(idx, par, level), st));
@@ -567,7 +570,7 @@ impl SmithFs {
     }
 
     fn lookup_in(&self, dir: &Inode, cname: &CStr) -> FsResult<(Arc<Inode>, Attr)> {
-        let fd = backing::lookup(dir.fd(), cname)?;
+        let fd = backing::lookup(dir.fd()?.as_fd(), cname)?;
         let st = backing::stat(fd.as_fd())?;
         let inode = self.inodes.remember(fd, &st);
         self.place(&inode, dir, cname.to_bytes());
@@ -609,7 +612,12 @@ impl SmithFs {
     }
 
     fn control_attr(&self, id: u64) -> Attr {
-        let root = backing::stat(self.inodes.root().fd()).ok();
+        let root = self
+            .inodes
+            .root()
+            .fd()
+            .ok()
+            .and_then(|f| backing::stat(f.as_fd()).ok());
         // SAFETY: an all-zero stat is a valid value.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         if let Some(r) = root {
@@ -645,7 +653,7 @@ impl SmithFs {
             }
         }
         let inode = self.inodes.get(ino)?;
-        Ok(self.attr_of(backing::stat(inode.fd())?))
+        Ok(self.attr_of(backing::stat(inode.fd()?.as_fd())?))
     }
 
     /// Change attributes (FUSE setattr): mode, owner, size, times, in that order.
@@ -675,11 +683,11 @@ impl SmithFs {
             self.check_inode(caller, who, Op::Write, "setattr", &inode)?;
         }
         if let Some(mode) = set.mode {
-            backing::chmod(inode.fd(), mode & 0o7777)?;
+            backing::chmod(inode.fd()?.as_fd(), mode & 0o7777)?;
         }
         if set.uid.is_some() || set.gid.is_some() {
             backing::chown(
-                inode.fd(),
+                inode.fd()?.as_fd(),
                 set.uid.unwrap_or(u32::MAX),
                 set.gid.unwrap_or(u32::MAX),
             )?;
@@ -695,7 +703,7 @@ impl SmithFs {
                 }
                 None => {
                     self.check_inode(caller, who, Op::Write, "truncate", &inode)?;
-                    let fd = backing::reopen(inode.fd(), libc::O_WRONLY)?;
+                    let fd = backing::reopen(inode.fd()?.as_fd(), libc::O_WRONLY)?;
                     backing::ftruncate(fd.as_fd(), size)?;
                 }
             }
@@ -709,16 +717,16 @@ impl SmithFs {
                 tv_nsec: libc::UTIME_OMIT,
             };
             let times = [set.atime.unwrap_or(omit), set.mtime.unwrap_or(omit)];
-            backing::utimens(inode.fd(), &times)?;
+            backing::utimens(inode.fd()?.as_fd(), &times)?;
         }
-        Ok(self.attr_of(backing::stat(inode.fd())?))
+        Ok(self.attr_of(backing::stat(inode.fd()?.as_fd())?))
     }
 
     /// The target of the symlink `ino` (FUSE readlink).
     pub fn readlink(&self, caller: &Caller, ino: u64) -> FsResult<Vec<u8>> {
         let inode = self.inodes.get(ino)?;
         self.check_inode(caller, self.identify(caller), Op::Read, "readlink", &inode)?;
-        Ok(backing::readlink(inode.fd())?)
+        Ok(backing::readlink(inode.fd()?.as_fd())?)
     }
 
     /// Check a create of `name` in `parent` and return the directory and the C name.
@@ -761,7 +769,7 @@ impl SmithFs {
         let (dir, cname) = self.creating(caller, who, parent, name, kind, "mknod")?;
         {
             let _cred = as_caller(caller)?;
-            backing::mknod(dir.fd(), &cname, mode, u64::from(rdev))?;
+            backing::mknod(dir.fd()?.as_fd(), &cname, mode, u64::from(rdev))?;
         }
         self.lookup_in(&dir, &cname).map(|(_, a)| a)
     }
@@ -781,7 +789,7 @@ impl SmithFs {
         let (dir, cname) = self.creating(caller, who, parent, name, NewKind::Dir, "mkdir")?;
         {
             let _cred = as_caller(caller)?;
-            backing::mkdir(dir.fd(), &cname, mode)?;
+            backing::mkdir(dir.fd()?.as_fd(), &cname, mode)?;
         }
         self.lookup_in(&dir, &cname).map(|(_, a)| a)
     }
@@ -799,7 +807,7 @@ impl SmithFs {
         let cname = Self::name_in(name)?;
         let family_lock = self.registry.family(parent);
         let _serial = family_lock.lock();
-        if backing::stat_at(dir.fd(), &cname).is_ok() {
+        if backing::stat_at(dir.fd()?.as_fd(), &cname).is_ok() {
             return Err(FsError::Backing(Errno::EEXIST));
         }
         let info = self
@@ -829,8 +837,13 @@ impl SmithFs {
             tracing::error!("scaffold of {full_id}: {e}");
             FsError::Backing(Errno::EIO)
         })?;
-        scaffold::create_smith_dir(dir.fd(), &cname, &plan, Some((caller.uid, caller.gid)))?;
-        let st = backing::stat_at(dir.fd(), &cname)?;
+        scaffold::create_smith_dir(
+            dir.fd()?.as_fd(),
+            &cname,
+            &plan,
+            Some((caller.uid, caller.gid)),
+        )?;
+        let st = backing::stat_at(dir.fd()?.as_fd(), &cname)?;
         let idx = self.registry.register(Some(parent), &id, st.st_ino, None);
         self.registry.note_child_number(parent, number);
         if let Err(e) = scan::save_highest(self.state.as_fd(), &self.registry) {
@@ -856,7 +869,7 @@ impl SmithFs {
             CString::new(target.as_bytes()).map_err(|_| FsError::Backing(Errno::EINVAL))?;
         {
             let _cred = as_caller(caller)?;
-            backing::symlink(&ctarget, dir.fd(), &cname)?;
+            backing::symlink(&ctarget, dir.fd()?.as_fd(), &cname)?;
         }
         self.lookup_in(&dir, &cname).map(|(_, a)| a)
     }
@@ -884,7 +897,7 @@ impl SmithFs {
         let dst = self.new_zone(&dir, newname);
         let d = self.with_ctx(|ctx| decide_link(&who, &src, &dst, ctx));
         self.enforce(caller, who, d, "link", || self.child_path(&dir, newname))?;
-        backing::link(inode.fd(), dir.fd(), &cname)?;
+        backing::link(inode.fd()?.as_fd(), dir.fd()?.as_fd(), &cname)?;
         let (linked, attr) = self.lookup_in(&dir, &cname)?;
         self.completed_at(&dir, newname, &linked);
         Ok(attr)
@@ -920,7 +933,7 @@ impl SmithFs {
             if is_dir { "rmdir" } else { "unlink" },
             || self.child_path(&dir, name),
         )?;
-        backing::unlink(dir.fd(), &cname, is_dir)?;
+        backing::unlink(dir.fd()?.as_fd(), &cname, is_dir)?;
         if is_dir {
             if let Some((idx, _, _)) = self.registry.smith_at(st.st_ino) {
                 self.registry.unregister(idx);
@@ -990,7 +1003,7 @@ impl SmithFs {
             }
         });
         self.enforce(caller, who, d, "rename", || self.child_path(&from, name))?;
-        backing::rename(from.fd(), &cname, to.fd(), &cnew, flags)?;
+        backing::rename(from.fd()?.as_fd(), &cname, to.fd()?.as_fd(), &cnew, flags)?;
         if src_st.st_mode & libc::S_IFMT == libc::S_IFDIR
             || replaced
                 .as_ref()
@@ -1064,7 +1077,7 @@ impl SmithFs {
         if may_write || truncates {
             self.check_inode(caller, who, Op::Write, "open for writing", &inode)?;
         }
-        let fd = backing::reopen(inode.fd(), flags)?;
+        let fd = backing::reopen(inode.fd()?.as_fd(), flags)?;
         if truncates && caller.uid != 0 {
             kill_suid_sgid(&inode)?;
         }
@@ -1094,7 +1107,7 @@ impl SmithFs {
         let (dir, cname) = self.creating(caller, who, parent, name, NewKind::File, "create")?;
         let fd = {
             let _cred = as_caller(caller)?;
-            backing::open_beneath(dir.fd(), &cname, flags | libc::O_CREAT, mode)?
+            backing::open_beneath(dir.fd()?.as_fd(), &cname, flags | libc::O_CREAT, mode)?
         };
         let (inode, attr) = self.lookup_in(&dir, &cname)?;
         let may_write = flags & libc::O_ACCMODE != libc::O_RDONLY;
@@ -1133,8 +1146,13 @@ impl SmithFs {
                 backing.clone()
             }
             Passthrough::Idle => {
-                let made = backing::reopen(h.inode.fd(), libc::O_RDWR)
-                    .map_err(std::io::Error::from)
+                let made = h
+                    .inode
+                    .fd()
+                    .map_err(|e| std::io::Error::from(e.errno()))
+                    .and_then(|f| {
+                        backing::reopen(f.as_fd(), libc::O_RDWR).map_err(std::io::Error::from)
+                    })
                     .and_then(|fd| register(fd.as_fd()));
                 match made {
                     Ok(backing) => {
@@ -1275,7 +1293,7 @@ impl SmithFs {
         }
         let inode = self.inodes.get(ino)?;
         self.check_inode(caller, who, Op::Read, "list", &inode)?;
-        let stream = backing::DirStream::open(inode.fd())?;
+        let stream = backing::DirStream::open(inode.fd()?.as_fd())?;
         Ok(self.dirs.insert(DirHandle {
             stream: parking_lot::Mutex::new(stream),
             inode,
@@ -1402,7 +1420,7 @@ impl SmithFs {
     /// Filesystem statistics of the store (FUSE statfs).
     pub fn statfs(&self, ino: u64) -> FsResult<libc::statvfs> {
         let inode = self.inodes.get(ino).unwrap_or_else(|_| self.inodes.root());
-        Ok(backing::statfs(inode.fd())?)
+        Ok(backing::statfs(inode.fd()?.as_fd())?)
     }
 
     /// Set an extended attribute (FUSE setxattr), judged by the caller.
@@ -1420,7 +1438,12 @@ impl SmithFs {
         let inode = self.inodes.get(ino)?;
         self.check_inode(caller, self.identify(caller), Op::Write, "setxattr", &inode)?;
         let cname = xattr_name(name)?;
-        Ok(backing::setxattr(inode.fd(), &cname, value, flags)?)
+        Ok(backing::setxattr(
+            inode.fd()?.as_fd(),
+            &cname,
+            value,
+            flags,
+        )?)
     }
 
     /// Get an extended attribute (FUSE getxattr): with `size == 0`, its size.
@@ -1437,7 +1460,8 @@ impl SmithFs {
         let inode = self.inodes.get(ino)?;
         self.check_inode(caller, self.identify(caller), Op::Read, "getxattr", &inode)?;
         let cname = xattr_name(name)?;
-        xattr_reply(size, |buf| backing::getxattr(inode.fd(), &cname, buf))
+        let fd = inode.fd()?;
+        xattr_reply(size, |buf| backing::getxattr(fd.as_fd(), &cname, buf))
     }
 
     /// List extended attribute names (FUSE listxattr).
@@ -1447,7 +1471,8 @@ impl SmithFs {
         }
         let inode = self.inodes.get(ino)?;
         self.check_inode(caller, self.identify(caller), Op::Read, "listxattr", &inode)?;
-        xattr_reply(size, |buf| backing::listxattr(inode.fd(), buf))
+        let fd = inode.fd()?;
+        xattr_reply(size, |buf| backing::listxattr(fd.as_fd(), buf))
     }
 
     /// Remove an extended attribute (FUSE removexattr).
@@ -1464,7 +1489,7 @@ impl SmithFs {
             &inode,
         )?;
         let cname = xattr_name(name)?;
-        Ok(backing::removexattr(inode.fd(), &cname)?)
+        Ok(backing::removexattr(inode.fd()?.as_fd(), &cname)?)
     }
 
     /// Allocate or punch space through handle `fh` (FUSE fallocate), judged by its opener.
@@ -1801,7 +1826,7 @@ fn kill_suid_sgid(inode: &Inode) -> FsResult<()> {
     if inode.kind != libc::S_IFREG {
         return Ok(());
     }
-    let st = backing::stat(inode.fd())?;
+    let st = backing::stat(inode.fd()?.as_fd())?;
     let mut mode = st.st_mode & 0o7777;
     let before = mode;
     mode &= !libc::S_ISUID;
@@ -1809,7 +1834,7 @@ fn kill_suid_sgid(inode: &Inode) -> FsResult<()> {
         mode &= !libc::S_ISGID;
     }
     if mode != before {
-        backing::chmod(inode.fd(), mode)?;
+        backing::chmod(inode.fd()?.as_fd(), mode)?;
     }
     Ok(())
 }
