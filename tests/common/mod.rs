@@ -258,11 +258,19 @@ impl TestMount {
         }
     }
 
-    /// Unmount with `smithfs umount` and check it worked.
+    /// Unmount with `smithfs umount`, check it worked, and wait (bounded) for the old server to
+    /// exit, so that a following `mount` does not race with it (`umount_then_mount_again_at_once`
+    /// tests that `smithfs umount` itself waits).
     pub fn umount(&mut self) {
+        let old = self.daemon_pid();
         smithfs([OsStr::new("umount"), self.dir.as_os_str()]).expect_ok("smithfs umount");
         assert!(!is_smithfs_mounted(&self.dir), "still mounted after umount");
         self.reap_child();
+        if let Some(pid) = old {
+            poll_until(MOUNT_DEADLINE, "the old daemon to exit", || {
+                process_gone(pid)
+            });
+        }
     }
 
     /// Unmount and mount again (a daemon restart).
@@ -327,6 +335,19 @@ impl TestMount {
     pub fn py_ok(&self, code: &str, args: &[&str]) -> String {
         self.py(code, args).expect_ok(code)
     }
+}
+
+/// Has process `pid` finished exiting — all its threads gone, so its descriptors are closed?
+/// (A multi-threaded process's leader shows as a zombie while other threads still exit.)
+pub fn process_gone(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    let zombie = stat.contains(") Z ") || stat.contains(") X ");
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    zombie && threads <= 1
 }
 
 /// The daemon serving `dir`, found by its command line (`smithfs mount DIR …`).
