@@ -10,4 +10,5 @@ pub mod fs;
 pub mod fuse;
 pub mod identity;
 pub mod policy;
+pub mod sched;
 pub mod tree;

@@ -1,10 +1,15 @@
 //! Command line (PROTOCOL.md §6): one file per subcommand. Errors end as one clear line on
 //! stderr and a non-zero exit.
 
+mod cancel;
+mod doctor;
+mod events;
 pub mod init;
-mod mount;
+pub mod mount;
+mod status;
 mod umount;
 pub(crate) mod util;
+mod wait;
 
 use std::process::ExitCode;
 
@@ -24,8 +29,18 @@ enum Command {
     Init(init::InitArgs),
     /// Mount DIR over itself (the directory is both mount point and backing store).
     Mount(mount::MountArgs),
-    /// Unmount DIR.
+    /// Unmount DIR (stopping live runs first).
     Umount(umount::UmountArgs),
+    /// Show the tree: state, runs, durations, result present.
+    Status(status::StatusArgs),
+    /// Show the journal.
+    Events(events::EventsArgs),
+    /// Wait until the tree, a smith or the final result is done (exit 0), failed (1), or the timeout (124).
+    Wait(wait::WaitArgs),
+    /// Stop a smith's run and its subtree's.
+    Cancel(cancel::CancelArgs),
+    /// Check /dev/fuse, fusermount3, kernel features, cgroups and privileges.
+    Doctor(doctor::DoctorArgs),
 }
 
 /// Parse the command line, run the subcommand and map its outcome to an exit code.
@@ -35,6 +50,11 @@ pub fn run() -> ExitCode {
         Command::Init(a) => init::run(a),
         Command::Mount(a) => mount::run(a),
         Command::Umount(a) => umount::run(a),
+        Command::Status(a) => status::run(a),
+        Command::Events(a) => events::run(a),
+        Command::Wait(a) => wait::run(a),
+        Command::Cancel(a) => cancel::run(a),
+        Command::Doctor(a) => doctor::run(a),
     };
     match result {
         Ok(code) => code,

@@ -22,6 +22,7 @@ use crate::config::Config;
 use super::util::{self, MountState};
 use crate::fs::{backing, FsOptions, NoBinding, SmithFs, STATE_DIR};
 use crate::fuse::FuseFs;
+use crate::sched::{Invalidate, NoBinder, SchedCtx, Scheduler};
 
 /// Arguments of `smithfs mount`.
 #[derive(Debug, Args)]
@@ -247,6 +248,10 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
     let nofile = raise_nofile();
     let root =
         backing::open_store_root(dir).map_err(|e| anyhow!("cannot open {}: {e}", dir.display()))?;
+    let sched_root =
+        backing::open_store_root(dir).map_err(|e| anyhow!("cannot open {}: {e}", dir.display()))?;
+    // Never keep a working directory inside the mount point: it would see the backing store.
+    std::env::set_current_dir("/").context("cannot chdir to /")?;
     let state_name = std::ffi::CString::new(STATE_DIR)?;
     let state = backing::ensure_dir(root.as_fd(), &state_name, 0o700)
         .map_err(|e| anyhow!("cannot create {}/{STATE_DIR}: {e}", dir.display()))?;
@@ -329,13 +334,41 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
     let pid = std::process::id().to_string();
     let _ = backing::write_atomic(state.as_fd(), c"daemon.pid", pid.as_bytes(), 0o644);
     tracing::info!(dir = %dir.display(), pid, nofile, "mounted");
+    let sched = Arc::new(
+        Scheduler::start(
+            SchedCtx {
+                root: sched_root,
+                mount: dir.to_path_buf(),
+                config,
+                registry: fs.registry().clone(),
+                binder: Arc::new(NoBinder),
+                invalidate: Arc::new(KernelInvalidate {
+                    notifier: session.notifier(),
+                    fs: fs.clone(),
+                }),
+                original_nofile: ORIGINAL_NOFILE.load(std::sync::atomic::Ordering::Relaxed),
+            },
+            args.resume,
+        )
+        .context("cannot start the scheduler")?,
+    );
+    {
+        let s = sched.clone();
+        fs.set_event_sink(Box::new(move |e| s.fs_event(e)));
+        let s = sched.clone();
+        fs.set_status_source(Box::new(move || s.status_string()));
+        let s = sched.clone();
+        fs.set_liveness(Box::new(move |i| s.subtree_live(i)));
+    }
     let unmounter = session.unmount_callable();
-    spawn_signal_thread(unmounter)?;
+    spawn_signal_thread(unmounter, sched.clone())?;
     if let Some(r) = report.take() {
         r.write_all(b"ready\n")?;
         detach_stdio();
     }
-    session.run().context("FUSE session failed")?;
+    let served = session.run().context("FUSE session failed");
+    sched.shutdown();
+    served?;
     drop(lock);
     let _ = backing::unlink(state.as_fd(), c"daemon.pid", false);
     tracing::info!(dir = %dir.display(), "unmounted");
@@ -407,8 +440,35 @@ fn raise_nofile() -> u64 {
 /// The soft `RLIMIT_NOFILE` the daemon started with, restored for the processes it starts.
 pub static ORIGINAL_NOFILE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Block SIGTERM/SIGINT/SIGHUP in every thread and unmount cleanly when one arrives.
-fn spawn_signal_thread(mut unmounter: fuser::SessionUnmounter) -> Result<()> {
+/// Kernel cache invalidation for the daemon's own writes, sent from the scheduler's thread
+/// (never from a FUSE thread: the kernel may wait on us).
+struct KernelInvalidate {
+    notifier: fuser::Notifier,
+    fs: Arc<SmithFs>,
+}
+
+impl Invalidate for KernelInvalidate {
+    fn entry(&self, parent_backing_ino: u64, name: &std::ffi::OsStr) {
+        let parent = fuser::INodeNo(self.fs.node_id(parent_backing_ino));
+        if let Err(e) = self.notifier.inval_entry(parent, name) {
+            tracing::debug!("inval_entry: {e}");
+        }
+    }
+
+    fn inode(&self, backing_ino: u64) {
+        let ino = fuser::INodeNo(self.fs.node_id(backing_ino));
+        if let Err(e) = self.notifier.inval_inode(ino, 0, 0) {
+            tracing::debug!("inval_inode: {e}");
+        }
+    }
+}
+
+/// Block SIGTERM/SIGINT/SIGHUP in every thread; when one arrives, stop the runs (journaled
+/// `run.interrupted`), then unmount cleanly.
+fn spawn_signal_thread(
+    mut unmounter: fuser::SessionUnmounter,
+    sched: Arc<Scheduler>,
+) -> Result<()> {
     use nix::sys::signal::{SigSet, Signal};
     let mut set = SigSet::empty();
     set.add(Signal::SIGTERM);
@@ -419,7 +479,8 @@ fn spawn_signal_thread(mut unmounter: fuser::SessionUnmounter) -> Result<()> {
         .name("smithfs-signals".into())
         .spawn(move || {
             if let Ok(sig) = set.wait() {
-                tracing::info!(?sig, "signal received: unmounting");
+                tracing::info!(?sig, "signal received: stopping runs and unmounting");
+                sched.shutdown();
                 if let Err(e) = unmounter.unmount() {
                     tracing::error!("unmount failed: {e}");
                 }

@@ -1,4 +1,9 @@
-//! `smithfs umount DIR`: unmount, then wait for the daemon to finish (PROTOCOL.md §6).
+//! `smithfs umount DIR`: stop the live runs and unmount, then wait for the daemon to finish
+//! (PROTOCOL.md §6: "`umount` with live runs stops them the same way").
+//!
+//! A live mount is asked to go by signalling its daemon (its pid is in `.smithfs/whoami`): the
+//! daemon stops its runs — their working directories are inside the mount, so a plain unmount
+//! would be refused as busy — and unmounts itself. A dead mount is detached.
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -26,6 +31,21 @@ pub fn run(args: UmountArgs) -> Result<ExitCode> {
         MountState::NotMounted => bail!("{} is not mounted", dir.display()),
         MountState::Other(t) => bail!("{} is a {t} mount, not smithfs", dir.display()),
         MountState::Live | MountState::Dead => {}
+    }
+    if state == MountState::Live {
+        if let Some(pid) = daemon_pid(&dir) {
+            // SAFETY: sending SIGTERM to the daemon of this mount.
+            if unsafe { libc::kill(pid, libc::SIGTERM) } == 0 {
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while Instant::now() < deadline {
+                    if util::mount_state(&dir) == MountState::NotMounted {
+                        wait_for_daemon(&dir);
+                        return Ok(ExitCode::SUCCESS);
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
     }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
@@ -59,6 +79,14 @@ pub fn run(args: UmountArgs) -> Result<ExitCode> {
     }
     wait_for_daemon(&dir);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The pid of the daemon serving the live mount `dir`, from `.smithfs/whoami`.
+fn daemon_pid(dir: &std::path::Path) -> Option<i32> {
+    let text = std::fs::read_to_string(dir.join(".smithfs/whoami")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("daemon_pid: "))
+        .and_then(|p| p.trim().parse().ok())
 }
 
 /// Wait (up to 10 s) for the daemon that served `dir` to exit, so that a new mount or a reader

@@ -1739,6 +1739,7 @@ impl SmithFs {
         out.push_str(&format!("identity_mode: {}\n", self.identities.mode_name()));
         out.push_str(&format!("pid: {}\nuid: {}\n", caller.pid, caller.uid));
         out.push_str(&format!("mount: {}\n", self.opts.mount_point.display()));
+        out.push_str(&format!("daemon_pid: {}\n", std::process::id()));
         out
     }
 

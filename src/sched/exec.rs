@@ -1,0 +1,1018 @@
+//! The executor: the scheduler thread's loop around the pure [`Queue`]. It turns messages into
+//! model calls, starts what [`Queue::next`] names, watches deadlines, stops process groups,
+//! journals, and makes the daemon's own writes (run dirs, `meta.json`, `results/final.md`).
+//!
+//! Only this thread touches the model and the live-run table; run leaders are reaped by one
+//! waiter thread per run, which posts [`Msg::Exited`] into the same ordered queue.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::json;
+
+use super::hooks::Hooks;
+use super::journal::{self, Event, Journal, LastRun, OpenRun, Terminal};
+use super::queue::{Base, Note, Outcome, Queue, RunEnd, Wake};
+use super::runner::{self, BindTo, Launch, Meta, Placeholders, RunBinder, RunDir};
+use super::{scan, time, Invalidate, Msg, SchedCtx, Shared, Trigger};
+use crate::config::{AgentConfig, Config, SmithConfig};
+use crate::fs::backing;
+use crate::tree::model::SmithIdx;
+use crate::tree::registry::{Registry, SmithInfo};
+
+/// How long after SIGKILL the executor waits for a stopped group to vanish before it gives up
+/// and finalizes the run anyway (a process stuck in uninterruptible sleep).
+const KILL_GIVE_UP: Duration = Duration::from_secs(10);
+
+/// How often a stopped run whose leader is reaped is checked for remaining group members.
+const GROUP_POLL: Duration = Duration::from_millis(20);
+
+/// What the journal and the files say about a smith, kept between runs.
+#[derive(Debug, Default)]
+struct Rec {
+    runs: u32,
+    last_run: Option<LastRun>,
+    last_start: Option<SystemTime>,
+    has_result: bool,
+    next_run: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StopReason {
+    Timeout,
+    Cancel,
+    Shutdown,
+}
+
+struct Stop {
+    reason: StopReason,
+    kill_at: Instant,
+    killed: bool,
+    give_up: Option<Instant>,
+}
+
+/// A live run.
+struct Live {
+    run_id: String,
+    pgid: i32,
+    deadline: Instant,
+    grace: Duration,
+    retries: u32,
+    stop: Option<Stop>,
+    exit: Option<Result<std::process::ExitStatus, String>>,
+    dir: RunDir,
+    meta: Meta,
+}
+
+pub(crate) struct Exec {
+    root: OwnedFd,
+    state: OwnedFd,
+    mount: PathBuf,
+    config: Config,
+    registry: Arc<Registry>,
+    binder: Arc<dyn RunBinder>,
+    invalidate: Arc<dyn Invalidate>,
+    nofile: u64,
+    queue: Queue,
+    recs: HashMap<SmithIdx, Rec>,
+    live: HashMap<SmithIdx, Live>,
+    shared: Arc<Shared>,
+    journal: Arc<Journal>,
+    hooks: Hooks,
+    tx: SyncSender<Msg>,
+    shutting_down: bool,
+}
+
+fn signal_group(pgid: i32, sig: i32) {
+    if pgid > 1 {
+        // SAFETY: kill(2) with a negative pid signals a process group; no memory involved.
+        unsafe { libc::kill(-pgid, sig) };
+    }
+}
+
+/// Is no process left in group `pgid`?
+fn group_gone(pgid: i32) -> bool {
+    if pgid <= 1 {
+        return true;
+    }
+    // SAFETY: signal 0 only checks for existence.
+    let r = unsafe { libc::kill(-pgid, 0) };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+impl Exec {
+    pub(crate) fn new(
+        ctx: SchedCtx,
+        state: OwnedFd,
+        shared: Arc<Shared>,
+        tx: SyncSender<Msg>,
+    ) -> std::io::Result<Exec> {
+        let log = backing::open_file(
+            state.as_fd(),
+            c"hooks.log",
+            libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND,
+            0o600,
+        )
+        .ok();
+        let journal = shared.journal.clone();
+        let hooks = Hooks::new(
+            ctx.config.hooks.clone(),
+            Duration::from_secs(ctx.config.hook_timeout_secs.max(1)),
+            ctx.binder.clone(),
+            journal.clone(),
+            log,
+        );
+        Ok(Exec {
+            queue: Queue::new(ctx.config.scheduler.max_concurrent as usize),
+            root: ctx.root,
+            state,
+            mount: ctx.mount,
+            config: ctx.config,
+            registry: ctx.registry,
+            binder: ctx.binder,
+            invalidate: ctx.invalidate,
+            nofile: ctx.original_nofile,
+            recs: HashMap::new(),
+            live: HashMap::new(),
+            shared,
+            journal,
+            hooks,
+            tx,
+            shutting_down: false,
+        })
+    }
+
+    /// The scheduler thread's body.
+    pub(crate) fn run(mut self, rx: Receiver<Msg>, resume: bool) {
+        self.startup(resume);
+        loop {
+            self.dispatch();
+            self.publish();
+            if self.shutting_down && self.live.is_empty() {
+                break;
+            }
+            let msg = match self.next_wake() {
+                Some(d) => rx.recv_timeout(d),
+                None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            };
+            match msg {
+                Ok(m) => self.handle(m),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            self.tick();
+            if self
+                .shared
+                .overflow
+                .swap(false, std::sync::atomic::Ordering::SeqCst)
+            {
+                self.rescan_all();
+            }
+        }
+        self.publish();
+    }
+
+    // ----- journal and hooks -------------------------------------------------------------
+
+    fn record(&self, ev: Event) {
+        match self.journal.append(&ev) {
+            Ok(line) => {
+                if self.hooks.wants(&ev.event) {
+                    let s = ev
+                        .smith
+                        .as_deref()
+                        .and_then(|f| self.registry.by_full_id(f));
+                    self.hooks.fire(&ev, &line, &self.placeholders(s));
+                }
+            }
+            Err(e) => tracing::error!("cannot append to the journal: {e}"),
+        }
+    }
+
+    fn full_id(&self, s: SmithIdx) -> Option<String> {
+        self.registry.full_id(s)
+    }
+
+    fn ev(&self, event: &str, s: SmithIdx) -> Event {
+        Event::new(event, self.full_id(s))
+    }
+
+    fn placeholders(&self, s: Option<SmithIdx>) -> Placeholders {
+        let mount = self.mount.to_string_lossy().into_owned();
+        let Some(info) = s.and_then(|s| self.registry.get(s)) else {
+            return Placeholders {
+                mount,
+                ..Placeholders::default()
+            };
+        };
+        let rel = info.rel_dir();
+        let task = scan::newest_task(self.root.as_fd(), &rel)
+            .map(|(n, _)| self.in_mount(&format!("{rel}/inbox/{n}")))
+            .unwrap_or_default();
+        Placeholders {
+            smith_dir: self.in_mount(&rel),
+            task_file: task,
+            smith_id: info.id.clone(),
+            full_id: info.full_id.clone(),
+            level: info.level.to_string(),
+            mount,
+        }
+    }
+
+    fn in_mount(&self, rel: &str) -> String {
+        self.mount.join(rel).to_string_lossy().into_owned()
+    }
+
+    fn drain_notes(&mut self) {
+        for note in self.queue.take_notes() {
+            match note {
+                Note::ChildrenSettled { parent, scheduled } => {
+                    let mut ev = self.ev("children.settled", parent);
+                    ev.scheduled = Some(scheduled);
+                    self.record(ev);
+                }
+            }
+        }
+    }
+
+    // ----- start-up (§6, §9) -------------------------------------------------------------
+
+    fn startup(&mut self, resume: bool) {
+        if let Err(e) = crate::fs::scan::scan(self.root.as_fd(), &self.registry, &HashMap::new()) {
+            tracing::warn!("cannot scan the smith tree: {e}");
+        }
+        let events = Journal::read(self.state.as_fd()).unwrap_or_else(|e| {
+            tracing::error!("cannot read the journal: {e}");
+            Vec::new()
+        });
+        let (hist, open) = journal::replay(&events);
+        let all = self.registry.all();
+        for info in &all {
+            self.queue.add(info.idx, info.parent);
+        }
+        for info in &all {
+            let h = hist.get(&info.full_id).cloned().unwrap_or_default();
+            let has_result = scan::has_result(self.root.as_fd(), &info.rel_dir());
+            let base = if has_result {
+                Base::Done
+            } else {
+                match h.terminal {
+                    Some(Terminal::Failed) => Base::Failed,
+                    Some(Terminal::Cancelled) => Base::Cancelled,
+                    None if h.runs > 0 && !info.children.is_empty() => Base::Waiting,
+                    None => Base::Idle,
+                }
+            };
+            self.queue.set_base(info.idx, base);
+            self.recs.insert(
+                info.idx,
+                Rec {
+                    runs: h.runs,
+                    last_run: h.last_run,
+                    last_start: h.last_start,
+                    has_result,
+                    next_run: h.runs + 1,
+                },
+            );
+        }
+        let mut interrupted: Vec<(SmithIdx, Wake)> = all
+            .iter()
+            .filter_map(|i| {
+                let w = hist.get(&i.full_id)?.interrupted.as_deref()?;
+                Some((i.idx, Wake::parse(w).unwrap_or(Wake::Task)))
+            })
+            .collect();
+        for o in open {
+            let s = self.registry.by_full_id(&o.smith);
+            self.kill_leftover(s, &o);
+            let mut ev = Event::new("run.interrupted", Some(o.smith.clone()));
+            ev.run_id = Some(o.run_id.clone());
+            ev.pid = o.pid;
+            ev.wake = Some(o.wake.clone());
+            self.record(ev);
+            if let Some(s) = s {
+                if let Some(lr) = self
+                    .recs
+                    .get_mut(&s)
+                    .and_then(|r| r.last_run.as_mut())
+                    .filter(|lr| lr.run_id == o.run_id)
+                {
+                    lr.ended = Some(time::now());
+                }
+                self.mark_meta_interrupted(s, &o.run_id);
+                interrupted.push((s, Wake::parse(&o.wake).unwrap_or(Wake::Task)));
+            }
+        }
+        for info in &all {
+            self.rescan_task(info.idx);
+        }
+        if resume {
+            for (s, wake) in interrupted {
+                if !self.recs.get(&s).is_some_and(|r| r.has_result) {
+                    self.queue.request(s, wake);
+                }
+            }
+        }
+        for info in all.iter().rev() {
+            if matches!(
+                self.queue.state(info.idx),
+                super::State::Waiting | super::State::Idle
+            ) {
+                self.queue.check_settled(info.idx);
+            }
+        }
+        self.drain_notes();
+        self.update_final();
+    }
+
+    /// Kill what is left of a run a dead daemon recorded as started: its cgroup (binder) and
+    /// its process group, TERM then KILL after the grace period. The group is signalled only if
+    /// the leader is still the same process (same start time) or gone (a pid number is never
+    /// reused while a process group of that number exists).
+    fn kill_leftover(&self, s: Option<SmithIdx>, o: &OpenRun) {
+        let grace = Duration::from_secs(self.config.agent.kill_grace_secs);
+        let pgid = o.pgid.or(o.pid.map(|p| p as i32)).unwrap_or(0);
+        let same = match (o.pid, runner_ticks(o.pid)) {
+            (_, None) => true,
+            (Some(_), Some(t)) => Some(t) == o.start_ticks,
+            (None, Some(_)) => false,
+        };
+        let pgid = if same { pgid } else { 0 };
+        for sig in [libc::SIGTERM, libc::SIGKILL] {
+            if let Some(s) = s {
+                self.binder.kill_smith(s, sig);
+            }
+            signal_group(pgid, sig);
+            let deadline = Instant::now() + grace;
+            while Instant::now() < deadline {
+                let cg = s.and_then(|s| self.binder.smith_has_processes(s));
+                if group_gone(pgid) && cg != Some(true) {
+                    return;
+                }
+                std::thread::sleep(GROUP_POLL);
+            }
+        }
+    }
+
+    fn mark_meta_interrupted(&self, s: SmithIdx, run_id: &str) {
+        let Some(info) = self.registry.get(s) else {
+            return;
+        };
+        let rel = Path::new(&info.rel_dir())
+            .join("conversations")
+            .join(run_id);
+        let Ok(dir) = backing::open_dir_path(self.root.as_fd(), &rel) else {
+            return;
+        };
+        let mut meta: Meta = backing::read_file(dir.as_fd(), Path::new("meta.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        meta.interrupted = true;
+        meta.end = Some(time::now());
+        if runner::write_meta(dir.as_fd(), &meta).is_ok() {
+            if let Ok(st) = backing::stat(dir.as_fd()) {
+                self.invalidate.entry(st.st_ino, OsStr::new("meta.json"));
+            }
+        }
+    }
+
+    // ----- the loop ----------------------------------------------------------------------
+
+    fn next_wake(&self) -> Option<Duration> {
+        let now = Instant::now();
+        let mut next: Option<Instant> = None;
+        let mut consider = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
+        for l in self.live.values() {
+            match &l.stop {
+                None => consider(l.deadline),
+                Some(st) => {
+                    if !st.killed {
+                        consider(st.kill_at);
+                    }
+                    if l.exit.is_some() || st.killed {
+                        consider(now + GROUP_POLL);
+                    }
+                }
+            }
+        }
+        next.map(|t| t.saturating_duration_since(now))
+    }
+
+    fn handle(&mut self, msg: Msg) {
+        match msg {
+            Msg::Trigger(t) => self.on_trigger(t),
+            Msg::Exited {
+                smith,
+                run_id,
+                status,
+            } => {
+                let Some(l) = self.live.get_mut(&smith).filter(|l| l.run_id == run_id) else {
+                    return;
+                };
+                l.exit = Some(status);
+                let stopping = l.stop.is_some();
+                if !stopping {
+                    self.finalize(smith);
+                }
+            }
+            Msg::Cancel(s) => self.on_cancel(s),
+            Msg::Shutdown => {
+                self.shutting_down = true;
+                let live: Vec<SmithIdx> = self.live.keys().copied().collect();
+                for s in live {
+                    self.begin_stop(s, StopReason::Shutdown);
+                }
+            }
+        }
+    }
+
+    fn tick(&mut self) {
+        let now = Instant::now();
+        let smiths: Vec<SmithIdx> = self.live.keys().copied().collect();
+        for s in smiths {
+            let Some(l) = self.live.get_mut(&s) else {
+                continue;
+            };
+            match &mut l.stop {
+                None => {
+                    if now >= l.deadline {
+                        self.begin_stop(s, StopReason::Timeout);
+                    }
+                }
+                Some(st) => {
+                    if !st.killed && now >= st.kill_at {
+                        st.killed = true;
+                        st.give_up = Some(now + KILL_GIVE_UP);
+                        signal_group(l.pgid, libc::SIGKILL);
+                        self.binder.kill_smith(s, libc::SIGKILL);
+                    }
+                    let give_up = st.give_up.is_some_and(|g| now >= g);
+                    let pgid = l.pgid;
+                    if l.exit.is_some() {
+                        let cg = self.binder.smith_has_processes(s);
+                        if (group_gone(pgid) && cg != Some(true)) || give_up {
+                            self.finalize(s);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn begin_stop(&mut self, s: SmithIdx, reason: StopReason) {
+        let Some(l) = self.live.get_mut(&s) else {
+            return;
+        };
+        if l.stop.is_some() {
+            return;
+        }
+        signal_group(l.pgid, libc::SIGTERM);
+        self.binder.kill_smith(s, libc::SIGTERM);
+        l.stop = Some(Stop {
+            reason,
+            kill_at: Instant::now() + l.grace,
+            killed: false,
+            give_up: None,
+        });
+    }
+
+    // ----- triggers ----------------------------------------------------------------------
+
+    /// Make sure `s` (and its ancestors) are in the model, from the registry.
+    fn ensure_known(&mut self, s: SmithIdx) -> Option<SmithInfo> {
+        let info = self.registry.get(s)?;
+        if !self.queue.contains(s) {
+            if let Some(p) = info.parent {
+                self.ensure_known(p)?;
+            }
+            self.queue.add(s, info.parent);
+            let rec = self.recs.entry(s).or_default();
+            rec.next_run = rec.next_run.max(1);
+        }
+        Some(info)
+    }
+
+    fn on_trigger(&mut self, t: Trigger) {
+        match t {
+            Trigger::TaskAssigned { smith, file } => {
+                let Some(info) = self.ensure_known(smith) else {
+                    return;
+                };
+                let rel = info.rel_dir();
+                let arrived = scan::task_time(self.root.as_fd(), &rel, &file);
+                let last = self.recs.get(&smith).and_then(|r| r.last_start);
+                // A task the current or last run already saw (its rescan got there first)
+                // schedules nothing.
+                let schedule = match (arrived, last) {
+                    (Some(t), Some(l)) => t > l,
+                    (Some(_), None) => true,
+                    (None, _) => false,
+                };
+                let mut ev = self.ev("task.assigned", smith);
+                ev.path = Some(format!("{rel}/inbox/{file}"));
+                ev.scheduled = Some(schedule);
+                self.record(ev);
+                if schedule {
+                    self.queue.request(smith, Wake::Task);
+                }
+            }
+            Trigger::ResultPublished { smith } => {
+                let Some(info) = self.ensure_known(smith) else {
+                    return;
+                };
+                let rel = info.rel_dir();
+                let mut ev = self.ev("result.published", smith);
+                ev.path = Some(format!("{rel}/outbox/result.md"));
+                self.record(ev);
+                if let Some(r) = self.recs.get_mut(&smith) {
+                    r.has_result = true;
+                }
+                self.queue.result_published(smith);
+                self.drain_notes();
+                if info.parent.is_none() {
+                    self.update_final();
+                }
+            }
+            Trigger::SmithCreated { smith } => {
+                if self.ensure_known(smith).is_some() {
+                    let ev = self.ev("smith.created", smith);
+                    self.record(ev);
+                }
+            }
+            Trigger::AccessDenied {
+                smith,
+                pid,
+                op,
+                path,
+                errno,
+                rule,
+            } => {
+                let mut ev = Event::new("access.denied", smith.and_then(|s| self.full_id(s)));
+                ev.pid = Some(pid);
+                ev.op = Some(op);
+                ev.path = Some(path);
+                ev.errno = Some(errno);
+                ev.rule = Some(rule);
+                self.record(ev);
+            }
+        }
+    }
+
+    fn on_cancel(&mut self, s: SmithIdx) {
+        let now = SystemTime::now();
+        for (x, live) in self.queue.cancel(s) {
+            // The cancel consumes the tasks that are there: a rescan must not revive it.
+            self.recs.entry(x).or_default().last_start = Some(now);
+            let mut ev = self.ev("run.cancelled", x);
+            if live {
+                ev.run_id = self.live.get(&x).map(|l| l.run_id.clone());
+                self.begin_stop(x, StopReason::Cancel);
+            }
+            self.record(ev);
+        }
+        self.drain_notes();
+    }
+
+    /// If `s` has no result and its newest task arrived after its last run start, ask for a run
+    /// (journaled `task.assigned`): the rescan that makes sure no completion is lost.
+    fn rescan_task(&mut self, s: SmithIdx) {
+        let Some(info) = self.registry.get(s) else {
+            return;
+        };
+        let rel = info.rel_dir();
+        let has_result = scan::has_result(self.root.as_fd(), &rel);
+        if let Some(r) = self.recs.get_mut(&s) {
+            r.has_result = has_result;
+        }
+        if has_result {
+            return;
+        }
+        let Some((name, arrived)) = scan::newest_task(self.root.as_fd(), &rel) else {
+            return;
+        };
+        let last = self.recs.get(&s).and_then(|r| r.last_start);
+        if last.is_some_and(|l| arrived <= l) || self.queue.is_pending(s) {
+            return;
+        }
+        let mut ev = self.ev("task.assigned", s);
+        ev.path = Some(format!("{rel}/inbox/{name}"));
+        ev.scheduled = Some(true);
+        self.record(ev);
+        self.queue.request(s, Wake::Task);
+    }
+
+    /// Re-derive everything from the files after dropped triggers.
+    fn rescan_all(&mut self) {
+        let _ = crate::fs::scan::scan(self.root.as_fd(), &self.registry, &HashMap::new());
+        let all = self.registry.all();
+        for info in &all {
+            self.ensure_known(info.idx);
+        }
+        let known: Vec<SmithIdx> = self.queue.smiths();
+        for s in known {
+            if !all.iter().any(|i| i.idx == s) {
+                self.queue.remove(s);
+            }
+        }
+        for info in &all {
+            self.rescan_task(info.idx);
+            let done = self.recs.get(&info.idx).is_some_and(|r| r.has_result);
+            if done
+                && !self.queue.is_running(info.idx)
+                && self.queue.state(info.idx) != super::State::Done
+            {
+                self.queue.result_published(info.idx);
+            }
+        }
+        self.drain_notes();
+        self.update_final();
+    }
+
+    fn update_final(&self) {
+        if !self
+            .registry
+            .root()
+            .and_then(|r| self.recs.get(&r))
+            .is_some_and(|r| r.has_result)
+        {
+            return;
+        }
+        match scan::copy_final(self.root.as_fd()) {
+            Ok(Some(results_ino)) => self.invalidate.entry(results_ino, OsStr::new("final.md")),
+            Ok(None) => {}
+            Err(e) => tracing::error!("cannot copy the root's result to results/final.md: {e}"),
+        }
+    }
+
+    // ----- runs --------------------------------------------------------------------------
+
+    fn dispatch(&mut self) {
+        if self.shutting_down || self.config.agent.command.is_none() {
+            return;
+        }
+        while let Some(s) = self.queue.next() {
+            let Some(wake) = self.queue.start(s) else {
+                break;
+            };
+            self.start_run(s, wake);
+        }
+    }
+
+    /// The smith's effective agent config: the mount-wide one merged with its own
+    /// `config.json`. Errors: a one-line reason naming the file and key.
+    fn smith_agent(&self, rel: &str) -> Result<AgentConfig, String> {
+        let path = Path::new(rel).join("config.json");
+        match backing::read_file(self.root.as_fd(), &path) {
+            Err(nix::errno::Errno::ENOENT) => Ok(self.config.agent.clone()),
+            Err(e) => Err(format!("cannot read {rel}/config.json: {e}")),
+            Ok(bytes) => {
+                let text = String::from_utf8(bytes)
+                    .map_err(|_| format!("{rel}/config.json: not UTF-8"))?;
+                SmithConfig::parse(&text)
+                    .map(|c| c.merged(&self.config.agent))
+                    .map_err(|e| format!("{rel}/{e}"))
+            }
+        }
+    }
+
+    fn start_run(&mut self, s: SmithIdx, wake: Wake) {
+        let Some(info) = self.registry.get(s) else {
+            self.queue.remove(s);
+            return;
+        };
+        let rel = info.rel_dir();
+        let rec = self.recs.entry(s).or_default();
+        rec.next_run = rec.next_run.max(1);
+        // The attempt consumes the tasks that are there now, even if it cannot start: a
+        // rescan must not schedule them again.
+        let t0 = SystemTime::now();
+        rec.last_start = Some(t0);
+        let (run_id, dir) = loop {
+            let id = format!("run-{:04}", rec.next_run);
+            match runner::create_run_dir(self.root.as_fd(), Path::new(&rel), &id) {
+                Ok(d) => break (id, d),
+                Err(nix::errno::Errno::EEXIST) => rec.next_run += 1,
+                Err(e) => {
+                    let msg = format!("cannot create {rel}/conversations/{id}: {e}");
+                    return self.fail_start(s, wake, &id, None, msg, self.config.agent.retries);
+                }
+            }
+        };
+        rec.next_run += 1;
+        self.invalidate.entry(dir.conv_ino, OsStr::new(&run_id));
+        let agent = match self.smith_agent(&rel) {
+            Ok(a) => a,
+            Err(msg) => {
+                return self.fail_start(s, wake, &run_id, Some(dir), msg, self.config.agent.retries)
+            }
+        };
+        let ph = self.placeholders(Some(s));
+        let argv = match agent
+            .command
+            .as_deref()
+            .ok_or_else(|| "no agent command is configured".to_string())
+            .and_then(|c| ph.expand_argv(c))
+        {
+            Ok(a) => a,
+            Err(e) => {
+                let msg = format!("{rel}: agent.command: {e}");
+                return self.fail_start(s, wake, &run_id, Some(dir), msg, agent.retries);
+            }
+        };
+        let parent = info
+            .parent
+            .and_then(|p| self.full_id(p))
+            .unwrap_or_default();
+        let mut env: BTreeMap<String, String> = agent.env.clone();
+        for (k, v) in [
+            ("SMITH_ID", info.id.clone()),
+            ("SMITH_FULL_ID", info.full_id.clone()),
+            ("SMITH_LEVEL", info.level.to_string()),
+            ("SMITH_PARENT", parent),
+            ("SMITH_DIR", ph.smith_dir.clone()),
+            ("SMITH_TASK_FILE", ph.task_file.clone()),
+            ("SMITH_WAKE", wake.as_str().to_string()),
+            ("SMITH_MOUNT", ph.mount.clone()),
+        ] {
+            env.insert(k.to_string(), v);
+        }
+        let output = match dir.log.try_clone() {
+            Ok(f) => f,
+            Err(e) => {
+                let msg = format!("cannot duplicate the run log: {e}");
+                return self.fail_start(s, wake, &run_id, Some(dir), msg, agent.retries);
+            }
+        };
+        let cwd = PathBuf::from(&ph.smith_dir);
+        let started = runner::launch(
+            Launch {
+                argv: &argv,
+                env: &env,
+                cwd: Some(&cwd),
+                stdin_piped: false,
+                output: Some(output),
+                bind: BindTo::Smith(s),
+                nofile: self.nofile,
+            },
+            &*self.binder,
+        );
+        let started = match started {
+            Ok(st) => st,
+            Err(e) => {
+                let msg = format!("cannot start `{}`: {e}", argv[0]);
+                return self.fail_start(s, wake, &run_id, Some(dir), msg, agent.retries);
+            }
+        };
+        let pid = started.pid;
+        let start = time::format(t0);
+        let cgroup = self.binder.cgroup_path(s);
+        let meta = Meta {
+            run_id: run_id.clone(),
+            smith: info.full_id.clone(),
+            command: argv,
+            wake: wake.as_str().into(),
+            pid: Some(pid),
+            pgid: Some(pid as i32),
+            cgroup: cgroup.clone(),
+            start: start.clone(),
+            ..Meta::default()
+        };
+        if runner::write_meta(dir.dir.as_fd(), &meta).is_ok() {
+            self.invalidate.entry(dir.dir_ino, OsStr::new("meta.json"));
+        }
+        if let Some(rec) = self.recs.get_mut(&s) {
+            rec.runs += 1;
+            rec.last_run = Some(LastRun {
+                run_id: run_id.clone(),
+                wake: wake.as_str().into(),
+                started: start,
+                ended: None,
+                exit_code: None,
+                signal: None,
+            });
+        }
+        let mut ev = self.ev("run.started", s);
+        ev.run_id = Some(run_id.clone());
+        ev.wake = Some(wake.as_str().into());
+        ev.pid = Some(pid);
+        ev.pgid = Some(pid as i32);
+        ev.start_ticks = started.start_ticks;
+        ev.cgroup = cgroup;
+        self.record(ev);
+        let tx = self.tx.clone();
+        let mut child = started.child;
+        let waiter_run = run_id.clone();
+        let spawned = std::thread::Builder::new()
+            .name("smithfs-reaper".into())
+            .spawn(move || {
+                let status = child.wait().map_err(|e| e.to_string());
+                let _ = tx.send(Msg::Exited {
+                    smith: s,
+                    run_id: waiter_run,
+                    status,
+                });
+            });
+        let exit = match spawned {
+            Ok(_) => None,
+            Err(e) => {
+                // Without a reaper the run cannot be followed: stop it and say why.
+                signal_group(pid as i32, libc::SIGKILL);
+                Some(Err(format!("cannot start a reaper thread: {e}")))
+            }
+        };
+        let failed_reaper = exit.is_some();
+        self.live.insert(
+            s,
+            Live {
+                run_id,
+                pgid: pid as i32,
+                deadline: Instant::now() + Duration::from_secs(agent.timeout_secs),
+                grace: Duration::from_secs(agent.kill_grace_secs),
+                retries: agent.retries,
+                stop: None,
+                exit,
+                dir,
+                meta,
+            },
+        );
+        if failed_reaper {
+            self.finalize(s);
+        }
+    }
+
+    /// A run that could not start: its reason goes to its `messages.log`, its `meta.json` and
+    /// the journal (`run.exited` with `error`), and the end-of-run rule treats it as failed.
+    fn fail_start(
+        &mut self,
+        s: SmithIdx,
+        wake: Wake,
+        run_id: &str,
+        dir: Option<RunDir>,
+        error: String,
+        retries: u32,
+    ) {
+        let now = time::now();
+        if let Some(d) = &dir {
+            let _ = backing::write(d.log.as_fd(), format!("smithfs: {error}\n").as_bytes());
+            let meta = Meta {
+                run_id: run_id.to_string(),
+                smith: self.full_id(s).unwrap_or_default(),
+                wake: wake.as_str().into(),
+                start: now.clone(),
+                end: Some(now.clone()),
+                error: Some(error.clone()),
+                ..Meta::default()
+            };
+            if runner::write_meta(d.dir.as_fd(), &meta).is_ok() {
+                self.invalidate.entry(d.dir_ino, OsStr::new("meta.json"));
+            }
+        }
+        let rel = self
+            .registry
+            .get(s)
+            .map(|i| i.rel_dir())
+            .unwrap_or_default();
+        let has_result = scan::has_result(self.root.as_fd(), &rel);
+        let outcome = self
+            .queue
+            .exited(s, RunEnd::NotStarted, has_result, retries);
+        let mut ev = self.ev("run.exited", s);
+        ev.run_id = Some(run_id.to_string());
+        ev.wake = Some(wake.as_str().into());
+        ev.error = Some(error);
+        set_outcome(&mut ev, outcome);
+        self.record(ev);
+        self.drain_notes();
+    }
+
+    /// A run is over (its leader reaped and, if it was stopped, its group gone): write the end
+    /// into `meta.json`, rescan its children's inboxes, apply the end-of-run rule, journal.
+    fn finalize(&mut self, s: SmithIdx) {
+        let Some(mut l) = self.live.remove(&s) else {
+            return;
+        };
+        let reason = l.stop.as_ref().map(|st| st.reason);
+        let (code, signal, error) = match &l.exit {
+            Some(Ok(st)) => (st.code(), st.signal(), None),
+            Some(Err(e)) => (None, None, Some(e.clone())),
+            None => (None, None, None),
+        };
+        let end = time::now();
+        l.meta.end = Some(end.clone());
+        l.meta.exit_code = code;
+        l.meta.signal = signal;
+        l.meta.timed_out = reason == Some(StopReason::Timeout);
+        l.meta.cancelled = reason == Some(StopReason::Cancel);
+        l.meta.interrupted = reason == Some(StopReason::Shutdown);
+        l.meta.error = error.clone();
+        if runner::write_meta(l.dir.dir.as_fd(), &l.meta).is_ok() {
+            self.invalidate
+                .entry(l.dir.dir_ino, OsStr::new("meta.json"));
+        }
+        self.invalidate.inode(l.dir.log_ino);
+        if let Some(lr) = self
+            .recs
+            .get_mut(&s)
+            .and_then(|r| r.last_run.as_mut())
+            .filter(|lr| lr.run_id == l.run_id)
+        {
+            lr.ended = Some(end);
+            lr.exit_code = code;
+            lr.signal = signal;
+        }
+        for c in self.queue.children(s) {
+            self.rescan_task(c);
+        }
+        let rel = self
+            .registry
+            .get(s)
+            .map(|i| i.rel_dir())
+            .unwrap_or_default();
+        let has_result = scan::has_result(self.root.as_fd(), &rel);
+        if let Some(r) = self.recs.get_mut(&s) {
+            r.has_result = has_result;
+        }
+        let run_end = match reason {
+            None => RunEnd::Exited,
+            Some(StopReason::Timeout) => RunEnd::TimedOut,
+            Some(StopReason::Cancel) => RunEnd::Cancelled,
+            Some(StopReason::Shutdown) => RunEnd::Interrupted,
+        };
+        let outcome = self.queue.exited(s, run_end, has_result, l.retries);
+        let mut ev = self.ev("run.exited", s);
+        ev.run_id = Some(l.run_id.clone());
+        ev.exit_code = code;
+        ev.signal = signal;
+        ev.error = error;
+        set_outcome(&mut ev, outcome);
+        self.record(ev);
+        match reason {
+            Some(StopReason::Timeout) => {
+                let mut ev = self.ev("run.timed_out", s);
+                ev.run_id = Some(l.run_id.clone());
+                self.record(ev);
+            }
+            Some(StopReason::Shutdown) => {
+                let mut ev = self.ev("run.interrupted", s);
+                ev.run_id = Some(l.run_id.clone());
+                ev.wake = Some(l.meta.wake.clone());
+                self.record(ev);
+            }
+            Some(StopReason::Cancel) | None => {}
+        }
+        self.drain_notes();
+        if self.registry.root() == Some(s) {
+            self.update_final();
+        }
+    }
+
+    // ----- status ------------------------------------------------------------------------
+
+    fn publish(&self) {
+        let smiths: Vec<serde_json::Value> = self
+            .registry
+            .all()
+            .into_iter()
+            .filter(|i| self.queue.contains(i.idx))
+            .map(|i| {
+                let rec = self.recs.get(&i.idx);
+                json!({
+                    "full_id": i.full_id,
+                    "parent": i.parent.and_then(|p| self.full_id(p)),
+                    "level": i.level,
+                    "state": self.queue.state(i.idx).as_str(),
+                    "runs": rec.map_or(0, |r| r.runs),
+                    "has_result": rec.is_some_and(|r| r.has_result),
+                    "last_run": rec.and_then(|r| r.last_run.clone()),
+                })
+            })
+            .collect();
+        let value = json!({
+            "smiths": smiths,
+            "agent_configured": self.config.agent.command.is_some(),
+        });
+        *self.shared.status.lock() = Arc::new(value);
+        let live: std::collections::HashSet<SmithIdx> = self.live.keys().copied().collect();
+        *self.shared.live.lock() = live;
+    }
+}
+
+fn set_outcome(ev: &mut Event, outcome: Option<Outcome>) {
+    if let Some(o) = outcome {
+        ev.outcome = Some(o.as_str().into());
+        if let Outcome::Retry { attempt } = o {
+            ev.attempt = Some(attempt);
+        }
+    }
+}
+
+fn runner_ticks(pid: Option<u32>) -> Option<u64> {
+    pid.and_then(runner::start_ticks)
+}

@@ -1,0 +1,276 @@
+//! The scheduler (PROTOCOL.md §5–§9): turns triggers from the filesystem into runs of agents.
+//!
+//! Shape (STYLE.md habits 7, 8): [`Scheduler`] is a handle; [`Scheduler::trigger`] never blocks
+//! (a bounded channel and `try_send`; a full channel is journaled and the state re-derived from
+//! the files). One scheduler thread owns the pure model ([`queue::Queue`]) and handles
+//! triggers, run exits and cancels in one ordered queue; the executor around it (`exec`) starts
+//! runs ([`runner`]), journals ([`journal`]), fires user hooks ([`hooks`]) and makes the
+//! daemon's own writes through `fs::backing`, each followed by an [`Invalidate`] call.
+//!
+//! Wiring for the daemon: build a [`SchedCtx`] after the FUSE session is mounted (runs work in
+//! the mount, so it must be live before the first run's `chdir`), call [`Scheduler::start`],
+//! hand `trigger` to the fs, serve `.smithfs/status.json` from [`Scheduler::status_json`] and
+//! `ctl`'s `cancel` through [`Scheduler::cancel`], and call [`Scheduler::shutdown`] before
+//! unmounting.
+
+mod exec;
+pub mod hooks;
+pub mod journal;
+pub mod queue;
+pub mod runner;
+pub mod scan;
+pub mod time;
+pub mod trigger;
+pub mod view;
+
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use parking_lot::Mutex;
+
+use crate::config::Config;
+use crate::fs::{backing, FsEvent};
+use crate::tree::model::SmithIdx;
+use crate::tree::registry::Registry;
+
+pub use self::journal::{Event, Journal};
+pub use self::queue::{State, Wake};
+pub use self::runner::{NoBinder, RunBinder};
+pub use self::trigger::Trigger;
+
+/// How many messages the scheduler's queue holds before `trigger` starts dropping (and a
+/// rescan re-derives what was dropped).
+pub const QUEUE_CAPACITY: usize = 4096;
+
+/// Kernel cache invalidation after the daemon's own writes, implemented by the FUSE layer with
+/// fuser's `Notifier` (called from the scheduler's threads, never from a FUSE thread). Inode
+/// numbers are backing-store inode numbers.
+pub trait Invalidate: Send + Sync {
+    /// The name `name` in the directory with backing inode `parent_backing_ino` was created or
+    /// replaced.
+    fn entry(&self, parent_backing_ino: u64, name: &OsStr);
+    /// The content or attributes of the inode `backing_ino` changed.
+    fn inode(&self, backing_ino: u64);
+}
+
+/// An [`Invalidate`] that does nothing (tests, no mount).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoInvalidate;
+
+impl Invalidate for NoInvalidate {
+    fn entry(&self, _parent_backing_ino: u64, _name: &OsStr) {}
+    fn inode(&self, _backing_ino: u64) {}
+}
+
+/// Everything the scheduler needs from the daemon.
+pub struct SchedCtx {
+    /// The backing store's root, an `O_PATH` directory descriptor (a `try_clone` of the fs's).
+    pub root: OwnedFd,
+    /// The mount point (runs' working directories and `SMITH_DIR` are inside it).
+    pub mount: PathBuf,
+    /// The mount-wide configuration.
+    pub config: Config,
+    /// The smith registry shared with the fs.
+    pub registry: Arc<Registry>,
+    /// Binds runs to smiths (the identity resolver; [`NoBinder`] without one).
+    pub binder: Arc<dyn RunBinder>,
+    /// Kernel cache invalidation ([`NoInvalidate`] without a mount).
+    pub invalidate: Arc<dyn Invalidate>,
+    /// The soft `RLIMIT_NOFILE` the daemon started with (0: leave runs' limit as inherited).
+    pub original_nofile: u64,
+}
+
+/// Messages of the scheduler's one ordered queue.
+pub(crate) enum Msg {
+    Trigger(Trigger),
+    Exited {
+        smith: SmithIdx,
+        run_id: String,
+        status: Result<std::process::ExitStatus, String>,
+    },
+    Cancel(SmithIdx),
+    Shutdown,
+}
+
+/// State shared between the handle and the scheduler thread.
+pub(crate) struct Shared {
+    /// The current `status.json` value, replaced after every handled message. Leaf lock, held
+    /// only to clone or replace the `Arc`.
+    status: Mutex<Arc<serde_json::Value>>,
+    /// A trigger was dropped since the last rescan.
+    overflow: AtomicBool,
+    journal: Arc<Journal>,
+    /// Smiths with a live run. Leaf lock; written by the scheduler thread when a run starts or
+    /// ends.
+    live: Mutex<std::collections::HashSet<SmithIdx>>,
+}
+
+/// Why [`Scheduler::cancel`] refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CancelError {
+    /// No registered smith has that full id.
+    #[error("no smith {0}")]
+    UnknownSmith(String),
+    /// The scheduler's queue is full; try again.
+    #[error("the scheduler is busy; try again")]
+    Busy,
+    /// The scheduler has stopped.
+    #[error("the scheduler has stopped")]
+    Stopped,
+}
+
+/// The handle of a running scheduler. Cheap calls, safe from any thread.
+pub struct Scheduler {
+    tx: SyncSender<Msg>,
+    shared: Arc<Shared>,
+    registry: Arc<Registry>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Scheduler {
+    /// Start the scheduler thread: it scans the tree and rebuilds each smith's state (§9),
+    /// kills what is left of runs a dead daemon recorded as started but not exited (journal
+    /// `run.interrupted`), schedules every smith whose newest task is newer than its last run
+    /// start and that has no result, with `resume` also re-queues the interrupted runs, then
+    /// handles messages until [`Scheduler::shutdown`].
+    ///
+    /// Errors: the state directory or the journal cannot be opened.
+    pub fn start(ctx: SchedCtx, resume: bool) -> std::io::Result<Scheduler> {
+        let name = std::ffi::CString::new(crate::fs::STATE_DIR)?;
+        let state = backing::ensure_dir(ctx.root.as_fd(), &name, 0o700)?;
+        let journal = Arc::new(Journal::open(state.as_fd())?);
+        let shared = Arc::new(Shared {
+            status: Mutex::new(Arc::new(serde_json::json!({
+                "smiths": [],
+                "agent_configured": ctx.config.agent.command.is_some(),
+            }))),
+            overflow: AtomicBool::new(false),
+            journal,
+            live: Mutex::new(Default::default()),
+        });
+        let (tx, rx) = sync_channel(QUEUE_CAPACITY);
+        let registry = ctx.registry.clone();
+        let exec = exec::Exec::new(ctx, state, shared.clone(), tx.clone())?;
+        let thread = std::thread::Builder::new()
+            .name("smithfs-sched".into())
+            .spawn(move || exec.run(rx, resume))?;
+        Ok(Scheduler {
+            tx,
+            shared,
+            registry,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Hand a trigger to the scheduler. Never blocks: if the queue is full the trigger is
+    /// dropped, `trigger.dropped` is journaled (once until the next rescan) and the scheduler
+    /// re-derives the state from the files.
+    pub fn trigger(&self, t: Trigger) {
+        match self.tx.try_send(Msg::Trigger(t)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                if !self.shared.overflow.swap(true, Ordering::SeqCst) {
+                    let mut ev = Event::new("trigger.dropped", None);
+                    ev.error = Some("the scheduler's queue is full; rescanning".into());
+                    let _ = self.shared.journal.append(&ev);
+                }
+            }
+            Err(TrySendError::Disconnected(_)) => {}
+        }
+    }
+
+    /// Cancel `full_id` and its subtree: their runs are stopped (TERM, KILL after
+    /// `kill_grace_secs`) and they are marked cancelled (`run.cancelled`). Never blocks; the
+    /// cancel happens on the scheduler thread.
+    pub fn cancel(&self, full_id: &str) -> Result<(), CancelError> {
+        let s = self
+            .registry
+            .by_full_id(full_id)
+            .ok_or_else(|| CancelError::UnknownSmith(full_id.to_string()))?;
+        self.tx.try_send(Msg::Cancel(s)).map_err(|e| match e {
+            TrySendError::Full(_) => CancelError::Busy,
+            TrySendError::Disconnected(_) => CancelError::Stopped,
+        })
+    }
+
+    /// Cancel smith `s` and its subtree (see [`Scheduler::cancel`]).
+    pub fn cancel_smith(&self, s: SmithIdx) -> Result<(), CancelError> {
+        self.tx.try_send(Msg::Cancel(s)).map_err(|e| match e {
+            TrySendError::Full(_) => CancelError::Busy,
+            TrySendError::Disconnected(_) => CancelError::Stopped,
+        })
+    }
+
+    /// Hand an event of the filesystem to the scheduler (never blocks): completions become
+    /// triggers, `ctl`'s `cancel` a cancel. For `SmithFs`'s event sink.
+    pub fn fs_event(&self, e: FsEvent) {
+        let t = match e {
+            FsEvent::TaskCompleted { smith, name } => Trigger::TaskAssigned { smith, file: name },
+            FsEvent::ResultCompleted { smith } => Trigger::ResultPublished { smith },
+            FsEvent::SmithCreated { smith } => Trigger::SmithCreated { smith },
+            FsEvent::Denied(d) => Trigger::AccessDenied {
+                smith: d.smith,
+                pid: d.pid,
+                op: d.op,
+                path: d.path,
+                errno: d.errno,
+                rule: d.rule,
+            },
+            FsEvent::Cancel { smith } => {
+                if self.cancel_smith(smith).is_err() {
+                    self.shared.overflow.store(true, Ordering::SeqCst);
+                }
+                return;
+            }
+        };
+        self.trigger(t);
+    }
+
+    /// Is a run of `s` or of one of its descendants live? Answered from a snapshot the
+    /// scheduler thread keeps, without waiting on it (for `SmithFs`'s liveness hook).
+    pub fn subtree_live(&self, s: SmithIdx) -> bool {
+        // Copy out first: the registry's lock is never taken under ours.
+        let live: Vec<SmithIdx> = self.shared.live.lock().iter().copied().collect();
+        live.iter()
+            .any(|x| *x == s || self.registry.is_ancestor(s, *x))
+    }
+
+    /// The current `status.json` content as a string (for `SmithFs`'s status source).
+    pub fn status_string(&self) -> String {
+        String::from_utf8(self.status_json()).unwrap_or_default()
+    }
+
+    /// The current `status.json` value (PROTOCOL.md §7).
+    pub fn status(&self) -> Arc<serde_json::Value> {
+        self.shared.status.lock().clone()
+    }
+
+    /// The current `status.json` content, pretty-printed with a final newline.
+    pub fn status_json(&self) -> Vec<u8> {
+        let mut v = serde_json::to_vec_pretty(&*self.status()).unwrap_or_default();
+        v.push(b'\n');
+        v
+    }
+
+    /// Stop every live run the way a dead daemon's leftovers are stopped (TERM, KILL after
+    /// `kill_grace_secs`, journaled `run.interrupted`, re-queued by a later `--resume`) and end
+    /// the scheduler thread. Blocks until done; idempotent.
+    pub fn shutdown(&self) {
+        let Some(thread) = self.thread.lock().take() else {
+            return;
+        };
+        let _ = self.tx.send(Msg::Shutdown);
+        let _ = thread.join();
+    }
+}
+
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

@@ -1,0 +1,54 @@
+//! What the filesystem tells the scheduler (PROTOCOL.md §5). The fs detects completions (a
+//! handle released after write access, `O_TRUNC` or `O_CREAT`; a rename or link onto the name)
+//! and hands one of these to [`crate::sched::Scheduler::trigger`], which never blocks.
+
+use crate::tree::model::SmithIdx;
+
+/// One event detected by the filesystem.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// A `task-*.md` directly in `smith`'s `inbox/` completed.
+    TaskAssigned {
+        /// The smith whose inbox it is.
+        smith: SmithIdx,
+        /// The file's name in the inbox (`task-001.md`).
+        file: String,
+    },
+    /// `smith`'s `outbox/result.md` completed.
+    ResultPublished {
+        /// The smith that published.
+        smith: SmithIdx,
+    },
+    /// A child dir was scaffolded and registered.
+    SmithCreated {
+        /// The new smith.
+        smith: SmithIdx,
+    },
+    /// An operation was denied (PROTOCOL.md §3); journaled as `access.denied`.
+    AccessDenied {
+        /// The caller's smith; `None` for the operator or Unknown.
+        smith: Option<SmithIdx>,
+        /// The caller's pid (0 for kernel requests).
+        pid: u32,
+        /// The operation (`open`, `unlink`, …).
+        op: String,
+        /// The path, relative to the mount root.
+        path: String,
+        /// The errno returned.
+        errno: i32,
+        /// The rule that denied it.
+        rule: String,
+    },
+}
+
+impl Trigger {
+    /// The journal event name.
+    pub fn event_name(&self) -> &'static str {
+        match self {
+            Trigger::TaskAssigned { .. } => "task.assigned",
+            Trigger::ResultPublished { .. } => "result.published",
+            Trigger::SmithCreated { .. } => "smith.created",
+            Trigger::AccessDenied { .. } => "access.denied",
+        }
+    }
+}

@@ -1,0 +1,394 @@
+//! Pure views of the scheduler's files for the CLI (PROTOCOL.md §6, §7): the `status.json`
+//! document, the status tree, journal lines for humans, and `wait`'s verdict.
+
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+use super::journal::LastRun;
+use super::queue::State;
+
+/// `status.json` (PROTOCOL.md §7).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusDoc {
+    /// Every smith, parents before children.
+    pub smiths: Vec<SmithRow>,
+    /// Whether `agent.command` is configured (without it tasks wait).
+    pub agent_configured: bool,
+}
+
+/// One smith in `status.json`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SmithRow {
+    /// Full id.
+    pub full_id: String,
+    /// The parent's full id; null for the root.
+    pub parent: Option<String>,
+    /// Level (root 0).
+    pub level: u8,
+    /// `idle queued running waiting done failed cancelled`.
+    pub state: String,
+    /// Runs started.
+    pub runs: u32,
+    /// `outbox/result.md` exists.
+    pub has_result: bool,
+    /// The last run, if any.
+    pub last_run: Option<LastRun>,
+}
+
+impl StatusDoc {
+    /// The smith `full_id`.
+    pub fn smith(&self, full_id: &str) -> Option<&SmithRow> {
+        self.smiths.iter().find(|s| s.full_id == full_id)
+    }
+
+    /// The children of `full_id`, in order.
+    pub fn children<'a>(&'a self, full_id: &'a str) -> impl Iterator<Item = &'a SmithRow> + 'a {
+        self.smiths
+            .iter()
+            .filter(move |s| s.parent.as_deref() == Some(full_id))
+    }
+}
+
+/// `1h02m`, `3m05s`, `12s`.
+pub fn human_duration(secs: u64) -> String {
+    match secs {
+        s if s >= 3600 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+        s if s >= 60 => format!("{}m{:02}s", s / 60, s % 60),
+        s => format!("{s}s"),
+    }
+}
+
+fn duration_of(lr: &LastRun, now: SystemTime) -> Option<u64> {
+    let start = super::time::parse(&lr.started)?;
+    let end = match &lr.ended {
+        Some(e) => super::time::parse(e)?,
+        None => now,
+    };
+    Some(end.duration_since(start).map_or(0, |d| d.as_secs()))
+}
+
+fn paint(s: &str, code: &str, color: bool) -> String {
+    if color {
+        format!("\x1b[{code}m{s}\x1b[0m")
+    } else {
+        s.to_string()
+    }
+}
+
+fn state_color(state: &str) -> &'static str {
+    match State::parse(state) {
+        Some(State::Running) => "1;34",
+        Some(State::Queued) => "36",
+        Some(State::Waiting) => "33",
+        Some(State::Done) => "32",
+        Some(State::Failed) => "1;31",
+        Some(State::Cancelled) => "35",
+        Some(State::Idle) | None => "2",
+    }
+}
+
+/// The status tree: one line per smith (tree drawing, state, runs, the last run's duration,
+/// whether a result is present), then a summary line. `color`: ANSI colours for a terminal.
+pub fn render_tree(doc: &StatusDoc, now: SystemTime, color: bool) -> String {
+    let mut out = String::new();
+    let roots: Vec<&SmithRow> = doc.smiths.iter().filter(|s| s.parent.is_none()).collect();
+    let width = doc
+        .smiths
+        .iter()
+        .map(|s| s.level as usize * 3 + short(&s.full_id).len())
+        .max()
+        .unwrap_or(10)
+        + 2;
+    struct Ctx<'a> {
+        doc: &'a StatusDoc,
+        width: usize,
+        now: SystemTime,
+        color: bool,
+    }
+    fn walk(cx: &Ctx<'_>, row: &SmithRow, prefix: &str, branch: &str, out: &mut String) {
+        let Ctx {
+            doc,
+            width,
+            now,
+            color,
+        } = *cx;
+        let name = format!("{prefix}{branch}{}", short(&row.full_id));
+        let pad = width.saturating_sub(name.chars().count());
+        let dur = row
+            .last_run
+            .as_ref()
+            .and_then(|lr| duration_of(lr, now))
+            .map(human_duration)
+            .unwrap_or_else(|| "-".into());
+        let result = if row.has_result {
+            paint("result", "32", color)
+        } else {
+            paint("-", "2", color)
+        };
+        out.push_str(&format!(
+            "{name}{:pad$}{:<19} runs {:<3} {:>7}  {result}\n",
+            "",
+            paint(&format!("{:<9}", row.state), state_color(&row.state), color),
+            row.runs,
+            dur,
+        ));
+        let kids: Vec<&SmithRow> = doc.children(&row.full_id).collect();
+        let child_prefix = format!(
+            "{prefix}{}",
+            match branch {
+                "" => "",
+                "├─ " => "│  ",
+                _ => "   ",
+            }
+        );
+        for (i, k) in kids.iter().enumerate() {
+            let b = if i + 1 == kids.len() {
+                "└─ "
+            } else {
+                "├─ "
+            };
+            walk(cx, k, &child_prefix, b, out);
+        }
+    }
+    let cx = Ctx {
+        doc,
+        width,
+        now,
+        color,
+    };
+    for r in roots {
+        walk(&cx, r, "", "", &mut out);
+    }
+    let count = |st: &str| doc.smiths.iter().filter(|s| s.state == st).count();
+    out.push_str(&format!(
+        "{} smiths: {} running, {} queued, {} waiting, {} done, {} failed, {} cancelled\n",
+        doc.smiths.len(),
+        count("running"),
+        count("queued"),
+        count("waiting"),
+        count("done"),
+        count("failed"),
+        count("cancelled"),
+    ));
+    if !doc.agent_configured {
+        out.push_str(&paint(
+            "no agent configured: tasks wait (set agent.command in config.json, or init --agent)\n",
+            "33",
+            color,
+        ));
+    }
+    out
+}
+
+fn short(full_id: &str) -> &str {
+    full_id.rsplit('/').next().unwrap_or(full_id)
+}
+
+/// One journal line for humans: `ts event smith key=value …`.
+pub fn format_event(v: &serde_json::Value) -> String {
+    let s = |k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or("");
+    let mut out = format!(
+        "{} {:<17} {}",
+        s("ts"),
+        s("event"),
+        v.get("smith").and_then(|x| x.as_str()).unwrap_or("-")
+    );
+    if let Some(obj) = v.as_object() {
+        for (k, val) in obj {
+            if matches!(k.as_str(), "ts" | "event" | "smith") || val.is_null() {
+                continue;
+            }
+            let text = match val {
+                serde_json::Value::String(t) => t.clone(),
+                other => other.to_string(),
+            };
+            out.push_str(&format!(" {k}={text}"));
+        }
+    }
+    out
+}
+
+/// What `wait` waits for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WaitTarget {
+    /// `results/final.md` (the root done).
+    Final,
+    /// One smith settled.
+    Smith(String),
+    /// Every child of this smith settled.
+    Children(String),
+}
+
+/// `wait`'s answer once its target is settled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Done (exit 0).
+    Done,
+    /// Failed or cancelled (exit 1).
+    Failed,
+}
+
+fn settled(row: &SmithRow) -> Option<Verdict> {
+    match State::parse(&row.state) {
+        Some(State::Done) => Some(Verdict::Done),
+        Some(State::Failed | State::Cancelled) => Some(Verdict::Failed),
+        _ => None,
+    }
+}
+
+/// Has `target` settled? `final_exists`: `results/final.md` exists. `None`: keep waiting.
+pub fn wait_verdict(doc: &StatusDoc, target: &WaitTarget, final_exists: bool) -> Option<Verdict> {
+    match target {
+        WaitTarget::Final => {
+            let root = doc.smiths.iter().find(|s| s.parent.is_none())?;
+            match settled(root) {
+                Some(Verdict::Done) if final_exists => Some(Verdict::Done),
+                Some(Verdict::Failed) => Some(Verdict::Failed),
+                _ => None,
+            }
+        }
+        WaitTarget::Smith(id) => doc.smith(id).and_then(settled),
+        WaitTarget::Children(id) => {
+            let kids: Vec<&SmithRow> = doc.children(id).collect();
+            if kids.is_empty() {
+                return None;
+            }
+            let mut verdict = Verdict::Done;
+            for k in kids {
+                match settled(k)? {
+                    Verdict::Failed => verdict = Verdict::Failed,
+                    Verdict::Done => {}
+                }
+            }
+            Some(verdict)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(full: &str, parent: Option<&str>, state: &str) -> SmithRow {
+        SmithRow {
+            full_id: full.into(),
+            parent: parent.map(Into::into),
+            level: full.matches('/').count() as u8,
+            state: state.into(),
+            runs: 1,
+            has_result: state == "done",
+            last_run: Some(LastRun {
+                run_id: "run-0001".into(),
+                wake: "task".into(),
+                started: "2026-01-01T00:00:00.000000Z".into(),
+                ended: Some("2026-01-01T00:01:05.000000Z".into()),
+                exit_code: Some(0),
+                signal: None,
+            }),
+        }
+    }
+
+    fn doc(states: [&str; 3]) -> StatusDoc {
+        StatusDoc {
+            smiths: vec![
+                row("smith-root", None, states[0]),
+                row("smith-root/smith-001", Some("smith-root"), states[1]),
+                row("smith-root/smith-002", Some("smith-root"), states[2]),
+            ],
+            agent_configured: true,
+        }
+    }
+
+    #[test]
+    fn renders_a_plain_tree() {
+        let out = render_tree(
+            &doc(["waiting", "done", "failed"]),
+            SystemTime::now(),
+            false,
+        );
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(
+            lines[0].starts_with("smith-root ") && lines[0].contains("waiting"),
+            "{out}"
+        );
+        assert!(
+            lines[1].starts_with("├─ smith-001") && lines[1].contains("1m05s"),
+            "{out}"
+        );
+        assert!(
+            lines[2].starts_with("└─ smith-002") && lines[2].contains("failed"),
+            "{out}"
+        );
+        assert!(
+            lines[3].contains("3 smiths") && lines[3].contains("1 failed"),
+            "{out}"
+        );
+        assert!(!out.contains('\x1b'));
+        assert!(render_tree(&doc(["done"; 3]), SystemTime::now(), true).contains("\x1b[32m"));
+        let mut d = doc(["idle"; 3]);
+        d.agent_configured = false;
+        assert!(render_tree(&d, SystemTime::now(), false).contains("no agent configured"));
+    }
+
+    #[test]
+    fn wait_verdicts() {
+        use Verdict::*;
+        use WaitTarget::*;
+        let c = || Children("smith-root".into());
+        let s1 = || Smith("smith-root/smith-001".into());
+        let table: Vec<([&str; 3], WaitTarget, bool, Option<Verdict>)> = vec![
+            (["done", "done", "done"], Final, true, Some(Done)),
+            (["done", "done", "done"], Final, false, None),
+            (["running", "done", "done"], Final, false, None),
+            (["failed", "done", "done"], Final, false, Some(Failed)),
+            (["cancelled", "done", "done"], Final, false, Some(Failed)),
+            (["waiting", "done", "running"], c(), false, None),
+            (["waiting", "done", "done"], c(), false, Some(Done)),
+            (["waiting", "done", "cancelled"], c(), false, Some(Failed)),
+            (["waiting", "queued", "done"], s1(), false, None),
+            (["waiting", "done", "failed"], s1(), false, Some(Done)),
+            (["waiting", "failed", "done"], s1(), false, Some(Failed)),
+            (
+                ["waiting", "done", "done"],
+                Smith("nope".into()),
+                false,
+                None,
+            ),
+            (
+                ["waiting", "done", "done"],
+                Children("smith-root/smith-001".into()),
+                false,
+                None,
+            ),
+        ];
+        for (states, target, fin, want) in table {
+            assert_eq!(
+                wait_verdict(&doc(states), &target, fin),
+                want,
+                "{states:?} {target:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn formats_events() {
+        let v = serde_json::json!({"ts": "T", "event": "run.exited", "smith": "smith-root",
+            "run_id": "run-0001", "exit_code": 0, "signal": null});
+        assert_eq!(
+            format_event(&v),
+            "T run.exited        smith-root exit_code=0 run_id=run-0001"
+        );
+        assert_eq!(
+            format_event(&serde_json::json!({"ts": "T", "event": "access.denied", "smith": null})),
+            "T access.denied     -"
+        );
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(human_duration(5), "5s");
+        assert_eq!(human_duration(65), "1m05s");
+        assert_eq!(human_duration(3720), "1h02m");
+    }
+}
