@@ -1,0 +1,542 @@
+//! Shared harness for the integration tests: a `TestMount` guard that mounts a fresh smithfs
+//! directory and always unmounts it (even when the test panics), a deadline-bounded
+//! `poll_until`, and helpers that run real processes (bash, python3, …) inside the mount.
+//!
+//! Every test gets its own temp dir, so tests are safe to run in parallel (nextest runs each
+//! test in its own process; `cargo test` runs them in threads).
+
+#![allow(dead_code)] // each test binary uses a different subset of the helpers
+
+use std::ffi::OsStr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The binary under test.
+pub const SMITHFS: &str = env!("CARGO_BIN_EXE_smithfs");
+
+/// How long a mount or unmount may take before the test fails.
+pub const MOUNT_DEADLINE: Duration = Duration::from_secs(20);
+
+/// Poll `cond` until it returns true or `deadline` (from now) passes; panics naming `what` on
+/// timeout. Polls every 10 ms: a bounded wait on a condition, never a blind sleep.
+pub fn poll_until(deadline: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let end = Instant::now() + deadline;
+    loop {
+        if cond() {
+            return;
+        }
+        if Instant::now() >= end {
+            panic!("timed out after {deadline:?} waiting for: {what}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The filesystem type and source mounted at exactly `dir` (topmost mount), from mountinfo.
+pub fn mount_at(dir: &Path) -> Option<(String, String)> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = dir.to_str()?;
+    let mut found = None;
+    for line in info.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let Some(sep) = f.iter().position(|x| *x == "-") else {
+            continue;
+        };
+        if f.get(4) == Some(&want) {
+            found = Some((
+                f.get(sep + 1).unwrap_or(&"").to_string(),
+                f.get(sep + 2).unwrap_or(&"").to_string(),
+            ));
+        }
+    }
+    found
+}
+
+/// Is a smithfs mount (live or dead) at `dir`?
+pub fn is_smithfs_mounted(dir: &Path) -> bool {
+    matches!(mount_at(dir), Some((t, s)) if t.starts_with("fuse") && s == "smithfs")
+}
+
+/// Result of a process run: exit status, stdout and stderr as text.
+#[derive(Debug)]
+pub struct Run {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn ok(&self) -> bool {
+        self.code == Some(0)
+    }
+
+    /// Panic with the full output unless the run succeeded; return stdout.
+    #[track_caller]
+    pub fn expect_ok(self, what: &str) -> String {
+        assert!(
+            self.ok(),
+            "{what}: exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
+            self.code,
+            self.stdout,
+            self.stderr
+        );
+        self.stdout
+    }
+}
+
+impl From<Output> for Run {
+    fn from(o: Output) -> Self {
+        Run {
+            code: o.status.code(),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
+
+/// Run a command to completion with stdin closed.
+pub fn run(cmd: &mut Command) -> Run {
+    cmd.stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
+        .into()
+}
+
+/// `smithfs ARGS…`.
+pub fn smithfs<I, S>(args: I) -> Run
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    run(Command::new(SMITHFS).args(args))
+}
+
+/// `bash -c SCRIPT` in `cwd`.
+pub fn sh_in(cwd: &Path, script: &str) -> Run {
+    run(Command::new("bash")
+        .arg("-euo")
+        .arg("pipefail")
+        .arg("-c")
+        .arg(script)
+        .current_dir(cwd))
+}
+
+/// `python3 -c CODE ARGS…` in `cwd`.
+pub fn py_in(cwd: &Path, code: &str, args: &[&str]) -> Run {
+    run(Command::new("python3")
+        .arg("-c")
+        .arg(code)
+        .args(args)
+        .current_dir(cwd))
+}
+
+/// `bash -c SCRIPT` in `cwd` as `uid:gid` with no supplementary groups (via setpriv).
+pub fn sh_as(uid: u32, gid: u32, cwd: &Path, script: &str) -> Run {
+    run(Command::new("setpriv")
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={gid}"))
+        .arg("--clear-groups")
+        .arg("--")
+        .arg("bash")
+        .arg("-euo")
+        .arg("pipefail")
+        .arg("-c")
+        .arg(script)
+        .current_dir(cwd))
+}
+
+/// How to mount.
+#[derive(Debug, Clone, Default)]
+pub struct MountOpts {
+    /// `--allow-other` (needed when processes of other users use the mount).
+    pub allow_other: bool,
+    /// `-f`: the FUSE server is a child process of the test instead of a daemon.
+    pub foreground: bool,
+    /// More `smithfs mount` arguments (e.g. `--no-passthrough`).
+    pub extra: Vec<&'static str>,
+}
+
+/// A smithfs directory in a private temp dir, mounted for the guard's lifetime.
+///
+/// Drop unmounts with `smithfs umount`, falling back to `umount -l`, kills a foreground server
+/// that did not exit, and then removes the temp dir, so no mount is left behind even when the
+/// test panics.
+pub struct TestMount {
+    tmp: tempfile::TempDir,
+    dir: PathBuf,
+    opts: MountOpts,
+    child: Option<Child>,
+}
+
+impl TestMount {
+    /// Init and mount with the defaults (daemon mode, `--allow-other`).
+    pub fn new() -> Self {
+        Self::with(MountOpts {
+            allow_other: true,
+            ..MountOpts::default()
+        })
+    }
+
+    /// Init and mount with `opts`.
+    pub fn with(opts: MountOpts) -> Self {
+        let tmp = tempfile::Builder::new()
+            .prefix("smithfs-test-")
+            .tempdir()
+            .expect("tempdir");
+        // Other users (setpriv tests) must be able to reach the mount.
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let dir = tmp.path().join("m");
+        smithfs([OsStr::new("init"), dir.as_os_str()]).expect_ok("smithfs init");
+        let mut m = TestMount {
+            tmp,
+            dir,
+            opts,
+            child: None,
+        };
+        m.mount();
+        m
+    }
+
+    /// The mount point (also the backing store while unmounted).
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The temp dir that holds the mount point (scratch space outside the mount).
+    pub fn scratch(&self) -> &Path {
+        self.tmp.path()
+    }
+
+    /// `mount` argument list for the current options.
+    fn mount_args(&self) -> Vec<&OsStr> {
+        let mut a = vec![OsStr::new("mount"), self.dir.as_os_str()];
+        if self.opts.allow_other {
+            a.push(OsStr::new("--allow-other"));
+        }
+        if self.opts.foreground {
+            a.push(OsStr::new("-f"));
+        }
+        a.extend(self.opts.extra.iter().map(OsStr::new));
+        a
+    }
+
+    /// Mount (again). Daemon mode returns once the mount is live; foreground mode polls for it.
+    pub fn mount(&mut self) {
+        assert!(!is_smithfs_mounted(&self.dir), "already mounted");
+        if self.opts.foreground {
+            let child = Command::new(SMITHFS)
+                .args(self.mount_args())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(
+                    std::fs::File::create(self.tmp.path().join("foreground.log"))
+                        .expect("foreground log"),
+                )
+                .spawn()
+                .expect("spawn smithfs mount -f");
+            self.child = Some(child);
+            let dir = self.dir.clone();
+            poll_until(MOUNT_DEADLINE, "the foreground mount to be live", || {
+                if let Some(c) = self.child.as_mut() {
+                    if let Ok(Some(st)) = c.try_wait() {
+                        let log = std::fs::read_to_string(self.tmp.path().join("foreground.log"))
+                            .unwrap_or_default();
+                        panic!("smithfs mount -f exited early: {st}\n{log}");
+                    }
+                }
+                is_smithfs_mounted(&dir) && std::fs::metadata(&dir).is_ok()
+            });
+        } else {
+            smithfs(self.mount_args()).expect_ok("smithfs mount");
+            assert!(
+                is_smithfs_mounted(&self.dir),
+                "smithfs mount returned but nothing is mounted at {}",
+                self.dir.display()
+            );
+        }
+    }
+
+    /// Unmount with `smithfs umount`, check it worked, and wait (bounded) for the old server to
+    /// exit, so that a following `mount` does not race with it (`umount_then_mount_again_at_once`
+    /// tests that `smithfs umount` itself waits).
+    pub fn umount(&mut self) {
+        let old = self.daemon_pid();
+        smithfs([OsStr::new("umount"), self.dir.as_os_str()]).expect_ok("smithfs umount");
+        assert!(!is_smithfs_mounted(&self.dir), "still mounted after umount");
+        self.reap_child();
+        if let Some(pid) = old {
+            poll_until(MOUNT_DEADLINE, "the old daemon to exit", || {
+                process_gone(pid)
+            });
+        }
+    }
+
+    /// Unmount and mount again (a daemon restart).
+    pub fn remount(&mut self) {
+        self.umount();
+        self.mount();
+    }
+
+    /// Wait (bounded) for a foreground server to exit after the unmount; kill it if it does not.
+    fn reap_child(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let end = Instant::now() + MOUNT_DEADLINE;
+            while Instant::now() < end {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Wait (bounded) for the `-f` server to exit on its own; its exit status.
+    pub fn wait_foreground_exit(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("a foreground server");
+        let mut status = None;
+        poll_until(MOUNT_DEADLINE, "the foreground server to exit", || {
+            status = c.try_wait().expect("try_wait");
+            status.is_some()
+        });
+        status.unwrap()
+    }
+
+    /// PID of the FUSE server for this mount (the `-f` child, or the daemon found by its
+    /// command line).
+    pub fn daemon_pid(&self) -> Option<i32> {
+        if let Some(c) = &self.child {
+            return Some(c.id() as i32);
+        }
+        find_daemon(&self.dir)
+    }
+
+    /// `bash -c SCRIPT` with the mount as working directory.
+    pub fn sh(&self, script: &str) -> Run {
+        sh_in(&self.dir, script)
+    }
+
+    /// `bash -c SCRIPT` in the mount; panics unless it succeeds; returns stdout.
+    #[track_caller]
+    pub fn sh_ok(&self, script: &str) -> String {
+        self.sh(script).expect_ok(script)
+    }
+
+    /// `python3 -c CODE ARGS…` with the mount as working directory.
+    pub fn py(&self, code: &str, args: &[&str]) -> Run {
+        py_in(&self.dir, code, args)
+    }
+
+    /// Like `py`, panicking unless it succeeds; returns stdout.
+    #[track_caller]
+    pub fn py_ok(&self, code: &str, args: &[&str]) -> String {
+        self.py(code, args).expect_ok(code)
+    }
+}
+
+/// Has process `pid` finished exiting — all its threads gone, so its descriptors are closed?
+/// (A multi-threaded process's leader shows as a zombie while other threads still exit.)
+pub fn process_gone(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    let zombie = stat.contains(") Z ") || stat.contains(") X ");
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    zombie && threads <= 1
+}
+
+/// The daemon serving `dir`, found by its command line (`smithfs mount DIR …`).
+pub fn find_daemon(dir: &Path) -> Option<i32> {
+    let want = dir.as_os_str().as_encoded_bytes();
+    for p in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(p.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
+        let is_smithfs = args
+            .first()
+            .is_some_and(|a| a.ends_with(b"smithfs") || a.ends_with(b"/smithfs"));
+        if is_smithfs && args.get(1) == Some(&&b"mount"[..]) && args.get(2) == Some(&want) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+impl Drop for TestMount {
+    fn drop(&mut self) {
+        if is_smithfs_mounted(&self.dir) {
+            let r = smithfs([OsStr::new("umount"), self.dir.as_os_str()]);
+            if !r.ok() || is_smithfs_mounted(&self.dir) {
+                eprintln!(
+                    "TestMount: smithfs umount failed ({:?}: {}); falling back to umount -l",
+                    r.code,
+                    r.stderr.trim()
+                );
+                let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+            }
+            if is_smithfs_mounted(&self.dir) {
+                let _ = Command::new("fusermount3")
+                    .arg("-uz")
+                    .arg(&self.dir)
+                    .status();
+            }
+        }
+        if let Some(pid) = self.daemon_pid() {
+            // The server should exit by itself once unmounted; give it a bounded time.
+            let end = Instant::now() + Duration::from_secs(5);
+            // SAFETY: signal 0 only probes for existence.
+            while Instant::now() < end && unsafe { libc::kill(pid, 0) } == 0 {
+                if let Some(c) = self.child.as_mut() {
+                    if let Ok(Some(_)) = c.try_wait() {
+                        break;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            // SAFETY: plain kill of a process this guard started (directly or as the daemon).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        if let Some(mut c) = self.child.take() {
+            let _ = c.wait();
+        }
+    }
+}
+
+/// One entry of a `snapshot`: type char ('f', 'd', 'l', 'o'), mode bits, size (0 for
+/// directories), and content (files) or target (symlinks) as length + FNV-1a hash.
+pub type SnapEntry = (char, u32, u64, (usize, u64));
+
+fn fnv(data: &[u8]) -> (usize, u64) {
+    let h = data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
+    });
+    (data.len(), h)
+}
+
+/// An inode-free view of the tree under `root`, for comparing before/after: relative path →
+/// entry. `skip_root` names root-level entries to leave out (with everything under them).
+pub fn snapshot_without(
+    root: &Path,
+    skip_root: &[&str],
+) -> std::collections::BTreeMap<String, SnapEntry> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in
+            std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("read_dir {}: {e}", dir.display()))
+        {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            if dir == root && skip_root.contains(&rel.as_str()) {
+                continue;
+            }
+            let md = std::fs::symlink_metadata(&p).unwrap();
+            let ft = md.file_type();
+            let (t, data) = if ft.is_symlink() {
+                (
+                    'l',
+                    std::fs::read_link(&p)
+                        .unwrap()
+                        .into_os_string()
+                        .into_encoded_bytes(),
+                )
+            } else if ft.is_dir() {
+                stack.push(p.clone());
+                ('d', Vec::new())
+            } else if ft.is_file() {
+                ('f', std::fs::read(&p).unwrap())
+            } else {
+                ('o', Vec::new())
+            };
+            let size = if ft.is_dir() { 0 } else { md.size() };
+            out.insert(rel, (t, md.mode() & 0o7777, size, fnv(&data)));
+        }
+    }
+    out
+}
+
+/// `snapshot_without(root, &[])`.
+pub fn snapshot(root: &Path) -> std::collections::BTreeMap<String, SnapEntry> {
+    snapshot_without(root, &[])
+}
+
+/// What the store holds as files: a mount's root seen through the mount minus the virtual
+/// control directory `.smithfs/` (PROTOCOL.md §7, never stored), or the backing store minus
+/// `.smithfs-state/` (never visible).
+pub fn store_view(root: &Path) -> std::collections::BTreeMap<String, SnapEntry> {
+    snapshot_without(root, &[".smithfs", ".smithfs-state"])
+}
+
+/// Serialise tests that change `/dev/fuse`'s mode, across processes (nextest) and threads.
+pub struct DevFuseLock {
+    _file: std::fs::File,
+}
+
+impl DevFuseLock {
+    pub fn acquire() -> Self {
+        use std::os::fd::AsRawFd;
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open("/tmp/smithfs-tests-dev-fuse.lock")
+            .expect("open lock file");
+        // SAFETY: flock on a descriptor we own; blocks until granted, released when `f` closes.
+        let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+        assert_eq!(rc, 0, "flock: {}", std::io::Error::last_os_error());
+        DevFuseLock { _file: f }
+    }
+}
+
+/// Grants world read/write on `/dev/fuse` while alive and restores the original mode on drop.
+/// Holds the `DevFuseLock` for its whole lifetime.
+pub struct DevFuseGrant {
+    original: u32,
+    _lock: DevFuseLock,
+}
+
+impl DevFuseGrant {
+    pub fn new() -> Self {
+        let lock = DevFuseLock::acquire();
+        let original = std::fs::metadata("/dev/fuse")
+            .expect("stat /dev/fuse")
+            .permissions()
+            .mode()
+            & 0o7777;
+        std::fs::set_permissions("/dev/fuse", std::fs::Permissions::from_mode(0o666))
+            .expect("chmod /dev/fuse");
+        DevFuseGrant {
+            original,
+            _lock: lock,
+        }
+    }
+}
+
+impl Drop for DevFuseGrant {
+    fn drop(&mut self) {
+        if let Err(e) =
+            std::fs::set_permissions("/dev/fuse", std::fs::Permissions::from_mode(self.original))
+        {
+            eprintln!(
+                "DevFuseGrant: cannot restore /dev/fuse mode {:o}: {e}",
+                self.original
+            );
+        }
+    }
+}
+
+/// Is this process root?
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}

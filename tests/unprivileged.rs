@@ -1,0 +1,198 @@
+//! The unprivileged path (issue 2, "Done when"): a non-root user inits, mounts through the
+//! setuid `fusermount3`, uses and unmounts a smithfs directory it owns.
+//!
+//! The machine's `/dev/fuse` may be root-only (`crw-------`): the test grants world access for
+//! its own duration with `DevFuseGrant`, which restores the original mode on drop (even when the
+//! test panics) and holds a file lock that serialises every test touching `/dev/fuse`.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+const USER: &str = "smithfs-test";
+
+/// uid and gid of the test user, created (a system user without a home) if missing. Call with
+/// the `DevFuseLock` held, so that two tests do not race on useradd.
+fn test_user() -> (u32, u32) {
+    let id = |flag: &str| run(Command::new("id").arg(flag).arg(USER));
+    if !id("-u").ok() {
+        run(Command::new("useradd")
+            .args(["--system", "--no-create-home", "--home-dir", "/nonexistent"])
+            .args(["--shell", "/usr/sbin/nologin", USER]))
+        .expect_ok("useradd smithfs-test");
+    }
+    let uid = id("-u").expect_ok("id -u").trim().parse().unwrap();
+    let gid = id("-g").expect_ok("id -g").trim().parse().unwrap();
+    (uid, gid)
+}
+
+/// `smithfs ARGS…` as `uid:gid`.
+fn smithfs_as(uid: u32, gid: u32, args: &[&OsStr]) -> Run {
+    run(Command::new("setpriv")
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={gid}"))
+        .arg("--clear-groups")
+        .arg("--")
+        .arg(SMITHFS)
+        .args(args))
+}
+
+/// A smithfs directory owned by the test user in a private temp dir; unmounted on drop (as the
+/// user, then `umount -l` as root), its daemon reaped, the temp dir removed.
+struct UserMount {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+    uid: u32,
+    gid: u32,
+}
+
+impl UserMount {
+    fn init(uid: u32, gid: u32) -> Self {
+        let tmp = tempfile::Builder::new()
+            .prefix("smithfs-unpriv-")
+            .tempdir()
+            .unwrap();
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let dir = tmp.path().join("m");
+        std::fs::create_dir(&dir).unwrap();
+        std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).unwrap();
+        smithfs_as(uid, gid, &[OsStr::new("init"), dir.as_os_str()]).expect_ok("init as user");
+        UserMount {
+            _tmp: tmp,
+            dir,
+            uid,
+            gid,
+        }
+    }
+
+    fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `bash -c SCRIPT` as the user, inside the mount (root cannot even chdir there without
+    /// allow_other, so the user's shell does the `cd`).
+    fn sh(&self, script: &str) -> Run {
+        let parent = self.dir.parent().unwrap();
+        sh_as(self.uid, self.gid, parent, &format!("cd m && {script}"))
+    }
+}
+
+impl Drop for UserMount {
+    fn drop(&mut self) {
+        if is_smithfs_mounted(&self.dir) {
+            let r = smithfs_as(
+                self.uid,
+                self.gid,
+                &[OsStr::new("umount"), self.dir.as_os_str()],
+            );
+            if !r.ok() || is_smithfs_mounted(&self.dir) {
+                eprintln!("UserMount: umount as user failed: {r:?}; umount -l as root");
+                let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+            }
+        }
+        if let Some(pid) = find_daemon(&self.dir) {
+            let end = std::time::Instant::now() + Duration::from_secs(5);
+            // SAFETY: signal 0 only probes for existence.
+            while std::time::Instant::now() < end && unsafe { libc::kill(pid, 0) } == 0 {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            // SAFETY: kill of the daemon this test started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+#[test]
+fn a_non_root_user_mounts_through_fusermount3_and_uses_the_mount() {
+    if !is_root() {
+        eprintln!("skipped: needs root to create the test user and grant /dev/fuse");
+        return;
+    }
+    let grant = DevFuseGrant::new();
+    let (uid, gid) = test_user();
+    let m = UserMount::init(uid, gid);
+
+    smithfs_as(uid, gid, &[OsStr::new("mount"), m.path().as_os_str()])
+        .expect_ok("mount as the user");
+    let (fstype, source) = mount_at(m.path()).expect("a mount after `smithfs mount`");
+    assert_eq!(source, "smithfs");
+    assert!(fstype.starts_with("fuse"), "{fstype}");
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = info
+        .lines()
+        .rfind(|l| l.split(' ').nth(4) == m.path().to_str())
+        .unwrap();
+    assert!(line.contains(&format!("user_id={uid}")), "{line}");
+    // The daemon runs as the user, not as root.
+    let pid = find_daemon(m.path()).expect("daemon");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    assert!(
+        uid_line
+            .split_whitespace()
+            .skip(1)
+            .all(|u| u == uid.to_string()),
+        "{uid_line}"
+    );
+
+    // The user works inside the mount.
+    let out = m
+        .sh(
+            "mkdir -p work/sub && echo hello > work/sub/f && mv work/sub/f work/g && ln -s g work/l && \
+             ln work/g work/h && chmod 600 work/g && cat work/l && stat -c '%u:%g %a %h' work/g && \
+             python3 -c 'import os; os.setxattr(\"work/g\", \"user.k\", b\"v\"); print(os.getxattr(\"work/g\", \"user.k\").decode())' && \
+             ls -a | grep -c smithfs-state || true",
+        )
+        .expect_ok("work as the user");
+    assert_eq!(out, format!("hello\n{uid}:{gid} 600 2\nv\n0\n"));
+    // The mount is the user's: without allow_other, even root is kept out.
+    let err = std::fs::metadata(m.path().join("work")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EACCES), "{err}");
+    // A second user-mount of the same dir is refused.
+    let r = smithfs_as(uid, gid, &[OsStr::new("mount"), m.path().as_os_str()]);
+    assert!(!r.ok() && r.stderr.contains("smithfs umount"), "{r:?}");
+
+    // The user unmounts (fusermount3 -u); the store holds the work, owned by the user.
+    smithfs_as(uid, gid, &[OsStr::new("umount"), m.path().as_os_str()])
+        .expect_ok("umount as the user");
+    assert!(!is_smithfs_mounted(m.path()));
+    let g = std::fs::metadata(m.path().join("work/g")).unwrap();
+    assert_eq!((g.uid(), g.gid(), g.nlink()), (uid, gid, 2));
+    assert_eq!(
+        std::fs::read_to_string(m.path().join("work/h")).unwrap(),
+        "hello\n"
+    );
+    assert!(m.path().join(".smithfs-state").is_dir());
+    drop(m);
+    drop(grant);
+}
+
+#[test]
+fn without_access_to_dev_fuse_mount_fails_with_one_line_and_mounts_nothing() {
+    if !is_root() {
+        eprintln!("skipped: needs root to create the test user");
+        return;
+    }
+    let _lock = DevFuseLock::acquire();
+    let mode = std::fs::metadata("/dev/fuse").unwrap().permissions().mode();
+    if mode & 0o006 == 0o006 {
+        eprintln!("skipped: /dev/fuse is world-accessible on this machine ({mode:o})");
+        return;
+    }
+    let (uid, gid) = test_user();
+    let m = UserMount::init(uid, gid);
+    let r = smithfs_as(uid, gid, &[OsStr::new("mount"), m.path().as_os_str()]);
+    assert!(!r.ok(), "{r:?}");
+    assert_eq!(r.stderr.trim().lines().count(), 1, "one line: {r:?}");
+    assert!(r.stderr.contains("mount"), "{r:?}");
+    assert!(!is_smithfs_mounted(m.path()));
+    assert!(find_daemon(m.path()).is_none(), "a daemon was left behind");
+    // Nothing was lost: the store is as init left it.
+    assert!(m.path().join("config.json").is_file());
+}
