@@ -769,7 +769,6 @@ fn dead_mount_gives_enotconn_and_is_cleared_by_umount() {
 }
 
 #[test]
-#[ignore = "bug (regression in main f759691): SIGTERM kills the daemon instead of unmounting (threads spawned before the signal mask have SIGTERM unblocked), leaving a dead mount; `smithfs umount` then waits 60 s"]
 fn foreground_mount_serves_and_sigterm_unmounts() {
     let mut m = TestMount::with(MountOpts {
         foreground: true,
@@ -794,7 +793,6 @@ fn foreground_mount_serves_and_sigterm_unmounts() {
 }
 
 #[test]
-#[ignore = "bug (regression in main f759691): `smithfs umount` of a busy mount SIGTERMs the daemon, which dies and leaves the busy processes on a dead mount (ENOTCONN) after a 60 s wait"]
 fn busy_umount_fails_clearly_and_keeps_mount() {
     let m = TestMount::new();
     let mut holder = Command::new("bash")
@@ -984,14 +982,12 @@ const KILL_ON_WRITE: (&str, &str) = (
 );
 
 #[test]
-#[ignore = "bug: with FUSE passthrough (the default) a write by a non-owner leaves setuid/setgid set, in the mount and in the store"]
 fn writes_by_others_clear_setuid_like_ext4() {
     let m = TestMount::new();
     same_as_plain_dir_as_nobody(&m, KILL_ON_WRITE.0, KILL_ON_WRITE.1);
 }
 
 #[test]
-#[ignore = "bug: without passthrough the store is right but the mount shows the old mode until the 1 s attribute TTL expires"]
 fn writes_by_others_clear_setuid_like_ext4_without_passthrough() {
     let m = TestMount::with(MountOpts {
         allow_other: true,
@@ -1057,7 +1053,6 @@ fn nlink_and_ctime_are_fresh_after_each_change() {
 /// daemon) leaves the daemon exiting for a moment; a `smithfs mount` in that moment must still
 /// succeed (or wait), not claim that another daemon is serving a directory that is not mounted.
 #[test]
-#[ignore = "bug: `smithfs mount` right after an external umount fails with \"another smithfs daemon is serving DIR\" while the old daemon exits (its flock)"]
 fn mount_right_after_an_external_umount_succeeds() {
     let m = TestMount::new();
     for i in 0..30 {
@@ -1079,7 +1074,6 @@ fn mount_right_after_an_external_umount_succeeds() {
 /// `smithfs umount` returns once the daemon is gone: an immediate `smithfs mount` succeeds and
 /// warns about nobody.
 #[test]
-#[ignore = "bug: `smithfs umount` stops waiting when daemon.pid is removed, before the daemon exits (it still holds its flock and store descriptors): the next mount may warn about it or fail"]
 fn umount_then_mount_again_at_once() {
     let m = TestMount::new();
     for i in 0..30 {
@@ -1098,7 +1092,6 @@ fn umount_then_mount_again_at_once() {
 /// SIGTERM to the daemon unmounts cleanly (PROTOCOL.md §6): no dead mount is left, the daemon
 /// exits, and `smithfs umount` (which now asks the daemon this way) is quick.
 #[test]
-#[ignore = "bug (regression in main f759691): SIGTERM kills the daemon instead of unmounting (threads spawned before the signal mask have SIGTERM unblocked), leaving a dead mount; `smithfs umount` then waits 60 s"]
 fn sigterm_to_the_daemon_unmounts_cleanly_and_umount_is_quick() {
     let mut m = TestMount::new();
     m.sh_ok("echo kept > f");

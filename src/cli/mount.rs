@@ -141,6 +141,9 @@ fn warn_about_users(dir: &Path) {
         return;
     };
     let me = std::process::id().to_string();
+    // An exiting smithfs daemon of this directory still holds store descriptors for a moment:
+    // it is not a user to warn about.
+    let own_exe = std::fs::read_link("/proc/self/exe").ok();
     let inside = |p: &Path| p == dir || p.starts_with(dir);
     for p in procs.flatten() {
         let name = p.file_name();
@@ -150,7 +153,7 @@ fn warn_about_users(dir: &Path) {
         else {
             continue;
         };
-        if pid == me {
+        if pid == me || std::fs::read_link(p.path().join("exe")).ok() == own_exe {
             continue;
         }
         let mut hit = std::fs::read_link(p.path().join("cwd"))
@@ -368,6 +371,11 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
         fs.set_status_source(Box::new(move || s.status_string()));
         let s = sched.clone();
         fs.set_liveness(Box::new(move |i| s.subtree_live(i)));
+        // Attributes only (negative offset): takes no inode lock, safe from a FUSE thread.
+        let notifier = session.notifier();
+        fs.set_attr_invalidator(Box::new(move |node| {
+            let _ = notifier.inval_inode(fuser::INodeNo(node), -1, 0);
+        }));
     }
     let unmounter = session.unmount_callable();
     spawn_signal_thread(signals, unmounter, sched.clone())?;
@@ -582,6 +590,13 @@ fn block_signals() -> Result<nix::sys::signal::SigSet> {
     set.add(Signal::SIGINT);
     set.add(Signal::SIGHUP);
     set.thread_block().context("cannot block signals")?;
+    // An inherited SIG_IGN (nohup, some supervisors) would discard these signals before
+    // sigwait could take them: restore the default disposition now that they are blocked.
+    for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        // SAFETY: SIG_DFL is a valid disposition; the signal is blocked in this thread.
+        unsafe { nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigDfl) }
+            .context("cannot reset a signal disposition")?;
+    }
     Ok(set)
 }
 

@@ -26,40 +26,54 @@ pub struct UmountArgs {
 /// Run `smithfs umount`.
 pub fn run(args: UmountArgs) -> Result<ExitCode> {
     let dir = util::absolute(&args.dir)?;
-    let state = util::mount_state(&dir);
-    match state {
+    match util::mount_state(&dir) {
         MountState::NotMounted => bail!("{} is not mounted", dir.display()),
         MountState::Other(t) => bail!("{} is a {t} mount, not smithfs", dir.display()),
-        MountState::Live | MountState::Dead => {}
-    }
-    if state == MountState::Live {
-        if let Some(pid) = daemon_pid(&dir) {
-            // SAFETY: sending SIGTERM to the daemon of this mount.
-            if unsafe { libc::kill(pid, libc::SIGTERM) } == 0 {
-                let deadline = Instant::now() + Duration::from_secs(60);
-                while Instant::now() < deadline {
-                    match util::mount_state(&dir) {
-                        MountState::NotMounted => {
-                            wait_for_daemon(&dir);
-                            return Ok(ExitCode::SUCCESS);
-                        }
-                        // The daemon died instead: detach below.
-                        MountState::Dead => break,
-                        MountState::Live | MountState::Other(_) => {}
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                }
+        MountState::Dead => {
+            kernel_unmount(&dir, true)?;
+        }
+        MountState::Live => {
+            // Nothing inside (no live run holds it): the plain unmount; the daemon then stops.
+            // Busy (runs have their working directories inside): the daemon stops its runs
+            // first and unmounts itself.
+            if let Err(busy) = kernel_unmount(&dir, false) {
+                stop_daemon(&dir).map_err(|()| busy)?;
             }
         }
     }
+    wait_for_daemon(&dir);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Ask the daemon of the live mount `dir` to stop its runs and unmount (SIGTERM), and wait for
+/// the mount to go. Err when it is still mounted after the runs' grace time (something else
+/// keeps it busy).
+fn stop_daemon(dir: &std::path::Path) -> Result<(), ()> {
+    let pid = daemon_pid(dir).ok_or(())?;
+    // SAFETY: sending SIGTERM to the daemon of this mount.
+    if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+        return Err(());
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        match util::mount_state(dir) {
+            MountState::NotMounted => return Ok(()),
+            // The daemon died instead: detach what it left.
+            MountState::Dead => return kernel_unmount(dir, true).map_err(drop),
+            MountState::Live | MountState::Other(_) => {}
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Err(())
+}
+
+/// Unmount `dir` in the kernel: `umount2` as root (`MNT_DETACH` for a dead mount), else
+/// `fusermount3 -u` (`-uz`).
+fn kernel_unmount(dir: &std::path::Path, detach: bool) -> Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         let c = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
-        let flags = if util::mount_state(&dir) == MountState::Dead {
-            libc::MNT_DETACH
-        } else {
-            0
-        };
+        let flags = if detach { libc::MNT_DETACH } else { 0 };
         // SAFETY: NUL-terminated path.
         if unsafe { libc::umount2(c.as_ptr(), flags) } != 0 {
             let e = std::io::Error::last_os_error();
@@ -71,19 +85,21 @@ pub fn run(args: UmountArgs) -> Result<ExitCode> {
             }
             bail!("cannot unmount {}: {e}", dir.display());
         }
-    } else {
-        let status = std::process::Command::new("fusermount3")
-            .arg("-u")
-            .arg(&dir)
-            .status();
-        match status {
-            Ok(s) if s.success() => {}
-            Ok(_) => bail!("fusermount3 -u {} failed", dir.display()),
-            Err(e) => bail!("cannot run fusermount3: {e}"),
-        }
+        return Ok(());
     }
-    wait_for_daemon(&dir);
-    Ok(ExitCode::SUCCESS)
+    let status = std::process::Command::new("fusermount3")
+        .arg(if detach { "-uz" } else { "-u" })
+        .arg(dir)
+        .stderr(std::process::Stdio::null())
+        .status();
+    match status {
+        Ok(s) if s.success() => Ok(()),
+        Ok(_) => bail!(
+            "{} is busy or not yours: fusermount3 -u failed",
+            dir.display()
+        ),
+        Err(e) => bail!("cannot run fusermount3: {e}"),
+    }
 }
 
 /// The pid of the daemon serving the live mount `dir`, from `.smithfs/whoami`.

@@ -222,6 +222,8 @@ struct ControlHandle {
 pub type StatusFn = Box<dyn Fn() -> String + Send + Sync>;
 /// Receives [`FsEvent`]s; set once by the daemon.
 pub type EventFn = Box<dyn Fn(FsEvent) + Send + Sync>;
+/// Invalidates the kernel's cached attributes of a node id; set once by the daemon.
+pub type AttrFn = Box<dyn Fn(u64) + Send + Sync>;
 /// Tells whether a run of a smith or of one of its descendants is live; set once by the daemon.
 pub type LiveFn = Box<dyn Fn(SmithIdx) -> bool + Send + Sync>;
 
@@ -242,6 +244,7 @@ pub struct SmithFs {
     events: OnceLock<EventFn>,
     status: OnceLock<StatusFn>,
     live: OnceLock<LiveFn>,
+    inval_attr: OnceLock<AttrFn>,
 }
 
 impl std::fmt::Debug for SmithFs {
@@ -292,6 +295,7 @@ impl SmithFs {
             events: OnceLock::new(),
             status: OnceLock::new(),
             live: OnceLock::new(),
+            inval_attr: OnceLock::new(),
         })
     }
 
@@ -323,6 +327,18 @@ impl SmithFs {
     /// Serve `.smithfs/status.json` from `f` (once).
     pub fn set_status_source(&self, f: StatusFn) {
         let _ = self.status.set(f);
+    }
+
+    /// Tell the kernel through `f` that an inode's cached attributes are stale (once). `f` gets
+    /// a node id and must only invalidate attributes (no page cache, no waiting on the inode).
+    pub fn set_attr_invalidator(&self, f: AttrFn) {
+        let _ = self.inval_attr.set(f);
+    }
+
+    fn attrs_changed(&self, node: u64) {
+        if let Some(f) = self.inval_attr.get() {
+            f(node);
+        }
     }
 
     /// Answer "is a run live in this smith's subtree?" with `f` (once).
@@ -708,7 +724,8 @@ impl SmithFs {
                 }
             }
             if caller.uid != 0 && set.mode.is_none() {
-                kill_suid_sgid(&inode)?;
+                // The reply carries the new attributes.
+                kill_suid_sgid(&inode, caller)?;
             }
         }
         if set.atime.is_some() || set.mtime.is_some() {
@@ -1078,8 +1095,8 @@ impl SmithFs {
             self.check_inode(caller, who, Op::Write, "open for writing", &inode)?;
         }
         let fd = backing::reopen(inode.fd()?.as_fd(), flags)?;
-        if truncates && caller.uid != 0 {
-            kill_suid_sgid(&inode)?;
+        if truncates && caller.uid != 0 && kill_suid_sgid(&inode, caller)? {
+            self.attrs_changed(inode.id);
         }
         let fh = self.files.insert(FileHandle {
             fd,
@@ -1225,8 +1242,8 @@ impl SmithFs {
         if !h.may_write {
             return Err(FsError::Backing(Errno::EBADF));
         }
-        if kill_suidgid {
-            kill_suid_sgid(&h.inode)?;
+        if kill_suidgid && kill_suid_sgid(&h.inode, caller)? {
+            self.attrs_changed(h.inode.id);
         }
         let mut done = 0usize;
         while done < data.len() {
@@ -1834,31 +1851,32 @@ fn xattr_name(name: &OsStr) -> FsResult<std::ffi::CString> {
     std::ffi::CString::new(name.as_bytes()).map_err(|_| FsError::Backing(Errno::EINVAL))
 }
 
-/// Does the open file carry setuid, or setgid with group execute (bits a write must clear)?
+/// Does the open file carry setuid or setgid (bits a write may have to clear)?
 fn setid(fd: &OwnedFd) -> bool {
-    backing::stat(fd.as_fd()).is_ok_and(|st| {
-        st.st_mode & libc::S_ISUID != 0
-            || st.st_mode & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP
-    })
+    backing::stat(fd.as_fd()).is_ok_and(|st| st.st_mode & (libc::S_ISUID | libc::S_ISGID) != 0)
 }
 
-/// Clear setuid, and setgid when group-executable, as a write or truncate by a caller without
-/// CAP_FSETID must (the kernel leaves this to us under `FUSE_HANDLE_KILLPRIV_V2`).
-fn kill_suid_sgid(inode: &Inode) -> FsResult<()> {
+/// Clear setuid and setgid as a write or truncate by a caller without CAP_FSETID must on Linux
+/// (the kernel leaves this to us under `FUSE_HANDLE_KILLPRIV_V2`): setuid always; setgid when
+/// group-executable, or when the caller is not in the file's group (`setattr_should_drop_sgid`).
+/// Returns whether the mode changed (the kernel's cached attributes are then stale).
+fn kill_suid_sgid(inode: &Inode, caller: &Caller) -> FsResult<bool> {
     if inode.kind != libc::S_IFREG {
-        return Ok(());
+        return Ok(false);
     }
     let st = backing::stat(inode.fd()?.as_fd())?;
-    let mut mode = st.st_mode & 0o7777;
-    let before = mode;
-    mode &= !libc::S_ISUID;
-    if mode & libc::S_IXGRP != 0 {
-        mode &= !libc::S_ISGID;
+    let before = st.st_mode & 0o7777;
+    let mut mode = before & !libc::S_ISUID;
+    if mode & libc::S_ISGID != 0 {
+        let in_group = caller.gid == st.st_gid || caller_groups(caller.pid).contains(&st.st_gid);
+        if mode & libc::S_IXGRP != 0 || !in_group {
+            mode &= !libc::S_ISGID;
+        }
     }
     if mode != before {
         backing::chmod(inode.fd()?.as_fd(), mode)?;
     }
-    Ok(())
+    Ok(mode != before)
 }
 
 /// Switch this thread's filesystem credentials to the caller's for a create.
