@@ -154,6 +154,7 @@ pip_install=("$PY" -m pip install --disable-pip-version-check --no-cache-dir --n
     --root-user-action=ignore -q --find-links "$wheels")
 
 # --- mounts and cleanup ----------------------------------------------------------------------
+start=$SECONDS
 T="$(mktemp -d /var/tmp/smithfs-bench.XXXXXX)"
 mounts=() # "kind:path", in mount order
 pids=()   # daemons started here
@@ -407,7 +408,7 @@ selected untar || selected rm && groups+=(tree)
 selected seqwrite || selected seqread && groups+=(seq)
 for g in git par rm30k cp pip; do selected "$g" && groups+=("$g"); done
 
-start=$SECONDS
+
 for ((r = 1; r <= reps; r++)); do
     order=("${fses[@]}")
     if ((r % 2 == 0)); then
