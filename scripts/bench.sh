@@ -19,6 +19,7 @@
 #   smith   smithfs, workloads run bound to smith-root (`smithfs run --smith smith-root`);
 #           as the operator, and marked so, when this build has no `smithfs run`
 #   nopt    smithfs --no-passthrough, as the operator
+#   opb     like op, with the binary $SMITHFS_B (A/B a change side by side; not in the default set)
 #   bindfs  bindfs (Debian package), plain, as root
 #   pll     libfuse's example passthrough_ll (built here from libfuse3-dev's examples; no
 #           kernel passthrough; its defaults: multi-threaded, 1 s entry/attr timeout)
@@ -32,7 +33,7 @@ set -euo pipefail
 
 me="bench.sh"
 usage() {
-    sed -n '4,29p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '4,30p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 die() {
@@ -45,7 +46,7 @@ repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 helpers="$repo_root/scripts/bench"
 bench_dir="$repo_root/target/bench"
 all_workloads=(create stat read untar rm seqwrite seqread git par rm30k cp pip hook rss)
-all_fs=(native op smith nopt bindfs pll)
+all_fs=(native op smith nopt bindfs pll opb)
 
 quick=0
 reps=""
@@ -82,7 +83,7 @@ if [ -n "$fs_list" ]; then
         [ "$f" = native ] || fses+=("$f")
     done
 else
-    fses=("${all_fs[@]}")
+    fses=(native op smith nopt bindfs pll)
 fi
 selected() { [[ " ${only[*]} " == *" $1 "* ]]; }
 
@@ -108,6 +109,9 @@ if [ $build = 1 ]; then
 fi
 SMITHFS="${SMITHFS:-${CARGO_TARGET_DIR:-$repo_root/target}/release/smithfs}"
 [ -x "$SMITHFS" ] || die "no smithfs binary at $SMITHFS (build it or set SMITHFS)"
+if [[ " ${fses[*]} " == *" opb "* ]]; then
+    [ -x "${SMITHFS_B:-}" ] || die "--fs opb needs SMITHFS_B=<another smithfs binary>"
+fi
 have_run=0
 "$SMITHFS" run --help >/dev/null 2>&1 && have_run=1
 
@@ -201,7 +205,7 @@ declare -A work backing pid_of
 for fs in "${fses[@]}"; do
     case $fs in
         native) mkdir -p "$T/native/w"; backing[$fs]="$T/native/w"; work[$fs]="$T/native/w" ;;
-        op | smith | nopt)
+        op | smith | nopt | opb)
             "$SMITHFS" init "$T/$fs" >/dev/null
             mkdir -p "$T/$fs/smiths/smith-root/private/w"
             backing[$fs]="$T/$fs/smiths/smith-root/private/w"
@@ -230,12 +234,14 @@ fi
 for fs in "${fses[@]}"; do
     case $fs in
         native) continue ;;
-        op | smith | nopt)
+        op | smith | nopt | opb)
             mounts+=("smithfs:$T/$fs")
             opts=()
             [ "$fs" = nopt ] && opts=(--no-passthrough)
-            "$SMITHFS" mount "$T/$fs" "${opts[@]}" || die "smithfs mount $T/$fs failed"
-            pid_of[$fs]="$(daemon_pid "smithfs mount $T/$fs")"
+            bin="$SMITHFS"
+            [ "$fs" = opb ] && bin="$SMITHFS_B"
+            "$bin" mount "$T/$fs" "${opts[@]}" || die "smithfs mount $T/$fs failed"
+            pid_of[$fs]="$(daemon_pid " mount $T/$fs ")"
             ;;
         bindfs)
             mounts+=("fuse:$T/bindfs")
@@ -253,7 +259,8 @@ done
 
 # --- measuring -------------------------------------------------------------------------------
 declare -A fs_label=([native]="native ext4" [op]="smithfs operator" [smith]="smithfs smith"
-    [nopt]="smithfs no-passthrough" [bindfs]="bindfs" [pll]="passthrough_ll")
+    [nopt]="smithfs no-passthrough" [bindfs]="bindfs" [pll]="passthrough_ll"
+    [opb]="smithfs B operator")
 [ $have_run = 1 ] || fs_label[smith]="smithfs smith*"
 
 # Run CMD on FS: bound to smith-root on the smith column (when `smithfs run` exists).
@@ -296,10 +303,12 @@ git_env=(env GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_AUTHOR_NAME=b
 
 run_group() { # group fs rep
     local g=$1 fs=$2 r=$3 w="${work[$2]}"
+    # First let the kernel forget the inodes of the previous group: every one it holds costs
+    # the passthrough daemons a descriptor.
+    settle
     case $g in
         small)
             if selected create; then
-                settle
                 measure create "$fs" "$r" "$fsops" create "$w/small-$r" "$n_small" 4096
             elif selected stat || selected read; then
                 "$fsops" create "$w/small-$r" "$n_small" 4096 >/dev/null
@@ -315,7 +324,7 @@ run_group() { # group fs rep
             ;;
         tree)
             mkdir -p "$w/tree-$r"
-            settle "$tarball" "$(command -v tar)" "$(command -v rm)"
+            cat "$tarball" "$(command -v tar)" "$(command -v rm)" >/dev/null "$(command -v tar)" "$(command -v rm)"
             if selected untar; then
                 measure untar "$fs" "$r" "$fsops" time tar -xf "$tarball" -C "$w/tree-$r"
             else
@@ -327,7 +336,6 @@ run_group() { # group fs rep
             ;;
         seq)
             if selected seqwrite; then
-                settle
                 measure seqwrite "$fs" "$r" "$fsops" seqwrite "$w/big-$r" "$seq_mib"
             elif selected seqread; then
                 "$fsops" seqwrite "$w/big-$r" "$seq_mib" >/dev/null
@@ -339,7 +347,7 @@ run_group() { # group fs rep
             rm -f "$w/big-$r"
             ;;
         git)
-            settle "$(command -v git)"
+            git --version >/dev/null
             mkdir -p "$w/git-$r"
             git -C "$w/git-$r" init -q
             "$fsops" tree "$w/git-$r/src" "$git_files" 100 2048 >/dev/null
@@ -348,11 +356,10 @@ run_group() { # group fs rep
                 'git -C "$1" add -A && git -C "$1" commit -q -m bench' sh "$w/git-$r"
             ;;
         par)
-            settle
             measure par "$fs" "$r" "$fsops" par "$w/par-$r" 4 "$par_n" 4096
             ;;
         rm30k)
-            settle "$(command -v rm)"
+            rm --version >/dev/null
             measure rm30k "$fs" "$r" "$fsops" time rm -rf "$w/rm30k-$r"
             ;;
         cp)
@@ -366,7 +373,6 @@ run_group() { # group fs rep
             ;;
         pip)
             [ -f "$wheels/.complete" ] || return 0
-            settle
             # Warm the interpreter and pip with a native install, then time the real one.
             rm -rf "$T/pip-warm"
             "${pip_install[@]}" --target "$T/pip-warm" "${pip_pkgs[@]}" >/dev/null
@@ -449,7 +455,7 @@ EOF
     if ! hook_err="$("$SMITHFS" mount "$d" 2>&1)"; then
         rec hook result "not measured: mount with an agent configured failed: $(head -c 200 <<<"$hook_err")"
     else
-        p="$(daemon_pid "smithfs mount $d")"
+        p="$(daemon_pid " mount $d ")"
         if [ -n "$p" ]; then pids+=("$p"); fi
         lat=()
         for ((i = 1; i <= hook_n; i++)); do
