@@ -189,10 +189,11 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# The pid of the daemon whose command line contains PATTERN (fixed string).
+# The pid of the daemon whose command line (arguments joined by spaces, with a trailing space)
+# contains the fixed string S.
 daemon_pid() {
     local p
-    for p in $(pgrep -f -- "$1" || true); do
+    for p in $(pgrep -f -- "${1% }" || true); do
         if [ "$p" != $$ ] && tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -qF -- "$1"; then
             echo "$p"
             return 0
@@ -399,7 +400,7 @@ declare -A wl_label=(
 rec info date "$(date -u '+%Y-%m-%d %H:%M UTC')"
 rec info machine "$(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(awk '/MemTotal/ {printf "%.1f GiB RAM", $2 / 1048576}' /proc/meminfo)"
 rec info kernel "$(uname -r)"
-rec info "smithfs" "$(git -C "$repo_root" rev-parse --short HEAD)$(git -C "$repo_root" diff --quiet HEAD -- src 2>/dev/null || echo ' (modified)')"
+rec info "smithfs" "$SMITHFS; source: last commit touching src/ $(git -C "$repo_root" log -1 --format=%h -- src)$(git -C "$repo_root" diff --quiet HEAD -- src 2>/dev/null || echo ' (modified)')"
 rec info mode "$([ $quick = 1 ] && echo quick || echo full), $reps repetition(s), workloads: ${only[*]}"
 rec info "load average at start" "$(cut -d' ' -f1-3 /proc/loadavg)"
 for fs in "${fses[@]}"; do rec fs "$fs" "${fs_label[$fs]}"; done
