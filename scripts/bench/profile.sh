@@ -2,8 +2,9 @@
 # Count the instructions a FUSE daemon spends per request, under callgrind (issue 5: "passthrough_hp
 # spends about 1 550 instructions per FUSE request — compare").
 #
-# Usage: scripts/bench/profile.sh [--fs smithfs|nopt|pll|bindfs] [--n N] [--out DIR] WORKLOAD...
+# Usage: scripts/bench/profile.sh [--fs smithfs|nopt|pll|bindfs] [--smith] [--n N] [--out DIR] WORKLOAD...
 #
+#   --smith     run the workloads bound to smith-root (`smithfs run --smith smith-root`)
 #   --fs F      the daemon to profile (default smithfs; nopt = smithfs --no-passthrough)
 #   --n N       files per workload (default 2000)
 #   --out DIR   where callgrind.out and the annotations go (default target/bench/profile-F)
@@ -27,6 +28,7 @@ die() {
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 bench_dir="$repo_root/target/bench"
 fs=smithfs
+smith=0
 n=2000
 out=""
 workloads=()
@@ -34,8 +36,9 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --fs) fs="${2:?}"; shift 2 ;;
         --n) n="${2:?}"; shift 2 ;;
+        --smith) smith=1; shift ;;
         --out) out="${2:?}"; shift 2 ;;
-        -h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+        -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
         -*) die "unknown option $1" ;;
         *) workloads+=("$1"); shift ;;
     esac
@@ -114,6 +117,11 @@ grep -q " $mnt fuse" /proc/self/mounts || die "no mount after 30 s"
 mkdir -p "$work"
 
 settle() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+if [ $smith = 1 ]; then
+    fsops_real="$fsops"
+    fsops() { "$SMITHFS" run --mount "$mnt" --smith smith-root -- "$fsops_real" "$@"; }
+    fsops=fsops
+fi
 for w in "${workloads[@]}"; do
     case $w in
         create) settle; t="$("$fsops" create "$work/small" "$n" 4096)" ;;
@@ -121,7 +129,7 @@ for w in "${workloads[@]}"; do
         read) settle; t="$("$fsops" read "$work/small" "$n")" ;;
         untar)
             mkdir -p "$work/tree"
-            t="$("$fsops" time tar -xf "$(ls "$bench_dir"/tree-*.tar | head -1)" -C "$work/tree")"
+            t="$("$fsops" time tar -xf "$(find "$bench_dir" -maxdepth 1 -name "tree-*.tar" | head -1)" -C "$work/tree")"
             ;;
         rm) t="$("$fsops" time rm -rf "$work/tree")" ;;
         *) die "unknown workload $w" ;;
