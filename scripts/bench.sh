@@ -1,0 +1,490 @@
+#!/usr/bin/env bash
+# Measure smithfs against native ext4, bindfs and libfuse's passthrough_ll in one run (issue 5).
+#
+# Usage: scripts/bench.sh [--quick] [--only WORKLOAD...] [--fs FS,...] [--reps N] [--out F] [--no-build]
+#
+#   --quick        fewer and smaller operations, one repetition (a few minutes)
+#   --only W...    only these workloads (names below); stat/read make their files untimed when
+#                  create is not run, rm untars its tree untimed when untar is not run
+#   --fs LIST      only these filesystems, comma-separated (native, the baseline, always runs)
+#   --reps N       repetitions (default 3; --quick 1); tables show medians
+#   --out F        the Markdown report (default target/bench/results.md); the raw records go
+#                  next to it as F.tsv (F without .md)
+#   --no-build     use the existing release binary ($SMITHFS, else the cargo target dir)
+#
+# Workloads: create stat read untar rm seqwrite seqread git par rm30k cp pip hook rss
+# Filesystems: native op smith nopt bindfs pll
+#   native  a plain directory on the root ext4 filesystem
+#   op      smithfs (kernel passthrough on), workloads run as the operator
+#   smith   smithfs, workloads run bound to smith-root (`smithfs run --smith smith-root`);
+#           as the operator, and marked so, when this build has no `smithfs run`
+#   nopt    smithfs --no-passthrough, as the operator
+#   opb     like op, with the binary $SMITHFS_B (A/B a change side by side; not in the default set)
+#   bindfs  bindfs (Debian package), plain, as root
+#   pll     libfuse's example passthrough_ll (built here from libfuse3-dev's examples; no
+#           kernel passthrough; its defaults: multi-threaded, 1 s entry/attr timeout)
+# Every filesystem gets a fresh directory under /var/tmp (root ext4); smithfs works in
+# smiths/smith-root/private/. All mounts are live at once; each repetition runs each workload
+# on every filesystem in turn (odd repetitions in reverse order). Caches are dropped before
+# each workload (and between its cold phases) and the tools it times are warmed again.
+# Must run as root (drop_caches, FUSE passthrough). Every mount made here is unmounted on exit,
+# failure or Ctrl-C.
+set -euo pipefail
+
+me="bench.sh"
+usage() {
+    sed -n '4,30p' "$0" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+}
+die() {
+    echo "$me: error: $*" >&2
+    exit 2
+}
+log() { echo "$me: $*" >&2; }
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+helpers="$repo_root/scripts/bench"
+bench_dir="$repo_root/target/bench"
+all_workloads=(create stat read untar rm seqwrite seqread git par rm30k cp pip hook rss)
+all_fs=(native op smith nopt bindfs pll opb)
+
+quick=0
+reps=""
+out=""
+build=1
+only=()
+fs_list=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --quick) quick=1; shift ;;
+        --reps) reps="${2:?--reps needs a number}"; shift 2 ;;
+        --out) out="${2:?--out needs a file}"; shift 2 ;;
+        --fs) fs_list="${2:?--fs needs a list}"; shift 2 ;;
+        --no-build) build=0; shift ;;
+        --only)
+            shift
+            while [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; do only+=("$1"); shift; done
+            [ ${#only[@]} -gt 0 ] || die "--only needs workload names"
+            ;;
+        -h | --help) usage ;;
+        *) echo "$me: unknown argument $1" >&2; usage ;;
+    esac
+done
+[ "$(id -u)" = 0 ] || die "must run as root (drop_caches, FUSE passthrough)"
+for w in "${only[@]}"; do
+    [[ " ${all_workloads[*]} " == *" $w "* ]] || die "unknown workload $w (known: ${all_workloads[*]})"
+done
+[ ${#only[@]} -gt 0 ] || only=("${all_workloads[@]}")
+fses=(native)
+if [ -n "$fs_list" ]; then
+    IFS=, read -r -a want <<<"$fs_list"
+    for f in "${want[@]}"; do
+        [[ " ${all_fs[*]} " == *" $f "* ]] || die "unknown filesystem $f (known: ${all_fs[*]})"
+        [ "$f" = native ] || fses+=("$f")
+    done
+else
+    fses=(native op smith nopt bindfs pll)
+fi
+selected() { [[ " ${only[*]} " == *" $1 "* ]]; }
+
+# Sizes: full run, then --quick.
+if [ $quick = 1 ]; then
+    reps="${reps:-1}" n_small=2000 seq_mib=256 git_files=1000 par_n=500 rm_files=6000 cp_n=100 hook_n=10
+    tree_files=2000 tree_dirs=350
+else
+    reps="${reps:-3}" n_small=10000 seq_mib=1024 git_files=3000 par_n=2500 rm_files=30000 cp_n=500 hook_n=40
+    tree_files=8500 tree_dirs=1500
+fi
+[[ "$reps" =~ ^[1-9][0-9]*$ ]] || die "--reps needs a positive number"
+out="${out:-$bench_dir/results.md}"
+mkdir -p "$bench_dir" "$(dirname "$out")"
+records="${out%.md}.tsv"
+: >"$records"
+rec() { (IFS=$'\t'; echo "$*") >>"$records"; }
+
+# --- tools -----------------------------------------------------------------------------------
+if [ $build = 1 ]; then
+    log "building smithfs (cargo build --release)"
+    (cd "$repo_root" && cargo build --release --quiet) || die "cargo build failed"
+fi
+SMITHFS="${SMITHFS:-${CARGO_TARGET_DIR:-$repo_root/target}/release/smithfs}"
+[ -x "$SMITHFS" ] || die "no smithfs binary at $SMITHFS (build it or set SMITHFS)"
+if [[ " ${fses[*]} " == *" opb "* ]]; then
+    [ -x "${SMITHFS_B:-}" ] || die "--fs opb needs SMITHFS_B=<another smithfs binary>"
+fi
+have_run=0
+"$SMITHFS" run --help >/dev/null 2>&1 && have_run=1
+
+fsops="$bench_dir/fsops"
+if [ ! -x "$fsops" ] || [ "$helpers/fsops.c" -nt "$fsops" ]; then
+    gcc -O2 -Wall -o "$fsops" "$helpers/fsops.c" || die "cannot build fsops"
+fi
+
+need_pll=0
+[[ " ${fses[*]} " == *" pll "* ]] && need_pll=1
+pll="$bench_dir/passthrough_ll"
+if [ $need_pll = 1 ] && [ ! -x "$pll" ]; then
+    ex=/usr/share/doc/libfuse3-dev/examples
+    src="$bench_dir/pll-src"
+    mkdir -p "$src"
+    for f in passthrough_ll.c passthrough_helpers.h; do
+        if [ -f "$ex/$f" ]; then cp "$ex/$f" "$src/$f"
+        elif [ -f "$ex/$f.gz" ]; then gzip -dc "$ex/$f.gz" >"$src/$f"
+        else die "$ex/$f not found (apt-get install libfuse3-dev)"; fi
+    done
+    # shellcheck disable=SC2046
+    gcc -O2 -Wall -o "$pll" "$src/passthrough_ll.c" $(pkg-config --cflags --libs fuse3) \
+        || die "cannot build passthrough_ll"
+fi
+[[ " ${fses[*]} " == *" bindfs "* ]] && ! command -v bindfs >/dev/null && die "bindfs is not installed"
+
+tarball="$bench_dir/tree-$tree_files.tar"
+if { selected untar || selected rm; } && [ ! -f "$tarball" ]; then
+    python3 "$helpers/mktree.py" "$tarball.tmp" "$tree_files" "$tree_dirs" && mv "$tarball.tmp" "$tarball"
+fi
+
+PY="$(python3 -c 'import sys; print(sys.executable)')"
+pip_pkgs=(six attrs idna certifi urllib3 charset-normalizer requests packaging)
+wheels="$bench_dir/wheels"
+if selected pip && [ ! -f "$wheels/.complete" ]; then
+    log "caching wheels for the pip workload in $wheels"
+    if "$PY" -m pip download --disable-pip-version-check -q -d "$wheels" "${pip_pkgs[@]}"; then
+        touch "$wheels/.complete"
+    else
+        log "pip download failed: the pip workload is skipped"
+    fi
+fi
+pip_install=("$PY" -m pip install --disable-pip-version-check --no-cache-dir --no-index
+    --root-user-action=ignore -q --find-links "$wheels")
+
+# --- mounts and cleanup ----------------------------------------------------------------------
+start=$SECONDS
+T="$(mktemp -d /var/tmp/smithfs-bench.XXXXXX)"
+mounts=() # "kind:path", in mount order
+pids=()   # daemons started here
+cleanup() {
+    local rc=$? i m kind path pid
+    trap - EXIT INT TERM
+    for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do
+        m="${mounts[$i]}" kind="${m%%:*}" path="${m#*:}"
+        mountpoint -q "$path" 2>/dev/null || continue
+        if [ "$kind" = smithfs ]; then
+            "$SMITHFS" umount "$path" >/dev/null 2>&1 || umount -l "$path" || true
+        else
+            umount "$path" 2>/dev/null || umount -l "$path" || true
+        fi
+    done
+    for pid in "${pids[@]}"; do
+        for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$pid" 2>/dev/null || break; sleep 0.3; done
+        kill -0 "$pid" 2>/dev/null && kill "$pid" 2>/dev/null
+    done
+    if grep -q " $T/" /proc/self/mounts; then
+        log "warning: mounts under $T remain; not removing it"
+    else
+        rm -rf "$T"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# The pid of the daemon whose command line (arguments joined by spaces, with a trailing space)
+# contains the fixed string S.
+daemon_pid() {
+    local p
+    for p in $(pgrep -f -- "${1% }" || true); do
+        if [ "$p" != $$ ] && tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -qF -- "$1"; then
+            echo "$p"
+            return 0
+        fi
+    done
+    return 0
+}
+
+declare -A work backing pid_of
+for fs in "${fses[@]}"; do
+    case $fs in
+        native) mkdir -p "$T/native/w"; backing[$fs]="$T/native/w"; work[$fs]="$T/native/w" ;;
+        op | smith | nopt | opb)
+            "$SMITHFS" init "$T/$fs" >/dev/null
+            mkdir -p "$T/$fs/smiths/smith-root/private/w"
+            backing[$fs]="$T/$fs/smiths/smith-root/private/w"
+            work[$fs]="$T/$fs/smiths/smith-root/private/w"
+            ;;
+        bindfs | pll)
+            mkdir -p "$T/$fs-src/w" "$T/$fs"
+            backing[$fs]="$T/$fs-src/w"
+            work[$fs]="$T/$fs/w"
+            ;;
+    esac
+done
+
+# The 30 000-file trees are made in the backing store before mounting: made through a mount,
+# the kernel would hold every inode and the daemons (one O_PATH descriptor each) would run out
+# of descriptors at RLIMIT_NOFILE (20 000 here).
+if selected rm30k; then
+    log "making the ${rm_files}-file trees (${#fses[@]} filesystems x $reps)"
+    for fs in "${fses[@]}"; do
+        for ((r = 1; r <= reps; r++)); do
+            "$fsops" tree "${backing[$fs]}/rm30k-$r" "$rm_files" 100 0 >/dev/null
+        done
+    done
+fi
+
+for fs in "${fses[@]}"; do
+    case $fs in
+        native) continue ;;
+        op | smith | nopt | opb)
+            mounts+=("smithfs:$T/$fs")
+            opts=()
+            [ "$fs" = nopt ] && opts=(--no-passthrough)
+            bin="$SMITHFS"
+            [ "$fs" = opb ] && bin="$SMITHFS_B"
+            "$bin" mount "$T/$fs" "${opts[@]}" || die "smithfs mount $T/$fs failed"
+            pid_of[$fs]="$(daemon_pid " mount $T/$fs ")"
+            ;;
+        bindfs)
+            mounts+=("fuse:$T/bindfs")
+            bindfs "$T/bindfs-src" "$T/bindfs" || die "bindfs failed"
+            pid_of[$fs]="$(daemon_pid "bindfs $T/bindfs-src $T/bindfs")"
+            ;;
+        pll)
+            mounts+=("fuse:$T/pll")
+            "$pll" -o "source=$T/pll-src" "$T/pll" || die "passthrough_ll failed"
+            pid_of[$fs]="$(daemon_pid "passthrough_ll -o source=$T/pll-src")"
+            ;;
+    esac
+    if [ -n "${pid_of[$fs]}" ]; then pids+=("${pid_of[$fs]}"); fi
+done
+
+# --- measuring -------------------------------------------------------------------------------
+declare -A fs_label=([native]="native ext4" [op]="smithfs operator" [smith]="smithfs smith"
+    [nopt]="smithfs no-passthrough" [bindfs]="bindfs" [pll]="passthrough_ll"
+    [opb]="smithfs B operator")
+[ $have_run = 1 ] || fs_label[smith]="smithfs smith*"
+
+# Run CMD on FS: bound to smith-root on the smith column (when `smithfs run` exists).
+as_fs() {
+    local fs=$1
+    shift
+    if [ "$fs" = smith ] && [ $have_run = 1 ]; then
+        "$SMITHFS" run --mount "$T/smith" --smith smith-root -- "$@"
+    else
+        "$@"
+    fi
+}
+
+# Drop the page, dentry and inode caches, then read FILEs and run the tools a workload times,
+# so that only the filesystem under test starts cold.
+settle() {
+    sync
+    echo 3 >/proc/sys/vm/drop_caches
+    cat "$fsops" "$@" >/dev/null
+}
+
+# measure WORKLOAD FS REP CMD...: CMD prints its elapsed seconds as its last line.
+measure() {
+    local wl=$1 fs=$2 rep=$3 o secs
+    shift 3
+    if o="$(as_fs "$fs" "$@" 2>"$T/err")" && secs="$(tail -n1 <<<"$o")" && [[ "$secs" =~ ^[0-9]+\.[0-9]+$ ]]; then
+        rec time "$wl" "$fs" "$rep" "$secs"
+        printf '%s: rep %d/%d  %-8s %-7s %9.3f s\n' "$me" "$rep" "$reps" "$wl" "$fs" "$secs" >&2
+    else
+        local why
+        why="$(tr '\n\t' '  ' <"$T/err" | cut -c1-300)"
+        rec fail "$wl" "$fs" "$rep" "${why:-no time printed}"
+        log "rep $rep/$reps  $wl on $fs FAILED: ${why:-no time printed}"
+    fi
+}
+
+git_env=(env GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_AUTHOR_NAME=bench
+    GIT_AUTHOR_EMAIL=bench@example.invalid GIT_COMMITTER_NAME=bench
+    GIT_COMMITTER_EMAIL=bench@example.invalid)
+
+run_group() { # group fs rep
+    local g=$1 fs=$2 r=$3 w="${work[$2]}"
+    # First let the kernel forget the inodes of the previous group: every one it holds costs
+    # the passthrough daemons a descriptor.
+    settle
+    case $g in
+        small)
+            if selected create; then
+                measure create "$fs" "$r" "$fsops" create "$w/small-$r" "$n_small" 4096
+            elif selected stat || selected read; then
+                "$fsops" create "$w/small-$r" "$n_small" 4096 >/dev/null
+            fi
+            if selected stat; then
+                settle
+                measure stat "$fs" "$r" "$fsops" stat "$w/small-$r" "$n_small"
+            fi
+            if selected read; then
+                settle
+                measure read "$fs" "$r" "$fsops" read "$w/small-$r" "$n_small"
+            fi
+            ;;
+        tree)
+            mkdir -p "$w/tree-$r"
+            cat "$tarball" "$(command -v tar)" "$(command -v rm)" >/dev/null "$(command -v tar)" "$(command -v rm)"
+            if selected untar; then
+                measure untar "$fs" "$r" "$fsops" time tar -xf "$tarball" -C "$w/tree-$r"
+            else
+                tar -xf "$tarball" -C "$w/tree-$r"
+            fi
+            if selected rm; then
+                measure rm "$fs" "$r" "$fsops" time rm -rf "$w/tree-$r"
+            fi
+            ;;
+        seq)
+            if selected seqwrite; then
+                measure seqwrite "$fs" "$r" "$fsops" seqwrite "$w/big-$r" "$seq_mib"
+            elif selected seqread; then
+                "$fsops" seqwrite "$w/big-$r" "$seq_mib" >/dev/null
+            fi
+            if selected seqread; then
+                settle
+                measure seqread "$fs" "$r" "$fsops" seqread "$w/big-$r"
+            fi
+            rm -f "$w/big-$r"
+            ;;
+        git)
+            git --version >/dev/null
+            mkdir -p "$w/git-$r"
+            git -C "$w/git-$r" init -q
+            "$fsops" tree "$w/git-$r/src" "$git_files" 100 2048 >/dev/null
+            # shellcheck disable=SC2016
+            measure git "$fs" "$r" "$fsops" time "${git_env[@]}" sh -c \
+                'git -C "$1" add -A && git -C "$1" commit -q -m bench' sh "$w/git-$r"
+            ;;
+        par)
+            measure par "$fs" "$r" "$fsops" par "$w/par-$r" 4 "$par_n" 4096
+            ;;
+        rm30k)
+            rm --version >/dev/null
+            measure rm30k "$fs" "$r" "$fsops" time rm -rf "$w/rm30k-$r"
+            ;;
+        cp)
+            mkdir -p "$w/cp-$r"
+            "$fsops" seqwrite "$w/cp-$r/src" 1 >/dev/null
+            settle "$(command -v cp)" "$w/cp-$r/src"
+            # shellcheck disable=SC2016
+            measure cp "$fs" "$r" "$fsops" time sh -c \
+                'i=0; while [ $i -lt "$2" ]; do cp "$1/src" "$1/c$i"; i=$((i + 1)); done' \
+                sh "$w/cp-$r" "$cp_n"
+            ;;
+        pip)
+            [ -f "$wheels/.complete" ] || return 0
+            # Warm the interpreter and pip with a native install, then time the real one.
+            rm -rf "$T/pip-warm"
+            "${pip_install[@]}" --target "$T/pip-warm" "${pip_pkgs[@]}" >/dev/null
+            measure pip "$fs" "$r" "$fsops" time "${pip_install[@]}" --target "$w/pip-$r" "${pip_pkgs[@]}"
+            ;;
+    esac
+}
+
+declare -A wl_label=(
+    [create]="create+write 4 KiB+close ×$n_small"
+    [stat]="lstat ×$n_small, cold"
+    [read]="open+read+close ×$n_small, cold"
+    [untar]="untar $tree_files files / $tree_dirs dirs"
+    [rm]="rm -rf of that tree"
+    [seqwrite]="sequential write $seq_mib MiB + fsync"
+    [seqread]="sequential read $seq_mib MiB, cold"
+    [git]="git add -A + commit, $git_files files"
+    [par]="4 processes creating in parallel (4 × $par_n)"
+    [rm30k]="rm -rf of a $rm_files-file tree"
+    [cp]="${cp_n}× cp of a 1 MiB file"
+    [pip]="pip install (${#pip_pkgs[@]} wheels) --target"
+)
+
+rec info date "$(date -u '+%Y-%m-%d %H:%M UTC')"
+rec info machine "$(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(awk '/MemTotal/ {printf "%.1f GiB RAM", $2 / 1048576}' /proc/meminfo)"
+rec info kernel "$(uname -r)"
+rec info "smithfs" "$SMITHFS; source: last commit touching src/ $(git -C "$repo_root" log -1 --format=%h -- src)$(git -C "$repo_root" diff --quiet HEAD -- src 2>/dev/null || echo ' (modified)')"
+rec info mode "$([ $quick = 1 ] && echo quick || echo full), $reps repetition(s), workloads: ${only[*]}"
+rec info "load average at start" "$(cut -d' ' -f1-3 /proc/loadavg)"
+for fs in "${fses[@]}"; do rec fs "$fs" "${fs_label[$fs]}"; done
+for wl in "${all_workloads[@]}"; do
+    if [ -n "${wl_label[$wl]:-}" ] && selected "$wl"; then rec workload "$wl" "${wl_label[$wl]}"; fi
+done
+[ $have_run = 1 ] || rec note "* this build has no \`smithfs run\`: the smith column ran as the operator."
+
+groups=()
+selected create || selected stat || selected read && groups+=(small)
+selected untar || selected rm && groups+=(tree)
+selected seqwrite || selected seqread && groups+=(seq)
+for g in git par rm30k cp pip; do selected "$g" && groups+=("$g"); done
+
+
+for ((r = 1; r <= reps; r++)); do
+    order=("${fses[@]}")
+    if ((r % 2 == 0)); then
+        order=()
+        for ((i = ${#fses[@]} - 1; i >= 0; i--)); do order+=("${fses[$i]}"); done
+    fi
+    for g in "${groups[@]}"; do
+        for fs in "${order[@]}"; do
+            run_group "$g" "$fs" "$r"
+        done
+    done
+done
+
+if selected rss; then
+    for fs in "${fses[@]}"; do
+        p="${pid_of[$fs]:-}"
+        if [ -z "$p" ] || [ ! -r "/proc/$p/status" ]; then continue; fi
+        rec extra rss_kb "$fs" "$(awk '/^VmRSS/ {print $2}' "/proc/$p/status")"
+        rec extra hwm_kb "$fs" "$(awk '/^VmHWM/ {print $2}' "/proc/$p/status")"
+    done
+fi
+
+# Hook latency: a fresh mount whose agent is `fsops stamp`; each inbox task's close() → stamp.
+if selected hook; then
+    d="$T/hook"
+    stamp="$T/hook-stamp"
+    "$SMITHFS" init "$d" >/dev/null
+    "$PY" - "$d/config.json" "$fsops" "$stamp" <<'EOF'
+import json, sys
+path, fsops, stamp = sys.argv[1:]
+with open(path) as f:
+    c = json.load(f)
+c.setdefault("agent", {}).update({"command": [fsops, "stamp", stamp], "retries": 0, "timeout_secs": 60})
+with open(path, "w") as f:
+    json.dump(c, f, indent=2)
+EOF
+    mounts+=("smithfs:$d")
+    if ! hook_err="$("$SMITHFS" mount "$d" 2>&1)"; then
+        rec hook result "not measured: mount with an agent configured failed: $(head -c 200 <<<"$hook_err")"
+    else
+        p="$(daemon_pid " mount $d ")"
+        if [ -n "$p" ]; then pids+=("$p"); fi
+        lat=()
+        for ((i = 1; i <= hook_n; i++)); do
+            rm -f "$stamp"
+            t0="$("$fsops" inbox "$d/smiths/smith-root/inbox/task-$(printf %03d "$i").md")" || break
+            deadline=$((SECONDS + 10))
+            while [ ! -s "$stamp" ] && [ $SECONDS -lt $deadline ]; do sleep 0.01; done
+            [ -s "$stamp" ] || break
+            lat+=("$(($(cat "$stamp") - t0))")
+            sleep 0.2 # let the run exit before the next task
+        done
+        if [ ${#lat[@]} -eq 0 ]; then
+            rec hook result "not measured: no agent run started within 10 s of an inbox task (no scheduler in this build?)"
+        else
+            printf '%s\n' "${lat[@]}" | sort -n | awk -v n="${#lat[@]}" '
+                { v[NR] = $1 / 1e6 }
+                END {
+                    printf "hook\tsamples\t%d\n", n
+                    printf "hook\tp50\t%.2f ms\n", v[int((n - 1) * 0.50) + 1]
+                    printf "hook\tp99\t%.2f ms\n", v[int((n - 1) * 0.99) + 1]
+                    printf "hook\tmax\t%.2f ms\n", v[n]
+                }' >>"$records"
+        fi
+    fi
+fi
+
+rec info "load average at end" "$(cut -d' ' -f1-3 /proc/loadavg)"
+rec info duration "$(((SECONDS - start) / 60)) min $(((SECONDS - start) % 60)) s"
+python3 "$helpers/report.py" "$records" >"$out"
+cat "$out"
+log "report: $out (raw records: $records)"
