@@ -174,6 +174,22 @@ fn shutdown_interrupts_runs_and_resume_requeues_them() {
     s.shutdown();
 }
 
+/// `sleep 1000` leading its own session (pid = pgid = sid), like a run's leader. The `setsid`
+/// program would fork when called by a group leader, so its pid would not be the sleeper's.
+fn sleeper_in_own_session() -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new("sleep");
+    cmd.arg("1000");
+    // SAFETY: setsid is async-signal-safe and has no preconditions.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    cmd.spawn().expect("spawn")
+}
+
 /// A run a dead daemon left behind: recorded as started, never exited, still alive.
 fn forge_started_run(env: &Env, pid: i32, ticks: u64) {
     let line = serde_json::json!({
@@ -191,10 +207,7 @@ fn forge_started_run(env: &Env, pid: i32, ticks: u64) {
 #[test]
 fn restart_kills_leftovers_and_resume_finishes_the_work() {
     let env = init(Some("work"));
-    let mut leftover = Command::new("setsid")
-        .args(["sleep", "1000"])
-        .spawn()
-        .expect("spawn");
+    let mut leftover = sleeper_in_own_session();
     let pid = leftover.id() as i32;
     let _guard = KillOnDrop(vec![pid]);
     let ticks = smithfs::sched::runner::start_ticks(pid as u32).expect("ticks");
@@ -218,10 +231,7 @@ fn restart_kills_leftovers_and_resume_finishes_the_work() {
 #[test]
 fn restart_never_kills_a_recycled_pid() {
     let env = init(Some("work"));
-    let mut other = Command::new("setsid")
-        .args(["sleep", "1000"])
-        .spawn()
-        .expect("spawn");
+    let mut other = sleeper_in_own_session();
     let pid = other.id() as i32;
     let _guard = KillOnDrop(vec![pid]);
     let ticks = smithfs::sched::runner::start_ticks(pid as u32).expect("ticks");

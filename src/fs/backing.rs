@@ -58,10 +58,40 @@ pub fn component(name: &OsStr) -> SysResult<CString> {
     CString::new(bytes).map_err(|_| Errno::EINVAL)
 }
 
+/// `/proc/self/fd/N` as a NUL-terminated string on the stack (no allocation: this is on the
+/// path of every open).
+pub struct ProcFdPath {
+    buf: [u8; 32],
+}
+
+impl ProcFdPath {
+    /// The path, NUL-terminated.
+    pub fn as_ptr(&self) -> *const libc::c_char {
+        self.buf.as_ptr().cast()
+    }
+}
+
 /// `/proc/self/fd/N`: the daemon's own magic link to a descriptor it holds.
-pub fn proc_fd_path(fd: RawFd) -> CString {
-    // A formatted integer never contains NUL.
-    CString::new(format!("/proc/self/fd/{fd}")).unwrap_or_default()
+pub fn proc_fd_path(fd: RawFd) -> ProcFdPath {
+    const PREFIX: &[u8] = b"/proc/self/fd/";
+    let mut buf = [0u8; 32];
+    buf[..PREFIX.len()].copy_from_slice(PREFIX);
+    let mut digits = [0u8; 12];
+    let mut n = fd.unsigned_abs();
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for (i, d) in digits[..len].iter().rev().enumerate() {
+        buf[PREFIX.len() + i] = *d;
+    }
+    // buf[PREFIX.len() + len] is already 0: the terminator.
+    ProcFdPath { buf }
 }
 
 fn take_fd(fd: libc::c_int) -> OwnedFd {
@@ -429,7 +459,7 @@ pub fn copy_file_range(
 }
 
 /// Which xattr call to make on a held inode (reached through the daemon's magic link).
-fn xattr_path(fd: BorrowedFd<'_>) -> CString {
+fn xattr_path(fd: BorrowedFd<'_>) -> ProcFdPath {
     proc_fd_path(fd.as_raw_fd())
 }
 
@@ -884,6 +914,16 @@ pub fn open_by_handle(mount: BorrowedFd<'_>, handle: &[u8]) -> SysResult<OwnedFd
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn proc_fd_paths() {
+        for fd in [0, 7, 10, 123, 19999, i32::MAX] {
+            let p = proc_fd_path(fd);
+            // SAFETY: proc_fd_path always NUL-terminates within its buffer.
+            let s = unsafe { CStr::from_ptr(p.as_ptr()) };
+            assert_eq!(s.to_str(), Ok(format!("/proc/self/fd/{fd}").as_str()));
+        }
+    }
 
     #[test]
     fn file_handles_round_trip() {

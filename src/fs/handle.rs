@@ -2,12 +2,12 @@
 //! that requests carrying it are judged by the opener, never by the request's pid
 //! (PROTOCOL.md §2; the kernel sends some with pid 0).
 
-use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
+use rustc_hash::FxHashMap;
 
 use super::backing::DirStream;
 use super::error::{FsError, FsResult};
@@ -58,14 +58,14 @@ impl std::fmt::Debug for DirHandle {
 #[derive(Debug)]
 pub struct HandleTable<H> {
     next: AtomicU64,
-    map: RwLock<HashMap<u64, Arc<H>>>,
+    map: RwLock<FxHashMap<u64, Arc<H>>>,
 }
 
 impl<H> Default for HandleTable<H> {
     fn default() -> Self {
         HandleTable {
             next: AtomicU64::new(1),
-            map: RwLock::new(HashMap::new()),
+            map: RwLock::new(FxHashMap::default()),
         }
     }
 }

@@ -12,12 +12,12 @@
 //! takes the root's number instead. Lock order: the table lock is a leaf; it is never held across
 //! a syscall or a reply.
 
-use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
+use rustc_hash::FxHashMap;
 
 use super::backing;
 use super::error::{FsError, FsResult};
@@ -215,7 +215,7 @@ impl IdMap {
 /// The table of known inodes.
 #[derive(Debug)]
 pub struct InodeTable {
-    map: RwLock<HashMap<u64, Arc<Inode>>>,
+    map: RwLock<FxHashMap<u64, Arc<Inode>>>,
     budget: Arc<FdBudget>,
     sweeping: Mutex<()>,
     /// Backing inode number mapping.
@@ -259,7 +259,7 @@ impl InodeTable {
                 others: Vec::new(),
             }),
         });
-        let mut map = HashMap::new();
+        let mut map = FxHashMap::default();
         map.insert(ROOT_ID, root_inode);
         Ok(InodeTable {
             map: RwLock::new(map),

@@ -145,7 +145,8 @@ fn ttl(cache: Cache) -> Duration {
 
 fn fopen(cache: Cache) -> FopenFlags {
     match cache {
-        Cache::Normal => FopenFlags::empty(),
+        // Nothing is buffered in the daemon and locks are the kernel's: a close needs no FLUSH.
+        Cache::Normal => FopenFlags::FOPEN_NOFLUSH,
         Cache::Never => FopenFlags::FOPEN_DIRECT_IO,
     }
 }
@@ -367,7 +368,7 @@ impl Filesystem for FuseFs {
                     Cache::Never => None,
                 };
                 match backing {
-                    Some(b) => reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &b),
+                    Some(b) => reply.opened_passthrough(FileHandle(fh), fopen(cache), &b),
                     None => reply.opened(FileHandle(fh), fopen(cache)),
                 }
             }
@@ -588,7 +589,7 @@ impl Filesystem for FuseFs {
                     &file_attr(&a),
                     Generation(0),
                     FileHandle(fh),
-                    FopenFlags::empty(),
+                    fopen(Cache::Normal),
                     &b,
                 ),
                 None => reply.created(
@@ -596,7 +597,7 @@ impl Filesystem for FuseFs {
                     &file_attr(&a),
                     Generation(0),
                     FileHandle(fh),
-                    FopenFlags::empty(),
+                    fopen(Cache::Normal),
                 ),
             },
             Err(e) => reply.error(errno(&e)),
