@@ -593,6 +593,15 @@ impl SmithFs {
         Ok((inode, self.attr_of(st)))
     }
 
+    /// The zone `inode` has as `name` in `dir`, and the epoch it is valid in.
+    fn zone_for(&self, inode: &Inode, dir: &Inode, name: &[u8]) -> (Zone, u64) {
+        let epoch = self.zone_epoch.load(Ordering::Acquire);
+        let zone = self
+            .entry_zone(dir.id, name, inode.id, inode.is_dir())
+            .unwrap_or_else(Zone::root);
+        (zone, epoch)
+    }
+
     /// Record that `inode` was reached as `name` in `dir`.
     fn place(&self, inode: &Inode, dir: &Inode, name: &[u8]) {
         {
@@ -601,19 +610,13 @@ impl SmithFs {
                 return;
             }
         }
-        let epoch = self.zone_epoch.load(Ordering::Acquire);
-        let zone = self
-            .entry_zone(dir.id, name, inode.id, inode.is_dir())
-            .unwrap_or_else(Zone::root);
+        let (zone, epoch) = self.zone_for(inode, dir, name);
         let mut p = inode.place.lock();
         if p.epoch == Place::FIXED {
             return;
         }
         if p.epoch == 0 || inode.is_dir() {
-            p.parent = dir.id;
-            p.name = name.into();
-            p.zone = zone;
-            p.epoch = epoch;
+            p.set(dir.id, name, zone, epoch);
         } else if p.zone != zone && !p.others.contains(&zone) {
             // Another name of the same file in another zone (made outside the mount).
             p.others.push(zone);
@@ -1047,15 +1050,9 @@ impl SmithFs {
         let Some(inode) = self.inodes.find(self.inodes.ids.node_id(backing_ino)) else {
             return;
         };
-        let epoch = self.zone_epoch.load(Ordering::Acquire);
-        let zone = self
-            .entry_zone(dir.id, name, inode.id, inode.is_dir())
-            .unwrap_or_else(Zone::root);
+        let (zone, epoch) = self.zone_for(&inode, dir, name);
         let mut p = inode.place.lock();
-        p.parent = dir.id;
-        p.name = name.into();
-        p.zone = zone;
-        p.epoch = epoch;
+        p.set(dir.id, name, zone, epoch);
         p.others.retain(|z| *z != zone);
     }
 
