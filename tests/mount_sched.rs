@@ -76,6 +76,13 @@ fn inbox_write_starts_one_run_with_the_protocol_environment() {
     assert_eq!(m["exit_code"], 0);
     assert_eq!(m["command"][1], format!("{dir}/agents/agent.sh"));
     assert!(ts(&m["end"]) >= ts(&m["start"]));
+    let log = s
+        .read("smiths/smith-root/conversations/run-0001/messages.log")
+        .unwrap_or_default();
+    assert!(
+        log.contains("run smith-root wake=task"),
+        "stdout is in messages.log: {log}"
+    );
 
     let st = s.status();
     assert_eq!(st["agent_configured"], true);
@@ -331,6 +338,15 @@ fn max_concurrent_is_never_exceeded() {
     }
     assert!(max <= 2, "at most 2 runs at once, saw {max}: {spans:?}");
     assert_eq!(max, 2, "the limit is used");
+    // Queued FIFO: the children start in the order their tasks were assigned.
+    let ev = s.events();
+    let kids = |name: &str| -> Vec<String> {
+        strs(&filter(&ev, name, None), "smith")
+            .into_iter()
+            .filter(|x| x != ROOT)
+            .collect()
+    };
+    assert_eq!(kids("run.started"), kids("task.assigned"));
 }
 
 #[test]
@@ -387,6 +403,18 @@ fn failing_run_is_retried_then_failed_and_the_parent_still_woken() {
     );
     assert_eq!(s.cli("wait", &["--final", "--timeout", "5"]).code, Some(0));
     assert_eq!(s.cli("wait", &["--timeout", "5"]).code, Some(0));
+    // §9: states are rebuilt on mount (failed from the journal, done from the result), and
+    // nothing runs again.
+    let mut s = s;
+    s.m.remount();
+    assert_eq!(s.state(C1), "failed");
+    assert_eq!(s.state(C2), "done");
+    assert_eq!(s.state(ROOT), "done");
+    assert_eq!(
+        s.of("run.started", None).len(),
+        5,
+        "nothing re-run after the restart"
+    );
 }
 
 #[test]
@@ -418,8 +446,8 @@ fn cancel_stops_the_subtree_and_settles_it() {
 /// `umount_right_after_the_daemon_died_detaches_the_dead_mount` for why), check that a plain
 /// mount refuses and names `smithfs umount`, then `smithfs umount` and `mount --resume`.
 /// Returns the leftover run's [leader, group member, setsid descendant].
-fn kill_daemon_then_resume(s: &Sm, left: &mut Leftovers) -> [i32; 3] {
-    s.task("resumehang\n");
+fn kill_daemon_then_resume(s: &Sm, left: &mut Leftovers, directive: &str) -> [i32; 3] {
+    s.task(&format!("{directive}\n"));
     let pids = left.hang(s, ROOT);
     let dir = s.dir();
     let pg = common::run(
@@ -468,7 +496,7 @@ fn kill_daemon_then_resume(s: &Sm, left: &mut Leftovers) -> [i32; 3] {
 fn killed_daemon_leftovers_are_killed_on_remount_and_resume_finishes() {
     let s = Sm::new(json!({"agent": {"kill_grace_secs": 1}}));
     let mut left = Leftovers::default();
-    let [pid, gpid, _] = kill_daemon_then_resume(&s, &mut left);
+    let [pid, gpid, _] = kill_daemon_then_resume(&s, &mut left, "resumehang");
     poll_until(
         Duration::from_secs(20),
         "the leftover group to be killed",
@@ -499,7 +527,7 @@ fn killed_daemon_leftovers_are_killed_on_remount_and_resume_finishes() {
 fn killed_daemon_leftover_setsid_descendant_is_killed_on_remount() {
     let s = Sm::new(json!({"agent": {"kill_grace_secs": 1}}));
     let mut left = Leftovers::default();
-    let [pid, _, spid] = kill_daemon_then_resume(&s, &mut left);
+    let [pid, _, spid] = kill_daemon_then_resume(&s, &mut left, "resumehang");
     s.wait_events(20, "run.interrupted", Some(ROOT), 1);
     poll_until(
         Duration::from_secs(10),
@@ -510,6 +538,25 @@ fn killed_daemon_leftover_setsid_descendant_is_killed_on_remount() {
         Duration::from_secs(10),
         "the leftover setsid descendant (in the run's cgroup) to be killed",
         || gone(spid),
+    );
+}
+
+/// §7, §9: once `mount` returns, `status` shows the tree rebuilt from the files. While the
+/// scheduler kills a dead daemon's leftovers (here a group that ignores TERM, so up to
+/// `kill_grace_secs`), `status.json` lists no smith at all.
+#[test]
+#[ignore = "bug: status.json is {\"smiths\": []} from `mount` returning until the scheduler thread's first publication, which waits for a dead daemon's leftovers to be killed (up to 2 × kill_grace_secs)"]
+fn status_lists_the_tree_as_soon_as_mount_returns() {
+    let s = Sm::new(json!({"agent": {"kill_grace_secs": 3}}));
+    let mut left = Leftovers::default();
+    kill_daemon_then_resume(&s, &mut left, "resumehangterm");
+    let st = s.status();
+    let found = st["smiths"]
+        .as_array()
+        .is_some_and(|a| a.iter().any(|x| x["full_id"] == ROOT && x["runs"] == 1));
+    assert!(
+        found,
+        "right after mount --resume, smith-root with its one run: {st}"
     );
 }
 
@@ -647,8 +694,10 @@ fn user_hooks_get_the_event_and_never_delay_runs() {
     // No run waited for a hook: every run ended before the first hook timed out (journal
     // order: lines are appended as things happen; a hook.exited line's `ts` is not its exit).
     let ev = s.events();
-    let pos = |pred: &dyn Fn(&Value) -> bool| ev.iter().rposition(|e| pred(e));
-    let last_exit = pos(&|e: &Value| e["event"] == "run.exited").expect("run.exited");
+    let last_exit = ev
+        .iter()
+        .rposition(|e| e["event"] == "run.exited")
+        .expect("run.exited");
     let first_timeout = ev
         .iter()
         .position(|e| e["event"] == "hook.exited" && e["timed_out"] == true)
@@ -723,4 +772,121 @@ print(f"{p(0.5) / 1e6:.2f} {p(0.99) / 1e6:.2f} {lat[0] / 1e6:.2f} {lat[-1] / 1e6
         v[0], v[1], v[2], v[3]
     );
     assert_eq!(s.of("run.started", Some(ROOT)).len(), 50);
+}
+
+#[test]
+fn tasks_arriving_during_a_run_coalesce_into_one_pending_run() {
+    let s = Sm::new(json!({}));
+    s.write("smiths/smith-root/inbox/task-1.md", "sleep 1\n");
+    s.wait_state(20, ROOT, "running");
+    for i in 2..=4 {
+        s.write(&format!("smiths/smith-root/inbox/task-{i}.md"), "ok\n");
+    }
+    s.wait_events(20, "run.exited", Some(ROOT), 2);
+    s.wait_state(10, ROOT, "done");
+    // Fence: one more task, then exactly one more run.
+    s.write("smiths/smith-root/inbox/task-5.md", "ok\n");
+    s.wait_events(20, "run.exited", Some(ROOT), 3);
+    let assigned = s.of("task.assigned", Some(ROOT));
+    assert_eq!(
+        strs(&assigned, "path"),
+        (1..=5)
+            .map(|i| format!("smiths/smith-root/inbox/task-{i}.md"))
+            .collect::<Vec<_>>(),
+        "{assigned:#?}"
+    );
+    let started = s.of("run.started", Some(ROOT));
+    assert_eq!(
+        started.len(),
+        3,
+        "one running + one coalesced pending run: {started:?}"
+    );
+    // The pending run sees the newest task.
+    let log = s
+        .read("smiths/smith-root/conversations/run-0002/messages.log")
+        .unwrap_or_default();
+    assert!(
+        log.contains("inbox/task-4.md"),
+        "SMITH_TASK_FILE is the newest task: {log}"
+    );
+}
+
+#[test]
+fn umount_stops_live_runs_and_mount_runs_work_that_never_ran() {
+    let s = Sm::new(json!({"agent": {"kill_grace_secs": 1}}));
+    let mut left = Leftovers::default();
+    s.task("hang\n");
+    let [pid, gpid, spid] = left.hang(&s, ROOT);
+    let mut s = s;
+    s.m.umount();
+    assert!(
+        gone(pid) && gone(gpid) && gone(spid),
+        "umount stops the run's whole cgroup"
+    );
+    // While unmounted: the interrupted run is journaled, and a task lands in a child's inbox
+    // in the backing store.
+    let journal =
+        std::fs::read_to_string(s.p(".smithfs-state/events.jsonl")).expect("journal in the store");
+    assert!(
+        journal.lines().any(|l| l.contains("\"run.interrupted\"")),
+        "{journal}"
+    );
+    std::fs::create_dir_all(s.p("smiths/smith-root/children")).unwrap();
+    s.m.mount();
+    s.m.sh_ok("mkdir smiths/smith-root/children/smith-001");
+    s.m.umount();
+    std::fs::write(s.p(&format!("{}/inbox/task-1.md", rel(C1))), "ok\n").unwrap();
+    s.m.mount();
+    // Never-run work runs; the interrupted root run is not re-queued without --resume.
+    assert_eq!(
+        s.wait_file(20, &format!("{}/outbox/result.md", rel(C1))),
+        "result of smith-001\n"
+    );
+    s.wait_state(10, C1, "done");
+    assert_eq!(s.of("run.started", Some(C1)).len(), 1);
+    // The root is woken by its settled child, but its interrupted task run is not re-queued
+    // without --resume.
+    s.wait_events(20, "run.exited", Some(ROOT), 2);
+    assert_eq!(
+        started_wakes(&s.events(), ROOT),
+        ["task", "children"],
+        "not resumed without --resume"
+    );
+}
+
+#[test]
+fn bad_mount_config_is_refused_with_the_key_path() {
+    let mut s = Sm::new(json!({}));
+    let good = s.read("config.json").unwrap();
+    s.m.umount();
+    let cfg = s.p("config.json");
+    for (text, key) in [
+        (
+            r#"{"scheduler": {"max_concurent": 2}}"#,
+            "scheduler.max_concurent",
+        ),
+        (r#"{"agent": {"command": ["sh", "{bogus}"]}}"#, "bogus"),
+        (
+            r#"{"scheduler": {"max_concurrent": "2"}}"#,
+            "scheduler.max_concurrent",
+        ),
+    ] {
+        std::fs::write(&cfg, text).unwrap();
+        let r = s.cli("mount", &["--allow-other"]);
+        assert_ne!(r.code, Some(0), "{text}: {r:?}");
+        assert!(
+            r.stderr.contains(key),
+            "{text}: the message names {key}: {}",
+            r.stderr
+        );
+        assert_eq!(
+            r.stderr.trim().lines().count(),
+            1,
+            "one clear line: {}",
+            r.stderr
+        );
+        assert!(!common::is_smithfs_mounted(s.m.path()));
+    }
+    std::fs::write(&cfg, good).unwrap();
+    s.m.mount();
 }

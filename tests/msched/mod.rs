@@ -11,8 +11,8 @@ use serde_json::Value;
 use crate::common::{poll_until, smithfs, Run, TestMount};
 
 /// The test agent, installed as `agents/agent.sh`. The first line of `$SMITH_TASK_FILE` is a
-/// directive (`ok`, `sleep N`, `fail`, `hang`, `resumehang`, `sibling`, `split`,
-/// `splitwait`); for `split`/`splitwait` each further line becomes the task of one child
+/// directive (`ok`, `sleep N`, `fail`, `hang`, `resumehang`, `resumehangterm` (its whole
+/// group ignores TERM), `sibling`, `env`, `split`, `splitwait`); for `split`/`splitwait` each further line becomes the task of one child
 /// (`smith-001`, `smith-002`, … made by this agent with mkdir) and `bad*` lines make the agent
 /// write a malformed `config.json` into that child first. Woken for children, a smith
 /// concatenates its children's results into its own.
@@ -64,7 +64,8 @@ ok|badkey|badjson|badscope) publish "result of $SMITH_ID" ;;
 sleep) sleep "$arg"; publish "result of $SMITH_ID" ;;
 fail) exit 3 ;;
 hang) hang ;;
-resumehang)
+resumehang|resumehangterm)
+  [ "$cmd" = resumehangterm ] && trap "" TERM
   if [ -e private/resumed ]; then publish "resumed $SMITH_ID"; else : > private/resumed; hang; fi ;;
 sibling)
   cat "$SMITH_MOUNT/.smithfs/whoami" > private/whoami.txt 2>&1
@@ -203,8 +204,12 @@ impl Sm {
 
     /// A smith's state from `.smithfs/status.json`.
     pub fn state(&self, full: &str) -> String {
-        smith_of(&self.status_file(), full)["state"]
-            .as_str()
+        let st = self.status_file();
+        let found = st["smiths"]
+            .as_array()
+            .and_then(|a| a.iter().find(|s| s["full_id"] == full));
+        found
+            .and_then(|s| s["state"].as_str())
             .unwrap_or("")
             .to_string()
     }
