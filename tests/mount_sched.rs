@@ -441,14 +441,9 @@ fn cancel_stops_the_subtree_and_settles_it() {
     assert_eq!(s.of("run.started", Some(C1)).len(), 1, "not retried");
 }
 
-/// Start a `resumehang` run, SIGKILL the daemon (found with `pgrep -f "smithfs mount DIR"`),
-/// check the mount fails closed, wait until the mount point itself reports the dead mount (see
-/// `umount_right_after_the_daemon_died_detaches_the_dead_mount` for why), check that a plain
-/// mount refuses and names `smithfs umount`, then `smithfs umount` and `mount --resume`.
-/// Returns the leftover run's [leader, group member, setsid descendant].
-fn kill_daemon_then_resume(s: &Sm, left: &mut Leftovers, directive: &str) -> [i32; 3] {
-    s.task(&format!("{directive}\n"));
-    let pids = left.hang(s, ROOT);
+/// SIGKILL the daemon of `s` (found with `pgrep -f "smithfs mount DIR "`) and wait for it to
+/// die; its cgroup tree is removed when `left` drops.
+fn kill_daemon(s: &Sm, left: &mut Leftovers) {
     let dir = s.dir();
     let pg = common::run(
         std::process::Command::new("pgrep").args(["-f", &format!("smithfs mount {dir} ")]),
@@ -464,11 +459,30 @@ fn kill_daemon_then_resume(s: &Sm, left: &mut Leftovers, directive: &str) -> [i3
         "{pg:?}"
     );
     let daemon = found[0];
+    // The daemon's cgroup tree (parent of the run's cgroup) outlives it: clean it up after.
+    let started = s.wait_events(10, "run.started", Some(ROOT), 1);
+    if let Some(cg) = started[0]["cgroup"].as_str() {
+        if let Some(parent) = std::path::Path::new(cg).parent() {
+            left.cgroup(parent.to_path_buf());
+        }
+    }
     // SAFETY: SIGKILL to the daemon this test's mount started.
     assert_eq!(unsafe { libc::kill(daemon, libc::SIGKILL) }, 0);
     poll_until(Duration::from_secs(10), "the daemon to die", || {
         gone(daemon)
     });
+}
+
+/// Start a `resumehang` run, SIGKILL the daemon (found with `pgrep -f "smithfs mount DIR"`),
+/// check the mount fails closed, wait until the mount point itself reports the dead mount (see
+/// `umount_right_after_the_daemon_died_detaches_the_dead_mount` for why), check that a plain
+/// mount refuses and names `smithfs umount`, then `smithfs umount` and `mount --resume`.
+/// Returns the leftover run's [leader, group member, setsid descendant].
+fn kill_daemon_then_resume(s: &Sm, left: &mut Leftovers, directive: &str) -> [i32; 3] {
+    s.task(&format!("{directive}\n"));
+    let pids = left.hang(s, ROOT);
+    let dir = s.dir();
+    kill_daemon(s, left);
     // Fail closed while dead: a new lookup and an open get ENOTCONN.
     let e = std::fs::metadata(s.p("smiths/never-looked-up")).expect_err("dead mount: lookup");
     assert_eq!(e.raw_os_error(), Some(libc::ENOTCONN), "{e}");
@@ -571,12 +585,7 @@ fn umount_right_after_the_daemon_died_detaches_the_dead_mount() {
     let mut left = Leftovers::default();
     left.hang(&s, ROOT);
     let dir = s.dir();
-    let daemon = common::find_daemon(s.m.path()).expect("daemon pid");
-    // SAFETY: SIGKILL to the daemon this test's mount started.
-    assert_eq!(unsafe { libc::kill(daemon, libc::SIGKILL) }, 0);
-    poll_until(Duration::from_secs(10), "the daemon to die", || {
-        gone(daemon)
-    });
+    kill_daemon(&s, &mut left);
     let r = smithfs(["mount", dir.as_str(), "--allow-other"]);
     assert_ne!(r.code, Some(0));
     assert!(

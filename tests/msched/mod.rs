@@ -326,8 +326,9 @@ pub fn gone(pid: i32) -> bool {
 /// Processes a test saw (an agent's recorded pids), held by pidfd and SIGKILLed on drop if
 /// still there, so a failing test leaves no `sleep 1000` behind and its mount can unmount.
 /// Declare it after the `Sm` so it drops first.
+/// Also removes the cgroup trees of daemons the test killed (a new daemon leaves them behind).
 #[derive(Default)]
-pub struct Leftovers(Vec<std::os::fd::OwnedFd>);
+pub struct Leftovers(Vec<std::os::fd::OwnedFd>, Vec<PathBuf>);
 
 impl Leftovers {
     /// Watch the pids a `hang` run of `full` records: its leader (`pid`), a member of its
@@ -336,6 +337,11 @@ impl Leftovers {
         let p = ["pid", "gpid", "spid"].map(|n| s.recorded_pid(full, n));
         p.iter().for_each(|&x| self.watch(x));
         p
+    }
+
+    /// Remove the (by then empty) cgroup tree `dir` on drop.
+    pub fn cgroup(&mut self, dir: PathBuf) {
+        self.1.push(dir);
     }
 
     /// Watch `pid` (no-op if it is already gone).
@@ -366,5 +372,24 @@ impl Drop for Leftovers {
                 )
             };
         }
+        for dir in &self.1 {
+            let end = std::time::Instant::now() + Duration::from_secs(3);
+            while remove_tree(dir).is_err() && std::time::Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+/// rmdir a cgroup tree bottom-up (cgroup dirs hold only virtual files).
+fn remove_tree(dir: &std::path::Path) -> std::io::Result<()> {
+    for e in std::fs::read_dir(dir)?.flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            remove_tree(&e.path())?;
+        }
+    }
+    match std::fs::remove_dir(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
     }
 }
