@@ -544,7 +544,6 @@ fn killed_daemon_leftovers_are_killed_on_remount_and_resume_finishes() {
 /// §6 "kills what is left of runs … (by cgroup or process group)": the run was recorded with
 /// its cgroup (`run.started` has `cgroup`), so a `setsid` descendant is part of what is left.
 #[test]
-#[ignore = "bug: on remount the leftovers of a dead daemon's run are killed by process group only; a setsid descendant in the run's recorded cgroup survives (timeouts and cancels do kill it)"]
 fn killed_daemon_leftover_setsid_descendant_is_killed_on_remount() {
     let s = Sm::new(json!({"agent": {"kill_grace_secs": 1}}));
     let mut left = Leftovers::default();
@@ -566,7 +565,7 @@ fn killed_daemon_leftover_setsid_descendant_is_killed_on_remount() {
 /// scheduler kills a dead daemon's leftovers (here a group that ignores TERM, so up to
 /// `kill_grace_secs`), `status.json` lists no smith at all.
 #[test]
-#[ignore = "bug: status.json is {\"smiths\": []} from `mount` returning until the scheduler thread's first publication, which waits for a dead daemon's leftovers to be killed (up to 2 × kill_grace_secs)"]
+#[ignore = "bug: until the scheduler thread's first publication (after killing a dead daemon's leftovers, up to 2 × kill_grace_secs) status.json lists the scanned tree with every smith idle and runs 0, not the journal's history"]
 fn status_lists_the_tree_as_soon_as_mount_returns() {
     let s = Sm::new(json!({"agent": {"kill_grace_secs": 3}}));
     let mut left = Leftovers::default();
@@ -585,7 +584,6 @@ fn status_lists_the_tree_as_soon_as_mount_returns() {
 /// daemon is dead the mount fails closed. Right after the kill (within the kernel's 1 s
 /// attribute cache of the mount root) `smithfs` still takes the mount for live.
 #[test]
-#[ignore = "bug: for ~1 s after the daemon dies, `smithfs umount` fails (\"is busy\") and `smithfs mount` says \"already mounted\": util::mount_state stats the mount root, whose attributes the kernel still has cached"]
 fn umount_right_after_the_daemon_died_detaches_the_dead_mount() {
     let s = Sm::new(json!({}));
     s.task("hang\n");

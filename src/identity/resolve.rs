@@ -259,9 +259,7 @@ fn remove_stale_parents(base: &std::path::Path) {
         else {
             continue;
         };
-        // SAFETY: signal 0 only checks whether the process exists.
-        let gone = unsafe { libc::kill(pid, 0) } != 0
-            && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        let gone = procfs::process_gone(pid);
         if !gone {
             continue;
         }
