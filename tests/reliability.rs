@@ -1,0 +1,312 @@
+//! Reliability (issue 6): crash safety, integrity under stress, no deadlocks, bad input and
+//! identity edge cases, each against a real mount driven by real processes. Every mount is
+//! unmounted by its `TestMount` guard.
+//!
+//! Short variants run in CI; `SMITHFS_LONG=1` makes the storms longer (see docs/RELIABILITY.md).
+
+mod common;
+mod rel_common;
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+use rel_common::*;
+
+fn os(s: &str) -> &OsStr {
+    OsStr::new(s)
+}
+
+// ------------------------------------------------------------------------------------------
+// 1. Crash safety
+// ------------------------------------------------------------------------------------------
+
+/// What one crash iteration saw, for the report at the end of the test.
+#[derive(Debug, Default)]
+struct CrashSeen {
+    files: usize,
+    appends: usize,
+    versions: usize,
+    children: usize,
+    temp_in_store: Vec<String>,
+    temp_in_mount: Vec<String>,
+    torn_journal_tail: bool,
+    final_version: Option<u64>,
+}
+
+/// SIGKILL the daemon in the middle of a write storm from four bound smiths, a scaffolding
+/// storm by the operator and a publishing storm by the root; then: nothing completed is lost,
+/// no half-made child or torn final.md, the journal readable, the dead mount detected with the
+/// way to recover, and after `--resume` the work finishes. Repeated (2× short, 8× long).
+#[test]
+fn crash_during_write_scaffold_and_publish_storms() {
+    let m = TestMount::new();
+    let dir = m.path().to_path_buf();
+    let writers = ["smith-001", "smith-002", "smith-003", "smith-004"];
+    for w in writers {
+        m.sh_ok(&format!("mkdir smiths/smith-root/children/{w}"));
+    }
+    let iterations = if long() { 8 } else { 2 };
+    let mut seen = Vec::new();
+    for it in 0..iterations {
+        let logs = m.scratch().join(format!("it{it}"));
+        std::fs::create_dir_all(&logs).unwrap();
+        let mut procs = Vec::new();
+        for w in writers {
+            let priv_dir = dir.join(format!("smiths/smith-root/children/{w}/private/storm"));
+            let log = logs.join(format!("{w}.log"));
+            procs.push(spawn_bound(
+                &dir,
+                &format!("smith-root/{w}"),
+                &[
+                    os("python3"),
+                    os("-c"),
+                    os(WRITER_PY),
+                    priv_dir.as_os_str(),
+                    log.as_os_str(),
+                    os(&format!("w{it}")),
+                ],
+                &logs.join(format!("{w}.out")),
+            ));
+        }
+        let root_dir = dir.join("smiths/smith-root");
+        procs.push(spawn_bound(
+            &dir,
+            "smith-root",
+            &[
+                os("python3"),
+                os("-c"),
+                os(PUBLISHER_PY),
+                root_dir.as_os_str(),
+                logs.join("publish.log").as_os_str(),
+            ],
+            &logs.join("publish.out"),
+        ));
+        let kids: Vec<String> = writers
+            .iter()
+            .map(|w| format!("{}/smiths/smith-root/children/{w}", dir.display()))
+            .collect();
+        let scaffold_log = logs.join("scaffold.log");
+        let mut scaffold_cmd = vec![
+            os("python3"),
+            os("-c"),
+            os(SCAFFOLDER_PY),
+            scaffold_log.as_os_str(),
+        ];
+        scaffold_cmd.extend(kids.iter().map(|k| os(k)));
+        procs.push(spawn_operator(&scaffold_cmd, &logs.join("scaffold.out")));
+
+        // Kill once every storm is well under way.
+        let scaffold_done = |l: &Path| {
+            std::fs::read_to_string(l.join("scaffold.out"))
+                .is_ok_and(|s| s.contains("tree complete"))
+        };
+        poll_until(Duration::from_secs(60), "the storms to get going", || {
+            writers.iter().all(|w| lines_in(&logs.join(format!("{w}.log"))) >= 40)
+                && lines_in(&logs.join("publish.log")) >= 5
+                && (lines_in(&logs.join("scaffold.log")) >= 3 || scaffold_done(&logs))
+        });
+        std::thread::sleep(Duration::from_millis(37 * (it as u64 % 5)));
+        kill_daemon(&dir);
+        // While dead: fails closed, new lookups/opens/creates give ENOTCONN.
+        assert!(is_smithfs_mounted(&dir), "the dead mount stays in place");
+        // (A name the kernel looked up less than 1 s ago may still stat from its cache: the
+        // entry and attribute timeout; opens and listings always reach the daemon.)
+        assert_eq!(errno_of(std::fs::metadata(dir.join("never-looked-up"))), "ENOTCONN");
+        assert_eq!(errno_of(std::fs::File::open(dir.join("config.json"))), "ENOTCONN");
+        assert_eq!(
+            errno_of(nix::sys::statfs::statfs(&dir).map_err(std::io::Error::from)),
+            "ENOTCONN"
+        );
+        assert_eq!(
+            errno_of(std::fs::File::create(root_dir.join("private/after-crash"))),
+            "ENOTCONN"
+        );
+        assert_eq!(errno_of(std::fs::read_dir(&dir)), "ENOTCONN");
+        // The storm processes stop on their own (their next call fails).
+        for p in &mut procs {
+            assert!(
+                wait_child(p, Duration::from_secs(30)).is_some(),
+                "a storm process did not stop after the daemon died"
+            );
+        }
+        // `smithfs mount` on the dead mount says exactly how to recover.
+        let t0 = Instant::now();
+        let mut r = mount_with(&dir, &["--resume"]);
+        while r.stderr.contains("already mounted") && t0.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(50));
+            r = mount_with(&dir, &["--resume"]);
+        }
+        // Bug (dead_mount_is_recognised_at_once): while the kernel still caches the root's
+        // attributes (≤ 1 s) `smithfs mount` takes the dead mount for a live one.
+        eprintln!("dead mount recognised after {:?}", t0.elapsed());
+        assert!(!r.ok(), "mount over a dead mount must fail");
+        let want = format!("smithfs umount {}", dir.display());
+        assert!(
+            r.stderr.contains(&want) && r.stderr.contains("--force"),
+            "message must name `{want}` and --force: {}",
+            r.stderr
+        );
+        assert_eq!(r.stderr.trim().lines().count(), 1, "one line: {}", r.stderr);
+        smithfs([os("umount"), dir.as_os_str()]).expect_ok("umount of the dead mount");
+        assert!(!is_smithfs_mounted(&dir));
+
+        // The store, with no daemon: every completed write is there byte for byte.
+        let mut s = CrashSeen::default();
+        for w in writers {
+            let out = py_in(
+                &dir,
+                VERIFY_PY,
+                &[
+                    &format!("smiths/smith-root/children/{w}/private/storm"),
+                    logs.join(format!("{w}.log")).to_str().unwrap(),
+                    &format!("w{it}"),
+                ],
+            );
+            assert!(out.ok(), "completed writes lost for {w}:\n{}", out.stdout);
+            let f: Vec<usize> = out
+                .stdout
+                .split_whitespace()
+                .skip(1)
+                .map(|x| x.parse().unwrap())
+                .collect();
+            s.files += f[0];
+            s.appends += f[1];
+        }
+        // outbox/result.md is the last completed version or the one after; final.md is whole.
+        let versions: Vec<u64> = std::fs::read_to_string(logs.join("publish.log"))
+            .unwrap()
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect();
+        s.versions = versions.len();
+        let last = *versions.last().unwrap();
+        let result = std::fs::read_to_string(root_dir.join("outbox/result.md")).unwrap();
+        let rv = whole_version(&result).expect("outbox/result.md is a whole version");
+        assert!(rv == last || rv == last + 1, "result.md v{rv}, last completed v{last}");
+        let fin = dir.join("results/final.md");
+        if fin.exists() {
+            let text = std::fs::read_to_string(&fin).unwrap();
+            s.final_version =
+                Some(whole_version(&text).expect("results/final.md is torn (not a whole version)"));
+        }
+        // Every child dir is complete.
+        let children = child_dirs(&dir);
+        s.children = children.len();
+        for c in &children {
+            let miss = missing_structure(&dir.join(c));
+            assert!(miss.is_empty(), "half-made child {}: lacks {miss:?}", c.display());
+        }
+        for line in std::fs::read_to_string(logs.join("scaffold.log"))
+            .unwrap_or_default()
+            .lines()
+        {
+            assert!(Path::new(line).is_dir(), "completed mkdir {line} is gone");
+        }
+        s.temp_in_store = find_names(&dir, &[".smithfs-new.", ".smithfs-tmp."]);
+        // The journal: complete lines are JSON; a torn last line is allowed.
+        let journal = std::fs::read(dir.join(".smithfs-state/events.jsonl")).unwrap();
+        let (evs, torn) = check_journal(&journal);
+        s.torn_journal_tail = torn;
+        assert!(!evs.is_empty());
+
+        // Recover: mount --resume; the journal reads back through the CLI, no temp name is
+        // visible through the mount, every child is registered and whole.
+        mount_with(&dir, &["--resume"]).expect_ok("mount --resume after the crash");
+        let ev = smithfs([os("events"), dir.as_os_str(), os("--json")]).expect_ok("events --json");
+        for l in ev.lines() {
+            assert!(
+                serde_json::from_str::<serde_json::Value>(l).is_ok(),
+                "`smithfs events --json` printed a line that is not JSON: {l:?}"
+            );
+        }
+        smithfs([os("events"), dir.as_os_str()]).expect_ok("events");
+        s.temp_in_mount = find_names(&dir, &[".smithfs-new.", ".smithfs-tmp."]);
+        for c in &children {
+            assert!(missing_structure(&dir.join(c)).is_empty());
+        }
+        eprintln!("crash iteration {it}: {s:?}");
+        seen.push(s);
+    }
+    // The work finishes after the last recovery: one more clean pass of every storm.
+    let logs = m.scratch().join("final");
+    std::fs::create_dir_all(&logs).unwrap();
+    for w in writers {
+        let priv_dir = dir.join(format!("smiths/smith-root/children/{w}/private/storm"));
+        let log = logs.join(format!("{w}.log"));
+        let mut c = spawn_bound(
+            &dir,
+            &format!("smith-root/{w}"),
+            &[
+                os("python3"),
+                os("-c"),
+                os(WRITER_PY),
+                priv_dir.as_os_str(),
+                log.as_os_str(),
+                os("final"),
+                os("30"),
+            ],
+            &logs.join(format!("{w}.out")),
+        );
+        assert_eq!(wait_child(&mut c, Duration::from_secs(60)), Some(0));
+        py_in(
+            &dir,
+            VERIFY_PY,
+            &[priv_dir.to_str().unwrap(), log.to_str().unwrap(), "final"],
+        )
+        .expect_ok("final writes");
+    }
+    // Temporary names left by a crash (`.smithfs-new.*` in children/, `.smithfs-tmp.*` in
+    // results/) are checked by `crash_leftovers_are_not_visible_after_restart`; here they are
+    // only reported.
+    let leftovers: Vec<&String> = seen.iter().flat_map(|s| &s.temp_in_mount).collect();
+    eprintln!("temporary names visible through the mount after restarts: {leftovers:?}");
+}
+
+/// `smithfs mount` right after a crash must recognise the dead mount (and `--force` must clear
+/// it), even while the kernel still holds the root's attributes from before the crash.
+#[test]
+#[ignore = "bug: mount_state() stats the mount root, which the kernel answers from its attribute cache for up to 1 s after the daemon died; `smithfs mount` then says `already mounted` and --force does not clear it (statfs gives ENOTCONN at once)"]
+fn dead_mount_is_recognised_at_once() {
+    let m = TestMount::new();
+    let dir = m.path().to_path_buf();
+    // Keep the root's attributes fresh in the kernel's cache, as busy agents do.
+    let end = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < end {
+        let _ = nix::sys::stat::stat(&dir);
+        let _ = std::fs::metadata(dir.join("smiths"));
+    }
+    kill_daemon(&dir);
+    let r = mount_with(&dir, &[]);
+    assert!(!r.ok());
+    assert!(
+        r.stderr.contains("dead smithfs mount") && r.stderr.contains("--force"),
+        "right after the crash: {}",
+        r.stderr
+    );
+    mount_with(&dir, &["--force"]).expect_ok("mount --force over the dead mount");
+    assert!(m.path().join("config.json").exists());
+}
+
+/// What a crash leaves in the store under temporary names — a half-built child
+/// (`children/.smithfs-new.PID.N/`, from the scaffold) and a half-written copy of the result
+/// (`results/.smithfs-tmp.PID.N`, from publishing) — is never visible through the next mount
+/// (PROTOCOL.md §4, §9: "no half-made entry visible").
+#[test]
+#[ignore = "bug: temporary names of a crashed daemon (.smithfs-new.* in children/, .smithfs-tmp.* in results/) are neither removed at start-up nor hidden: they show through the mount"]
+fn crash_leftovers_are_not_visible_after_restart() {
+    let mut m = TestMount::new();
+    m.umount();
+    let dir = m.path().to_path_buf();
+    // Exactly what a SIGKILL in the middle of build_tree / write_atomic leaves behind.
+    let half = dir.join("smiths/smith-root/children/.smithfs-new.4242.7");
+    std::fs::create_dir_all(half.join("inbox")).unwrap();
+    std::fs::create_dir_all(half.join("private")).unwrap();
+    std::fs::write(dir.join("results/.smithfs-tmp.4242.8"), "# half a res").unwrap();
+    m.mount();
+    let seen = find_names(&dir, &[".smithfs-new.", ".smithfs-tmp."]);
+    assert!(seen.is_empty(), "visible through the mount: {seen:?}");
+    let listing = m.sh_ok("ls -A smiths/smith-root/children results");
+    assert!(!listing.contains(".smithfs-"), "{listing}");
+}
