@@ -397,3 +397,102 @@ pub fn kernel_stacks(pid: i32) -> String {
     }
     out
 }
+
+/// The rename/link/unlink storm of one worker (argv: BASE ROLE SEED COUNT MODE), run
+/// concurrently by the root smith (ROLE `p`) and its children (ROLE `c1`…): random operations on
+/// names of its own (prefix ROLE-) in the dirs it may write, so the workers never race on a name
+/// and a native run must give exactly the same results. Cross-zone links (EXDEV) and a child's
+/// create in its own inbox (EACCES) are the policy's expected denials: in MODE `native` their
+/// result is predicted instead of executed. A 6th argument `nolink` turns links into reads.
+/// Prints one JSON object: the results and a listing.
+pub const STORM_PY: &str = r##"
+import os, sys, json, random, errno, hashlib, ctypes
+base, role, seed, count, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+links = len(sys.argv) < 7 or sys.argv[6] != "nolink"
+libc = ctypes.CDLL(None, use_errno=True)
+def renameat2(a, b, flags):
+    if libc.renameat2(-100, a.encode(), -100, b.encode(), ctypes.c_uint(flags)) != 0:
+        e = ctypes.get_errno(); raise OSError(e, os.strerror(e))
+R = "smiths/smith-root"
+if role == "p":
+    dirs = [f"{R}/private"] + [f"{R}/children/smith-00{k}/inbox" for k in range(1, 5)]
+    zone = lambda d: d
+    denied_create = None
+else:
+    k = role[1:]
+    c = f"{R}/children/smith-00{k}"
+    dirs = [f"{c}/private", f"{c}/private/sub", f"{c}/outbox"]
+    zone = lambda d: "outbox" if d.endswith("outbox") else "private"
+    denied_create = f"{c}/inbox"
+os.chdir(base)
+for d in dirs:
+    if role != "p" and d.endswith("/sub"):
+        try: os.mkdir(d)
+        except FileExistsError: pass
+rng = random.Random(seed)
+names = [f"{role}-{i}" for i in range(12)]
+res = []
+def name(): return f"{rng.choice(dirs)}/{rng.choice(names)}"
+def do(tag, f):
+    try:
+        r = f()
+        res.append(f"{tag} {r if r is not None else 'ok'}")
+    except OSError as e:
+        res.append(f"{tag} {errno.errorcode[e.errno]}")
+for i in range(count):
+    op = rng.choice(["create", "create", "write", "read", "rename", "rename", "rename_nr", "link",
+                     "link", "unlink", "unlink", "mkdir", "rmdir", "denied"])
+    a, b = name(), name()
+    data = hashlib.sha256(f"{seed} {i}".encode()).digest() * rng.randint(0, 40)
+    if op == "link" and not links:
+        op = "read"
+    if op == "create":
+        def f():
+            fd = os.open(a, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.write(fd, data); os.close(fd)
+        do(f"create {a}", f)
+    elif op == "write":
+        def f():
+            fd = os.open(a, os.O_WRONLY | os.O_TRUNC)
+            os.write(fd, data); os.close(fd)
+        do(f"write {a}", f)
+    elif op == "read":
+        do(f"read {a}", lambda: hashlib.sha256(open(a, "rb").read()).hexdigest()[:12])
+    elif op == "rename":
+        do(f"rename {a} {b}", lambda: os.rename(a, b))
+    elif op == "rename_nr":
+        do(f"rename_nr {a} {b}", lambda: renameat2(a, b, 1))
+    elif op == "link":
+        da, db = a.rsplit("/", 1)[0], b.rsplit("/", 1)[0]
+        if zone(da) != zone(db) and mode == "native":
+            if not os.path.lexists(a): r = "ENOENT"
+            elif os.path.lexists(b): r = "EEXIST"
+            elif os.path.isdir(a): r = "EPERM"
+            else: r = "EXDEV"
+            res.append(f"link {a} {b} {r}")
+        else:
+            do(f"link {a} {b}", lambda: os.link(a, b))
+    elif op == "unlink":
+        do(f"unlink {a}", lambda: os.unlink(a))
+    elif op == "mkdir":
+        do(f"mkdir {a}", lambda: os.mkdir(a))
+    elif op == "rmdir":
+        do(f"rmdir {a}", lambda: os.rmdir(a))
+    elif op == "denied" and denied_create:
+        t = f"{denied_create}/{rng.choice(names)}"
+        if mode == "native":
+            res.append(f"denied {t} EACCES")
+        else:
+            do(f"denied {t}", lambda: os.close(os.open(t, os.O_WRONLY | os.O_CREAT, 0o644)))
+listing = []
+for d in dirs:
+    for root, ds, fs in os.walk(d):
+        for n in sorted(ds + fs):
+            if not n.startswith(role + "-"):
+                continue
+            p = f"{root}/{n}"
+            st = os.lstat(p)
+            h = hashlib.sha256(open(p, "rb").read()).hexdigest()[:12] if os.path.isfile(p) else "dir"
+            listing.append(f"{p} {st.st_nlink if os.path.isfile(p) else '-'} {st.st_size if os.path.isfile(p) else '-'} {h}")
+print(json.dumps({"results": res, "listing": sorted(set(listing))}))
+"##;
