@@ -645,3 +645,126 @@ fn hard_link_renamed_into_another_zone_keeps_other_names_private() {
         "cross-zone link allowed: {l:?}"
     );
 }
+
+// ------------------------------------------------------------------------------------------
+// 3. No deadlocks
+// ------------------------------------------------------------------------------------------
+
+/// Heavy agent I/O from 4 children, the root and the operator for 20 s (5 minutes with
+/// `SMITHFS_LONG=1`), while hooks on `result.published`, `task.assigned`, `access.denied` and
+/// `smith.created` themselves read the mount. Every single operation must finish within 10 s;
+/// a stuck one fails the test with the kernel stacks of the daemon's threads and the worker.
+#[test]
+fn watchdog_heavy_io_with_hooks_never_stalls() {
+    let mut m = TestMount::new();
+    m.umount();
+    let dir = m.path().to_path_buf();
+    let hook = serde_json::json!([[
+        "sh",
+        "-c",
+        "cat >/dev/null; ls {mount}/smiths/smith-root/children >/dev/null; cat {mount}/.smithfs/status.json >/dev/null"
+    ]]);
+    write_config(
+        &dir,
+        &serde_json::json!({
+            "hooks": {
+                "result.published": hook,
+                "task.assigned": hook,
+                "access.denied": hook,
+                "smith.created": hook,
+            },
+            "hook_timeout_secs": 10,
+        }),
+    );
+    m.mount();
+    for k in 1..=4 {
+        m.sh_ok(&format!("mkdir smiths/smith-root/children/smith-00{k}"));
+    }
+    let secs: u64 = if long() { 300 } else { 20 };
+    let per_op = Duration::from_secs(10);
+    let roles = ["c1", "c2", "c3", "c4", "p", "o"];
+    let mut workers = Vec::new();
+    for r in roles {
+        let hb = m.scratch().join(format!("{r}.hb"));
+        let out = m.scratch().join(format!("{r}.out"));
+        let secs_s = secs.to_string();
+        let args = [
+            os("python3"),
+            os("-c"),
+            os(WATCHDOG_PY),
+            dir.as_os_str(),
+            os(r),
+            os(&secs_s),
+            hb.as_os_str(),
+        ];
+        let c = match r {
+            "p" => spawn_bound(&dir, "smith-root", &args, &out),
+            "o" => spawn_operator(&args, &out),
+            c => spawn_bound(&dir, &format!("smith-root/smith-00{}", &c[1..]), &args, &out),
+        };
+        workers.push((r, c, hb, out));
+    }
+    let daemon = m.daemon_pid().expect("daemon");
+    let mono_now = || {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: clock_gettime into a local timespec.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        ts.tv_sec as u128 * 1_000_000_000 + ts.tv_nsec as u128
+    };
+    let end = Instant::now() + Duration::from_secs(secs) + per_op * 2;
+    let mut done = vec![false; workers.len()];
+    while done.iter().any(|d| !d) {
+        for (i, (r, c, hb, out)) in workers.iter_mut().enumerate() {
+            if done[i] {
+                continue;
+            }
+            if let Ok(Some(st)) = c.try_wait() {
+                let text = std::fs::read_to_string(&*out).unwrap_or_default();
+                assert!(st.success(), "worker {r} failed: {text}");
+                done[i] = true;
+                continue;
+            }
+            let beat = std::fs::read_to_string(&*hb).unwrap_or_default();
+            let f: Vec<&str> = beat.split_whitespace().collect();
+            if let (Some(start), Some(op)) = (f.get(1).and_then(|s| s.parse::<u128>().ok()), f.get(2)) {
+                let age = Duration::from_nanos((mono_now().saturating_sub(start)) as u64);
+                if *op != "done" && age > per_op {
+                    let stacks = kernel_stacks(daemon);
+                    let worker = kernel_stacks(c.id() as i32);
+                    panic!(
+                        "worker {r}: operation `{op}` (#{}) stuck for {age:?}\n=== daemon {daemon}\n{stacks}\n=== worker\n{worker}",
+                        f[0]
+                    );
+                }
+            }
+        }
+        assert!(Instant::now() < end, "workers did not finish in time");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut total = 0u64;
+    for (_, _, _, out) in &workers {
+        total += std::fs::read_to_string(out)
+            .unwrap()
+            .trim()
+            .lines()
+            .last()
+            .and_then(|l| l.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    // Hooks ran and none hung; the daemon is alive and answers.
+    poll_until(Duration::from_secs(20), "the last hooks to exit", || {
+        let (evs, _) = journal_events_lenient(&std::fs::read(dir.join(".smithfs/events.jsonl")).unwrap());
+        let hooks = evs.iter().filter(|e| e["event"] == "hook.exited").count();
+        hooks > 0
+    });
+    let (evs, _) = journal_events_lenient(&std::fs::read(dir.join(".smithfs/events.jsonl")).unwrap());
+    let hooks: Vec<&serde_json::Value> = evs.iter().filter(|e| e["event"] == "hook.exited").collect();
+    let timed_out = hooks.iter().filter(|e| e["timed_out"] == true).count();
+    let (fds, threads, rss) = proc_figures(daemon);
+    eprintln!(
+        "watchdog: {total} operations in {secs} s, {} hook runs ({timed_out} timed out), daemon fds {fds} threads {threads} rss {rss} kB",
+        hooks.len()
+    );
+    assert_eq!(timed_out, 0, "hooks that read the mount timed out");
+    m.sh_ok("cat .smithfs/whoami >/dev/null");
+}

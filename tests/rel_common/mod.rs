@@ -496,3 +496,65 @@ for d in dirs:
             listing.append(f"{p} {st.st_nlink if os.path.isfile(p) else '-'} {st.st_size if os.path.isfile(p) else '-'} {h}")
 print(json.dumps({"results": res, "listing": sorted(set(listing))}))
 "##;
+
+/// A watchdog worker (argv: MOUNT ROLE SECONDS HEARTBEAT): heavy agent I/O for SECONDS — for a
+/// child (`c1`…): write + fsync in private/, rename onto outbox/result.md (fires
+/// `result.published`), list and stat its dirs, try a sibling's private/ (a denial:
+/// `access.denied`); for the root (`p`): task files into its children's inboxes (fires
+/// `task.assigned`) and listings; for the operator (`o`): status.json, events.jsonl, whoami.
+/// Before each operation it writes `COUNT START_NS OP` at offset 0 of HEARTBEAT (outside the
+/// mount), so a watchdog sees which operation is stuck and since when. Prints the count.
+pub const WATCHDOG_PY: &str = r##"
+import os, sys, time
+mount, role, secs, hb = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+hfd = os.open(hb, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+R = f"{mount}/smiths/smith-root"
+n = 0
+def beat(op):
+    os.pwrite(hfd, f"{n} {time.monotonic_ns()} {op}".ljust(120).encode(), 0)
+def step(op, f):
+    global n
+    beat(op)
+    try:
+        f()
+    except PermissionError:
+        pass
+    n += 1
+end = time.monotonic() + secs
+i = 0
+while time.monotonic() < end:
+    i += 1
+    if role.startswith("c"):
+        c = f"{R}/children/smith-00{role[1:]}"
+        sib = f"{R}/children/smith-00{1 + int(role[1:]) % 4}"
+        def w():
+            fd = os.open(f"{c}/private/f{i % 20}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.write(fd, os.urandom(4096 * (i % 8))); os.fsync(fd); os.close(fd)
+        step("write", w)
+        def pub():
+            with open(f"{c}/private/r.tmp", "w") as f:
+                f.write(f"result {i}\n")
+            os.rename(f"{c}/private/r.tmp", f"{c}/outbox/result.md")
+        if i % 5 == 0:
+            step("publish", pub)
+        step("rename", lambda: os.rename(f"{c}/private/f{i % 20}", f"{c}/private/g{i % 7}"))
+        step("listdir", lambda: [os.stat(f"{c}/private/{x}") for x in os.listdir(f"{c}/private")])
+        if i % 10 == 0:
+            step("denied", lambda: os.listdir(f"{sib}/private"))
+    elif role == "p":
+        def task():
+            k = 1 + i % 4
+            with open(f"{R}/private/t.tmp", "w") as f:
+                f.write(f"# Task {i}\n")
+            os.rename(f"{R}/private/t.tmp", f"{R}/children/smith-00{k}/inbox/task-{i}.md")
+        if i % 3 == 0:
+            step("task", task)
+        step("listdir", lambda: [os.listdir(f"{R}/children/smith-00{k}/outbox") for k in range(1, 5)])
+    else:
+        step("status", lambda: open(f"{mount}/.smithfs/status.json").read())
+        step("events", lambda: open(f"{mount}/.smithfs/events.jsonl").read())
+        step("whoami", lambda: open(f"{mount}/.smithfs/whoami").read())
+        step("walk", lambda: sum(len(f) for _, _, f in os.walk(f"{R}/children")))
+beat("done")
+print(n)
+"##;
