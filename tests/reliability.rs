@@ -768,3 +768,298 @@ fn watchdog_heavy_io_with_hooks_never_stalls() {
     assert_eq!(timed_out, 0, "hooks that read the mount timed out");
     m.sh_ok("cat .smithfs/whoami >/dev/null");
 }
+
+// ------------------------------------------------------------------------------------------
+// 5. Bad input: a clear error and nothing lost
+// ------------------------------------------------------------------------------------------
+
+/// A fresh, unmounted smithfs directory (init only), in a guard that unmounts if a test mounts
+/// it anyway.
+fn fresh() -> TestMount {
+    let mut m = TestMount::new();
+    m.umount();
+    m
+}
+
+/// Malformed or mistyped config.json: `mount` exits non-zero with one line naming the key path
+/// (or the JSON position), nothing is mounted, and the file is left as it was.
+#[test]
+fn bad_config_refuses_the_mount_naming_the_key() {
+    let m = fresh();
+    let dir = m.path();
+    for (text, want) in [
+        (r#"{"agent": {"comand": ["x"]}}"#, "agent.comand"),
+        (r#"{"scheduler": {"max_concurrent": "4"}}"#, "scheduler.max_concurrent"),
+        (r#"{"limits": {"max_level": -1}}"#, "limits.max_level"),
+        (r#"{"hooks": {"result.published": [["sh", "{nope}"]]}}"#, "hooks.\"result.published\"[0]"),
+        (r#"{"hooks": {"no.such.event": []}}"#, "no.such.event"),
+        (r#"{"agent": {"command": []}}"#, "agent.command"),
+        (r#"{"operator": "sometimes"}"#, "operator"),
+        ("{\"agent\": {\"retries\": 1,}}", "line 1"),
+        ("", "config.json"),
+    ] {
+        std::fs::write(dir.join("config.json"), text).unwrap();
+        let r = mount_with(dir, &[]);
+        assert!(!r.ok(), "mounted with {text:?}");
+        assert!(!is_smithfs_mounted(dir), "{text:?} left a mount");
+        assert!(r.stderr.contains(want), "{text:?}: message does not name {want}: {}", r.stderr);
+        assert_eq!(r.stderr.trim().lines().count(), 1, "one line: {}", r.stderr);
+        assert_eq!(std::fs::read_to_string(dir.join("config.json")).unwrap(), text);
+    }
+}
+
+/// The bundled test agent: publishes `done <full id>` as its result.
+const PUBLISH_AGENT: &str = "#!/bin/sh\necho \"done $SMITH_FULL_ID\" > private/r.md && mv private/r.md outbox/result.md\n";
+
+/// An invalid per-smith config.json fails that smith's run with a journal entry naming the
+/// file and key; the mount lives and the other smiths run.
+#[test]
+fn bad_smith_config_fails_that_run_only() {
+    let mut m = fresh();
+    let dir = m.path().to_path_buf();
+    std::fs::write(dir.join("agents/publish.sh"), PUBLISH_AGENT).unwrap();
+    write_config(
+        &dir,
+        &serde_json::json!({"agent": {"command": ["sh", "{mount}/agents/publish.sh"], "retries": 0}}),
+    );
+    m.mount();
+    m.sh_ok("mkdir smiths/smith-root/children/smith-001 smiths/smith-root/children/smith-002");
+    let c1 = "smiths/smith-root/children/smith-001";
+    m.sh_ok(&format!("echo '{{\"agent\": {{\"timeout_secs\": \"soon\"}}}}' > {c1}/config.json"));
+    m.sh_ok(&format!(
+        "echo t > {c1}/inbox/task-1.md && echo t > smiths/smith-root/children/smith-002/inbox/task-1.md"
+    ));
+    let w = smithfs([os("wait"), dir.as_os_str(), os("--smith"), os("smith-root/smith-002"), os("--timeout"), os("30")]);
+    assert!(w.ok(), "the good sibling did not finish: {w:?}");
+    let w = smithfs([os("wait"), dir.as_os_str(), os("--smith"), os("smith-root/smith-001"), os("--timeout"), os("30")]);
+    assert_eq!(w.code, Some(1), "the bad smith must end failed: {w:?}");
+    let (evs, _) = check_journal(&std::fs::read(dir.join(".smithfs/events.jsonl")).unwrap());
+    let err = evs
+        .iter()
+        .find(|e| e["event"] == "run.exited" && e["smith"] == "smith-root/smith-001")
+        .expect("a run.exited for the bad smith");
+    let msg = err["error"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("config.json") && msg.contains("agent.timeout_secs"),
+        "journal error must name the file and key: {err}"
+    );
+    m.sh_ok("cat .smithfs/whoami >/dev/null");
+    assert!(std::fs::read_to_string(dir.join("smiths/smith-root/children/smith-002/outbox/result.md"))
+        .unwrap()
+        .contains("done smith-root/smith-002"));
+}
+
+/// Non-UTF-8 names work like any name; a 255-byte name works, 256 bytes is ENAMETOOLONG; a
+/// non-UTF-8 child name is refused by the scaffold (EINVAL), not a crash.
+#[test]
+fn odd_and_over_long_names() {
+    let m = TestMount::new();
+    let out = m.py_ok(
+        r#"
+import os, errno
+p = b"smiths/smith-root/private/"
+def e(f):
+    try:
+        f(); return "ok"
+    except OSError as x:
+        return errno.errorcode[x.errno]
+name = p + b"caf\xe9-\xff\xfe.txt"
+with open(name, "wb") as f: f.write(b"latin1")
+print(open(name, "rb").read().decode(), name[len(p):] in os.listdir(p))
+print(e(lambda: open(p + b"x" * 255, "wb").close()), e(lambda: open(p + b"y" * 256, "wb").close()))
+print(e(lambda: os.mkdir(p + b"d" * 256)), e(lambda: os.rename(name, p + b"z" * 256)))
+print(e(lambda: os.symlink(b"t", p + b"s" * 256)), e(lambda: os.stat(p + b"q" * 256)))
+print(e(lambda: os.mkdir(b"smiths/smith-root/children/smith-\xff01")))
+print(e(lambda: os.mkdir(b"smiths/smith-root/children/smith-" + b"1" * 300)))
+print(os.listdir(b"smiths/smith-root/private").__len__() >= 3)
+"#,
+        &[],
+    );
+    assert_eq!(
+        out,
+        "latin1 True\nok ENAMETOOLONG\nENAMETOOLONG ENAMETOOLONG\nENAMETOOLONG ENAMETOOLONG\nEINVAL\nENAMETOOLONG\nTrue\n"
+    );
+    // The daemon still answers and `why` explains the refused child.
+    assert!(m.sh_ok("cat .smithfs/why").contains("smith-"), "why after the refused child");
+}
+
+/// 10 000 task files in one inbox: every one is listed, the journal records the triggers and
+/// the mount keeps answering.
+#[test]
+fn ten_thousand_files_in_one_inbox() {
+    let m = TestMount::new();
+    let t0 = Instant::now();
+    let out = m.py_ok(
+        r#"
+import os
+d = "smiths/smith-root/inbox"
+for i in range(10000):
+    with open(f"{d}/task-{i:05}.md", "w") as f:
+        f.write(f"task {i}\n")
+names = os.listdir(d)
+print(len([n for n in names if n.startswith("task-")]))
+"#,
+        &[],
+    );
+    assert_eq!(out.trim(), "10000");
+    eprintln!("10 000 creates + listing through the mount: {:?}", t0.elapsed());
+    poll_until(Duration::from_secs(30), "the triggers to be journaled", || {
+        let j = std::fs::read(m.path().join(".smithfs/events.jsonl")).unwrap_or_default();
+        let (evs, _) = journal_events_lenient(&j);
+        evs.iter().filter(|e| e["event"] == "task.assigned").count() >= 10000
+    });
+    let st = smithfs([os("status"), m.path().as_os_str(), os("--json")]).expect_ok("status");
+    assert!(st.contains("smith-root"));
+    assert_eq!(m.sh_ok("ls smiths/smith-root/inbox | wc -l").trim(), "10000");
+}
+
+/// A 1 GiB result (128 MiB without `SMITHFS_LONG`) is published whole: results/final.md ends
+/// up byte-for-byte equal to outbox/result.md. Reports the daemon's peak RSS (the copy).
+#[test]
+fn huge_result_is_published_whole() {
+    let m = TestMount::new();
+    let dir = m.path().to_path_buf();
+    let mib = if long() { 1024 } else { 128 };
+    let mut c = spawn_bound(
+        &dir,
+        "smith-root",
+        &[
+            os("sh"),
+            os("-c"),
+            os(&format!(
+                "cd $SMITH_DIR && head -c {mib}M /dev/urandom > private/big && mv private/big outbox/result.md"
+            )),
+        ],
+        &m.scratch().join("big.out"),
+    );
+    assert_eq!(wait_child(&mut c, Duration::from_secs(300)), Some(0));
+    let want = (mib as u64) << 20;
+    poll_until(Duration::from_secs(120), "results/final.md to be complete", || {
+        std::fs::metadata(dir.join("results/final.md")).is_ok_and(|md| md.len() == want)
+    });
+    let a = m.sh_ok("cmp smiths/smith-root/outbox/result.md results/final.md && echo same");
+    assert_eq!(a.trim(), "same");
+    let pid = m.daemon_pid().unwrap();
+    let hwm = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("VmHWM"))
+        .unwrap_or_default()
+        .to_string();
+    eprintln!("{mib} MiB result published; daemon {hwm}");
+}
+
+/// A task file deleted just as its run starts: the run starts or not, but the daemon neither
+/// hangs nor dies, the smith ends settled, and a later task runs normally.
+#[test]
+fn task_deleted_while_its_run_starts() {
+    let mut m = fresh();
+    let dir = m.path().to_path_buf();
+    std::fs::write(
+        dir.join("agents/check.sh"),
+        "#!/bin/sh\nif [ -f \"$SMITH_TASK_FILE\" ]; then echo \"done $SMITH_TASK_FILE\" > private/r.md && mv private/r.md outbox/result.md; else echo \"no task: $SMITH_TASK_FILE\"; exit 3; fi\n",
+    )
+    .unwrap();
+    write_config(
+        &dir,
+        &serde_json::json!({"agent": {"command": ["sh", "{mount}/agents/check.sh"], "retries": 0}}),
+    );
+    m.mount();
+    m.sh_ok("mkdir smiths/smith-root/children/smith-001");
+    let inbox = "smiths/smith-root/children/smith-001/inbox";
+    m.sh_ok(&format!("echo t > {inbox}/task-1.md && rm {inbox}/task-1.md"));
+    let w = smithfs([os("wait"), dir.as_os_str(), os("--smith"), os("smith-root/smith-001"), os("--timeout"), os("5")]);
+    eprintln!("after the deleted task: wait exit {:?}", w.code);
+    assert!(matches!(w.code, Some(1) | Some(124)), "{w:?}");
+    m.sh_ok(&format!("echo t > {inbox}/task-2.md"));
+    // (`smithfs wait` right after the write may still see the earlier `failed`: poll the result.)
+    let result = dir.join("smiths/smith-root/children/smith-001/outbox/result.md");
+    poll_until(Duration::from_secs(30), "a later task to run", || result.exists());
+    let res = m.sh_ok("cat smiths/smith-root/children/smith-001/outbox/result.md");
+    assert!(res.contains("task-2.md"), "{res}");
+}
+
+/// `smithfs run` errors: a smith that does not exist, no mount at all, a directory that is not
+/// a mount. Each exits 1 with one clear line and runs nothing.
+#[test]
+fn run_refusals_are_clear() {
+    let m = TestMount::new();
+    let marker = m.scratch().join("ran");
+    let cmd = format!("touch {}", marker.display());
+    let r = smithfs([os("run"), os("--mount"), m.path().as_os_str(), os("--smith"), os("smith-root/smith-099"), os("--"), os("sh"), os("-c"), os(&cmd)]);
+    assert_eq!(r.code, Some(1), "{r:?}");
+    assert!(r.stderr.contains("smith-root/smith-099") && r.stderr.contains("no such smith"), "{}", r.stderr);
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+    // Outside any mount: cwd /, no SMITH_MOUNT, no ./.agent-smith.
+    let r: Run = run(Command::new(SMITHFS)
+        .args(["run", "--smith", "smith-root", "--", "sh", "-c", &cmd])
+        .env_remove("SMITH_MOUNT")
+        .current_dir("/"));
+    assert_eq!(r.code, Some(1), "{r:?}");
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+    assert!(r.stderr.contains("mount"), "{}", r.stderr);
+    let r = smithfs([os("run"), os("--mount"), m.scratch().as_os_str(), os("--smith"), os("smith-root"), os("--"), os("sh"), os("-c"), os(&cmd)]);
+    assert_eq!(r.code, Some(1), "{r:?}");
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+    assert!(!marker.exists(), "a refused run executed its command");
+}
+
+/// Two daemons on one directory: two `smithfs mount` started at the same moment on a fresh
+/// directory give exactly one mount; the loser exits non-zero with one line.
+#[test]
+fn two_daemons_on_one_directory() {
+    for _ in 0..3 {
+        let m = fresh();
+        let spawn = || {
+            Command::new(SMITHFS)
+                .args([os("mount"), m.path().as_os_str(), os("--allow-other")])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let (a, b) = (spawn(), spawn());
+        let (a, b): (Run, Run) = (a.wait_with_output().unwrap().into(), b.wait_with_output().unwrap().into());
+        assert!(a.ok() != b.ok(), "exactly one mount must win: {a:?} {b:?}");
+        let loser = if a.ok() { &b } else { &a };
+        assert_eq!(loser.stderr.trim().lines().count(), 1, "{}", loser.stderr);
+        let stacked = std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .filter(|l| l.split(' ').nth(4) == m.path().to_str())
+            .count();
+        assert_eq!(stacked, 1, "mounts stacked at {}", m.path().display());
+        let pids: Vec<i32> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|p| {
+                std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| {
+                    let s = String::from_utf8_lossy(&c);
+                    s.contains("mount") && s.contains(m.path().to_str().unwrap())
+                })
+            })
+            .collect();
+        assert_eq!(pids.len(), 1, "daemons for one directory: {pids:?}");
+    }
+}
+
+/// `/dev/fuse` missing (a private mount namespace whose /dev is an empty tmpfs): `smithfs
+/// doctor` says so and fails; `smithfs mount` refuses with one line.
+#[test]
+fn dev_fuse_missing() {
+    let m = fresh();
+    let script = format!(
+        "mount -t tmpfs none /dev && {s} doctor; echo \"doctor=$?\"; {s} mount {d}; echo \"mount=$?\"",
+        s = SMITHFS,
+        d = m.path().display()
+    );
+    let r = run(Command::new("unshare").args(["-m", "--propagation", "private", "sh", "-c", &script]));
+    let all = format!("{}{}", r.stdout, r.stderr);
+    assert!(all.contains("doctor=1"), "doctor must fail: {all}");
+    assert!(all.contains("/dev/fuse") && all.contains("missing"), "doctor must name /dev/fuse: {all}");
+    assert!(all.contains("mount=1"), "{all}");
+    assert!(all.contains("/dev/fuse does not exist"), "{all}");
+    assert!(!is_smithfs_mounted(m.path()));
+}
