@@ -150,7 +150,19 @@ journal_bad=$(grep -vc '^{.*}$' "$mnt/.smithfs/events.jsonl" || true)
 "$smithfs" umount "$mnt"
 m_after=$(grep -c 'smithfs' /proc/self/mountinfo || true)
 [ "$m_after" -le "$mounts_before" ] || fail+=("$m_after smithfs mounts after umount")
-if pgrep -f "smithfs mount $mnt" >/dev/null; then fail+=("the daemon outlived umount"); fi
+gone=""
+for i in $(seq 1 200); do
+    if ! kill -0 "$daemon" 2>/dev/null; then
+        gone=$i
+        break
+    fi
+    sleep 0.1
+done
+if [ -z "$gone" ]; then
+    fail+=("the daemon was still running 20 s after umount")
+elif [ "$gone" -gt 1 ]; then
+    echo "soak.sh: the daemon exited $((gone / 10)).$((gone % 10)) s after \`smithfs umount\` returned"
+fi
 if [ "${#fail[@]}" = 0 ]; then
     echo "soak.sh: PASS $runs runs × $expect_smiths smiths; fds $fds1, threads $thr1, RSS ${rss1} kB after run 1"
     exit 0
