@@ -136,7 +136,13 @@ fn classify_fuzz() {
             prop_assert!(matches!(step, Zone::Outside { .. }), "{:?}", step);
             // The reserved state dir keeps its area however it is reached.
             if n.first().map(String::as_str) == Some(".smithfs-state") {
-                let reserved = matches!(z, Zone::Outside { area: RootArea::Reserved, .. });
+                let reserved = matches!(
+                    z,
+                    Zone::Outside {
+                        area: RootArea::Reserved,
+                        ..
+                    }
+                );
                 prop_assert!(reserved, "{:?}", z);
             }
             Ok(())
@@ -217,11 +223,7 @@ fn real_proc_samples() -> Vec<(&'static str, Vec<u8>)> {
         if !name.as_encoded_bytes().iter().all(u8::is_ascii_digit) {
             continue;
         }
-        for (kind, file) in [
-            ("stat", "stat"),
-            ("status", "status"),
-            ("cgroup", "cgroup"),
-        ] {
+        for (kind, file) in [("stat", "stat"), ("status", "status"), ("cgroup", "cgroup")] {
             if let Ok(b) = std::fs::read(e.path().join(file)) {
                 out.push((kind, b));
             }
@@ -271,7 +273,9 @@ fn mutation() -> impl Strategy<Value = Mutation> {
         (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Mutation::Flip(i, b)),
         (
             any::<usize>(),
-            prop::sample::select(vec![b' ', b'\n', b'(', b')', b':', b'\\', b'-', b'0', b'9', 0])
+            prop::sample::select(vec![
+                b' ', b'\n', b'(', b')', b':', b'\\', b'-', b'0', b'9', 0
+            ])
         )
             .prop_map(|(i, b)| Mutation::Insert(i, b)),
         any::<usize>().prop_map(Mutation::Delete),
@@ -308,10 +312,7 @@ fn procfs_mutated_real_files_never_panic() {
     let mut runner = proptest::test_runner::TestRunner::new(cfg());
     runner
         .run(
-            &(
-                0..samples.len(),
-                prop::collection::vec(mutation(), 1..8),
-            ),
+            &(0..samples.len(), prop::collection::vec(mutation(), 1..8)),
             |(i, ms)| {
                 let (kind, b) = &samples[i];
                 let m = mutate(b.clone(), &ms);
@@ -347,7 +348,8 @@ fn procfs_cgroup_round_trips() {
                     "12:cpu,cpuacct:/x\n1:name=systemd:/y\n0::{path}{}\n",
                     if deleted { " (deleted)" } else { "" }
                 );
-                let c = parse_cgroup(text.as_bytes()).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let c = parse_cgroup(text.as_bytes())
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 prop_assert_eq!(c.v2.as_deref(), Some(std::path::Path::new(&path)));
                 prop_assert_eq!(c.v2_deleted, deleted);
                 prop_assert_eq!(c.v1.len(), 2);
@@ -405,12 +407,21 @@ fn json_leaf() -> impl Strategy<Value = serde_json::Value> {
     prop_oneof![
         Just(V::Null),
         any::<bool>().prop_map(V::Bool),
-        any::<i64>().prop_map(|n| V::from(n)),
+        any::<i64>().prop_map(V::from),
         (0u64..10).prop_map(V::from),
         any::<f64>().prop_map(|f| serde_json::Number::from_f64(f).map_or(V::Null, V::Number)),
         prop::sample::select(vec![
-            "", "read-only", "read-write", "auto", "cgroup", "ancestry", "{mount}", "{nope}",
-            "result.published", "hook.exited", "bash",
+            "",
+            "read-only",
+            "read-write",
+            "auto",
+            "cgroup",
+            "ancestry",
+            "{mount}",
+            "{nope}",
+            "result.published",
+            "hook.exited",
+            "bash",
         ])
         .prop_map(|s| V::String(s.into())),
         "\\PC{0,8}".prop_map(V::String),
@@ -508,7 +519,11 @@ fn config_errors_name_the_key_path() {
     let mut runner = proptest::test_runner::TestRunner::new(cfg());
     runner
         .run(
-            &(0..leaves.len(), bad, prop::collection::vec(any::<bool>(), 9)),
+            &(
+                0..leaves.len(),
+                bad,
+                prop::collection::vec(any::<bool>(), 9),
+            ),
             |(which, bad, keep)| {
                 let mut doc = serde_json::json!({});
                 for (i, (path, v)) in leaves.iter().enumerate() {
@@ -529,7 +544,13 @@ fn config_errors_name_the_key_path() {
                 }
                 let text = serde_json::to_string_pretty(&doc).unwrap();
                 let e = Config::parse(&text).expect_err(&text).to_string();
-                prop_assert!(e.contains(leaves[which].0), "{} does not name {}: {}", e, leaves[which].0, text);
+                prop_assert!(
+                    e.contains(leaves[which].0),
+                    "{} does not name {}: {}",
+                    e,
+                    leaves[which].0,
+                    text
+                );
                 Ok(())
             },
         )
@@ -547,7 +568,8 @@ fn config_unknown_keys_are_named() {
                 "[a-z]{1,8}x",
             ),
             |(section, key)| {
-                let mut doc = serde_json::json!({"agent": {"retries": 1}, "limits": {}, "scheduler": {}});
+                let mut doc =
+                    serde_json::json!({"agent": {"retries": 1}, "limits": {}, "scheduler": {}});
                 let path = if section.is_empty() {
                     doc[key.as_str()] = serde_json::json!(1);
                     key.clone()
@@ -555,7 +577,9 @@ fn config_unknown_keys_are_named() {
                     doc[section][key.as_str()] = serde_json::json!(1);
                     format!("{section}.{key}")
                 };
-                let e = Config::parse(&doc.to_string()).expect_err("unknown key").to_string();
+                let e = Config::parse(&doc.to_string())
+                    .expect_err("unknown key")
+                    .to_string();
                 prop_assert!(e.contains(&format!("unknown key {path}")), "{}", e);
                 Ok(())
             },

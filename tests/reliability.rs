@@ -104,7 +104,9 @@ fn crash_during_write_scaffold_and_publish_storms() {
                 .is_ok_and(|s| s.contains("tree complete"))
         };
         poll_until(Duration::from_secs(60), "the storms to get going", || {
-            writers.iter().all(|w| lines_in(&logs.join(format!("{w}.log"))) >= 40)
+            writers
+                .iter()
+                .all(|w| lines_in(&logs.join(format!("{w}.log"))) >= 40)
                 && lines_in(&logs.join("publish.log")) >= 5
                 && (lines_in(&logs.join("scaffold.log")) >= 3 || scaffold_done(&logs))
         });
@@ -114,8 +116,14 @@ fn crash_during_write_scaffold_and_publish_storms() {
         assert!(is_smithfs_mounted(&dir), "the dead mount stays in place");
         // (A name the kernel looked up less than 1 s ago may still stat from its cache: the
         // entry and attribute timeout; opens and listings always reach the daemon.)
-        assert_eq!(errno_of(std::fs::metadata(dir.join("never-looked-up"))), "ENOTCONN");
-        assert_eq!(errno_of(std::fs::File::open(dir.join("config.json"))), "ENOTCONN");
+        assert_eq!(
+            errno_of(std::fs::metadata(dir.join("never-looked-up"))),
+            "ENOTCONN"
+        );
+        assert_eq!(
+            errno_of(std::fs::File::open(dir.join("config.json"))),
+            "ENOTCONN"
+        );
         assert_eq!(
             errno_of(nix::sys::statfs::statfs(&dir).map_err(std::io::Error::from)),
             "ENOTCONN"
@@ -185,7 +193,10 @@ fn crash_during_write_scaffold_and_publish_storms() {
         let last = *versions.last().unwrap();
         let result = std::fs::read_to_string(root_dir.join("outbox/result.md")).unwrap();
         let rv = whole_version(&result).expect("outbox/result.md is a whole version");
-        assert!(rv == last || rv == last + 1, "result.md v{rv}, last completed v{last}");
+        assert!(
+            rv == last || rv == last + 1,
+            "result.md v{rv}, last completed v{last}"
+        );
         let fin = dir.join("results/final.md");
         if fin.exists() {
             let text = std::fs::read_to_string(&fin).unwrap();
@@ -197,7 +208,11 @@ fn crash_during_write_scaffold_and_publish_storms() {
         s.children = children.len();
         for c in &children {
             let miss = missing_structure(&dir.join(c));
-            assert!(miss.is_empty(), "half-made child {}: lacks {miss:?}", c.display());
+            assert!(
+                miss.is_empty(),
+                "half-made child {}: lacks {miss:?}",
+                c.display()
+            );
         }
         for line in std::fs::read_to_string(logs.join("scaffold.log"))
             .unwrap_or_default()
@@ -335,7 +350,10 @@ fn crash_leftovers_are_not_visible_after_restart() {
 #[test]
 fn handles_opened_before_a_crash() {
     for (extra, want) in [
-        (vec![], "write=ok pread=before+after fsync=ENOTCONN fstat=ENOTCONN new-open=ENOTCONN"),
+        (
+            vec![],
+            "write=ok pread=before+after fsync=ENOTCONN fstat=ENOTCONN new-open=ENOTCONN",
+        ),
         (
             vec!["--no-passthrough"],
             "write=ENOTCONN pread=ENOTCONN fsync=ENOTCONN fstat=ENOTCONN new-open=ENOTCONN",
@@ -385,17 +403,24 @@ print(" ".join(res))
             ],
             &out,
         );
-        poll_until(Duration::from_secs(20), "the holder to open its file", || {
-            ready.exists()
-        });
+        poll_until(
+            Duration::from_secs(20),
+            "the holder to open its file",
+            || ready.exists(),
+        );
         kill_daemon(&dir);
         std::fs::write(&killed, "").unwrap();
         assert_eq!(wait_child(&mut holder, Duration::from_secs(20)), Some(0));
         let got = std::fs::read_to_string(&out).unwrap();
         assert_eq!(got.trim(), want, "with {:?}", m.path());
         smithfs([os("umount"), dir.as_os_str()]).expect_ok("umount the dead mount");
-        let stored = std::fs::read_to_string(dir.join("smiths/smith-root/private/held.txt")).unwrap();
-        let want_store = if want.starts_with("write=ok") { "before\nafter\n" } else { "before\n" };
+        let stored =
+            std::fs::read_to_string(dir.join("smiths/smith-root/private/held.txt")).unwrap();
+        let want_store = if want.starts_with("write=ok") {
+            "before\nafter\n"
+        } else {
+            "before\n"
+        };
         assert_eq!(stored, want_store);
     }
 }
@@ -425,32 +450,55 @@ mv private/r.md outbox/result.md
         &dir,
         &serde_json::json!({"agent": {"command": ["bash", "{mount}/agents/slow.sh"], "kill_grace_secs": 1}}),
     );
-    std::fs::write(dir.join("smiths/smith-root/inbox/task-1.md"), "# Task: hang once\n").unwrap();
+    std::fs::write(
+        dir.join("smiths/smith-root/inbox/task-1.md"),
+        "# Task: hang once\n",
+    )
+    .unwrap();
     m.mount();
     let pid_file = dir.join("smiths/smith-root/private/first.pid");
     poll_until(Duration::from_secs(20), "the first run to start", || {
         std::fs::read_to_string(&pid_file).is_ok_and(|s| s.ends_with('\n'))
     });
-    let leftover: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    let leftover: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     kill_daemon(&dir);
     // SAFETY: signal 0 probes for existence.
-    assert_eq!(unsafe { libc::kill(leftover, 0) }, 0, "the run outlives its daemon");
+    assert_eq!(
+        unsafe { libc::kill(leftover, 0) },
+        0,
+        "the run outlives its daemon"
+    );
     // Past the kernel's attribute cache of the root (see dead_mount_is_recognised_at_once:
     // before that `smithfs umount` takes the dead mount for a live one and, as the leftover
     // run's cwd is inside, fails with "busy").
     std::thread::sleep(Duration::from_millis(1100));
     smithfs([os("umount"), dir.as_os_str()]).expect_ok("umount the dead mount");
     mount_with(&dir, &["--resume"]).expect_ok("mount --resume");
-    poll_until(Duration::from_secs(30), "the leftover run to be killed", || {
-        process_gone(leftover)
-    });
-    let w = smithfs([os("wait"), dir.as_os_str(), os("--final"), os("--timeout"), os("30")]);
+    poll_until(
+        Duration::from_secs(30),
+        "the leftover run to be killed",
+        || process_gone(leftover),
+    );
+    let w = smithfs([
+        os("wait"),
+        dir.as_os_str(),
+        os("--final"),
+        os("--timeout"),
+        os("30"),
+    ]);
     assert!(w.ok(), "the work did not finish after --resume: {w:?}");
     let fin = std::fs::read_to_string(dir.join("results/final.md")).unwrap();
     assert!(fin.starts_with("# done by attempt after"), "{fin}");
     let (evs, _) = check_journal(&std::fs::read(dir.join(".smithfs/events.jsonl")).unwrap());
     let count = |name: &str| evs.iter().filter(|e| e["event"] == name).count();
-    assert!(count("run.interrupted") >= 1, "no run.interrupted journaled");
+    assert!(
+        count("run.interrupted") >= 1,
+        "no run.interrupted journaled"
+    );
     assert!(count("run.started") >= 2);
 }
 
@@ -519,8 +567,10 @@ fn fsx_from_four_smiths() {
 fn native_tree(base: &Path) {
     for k in 1..=4 {
         for a in ["inbox", "private", "outbox"] {
-            std::fs::create_dir_all(base.join(format!("smiths/smith-root/children/smith-00{k}/{a}")))
-                .unwrap();
+            std::fs::create_dir_all(
+                base.join(format!("smiths/smith-root/children/smith-00{k}/{a}")),
+            )
+            .unwrap();
         }
     }
     std::fs::create_dir_all(base.join("smiths/smith-root/private")).unwrap();
@@ -597,16 +647,25 @@ fn storm_matches_native(links: bool) {
     let on_native = run_all(&native, "native");
     for (i, r) in roles.iter().enumerate() {
         let (a, b) = (&on_mount[i], &on_native[i]);
-        let (ra, rb) = (a["results"].as_array().unwrap(), b["results"].as_array().unwrap());
+        let (ra, rb) = (
+            a["results"].as_array().unwrap(),
+            b["results"].as_array().unwrap(),
+        );
         assert_eq!(ra.len(), rb.len());
         for (x, y) in ra.iter().zip(rb) {
-            assert_eq!(x, y, "worker {r}: first difference (mount vs native), seed {seed}");
+            assert_eq!(
+                x, y,
+                "worker {r}: first difference (mount vs native), seed {seed}"
+            );
         }
         assert_eq!(a["listing"], b["listing"], "worker {r}: final trees differ");
     }
     // Nothing the storm did leaked into another smith's zone or the root.
     let why = m.sh_ok("cat .smithfs/why");
-    eprintln!("operator why after the storm: {}", why.lines().next().unwrap_or_default());
+    eprintln!(
+        "operator why after the storm: {}",
+        why.lines().next().unwrap_or_default()
+    );
 }
 
 /// Minimal reproduction of the storm's finding. A parent makes a second name for a file of its
@@ -623,7 +682,14 @@ fn hard_link_renamed_into_another_zone_keeps_other_names_private() {
     let r = dir.join("smiths/smith-root");
     let as_smith = |id: &str, script: &str| {
         run(Command::new(SMITHFS)
-            .args([os("run"), os("--mount"), dir.as_os_str(), os("--smith"), os(id), os("--")])
+            .args([
+                os("run"),
+                os("--mount"),
+                dir.as_os_str(),
+                os("--smith"),
+                os(id),
+                os("--"),
+            ])
             .args(["bash", "-c", script])
             .current_dir(&r))
     };
@@ -700,13 +766,21 @@ fn watchdog_heavy_io_with_hooks_never_stalls() {
         let c = match r {
             "p" => spawn_bound(&dir, "smith-root", &args, &out),
             "o" => spawn_operator(&args, &out),
-            c => spawn_bound(&dir, &format!("smith-root/smith-00{}", &c[1..]), &args, &out),
+            c => spawn_bound(
+                &dir,
+                &format!("smith-root/smith-00{}", &c[1..]),
+                &args,
+                &out,
+            ),
         };
         workers.push((r, c, hb, out));
     }
     let daemon = m.daemon_pid().expect("daemon");
     let mono_now = || {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
         // SAFETY: clock_gettime into a local timespec.
         unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
         ts.tv_sec as u128 * 1_000_000_000 + ts.tv_nsec as u128
@@ -726,7 +800,9 @@ fn watchdog_heavy_io_with_hooks_never_stalls() {
             }
             let beat = std::fs::read_to_string(&*hb).unwrap_or_default();
             let f: Vec<&str> = beat.split_whitespace().collect();
-            if let (Some(start), Some(op)) = (f.get(1).and_then(|s| s.parse::<u128>().ok()), f.get(2)) {
+            if let (Some(start), Some(op)) =
+                (f.get(1).and_then(|s| s.parse::<u128>().ok()), f.get(2))
+            {
                 let age = Duration::from_nanos((mono_now().saturating_sub(start)) as u64);
                 if *op != "done" && age > per_op {
                     let stacks = kernel_stacks(daemon);
@@ -753,12 +829,15 @@ fn watchdog_heavy_io_with_hooks_never_stalls() {
     }
     // Hooks ran and none hung; the daemon is alive and answers.
     poll_until(Duration::from_secs(20), "the last hooks to exit", || {
-        let (evs, _) = journal_events_lenient(&std::fs::read(dir.join(".smithfs/events.jsonl")).unwrap());
+        let (evs, _) =
+            journal_events_lenient(&std::fs::read(dir.join(".smithfs/events.jsonl")).unwrap());
         let hooks = evs.iter().filter(|e| e["event"] == "hook.exited").count();
         hooks > 0
     });
-    let (evs, _) = journal_events_lenient(&std::fs::read(dir.join(".smithfs/events.jsonl")).unwrap());
-    let hooks: Vec<&serde_json::Value> = evs.iter().filter(|e| e["event"] == "hook.exited").collect();
+    let (evs, _) =
+        journal_events_lenient(&std::fs::read(dir.join(".smithfs/events.jsonl")).unwrap());
+    let hooks: Vec<&serde_json::Value> =
+        evs.iter().filter(|e| e["event"] == "hook.exited").collect();
     let timed_out = hooks.iter().filter(|e| e["timed_out"] == true).count();
     let (fds, threads, rss) = proc_figures(daemon);
     eprintln!(
@@ -789,9 +868,15 @@ fn bad_config_refuses_the_mount_naming_the_key() {
     let dir = m.path();
     for (text, want) in [
         (r#"{"agent": {"comand": ["x"]}}"#, "agent.comand"),
-        (r#"{"scheduler": {"max_concurrent": "4"}}"#, "scheduler.max_concurrent"),
+        (
+            r#"{"scheduler": {"max_concurrent": "4"}}"#,
+            "scheduler.max_concurrent",
+        ),
         (r#"{"limits": {"max_level": -1}}"#, "limits.max_level"),
-        (r#"{"hooks": {"result.published": [["sh", "{nope}"]]}}"#, "hooks.\"result.published\"[0]"),
+        (
+            r#"{"hooks": {"result.published": [["sh", "{nope}"]]}}"#,
+            "hooks.\"result.published\"[0]",
+        ),
         (r#"{"hooks": {"no.such.event": []}}"#, "no.such.event"),
         (r#"{"agent": {"command": []}}"#, "agent.command"),
         (r#"{"operator": "sometimes"}"#, "operator"),
@@ -802,14 +887,22 @@ fn bad_config_refuses_the_mount_naming_the_key() {
         let r = mount_with(dir, &[]);
         assert!(!r.ok(), "mounted with {text:?}");
         assert!(!is_smithfs_mounted(dir), "{text:?} left a mount");
-        assert!(r.stderr.contains(want), "{text:?}: message does not name {want}: {}", r.stderr);
+        assert!(
+            r.stderr.contains(want),
+            "{text:?}: message does not name {want}: {}",
+            r.stderr
+        );
         assert_eq!(r.stderr.trim().lines().count(), 1, "one line: {}", r.stderr);
-        assert_eq!(std::fs::read_to_string(dir.join("config.json")).unwrap(), text);
+        assert_eq!(
+            std::fs::read_to_string(dir.join("config.json")).unwrap(),
+            text
+        );
     }
 }
 
 /// The bundled test agent: publishes `done <full id>` as its result.
-const PUBLISH_AGENT: &str = "#!/bin/sh\necho \"done $SMITH_FULL_ID\" > private/r.md && mv private/r.md outbox/result.md\n";
+const PUBLISH_AGENT: &str =
+    "#!/bin/sh\necho \"done $SMITH_FULL_ID\" > private/r.md && mv private/r.md outbox/result.md\n";
 
 /// An invalid per-smith config.json fails that smith's run with a journal entry naming the
 /// file and key; the mount lives and the other smiths run.
@@ -825,13 +918,29 @@ fn bad_smith_config_fails_that_run_only() {
     m.mount();
     m.sh_ok("mkdir smiths/smith-root/children/smith-001 smiths/smith-root/children/smith-002");
     let c1 = "smiths/smith-root/children/smith-001";
-    m.sh_ok(&format!("echo '{{\"agent\": {{\"timeout_secs\": \"soon\"}}}}' > {c1}/config.json"));
+    m.sh_ok(&format!(
+        "echo '{{\"agent\": {{\"timeout_secs\": \"soon\"}}}}' > {c1}/config.json"
+    ));
     m.sh_ok(&format!(
         "echo t > {c1}/inbox/task-1.md && echo t > smiths/smith-root/children/smith-002/inbox/task-1.md"
     ));
-    let w = smithfs([os("wait"), dir.as_os_str(), os("--smith"), os("smith-root/smith-002"), os("--timeout"), os("30")]);
+    let w = smithfs([
+        os("wait"),
+        dir.as_os_str(),
+        os("--smith"),
+        os("smith-root/smith-002"),
+        os("--timeout"),
+        os("30"),
+    ]);
     assert!(w.ok(), "the good sibling did not finish: {w:?}");
-    let w = smithfs([os("wait"), dir.as_os_str(), os("--smith"), os("smith-root/smith-001"), os("--timeout"), os("30")]);
+    let w = smithfs([
+        os("wait"),
+        dir.as_os_str(),
+        os("--smith"),
+        os("smith-root/smith-001"),
+        os("--timeout"),
+        os("30"),
+    ]);
     assert_eq!(w.code, Some(1), "the bad smith must end failed: {w:?}");
     let (evs, _) = check_journal(&std::fs::read(dir.join(".smithfs/events.jsonl")).unwrap());
     let err = evs
@@ -844,9 +953,11 @@ fn bad_smith_config_fails_that_run_only() {
         "journal error must name the file and key: {err}"
     );
     m.sh_ok("cat .smithfs/whoami >/dev/null");
-    assert!(std::fs::read_to_string(dir.join("smiths/smith-root/children/smith-002/outbox/result.md"))
-        .unwrap()
-        .contains("done smith-root/smith-002"));
+    assert!(std::fs::read_to_string(
+        dir.join("smiths/smith-root/children/smith-002/outbox/result.md")
+    )
+    .unwrap()
+    .contains("done smith-root/smith-002"));
 }
 
 /// Non-UTF-8 names work like any name; a 255-byte name works, 256 bytes is ENAMETOOLONG; a
@@ -880,7 +991,10 @@ print(os.listdir(b"smiths/smith-root/private").__len__() >= 3)
         "latin1 True\nok ENAMETOOLONG\nENAMETOOLONG ENAMETOOLONG\nENAMETOOLONG ENAMETOOLONG\nEINVAL\nENAMETOOLONG\nTrue\n"
     );
     // The daemon still answers and `why` explains the refused child.
-    assert!(m.sh_ok("cat .smithfs/why").contains("smith-"), "why after the refused child");
+    assert!(
+        m.sh_ok("cat .smithfs/why").contains("smith-"),
+        "why after the refused child"
+    );
 }
 
 /// 10 000 task files in one inbox: every one is listed, the journal records the triggers and
@@ -902,15 +1016,25 @@ print(len([n for n in names if n.startswith("task-")]))
         &[],
     );
     assert_eq!(out.trim(), "10000");
-    eprintln!("10 000 creates + listing through the mount: {:?}", t0.elapsed());
-    poll_until(Duration::from_secs(30), "the triggers to be journaled", || {
-        let j = std::fs::read(m.path().join(".smithfs/events.jsonl")).unwrap_or_default();
-        let (evs, _) = journal_events_lenient(&j);
-        evs.iter().filter(|e| e["event"] == "task.assigned").count() >= 10000
-    });
+    eprintln!(
+        "10 000 creates + listing through the mount: {:?}",
+        t0.elapsed()
+    );
+    poll_until(
+        Duration::from_secs(30),
+        "the triggers to be journaled",
+        || {
+            let j = std::fs::read(m.path().join(".smithfs/events.jsonl")).unwrap_or_default();
+            let (evs, _) = journal_events_lenient(&j);
+            evs.iter().filter(|e| e["event"] == "task.assigned").count() >= 10000
+        },
+    );
     let st = smithfs([os("status"), m.path().as_os_str(), os("--json")]).expect_ok("status");
     assert!(st.contains("smith-root"));
-    assert_eq!(m.sh_ok("ls smiths/smith-root/inbox | wc -l").trim(), "10000");
+    assert_eq!(
+        m.sh_ok("ls smiths/smith-root/inbox | wc -l").trim(),
+        "10000"
+    );
 }
 
 /// A 1 GiB result (128 MiB without `SMITHFS_LONG`) is published whole: results/final.md ends
@@ -934,9 +1058,11 @@ fn huge_result_is_published_whole() {
     );
     assert_eq!(wait_child(&mut c, Duration::from_secs(300)), Some(0));
     let want = (mib as u64) << 20;
-    poll_until(Duration::from_secs(120), "results/final.md to be complete", || {
-        std::fs::metadata(dir.join("results/final.md")).is_ok_and(|md| md.len() == want)
-    });
+    poll_until(
+        Duration::from_secs(120),
+        "results/final.md to be complete",
+        || std::fs::metadata(dir.join("results/final.md")).is_ok_and(|md| md.len() == want),
+    );
     let a = m.sh_ok("cmp smiths/smith-root/outbox/result.md results/final.md && echo same");
     assert_eq!(a.trim(), "same");
     let pid = m.daemon_pid().unwrap();
@@ -967,14 +1093,25 @@ fn task_deleted_while_its_run_starts() {
     m.mount();
     m.sh_ok("mkdir smiths/smith-root/children/smith-001");
     let inbox = "smiths/smith-root/children/smith-001/inbox";
-    m.sh_ok(&format!("echo t > {inbox}/task-1.md && rm {inbox}/task-1.md"));
-    let w = smithfs([os("wait"), dir.as_os_str(), os("--smith"), os("smith-root/smith-001"), os("--timeout"), os("5")]);
+    m.sh_ok(&format!(
+        "echo t > {inbox}/task-1.md && rm {inbox}/task-1.md"
+    ));
+    let w = smithfs([
+        os("wait"),
+        dir.as_os_str(),
+        os("--smith"),
+        os("smith-root/smith-001"),
+        os("--timeout"),
+        os("5"),
+    ]);
     eprintln!("after the deleted task: wait exit {:?}", w.code);
     assert!(matches!(w.code, Some(1) | Some(124)), "{w:?}");
     m.sh_ok(&format!("echo t > {inbox}/task-2.md"));
     // (`smithfs wait` right after the write may still see the earlier `failed`: poll the result.)
     let result = dir.join("smiths/smith-root/children/smith-001/outbox/result.md");
-    poll_until(Duration::from_secs(30), "a later task to run", || result.exists());
+    poll_until(Duration::from_secs(30), "a later task to run", || {
+        result.exists()
+    });
     let res = m.sh_ok("cat smiths/smith-root/children/smith-001/outbox/result.md");
     assert!(res.contains("task-2.md"), "{res}");
 }
@@ -986,9 +1123,23 @@ fn run_refusals_are_clear() {
     let m = TestMount::new();
     let marker = m.scratch().join("ran");
     let cmd = format!("touch {}", marker.display());
-    let r = smithfs([os("run"), os("--mount"), m.path().as_os_str(), os("--smith"), os("smith-root/smith-099"), os("--"), os("sh"), os("-c"), os(&cmd)]);
+    let r = smithfs([
+        os("run"),
+        os("--mount"),
+        m.path().as_os_str(),
+        os("--smith"),
+        os("smith-root/smith-099"),
+        os("--"),
+        os("sh"),
+        os("-c"),
+        os(&cmd),
+    ]);
     assert_eq!(r.code, Some(1), "{r:?}");
-    assert!(r.stderr.contains("smith-root/smith-099") && r.stderr.contains("no such smith"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("smith-root/smith-099") && r.stderr.contains("no such smith"),
+        "{}",
+        r.stderr
+    );
     assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
     // Outside any mount: cwd /, no SMITH_MOUNT, no ./.agent-smith.
     let r: Run = run(Command::new(SMITHFS)
@@ -998,7 +1149,17 @@ fn run_refusals_are_clear() {
     assert_eq!(r.code, Some(1), "{r:?}");
     assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
     assert!(r.stderr.contains("mount"), "{}", r.stderr);
-    let r = smithfs([os("run"), os("--mount"), m.scratch().as_os_str(), os("--smith"), os("smith-root"), os("--"), os("sh"), os("-c"), os(&cmd)]);
+    let r = smithfs([
+        os("run"),
+        os("--mount"),
+        m.scratch().as_os_str(),
+        os("--smith"),
+        os("smith-root"),
+        os("--"),
+        os("sh"),
+        os("-c"),
+        os(&cmd),
+    ]);
     assert_eq!(r.code, Some(1), "{r:?}");
     assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
     assert!(!marker.exists(), "a refused run executed its command");
@@ -1020,7 +1181,10 @@ fn two_daemons_on_one_directory() {
                 .unwrap()
         };
         let (a, b) = (spawn(), spawn());
-        let (a, b): (Run, Run) = (a.wait_with_output().unwrap().into(), b.wait_with_output().unwrap().into());
+        let (a, b): (Run, Run) = (
+            a.wait_with_output().unwrap().into(),
+            b.wait_with_output().unwrap().into(),
+        );
         assert!(a.ok() != b.ok(), "exactly one mount must win: {a:?} {b:?}");
         let loser = if a.ok() { &b } else { &a };
         assert_eq!(loser.stderr.trim().lines().count(), 1, "{}", loser.stderr);
@@ -1055,11 +1219,216 @@ fn dev_fuse_missing() {
         s = SMITHFS,
         d = m.path().display()
     );
-    let r = run(Command::new("unshare").args(["-m", "--propagation", "private", "sh", "-c", &script]));
+    let r =
+        run(Command::new("unshare").args(["-m", "--propagation", "private", "sh", "-c", &script]));
     let all = format!("{}{}", r.stdout, r.stderr);
     assert!(all.contains("doctor=1"), "doctor must fail: {all}");
-    assert!(all.contains("/dev/fuse") && all.contains("missing"), "doctor must name /dev/fuse: {all}");
+    assert!(
+        all.contains("/dev/fuse") && all.contains("missing"),
+        "doctor must name /dev/fuse: {all}"
+    );
     assert!(all.contains("mount=1"), "{all}");
     assert!(all.contains("/dev/fuse does not exist"), "{all}");
     assert!(!is_smithfs_mounted(m.path()));
+}
+
+// ------------------------------------------------------------------------------------------
+// 6. Identity edge cases
+// ------------------------------------------------------------------------------------------
+
+/// pid reuse: inside a private pid namespace (so nothing else on the machine races for pids)
+/// a bound smith process touches the mount and exits; `ns_last_pid` then hands its pid to a new,
+/// unbound process, which must get no smith identity (it is the operator).
+#[test]
+fn recycled_pid_of_a_dead_smith_gets_no_identity() {
+    let m = fresh();
+    let dir = m.path().to_path_buf();
+    let script = format!(
+        r#"set -u
+S={s}; D={d}
+$S mount "$D" -f --allow-other 2>/tmp/pidreuse-daemon.log &
+for i in $(seq 1 200); do [ -e "$D/.smithfs/whoami" ] && break; sleep 0.05; done
+for attempt in 1 2 3 4 5 6 7 8; do
+    $S run --mount "$D" --smith smith-root -- python3 -c '
+import os, sys
+who = open(sys.argv[1] + "/.smithfs/whoami").read()
+open(sys.argv[1] + "/smiths/smith-root/private/mark", "w").write("x")
+print(os.getpid(), "smith-root" in who)' "$D" > /tmp/pidreuse.$$ || exit 9
+    read -r P BOUND < /tmp/pidreuse.$$
+    echo $((P - 1)) > /proc/sys/kernel/ns_last_pid
+    python3 -c '
+import os, sys
+who = open(sys.argv[1] + "/.smithfs/whoami").read()
+ident = [l for l in who.splitlines() if l.startswith("identity:")]
+print("pid", os.getpid(), "want", sys.argv[2], "bound-before", sys.argv[3], ident[0] if ident else who)' "$D" "$P" "$BOUND"
+done
+$S umount "$D"
+wait
+"#,
+        s = SMITHFS,
+        d = dir.display()
+    );
+    let r = run(Command::new("unshare").args(["-pf", "--mount-proc", "bash", "-c", &script]));
+    assert!(r.ok(), "{r:?}");
+    let mut reused = 0;
+    for l in r.stdout.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        assert_eq!(f[5], "True", "the smith process was not bound: {l}");
+        if f[1] == f[3] {
+            reused += 1;
+            assert!(
+                l.ends_with("identity: operator"),
+                "a recycled pid inherited an identity: {l}"
+            );
+        }
+    }
+    assert!(reused > 0, "no pid was recycled:\n{}", r.stdout);
+    eprintln!("{reused} recycled pids, none inherited the dead smith's identity");
+}
+
+/// A bound agent that starts a process in a new pid namespace (`unshare -pf`): the process
+/// keeps its smith's identity and rights.
+#[test]
+fn new_pid_namespace_keeps_the_smith_identity() {
+    let m = TestMount::new();
+    m.sh_ok("mkdir smiths/smith-root/children/smith-001");
+    let dir = m.path();
+    let r = run(Command::new(SMITHFS)
+        .args([
+            os("run"),
+            os("--mount"),
+            dir.as_os_str(),
+            os("--smith"),
+            os("smith-root/smith-001"),
+            os("--"),
+        ])
+        .args(["unshare", "-pf", "python3", "-c"])
+        .arg(
+            r#"
+import os, sys, errno
+d = sys.argv[1]
+who = open(d + "/.smithfs/whoami").read()
+print("pid-in-ns", os.getpid())
+print([l for l in who.splitlines() if l.startswith("full id:")][0])
+c = d + "/smiths/smith-root/children/smith-001"
+open(c + "/private/in-ns", "w").write("ok")
+try:
+    open(d + "/smiths/smith-root/private/x", "w")
+    print("root-private ok")
+except OSError as e:
+    print("root-private", errno.errorcode[e.errno])
+"#,
+        )
+        .arg(dir));
+    let out = r.expect_ok("unshare -pf under smithfs run");
+    assert_eq!(
+        out,
+        "pid-in-ns 1\nfull id: smith-root/smith-001\nroot-private EACCES\n",
+    );
+    assert!(dir
+        .join("smiths/smith-root/children/smith-001/private/in-ns")
+        .exists());
+}
+
+/// A file handle passed over a Unix socket (SCM_RIGHTS) from smith-001 to smith-002: reads,
+/// writes and ftruncate on it are judged by the opener (allowed), fchmod and fsetxattr by the
+/// caller (smith-002 has no rights in smith-001's private/: EACCES), PROTOCOL.md §2.
+#[test]
+fn passed_file_handle_is_judged_by_its_opener_for_io_only() {
+    for extra in [vec![], vec!["--no-passthrough"]] {
+        let m = TestMount::with(MountOpts {
+            allow_other: true,
+            extra: extra.clone(),
+            ..MountOpts::default()
+        });
+        m.sh_ok("mkdir smiths/smith-root/children/smith-001 smiths/smith-root/children/smith-002");
+        let dir = m.path().to_path_buf();
+        let sock = m.scratch().join("fd.sock");
+        let out1 = m.scratch().join("sender.out");
+        let out2 = m.scratch().join("receiver.out");
+        let mut receiver = spawn_bound(
+            &dir,
+            "smith-root/smith-002",
+            &[
+                os("python3"),
+                os("-c"),
+                os(r#"
+import os, sys, socket, errno
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(sys.argv[1]); s.listen(1)
+c, _ = s.accept()
+msg, fds, _, _ = socket.recv_fds(c, 16, 1)
+fd = fds[0]
+def t(name, f):
+    try:
+        f(); return f"{name}=ok"
+    except OSError as e:
+        return f"{name}={errno.errorcode[e.errno]}"
+r = [t("read", lambda: os.pread(fd, 5, 0)), t("write", lambda: os.pwrite(fd, b"by-002", 0)),
+     t("ftruncate", lambda: os.ftruncate(fd, 6)), t("fsync", lambda: os.fsync(fd)),
+     t("fchmod", lambda: os.fchmod(fd, 0o600)),
+     t("fsetxattr", lambda: os.setxattr(fd, "user.x", b"1")),
+     t("open-by-path", lambda: os.close(os.open(sys.argv[2], os.O_RDONLY)))]
+print(" ".join(r))
+c.send(b"done")
+"#),
+                sock.as_os_str(),
+                dir.join("smiths/smith-root/children/smith-001/private/shared")
+                    .as_os_str(),
+            ],
+            &out2,
+        );
+        poll_until(Duration::from_secs(20), "the receiver to listen", || {
+            sock.exists()
+        });
+        let mut sender = spawn_bound(
+            &dir,
+            "smith-root/smith-001",
+            &[
+                os("python3"),
+                os("-c"),
+                os(r#"
+import os, sys, socket
+p = sys.argv[2]
+open(p, "w").write("hello world")
+fd = os.open(p, os.O_RDWR)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+socket.send_fds(s, [b"x"], [fd])
+s.recv(4)
+os.fchmod(fd, 0o640)
+print("owner-fchmod=ok")
+"#),
+                sock.as_os_str(),
+                dir.join("smiths/smith-root/children/smith-001/private/shared")
+                    .as_os_str(),
+            ],
+            &out1,
+        );
+        assert_eq!(
+            wait_child(&mut receiver, Duration::from_secs(30)),
+            Some(0),
+            "{}",
+            std::fs::read_to_string(&out2).unwrap()
+        );
+        assert_eq!(
+            wait_child(&mut sender, Duration::from_secs(30)),
+            Some(0),
+            "{}",
+            std::fs::read_to_string(&out1).unwrap()
+        );
+        assert_eq!(
+            std::fs::read_to_string(&out2).unwrap().trim(),
+            "read=ok write=ok ftruncate=ok fsync=ok fchmod=EACCES fsetxattr=EACCES open-by-path=EACCES",
+            "mount args {extra:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&out1).unwrap().trim(),
+            "owner-fchmod=ok"
+        );
+        assert_eq!(
+            m.sh_ok("cat smiths/smith-root/children/smith-001/private/shared; stat -c %a smiths/smith-root/children/smith-001/private/shared"),
+            "by-002640\n"
+        );
+    }
 }

@@ -354,14 +354,22 @@ pub fn journal_events_lenient(bytes: &[u8]) -> (Vec<serde_json::Value>, usize) {
 
 /// `smithfs mount DIR --allow-other EXTRA…` (for remounts with flags TestMount does not know).
 pub fn mount_with(dir: &Path, extra: &[&str]) -> Run {
-    let mut args: Vec<&OsStr> = vec![OsStr::new("mount"), dir.as_os_str(), OsStr::new("--allow-other")];
+    let mut args: Vec<&OsStr> = vec![
+        OsStr::new("mount"),
+        dir.as_os_str(),
+        OsStr::new("--allow-other"),
+    ];
     args.extend(extra.iter().map(OsStr::new));
     smithfs(args)
 }
 
 /// Write `config.json` in the store (or through the mount as the operator).
 pub fn write_config(dir: &Path, json: &serde_json::Value) {
-    std::fs::write(dir.join("config.json"), serde_json::to_vec_pretty(json).unwrap()).unwrap();
+    std::fs::write(
+        dir.join("config.json"),
+        serde_json::to_vec_pretty(json).unwrap(),
+    )
+    .unwrap();
 }
 
 /// Threads, fds and RSS (kB) of a process.
