@@ -746,7 +746,10 @@ fn watchdog_heavy_io_with_hooks_never_stalls() {
     for k in 1..=4 {
         m.sh_ok(&format!("mkdir smiths/smith-root/children/smith-00{k}"));
     }
-    let secs: u64 = if long() { 300 } else { 20 };
+    let secs: u64 = std::env::var("SMITHFS_WATCHDOG_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if long() { 300 } else { 20 });
     let per_op = Duration::from_secs(10);
     let roles = ["c1", "c2", "c3", "c4", "p", "o"];
     let mut workers = Vec::new();
@@ -840,6 +843,23 @@ fn watchdog_heavy_io_with_hooks_never_stalls() {
         evs.iter().filter(|e| e["event"] == "hook.exited").collect();
     let timed_out = hooks.iter().filter(|e| e["timed_out"] == true).count();
     let (fds, threads, rss) = proc_figures(daemon);
+    let mut kinds = std::collections::BTreeMap::new();
+    for e in std::fs::read_dir(format!("/proc/{daemon}/fd"))
+        .unwrap()
+        .flatten()
+    {
+        let t = std::fs::read_link(e.path())
+            .map(|t| t.display().to_string())
+            .unwrap_or_default();
+        let k = if t.starts_with('/') {
+            t.split('/').take(4).collect::<Vec<_>>().join("/")
+        } else {
+            t.split(':').next().unwrap_or("").to_string()
+                + if t.contains("pidfd") { ":pidfd" } else { "" }
+        };
+        *kinds.entry(k).or_insert(0) += 1;
+    }
+    eprintln!("watchdog: daemon fds by kind {kinds:?}");
     eprintln!(
         "watchdog: {total} operations in {secs} s, {} hook runs ({timed_out} timed out), daemon fds {fds} threads {threads} rss {rss} kB",
         hooks.len()
