@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# Soak (issue 6): a full tree — 1 + 5 + 25 + 125 = 156 smiths — run by the bundled reference
+# agent (agents/reference.sh, a census split 5 ways down to level 3) several times back to back
+# on ONE daemon. After each run it records the daemon's open fds, threads and RSS, the processes
+# left under the daemon, the smithfs mounts, and the journal's run accounting; at the end it
+# checks that nothing grew (fds, threads, processes, mounts equal to the first run's; RSS within
+# SOAK_RSS_SLACK_KB of it) and that every run is accounted for (run.started = run.exited).
+#
+#   scripts/soak.sh                     3 runs of the full tree (several minutes; not in CI)
+#   SOAK_RUNS=1 SOAK_FANOUT=2 scripts/soak.sh   a short variant: 1 + 2 + 4 + 8 = 15 smiths
+#
+# Environment: SOAK_RUNS (3), SOAK_FANOUT (5, children per smith), SOAK_FILES (2, files per leaf
+# directory), SOAK_TIMEOUT (1800 s per run), SOAK_RSS_SLACK_KB (8192), SMITHFS (the binary,
+# default target/release/smithfs), SOAK_KEEP=1 keeps the work dir.
+# Last line: `soak.sh: PASS …` or `soak.sh: FAIL …`; a table of the figures before it.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+smithfs=${SMITHFS:-$(pwd)/target/release/smithfs}
+runs=${SOAK_RUNS:-3}
+fan=${SOAK_FANOUT:-5}
+files=${SOAK_FILES:-2}
+timeout=${SOAK_TIMEOUT:-1800}
+slack=${SOAK_RSS_SLACK_KB:-8192}
+expect_smiths=$((1 + fan + fan * fan + fan * fan * fan))
+
+work=$(mktemp -d /tmp/smithfs-soak.XXXXXX)
+chmod 755 "$work"
+mnt=$work/m
+cleanup() {
+    if findmnt -rn --mountpoint "$mnt" >/dev/null 2>&1; then
+        "$smithfs" umount "$mnt" >/dev/null 2>&1 || umount -l "$mnt" 2>/dev/null || true
+    fi
+    if [ "${SOAK_KEEP:-0}" = 0 ] && ! findmnt -rn --mountpoint "$mnt" >/dev/null 2>&1; then
+        rm -rf "$work"
+    else
+        echo "soak.sh: work dir kept: $work"
+    fi
+}
+trap cleanup EXIT
+
+# The data: fan × fan × fan leaf directories of $files small files, so that every smith above
+# level 3 splits into $fan parts (split threshold 1 file) and every level-3 smith counts.
+data=$work/data
+for a in $(seq 1 "$fan"); do
+    for b in $(seq 1 "$fan"); do
+        for c in $(seq 1 "$fan"); do
+            d=$data/a$a/b$b/c$c
+            mkdir -p "$d"
+            for f in $(seq 1 "$files"); do
+                printf 'line %s\n' $(seq 1 $((a + b + c + f))) >"$d/f$f.txt"
+            done
+        done
+    done
+done
+total_files=$((fan * fan * fan * files))
+
+"$smithfs" init "$mnt" --agent reference >/dev/null
+"$smithfs" mount "$mnt" --allow-other
+daemon=$(pgrep -f "smithfs mount $mnt" | head -n 1)
+root=$mnt/smiths/smith-root
+mounts_before=$(grep -c ' fuse.smithfs \| fuse ' /proc/self/mountinfo || true)
+
+descendants() { # all descendants of pid $1
+    local kids
+    kids=$(pgrep -P "$1" || true)
+    for k in $kids; do
+        echo "$k"
+        descendants "$k"
+    done
+}
+figures() { # fds (without pidfds) pidfds threads rss_kb processes mounts
+    local fds pidfds threads rss procs mounts
+    fds=$(find "/proc/$daemon/fd" -mindepth 1 -maxdepth 1 -printf '%l\n' | grep -vc '^anon_inode:\[pidfd\]$' || true)
+    pidfds=$(find "/proc/$daemon/fd" -mindepth 1 -maxdepth 1 -printf '%l\n' | grep -c '^anon_inode:\[pidfd\]$' || true)
+    threads=$(find "/proc/$daemon/task" -mindepth 1 -maxdepth 1 | wc -l)
+    rss=$(awk '/^VmRSS:/ { print $2 }' "/proc/$daemon/status")
+    procs=$(descendants "$daemon" | wc -l)
+    mounts=$(grep -c 'smithfs' /proc/self/mountinfo || true)
+    echo "$fds $pidfds $threads $rss $procs $mounts"
+}
+count_ev() { grep -c "\"event\":\"$1\"" "$mnt/.smithfs/events.jsonl" || true; }
+
+echo "soak.sh: $runs runs of $expect_smiths smiths ($total_files files), daemon $daemon"
+echo "soak.sh: before: fds pidfds threads rss_kb procs mounts = $(figures)"
+declare -a rows
+fail=()
+for r in $(seq 1 "$runs"); do
+    t0=$(date +%s)
+    # A fresh tree for every run: the operator clears the previous one through the mount.
+    rm -rf "$root"/children/* "$root/outbox/result.md" "$mnt/results/final.md" "$root/inbox/data"
+    cp -R "$data" "$root/inbox/data"
+    cat >"$root/private/task-soak-$r.md" <<EOF
+# Task: soak run $r
+
+Take a census of \`inbox/data/\`.
+
+census-data: inbox/data
+census-split-min-files: 1
+census-top: 5
+census-max-children: $fan
+census-max-level: 3
+EOF
+    started_before=$(count_ev run.started)
+    exited_before=$(count_ev run.exited)
+    mv "$root/private/task-soak-$r.md" "$root/inbox/task-soak-$r.md"
+    if ! "$smithfs" wait "$mnt" --final --timeout "$timeout" >/dev/null; then
+        fail+=("run $r did not finish")
+    fi
+    # Let the last runs' exits be journaled and their processes go.
+    for _ in $(seq 1 100); do
+        [ "$(descendants "$daemon" | wc -l)" = 0 ] && break
+        sleep 0.1
+    done
+    secs=$(($(date +%s) - t0))
+    smiths=$(awk -F '\t' '$1 == "smiths" { print $2 }' "$mnt/results/final.md" 2>/dev/null || echo 0)
+    counted=$(awk -F '\t' '$1 == "total" { print $2 }' "$mnt/results/final.md" 2>/dev/null || echo 0)
+    started=$(($(count_ev run.started) - started_before))
+    exited=$(($(count_ev run.exited) - exited_before))
+    fig=$(figures)
+    echo "soak.sh: after run $r: daemon fds by kind: $(find "/proc/$daemon/fd" -mindepth 1 -maxdepth 1 -printf '%l\n' |
+        sed 's/:\[.*//; s/^\/.*/path/' | sort | uniq -c | awk '{ printf "%s=%s ", $2, $1 }')"
+    rows+=("$r $secs $smiths $counted $started $exited $fig")
+    [ "${smiths:-0}" = "$expect_smiths" ] || fail+=("run $r: $smiths smiths counted, want $expect_smiths")
+    [ "${counted:-0}" = "$total_files" ] || fail+=("run $r: $counted files counted, want $total_files")
+    [ "$started" = "$exited" ] || fail+=("run $r: $started run.started but $exited run.exited")
+done
+echo "soak.sh: run secs smiths files run.started run.exited | fds pidfds threads rss_kb procs mounts"
+for row in "${rows[@]}"; do echo "soak.sh:   $row"; done
+read -r _ _ _ _ _ _ fds1 _ thr1 rss1 procs1 m1 <<<"${rows[0]}"
+for row in "${rows[@]}"; do
+    read -r r _ _ _ _ _ _ pidfds _ _ _ _ <<<"$row"
+    # The identity cache holds one pidfd per process it resolved, dead ones included, up to
+    # its cap (4096, or a quarter of RLIMIT_NOFILE): bounded, but reported.
+    [ "$pidfds" -le "${SOAK_PIDFD_CAP:-4096}" ] || fail+=("run $r: $pidfds pidfds held, over the identity cache's cap")
+done
+for row in "${rows[@]:1}"; do
+    read -r r _ _ _ _ _ fds _ thr rss procs m <<<"$row"
+    # Path fds: the inode table (one O_PATH fd per inode the kernel holds) and the run's
+    # conversations/ entries that stay; allow a few per run.
+    [ "$fds" -le $((fds1 + ${SOAK_FD_SLACK:-64})) ] || fail+=("run $r: $fds daemon fds (pidfds aside), $fds1 after run 1")
+    [ "$thr" -le "$thr1" ] || fail+=("run $r: $thr daemon threads, $thr1 after run 1")
+    [ "$procs" -le "$procs1" ] || fail+=("run $r: $procs processes under the daemon, $procs1 after run 1")
+    [ "$m" -le "$m1" ] || fail+=("run $r: $m smithfs mounts, $m1 after run 1")
+    [ "$rss" -le $((rss1 + slack)) ] || fail+=("run $r: RSS $rss kB, $rss1 kB after run 1 (slack $slack)")
+done
+[ "$procs1" = 0 ] || fail+=("$procs1 processes left under the daemon after run 1")
+journal_bad=$(grep -vc '^{.*}$' "$mnt/.smithfs/events.jsonl" || true)
+[ "$journal_bad" = 0 ] || fail+=("$journal_bad journal lines are not JSON objects")
+"$smithfs" umount "$mnt"
+m_after=$(grep -c 'smithfs' /proc/self/mountinfo || true)
+[ "$m_after" -le "$mounts_before" ] || fail+=("$m_after smithfs mounts after umount")
+gone=""
+for i in $(seq 1 200); do
+    if ! kill -0 "$daemon" 2>/dev/null; then
+        gone=$i
+        break
+    fi
+    sleep 0.1
+done
+if [ -z "$gone" ]; then
+    fail+=("the daemon was still running 20 s after umount")
+elif [ "$gone" -gt 1 ]; then
+    echo "soak.sh: the daemon exited $((gone / 10)).$((gone % 10)) s after \`smithfs umount\` returned"
+fi
+if [ "${#fail[@]}" = 0 ]; then
+    echo "soak.sh: PASS $runs runs × $expect_smiths smiths; fds $fds1, threads $thr1, RSS ${rss1} kB after run 1"
+    exit 0
+fi
+printf 'soak.sh:   %s\n' "${fail[@]}"
+echo "soak.sh: FAIL ${#fail[@]} problem(s)"
+exit 1
