@@ -1376,6 +1376,7 @@ fn passed_file_handle_is_judged_by_its_opener_for_io_only() {
         let sock = m.scratch().join("fd.sock");
         let out1 = m.scratch().join("sender.out");
         let out2 = m.scratch().join("receiver.out");
+        let ready = m.scratch().join("receiver.ready");
         let mut receiver = spawn_bound(
             &dir,
             "smith-root/smith-002",
@@ -1386,6 +1387,7 @@ fn passed_file_handle_is_judged_by_its_opener_for_io_only() {
 import os, sys, socket, errno
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.bind(sys.argv[1]); s.listen(1)
+open(sys.argv[3], "w").close()
 c, _ = s.accept()
 msg, fds, _, _ = socket.recv_fds(c, 16, 1)
 fd = fds[0]
@@ -1405,11 +1407,14 @@ c.send(b"done")
                 sock.as_os_str(),
                 dir.join("smiths/smith-root/children/smith-001/private/shared")
                     .as_os_str(),
+                ready.as_os_str(),
             ],
             &out2,
         );
+        // The socket file exists from bind(2) on, before listen(2): wait for the marker the
+        // receiver writes after listening, or a connect may be refused.
         poll_until(Duration::from_secs(20), "the receiver to listen", || {
-            sock.exists()
+            ready.exists()
         });
         let mut sender = spawn_bound(
             &dir,
@@ -1438,8 +1443,9 @@ print("owner-fchmod=ok")
         assert_eq!(
             wait_child(&mut receiver, Duration::from_secs(30)),
             Some(0),
-            "{}",
-            std::fs::read_to_string(&out2).unwrap()
+            "receiver: {} sender: {}",
+            std::fs::read_to_string(&out2).unwrap_or_default(),
+            std::fs::read_to_string(&out1).unwrap_or_default()
         );
         assert_eq!(
             wait_child(&mut sender, Duration::from_secs(30)),
