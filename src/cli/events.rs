@@ -25,10 +25,8 @@ pub struct EventsArgs {
 }
 
 fn print_line(out: &mut impl Write, line: &str, json: bool) -> std::io::Result<()> {
-    if json {
-        return writeln!(out, "{line}");
-    }
     match serde_json::from_str::<serde_json::Value>(line) {
+        Ok(v) if json => writeln!(out, "{line}").map(|()| drop(v)),
         Ok(v) => writeln!(out, "{}", format_event(&v)),
         Err(_) => Ok(()), // not an event (a torn line): skipped, as the journal's reader does
     }

@@ -378,7 +378,7 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
         }));
     }
     let unmounter = session.unmount_callable();
-    spawn_signal_thread(signals, unmounter, sched.clone())?;
+    spawn_signal_thread(dir.to_path_buf(), signals, unmounter, sched.clone())?;
     if let Some(r) = report.take() {
         r.write_all(b"ready\n")?;
         detach_stdio();
@@ -603,6 +603,7 @@ fn block_signals() -> Result<nix::sys::signal::SigSet> {
 /// Wait for one of the blocked signals; when one arrives, stop the runs (journaled
 /// `run.interrupted`), then unmount cleanly.
 fn spawn_signal_thread(
+    dir: PathBuf,
     set: nix::sys::signal::SigSet,
     mut unmounter: fuser::SessionUnmounter,
     sched: Arc<Scheduler>,
@@ -614,7 +615,15 @@ fn spawn_signal_thread(
                 tracing::info!(?sig, "signal received: stopping runs and unmounting");
                 sched.shutdown();
                 if let Err(e) = unmounter.unmount() {
-                    tracing::error!("unmount failed: {e}");
+                    // A process that just left the mount may still be exiting: retry a busy
+                    // unmount for a moment before giving up.
+                    let retried = (0..30).any(|_| {
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                        super::umount::kernel_unmount(&dir, false).is_ok()
+                    });
+                    if !retried {
+                        tracing::error!("unmount failed: {e}");
+                    }
                 }
             }
         })

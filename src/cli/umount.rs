@@ -69,7 +69,7 @@ fn stop_daemon(dir: &std::path::Path) -> Result<(), ()> {
 
 /// Unmount `dir` in the kernel: `umount2` as root (`MNT_DETACH` for a dead mount), else
 /// `fusermount3 -u` (`-uz`).
-fn kernel_unmount(dir: &std::path::Path, detach: bool) -> Result<()> {
+pub(crate) fn kernel_unmount(dir: &std::path::Path, detach: bool) -> Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         let c = std::ffi::CString::new(dir.as_os_str().as_bytes())?;

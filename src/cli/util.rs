@@ -71,8 +71,11 @@ pub fn mounted_fs_type(dir: &Path) -> Option<String> {
 pub fn mount_state(dir: &Path) -> MountState {
     match mounted_fs_type(dir) {
         None => MountState::NotMounted,
-        Some(t) if t == FS_TYPE => match std::fs::metadata(dir) {
-            Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => MountState::Dead,
+        // opendir always reaches the daemon (stat may be answered from the kernel's cache).
+        Some(t) if t == FS_TYPE => match std::fs::read_dir(dir) {
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED)) => {
+                MountState::Dead
+            }
             _ => MountState::Live,
         },
         Some(t) => MountState::Other(t),

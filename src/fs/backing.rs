@@ -58,6 +58,16 @@ pub fn component(name: &OsStr) -> SysResult<CString> {
     CString::new(bytes).map_err(|_| Errno::EINVAL)
 }
 
+/// Prefixes of the temporary names the daemon's atomic writes use (a scaffold being built, a
+/// file being replaced). They never show through the mount, and a crash's leftovers are removed
+/// at the next start (PROTOCOL.md §4, §9: never visible half-made).
+pub const TEMP_PREFIXES: [&[u8]; 2] = [b".smithfs-new.", b".smithfs-tmp."];
+
+/// Is `name` one of the daemon's temporary names?
+pub fn is_daemon_temp(name: &[u8]) -> bool {
+    TEMP_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
 /// `/proc/self/fd/N` as a NUL-terminated string on the stack (no allocation: this is on the
 /// path of every open).
 pub struct ProcFdPath {

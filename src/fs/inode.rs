@@ -114,6 +114,14 @@ impl Place {
     /// Epoch marker of a zone that never needs recomputing (the root, virtual entries).
     pub const FIXED: u64 = u64::MAX;
 
+    /// Now reached as `name` in `parent`, with `zone` valid in `epoch`.
+    pub fn set(&mut self, parent: u64, name: &[u8], zone: Zone, epoch: u64) {
+        self.parent = parent;
+        self.name = name.into();
+        self.zone = zone;
+        self.epoch = epoch;
+    }
+
     fn unknown() -> Place {
         Place {
             parent: ROOT_ID,

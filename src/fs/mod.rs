@@ -557,9 +557,9 @@ impl SmithFs {
 
     /// Names in the store's root that the mount never shows or lets anyone create.
     fn reserved(parent: u64, name: &OsStr) -> bool {
-        parent == ROOT_ID
-            && (name.as_bytes() == STATE_DIR.as_bytes()
-                || name.as_bytes() == control::DIR_NAME.as_bytes())
+        let n = name.as_bytes();
+        (parent == ROOT_ID && (n == STATE_DIR.as_bytes() || n == control::DIR_NAME.as_bytes()))
+            || backing::is_daemon_temp(n)
     }
 
     fn name_in(name: &OsStr) -> FsResult<CString> {
@@ -593,6 +593,15 @@ impl SmithFs {
         Ok((inode, self.attr_of(st)))
     }
 
+    /// The zone `inode` has as `name` in `dir`, and the epoch it is valid in.
+    fn zone_for(&self, inode: &Inode, dir: &Inode, name: &[u8]) -> (Zone, u64) {
+        let epoch = self.zone_epoch.load(Ordering::Acquire);
+        let zone = self
+            .entry_zone(dir.id, name, inode.id, inode.is_dir())
+            .unwrap_or_else(Zone::root);
+        (zone, epoch)
+    }
+
     /// Record that `inode` was reached as `name` in `dir`.
     fn place(&self, inode: &Inode, dir: &Inode, name: &[u8]) {
         {
@@ -601,19 +610,13 @@ impl SmithFs {
                 return;
             }
         }
-        let epoch = self.zone_epoch.load(Ordering::Acquire);
-        let zone = self
-            .entry_zone(dir.id, name, inode.id, inode.is_dir())
-            .unwrap_or_else(Zone::root);
+        let (zone, epoch) = self.zone_for(inode, dir, name);
         let mut p = inode.place.lock();
         if p.epoch == Place::FIXED {
             return;
         }
         if p.epoch == 0 || inode.is_dir() {
-            p.parent = dir.id;
-            p.name = name.into();
-            p.zone = zone;
-            p.epoch = epoch;
+            p.set(dir.id, name, zone, epoch);
         } else if p.zone != zone && !p.others.contains(&zone) {
             // Another name of the same file in another zone (made outside the mount).
             p.others.push(zone);
@@ -912,7 +915,15 @@ impl SmithFs {
         let cname = Self::name_in(newname)?;
         let src = self.zone(&inode);
         let dst = self.new_zone(&dir, newname);
-        let d = self.with_ctx(|ctx| decide_link(&who, &src, &dst, ctx));
+        let others = inode.place.lock().others.clone();
+        // Every zone the file has names in must allow it (the intersection rule).
+        let d = self.with_ctx(|ctx| {
+            std::iter::once(&src)
+                .chain(others.iter())
+                .map(|z| decide_link(&who, z, &dst, ctx))
+                .find(|d| !d.is_allowed())
+                .unwrap_or(Decision::Allow)
+        });
         self.enforce(caller, who, d, "link", || self.child_path(&dir, newname))?;
         backing::link(inode.fd()?.as_fd(), dir.fd()?.as_fd(), &cname)?;
         let (linked, attr) = self.lookup_in(&dir, &cname)?;
@@ -1047,15 +1058,20 @@ impl SmithFs {
         let Some(inode) = self.inodes.find(self.inodes.ids.node_id(backing_ino)) else {
             return;
         };
-        let epoch = self.zone_epoch.load(Ordering::Acquire);
-        let zone = self
-            .entry_zone(dir.id, name, inode.id, inode.is_dir())
-            .unwrap_or_else(Zone::root);
+        let (zone, epoch) = self.zone_for(&inode, dir, name);
+        // A file with other names keeps their zones: the rename moved one name, not the inode.
+        let linked = !inode.is_dir()
+            && inode
+                .fd()
+                .ok()
+                .and_then(|f| backing::stat(f.as_fd()).ok())
+                .is_some_and(|st| st.st_nlink > 1);
         let mut p = inode.place.lock();
-        p.parent = dir.id;
-        p.name = name.into();
-        p.zone = zone;
-        p.epoch = epoch;
+        let old = p.zone;
+        p.set(dir.id, name, zone, epoch);
+        if linked && old != zone && !p.others.contains(&old) {
+            p.others.push(old);
+        }
         p.others.retain(|z| *z != zone);
     }
 
@@ -1374,7 +1390,7 @@ impl SmithFs {
         stream.seek(offset);
         while let Some(ent) = stream.next_entry()? {
             let name = OsStr::from_bytes(&ent.name);
-            if at_root && Self::reserved(ROOT_ID, name) {
+            if Self::reserved(h.inode.id, name) {
                 continue;
             }
             let dot = ent.name == b"." || ent.name == b"..";
@@ -1587,10 +1603,10 @@ impl SmithFs {
                 Some(s) => s().into_bytes(),
                 None => self.plain_status().into_bytes(),
             },
-            ControlFile::Events => {
-                backing::read_file(self.state.as_fd(), std::path::Path::new("events.jsonl"))
-                    .unwrap_or_default()
-            }
+            ControlFile::Events => journal_lines(
+                &backing::read_file(self.state.as_fd(), std::path::Path::new("events.jsonl"))
+                    .unwrap_or_default(),
+            ),
             ControlFile::Ctl => Vec::new(),
         };
         Ok(self.controls.insert(ControlHandle { file: f, data }))
@@ -1792,6 +1808,20 @@ impl SmithFs {
             .collect();
         serde_json::json!({"smiths": smiths, "agent_configured": false}).to_string() + "\n"
     }
+}
+
+/// The journal as served in `.smithfs/events.jsonl`: complete lines that are JSON objects; a
+/// torn line left by a crash is dropped (PROTOCOL.md §7).
+fn journal_lines(raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(raw.len());
+    for line in raw.split_inclusive(|b| *b == b'\n') {
+        if line.ends_with(b"\n")
+            && serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(line).is_ok()
+        {
+            out.extend_from_slice(line);
+        }
+    }
+    out
 }
 
 /// The completion event for a regular file named `name` in a directory of zone `dir`

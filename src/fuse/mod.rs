@@ -480,12 +480,10 @@ impl Filesystem for FuseFs {
         mut reply: ReplyDirectoryPlus,
     ) {
         let r = self.fs.readdir(ino.0, fh.0, offset, true, |e| {
-            let attr = e.attr.map(|a| file_attr(&a)).unwrap_or_else(|| {
-                let mut st: libc::stat = unsafe { std::mem::zeroed() };
-                st.st_ino = e.ino;
-                st.st_mode = e.kind;
-                file_attr(&Attr(st))
-            });
+            // `SmithFs::readdir` gives every entry its attributes when asked for `plus`.
+            let Some(attr) = e.attr.map(|a| file_attr(&a)) else {
+                return false;
+            };
             reply.add(
                 INodeNo(e.ino),
                 e.offset,

@@ -243,10 +243,44 @@ fn cgroup_dir_of(pid: u32) -> Result<PathBuf, String> {
         .ok_or_else(|| "no cgroup2 mount holds the daemon's cgroup".to_string())
 }
 
+/// Remove the empty `smithfs-<pid>` cgroups (and their empty smith cgroups) that daemons killed
+/// before they could clean up left under `base`: only those whose daemon pid no longer exists,
+/// and only what `rmdir` accepts (a cgroup that still holds processes stays).
+fn remove_stale_parents(base: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("smithfs-"))
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let gone = procfs::process_gone(pid);
+        if !gone {
+            continue;
+        }
+        if let Ok(children) = std::fs::read_dir(e.path()) {
+            for c in children.flatten() {
+                if c.path().is_dir() && cgroup::is_ours(&c.file_name()) {
+                    let _ = std::fs::remove_dir(c.path());
+                }
+            }
+        }
+        if std::fs::remove_dir(e.path()).is_ok() {
+            tracing::info!(cgroup = %e.path().display(), "removed a stale cgroup of a dead daemon");
+        }
+    }
+}
+
 /// Creates `smithfs-<pid>` and its `operator` cgroup under the daemon's cgroup, and checks that
 /// processes can be moved in and killed there.
 fn create_cgroups(daemon_pid: u32) -> Result<CgroupState, String> {
     let base = cgroup_dir_of(daemon_pid)?;
+    remove_stale_parents(&base);
     let path = base.join(format!("smithfs-{daemon_pid}"));
     let parent = Cgroup::create(&path).map_err(|e| format!("mkdir {}: {e}", path.display()))?;
     let check = || -> Result<Arc<Cgroup>, String> {

@@ -344,6 +344,23 @@ impl Exec {
             (None, Some(_)) => false,
         };
         let pgid = if same { pgid } else { 0 };
+        // A dead daemon's run may have left `setsid` descendants outside its process group but
+        // inside its (old) cgroup: kill that cgroup too.
+        if let Some(cg) = o.cgroup.as_deref().and_then(dead_daemons_cgroup) {
+            let _ = std::fs::write(cg.join("cgroup.kill"), b"1");
+            let deadline = Instant::now() + grace;
+            while Instant::now() < deadline
+                && std::fs::read_to_string(cg.join("cgroup.procs"))
+                    .is_ok_and(|p| !p.trim().is_empty())
+            {
+                std::thread::sleep(GROUP_POLL);
+            }
+            let _ = std::fs::remove_dir(&cg);
+            if let Some(parent) = cg.parent() {
+                let _ = std::fs::remove_dir(parent.join("operator"));
+                let _ = std::fs::remove_dir(parent);
+            }
+        }
         for sig in [libc::SIGTERM, libc::SIGKILL] {
             if let Some(s) = s {
                 self.binder.kill_smith(s, sig);
@@ -1016,4 +1033,20 @@ fn set_outcome(ev: &mut Event, outcome: Option<Outcome>) {
 
 fn runner_ticks(pid: Option<u32>) -> Option<u64> {
     pid.and_then(runner::start_ticks)
+}
+
+/// The cgroup `path` recorded for a run, if it is a smith cgroup of a smithfs daemon that no longer
+/// exists (`…/smithfs-<dead pid>/<smith cgroup>`): only such a cgroup may be killed on restart.
+fn dead_daemons_cgroup(path: &str) -> Option<PathBuf> {
+    let p = Path::new(path);
+    let parent = p.parent()?;
+    let pid: i32 = parent
+        .file_name()?
+        .to_str()?
+        .strip_prefix("smithfs-")?
+        .parse()
+        .ok()?;
+    let ours = p.file_name().is_some_and(crate::identity::cgroup::is_ours);
+    let dead = crate::identity::procfs::process_gone(pid);
+    (ours && dead && p.starts_with("/sys/fs/cgroup") && p.is_dir()).then(|| p.to_path_buf())
 }

@@ -233,6 +233,8 @@ pub struct OpenRun {
     pub pgid: Option<i32>,
     /// The leader's start time in clock ticks.
     pub start_ticks: Option<u64>,
+    /// The smith's cgroup the run was created in (cgroup mode).
+    pub cgroup: Option<String>,
 }
 
 /// Replay the journal: each smith's history (by full id) and the runs left open.
@@ -268,6 +270,7 @@ pub fn replay(events: &[Event]) -> (HashMap<String, History>, Vec<OpenRun>) {
                     pid: ev.pid,
                     pgid: ev.pgid,
                     start_ticks: ev.start_ticks,
+                    cgroup: ev.cgroup.clone(),
                 });
             }
             "task.assigned" if ev.scheduled != Some(false) => h.terminal = None,

@@ -146,8 +146,18 @@ impl Scheduler {
         let state = backing::ensure_dir(ctx.root.as_fd(), &name, 0o700)?;
         let journal = Arc::new(Journal::open(state.as_fd())?);
         let shared = Arc::new(Shared {
+            // Until the scheduler thread publishes (after killing a dead daemon's leftovers),
+            // the tree is shown as scanned, every smith idle.
             status: Mutex::new(Arc::new(serde_json::json!({
-                "smiths": [],
+                "smiths": ctx.registry.all().iter().map(|s| serde_json::json!({
+                    "full_id": s.full_id,
+                    "parent": s.parent.and_then(|p| ctx.registry.full_id(p)),
+                    "level": s.level,
+                    "state": "idle",
+                    "runs": 0,
+                    "has_result": false,
+                    "last_run": null,
+                })).collect::<Vec<_>>(),
                 "agent_configured": ctx.config.agent.command.is_some(),
             }))),
             overflow: AtomicBool::new(false),

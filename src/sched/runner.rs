@@ -261,6 +261,10 @@ pub fn launch(l: Launch<'_>, binder: &dyn RunBinder) -> io::Result<Started> {
             if libc::setsid() < 0 {
                 return Err(io::Error::last_os_error());
             }
+            // The run leader adopts its own orphans (the flag survives exec): a double-forked
+            // descendant re-parents to a bound process, not to the daemon, so in ancestry mode
+            // it stays the smith while the run lives (PROTOCOL.md §2).
+            libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
             if nofile != 0 {
                 let mut lim = libc::rlimit {
                     rlim_cur: 0,
