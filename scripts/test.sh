@@ -4,7 +4,8 @@
 #   fmt        cargo fmt --check
 #   clippy     cargo clippy --all-targets -- -D warnings
 #   build      cargo build --release
-#   tests      cargo nextest run --release (cargo test --release without nextest), plus doctests
+#   tests      cargo nextest run --release (cargo test --release without nextest), plus doctests;
+#              .config/nextest.toml retries a failed integration test once and reports it FLAKY
 #   pjdfstest  smithfs init + mount --allow-other on a temp dir, scripts/pjdfstest.sh as root in
 #              DIR/pjdfstest through the mount, smithfs umount (a trap unmounts on any failure)
 # Ends with one line, `test.sh: PASS — ...` or `test.sh: FAIL — <stage(s)>`, and exits 0 or 1.
@@ -38,6 +39,7 @@ notes=()
 tests_passed=0
 tests_failed=0
 tests_skipped=0
+tests_flaky=0
 pjd_passed=0
 pjd_failed=0
 pjd_skipped=0
@@ -122,6 +124,7 @@ stage_tests() {
         tests_passed="$(sum_counts "$log" '^ *Summary \[' passed)"
         tests_failed="$(sum_counts "$log" '^ *Summary \[' failed)"
         tests_skipped="$(sum_counts "$log" '^ *Summary \[' skipped)"
+        tests_flaky="$(sum_counts "$log" '^ *Summary \[' flaky)"
         if [ -f src/lib.rs ]; then # nextest does not run doctests
             cargo test --release --doc 2>&1 | tee "$log.doc" || rc=$?
             tests_passed=$((tests_passed + $(sum_counts "$log.doc" '^test result:' passed)))
@@ -248,7 +251,11 @@ if wanted tests; then
     if [[ " ${failed_stages[*]} " == *" tests "* ]]; then
         parts+=("tests FAILED ($tests_failed failed, $tests_passed passed)")
     else
-        parts+=("$tests_passed tests passed")
+        if [ "$tests_flaky" -gt 0 ]; then
+            parts+=("$tests_passed tests passed ($tests_flaky flaky: passed on a retry, see FLAKY in the log)")
+        else
+            parts+=("$tests_passed tests passed")
+        fi
     fi
 fi
 if wanted pjdfstest && [ "$(id -u)" = 0 ]; then
