@@ -13,7 +13,7 @@ pub mod zone;
 mod tests;
 
 pub use crate::config::{Limits, OperatorMode};
-pub use children::{check_new_child, child_name, child_number, Family};
+pub use children::{check_new_child, Family};
 pub use rules::{
     decide, decide_all, decide_link, decide_rename, relation, rights, Caller, Ctx, Decision,
     Denial, Names, NewKind, NoNames, Op, OpClass, Relation, Removal, Rights,

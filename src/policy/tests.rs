@@ -886,11 +886,12 @@ fn section_4_step_4_count() {
 }
 
 #[test]
-fn child_names() {
-    assert_eq!(child_name(4), "smith-004");
-    assert_eq!(child_name(1234), "smith-1234");
-    assert_eq!(child_number("smith-004"), Some(4));
-    assert_eq!(child_number("smith-04"), None);
+fn smith_000_counts_as_a_used_number() {
+    let c = rw();
+    let sx = Identity::Smith(X);
+    assert_eq!(child(sx, family(X, 0, None, 0), "smith-000", &c), Ok(0));
+    let d = child(sx, family(X, 0, Some(0), 1), "smith-000", &c).unwrap_err();
+    assert!(d.why.ends_with("use smith-001."), "{}", d.why);
 }
 
 // ---- property tests ----
