@@ -151,12 +151,24 @@ pub enum FsEvent {
 pub trait Identities: Send + Sync {
     /// The identity of the thread `pid` (0: Unknown).
     fn resolve(&self, pid: u32) -> Identity;
-    /// Bind the process of thread `pid` to `smith` (`ctl bind`). Errors: an errno.
-    fn bind(&self, pid: u32, smith: SmithIdx) -> Result<(), Errno>;
+    /// Bind the process of thread `pid` to `smith` (`ctl bind`).
+    ///
+    /// # Errors
+    /// A [`BindError`]: the errno for the `ctl` write and the reason, which `.smithfs/why` shows.
+    fn bind(&self, pid: u32, smith: SmithIdx) -> Result<(), BindError>;
     /// A smith was registered (cgroup mode makes its cgroup).
     fn register_smith(&self, smith: SmithIdx, full_id: &str);
     /// `cgroup` or `ancestry`, for `whoami`.
     fn mode_name(&self) -> &'static str;
+}
+
+/// Why [`Identities::bind`] failed: the errno the `ctl` write returns and a one-line reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindError {
+    /// The errno, e.g. ESRCH (the process is gone) or EBUSY (it is another smith already).
+    pub errno: Errno,
+    /// What failed, e.g. `moving 123 into /sys/fs/cgroup/…: No such device`.
+    pub reason: String,
 }
 
 /// No binding: every process with a pid is the operator, pid 0 is Unknown.
@@ -171,8 +183,11 @@ impl Identities for NoBinding {
             Identity::Operator
         }
     }
-    fn bind(&self, _pid: u32, _smith: SmithIdx) -> Result<(), Errno> {
-        Err(Errno::ENOSYS)
+    fn bind(&self, _pid: u32, _smith: SmithIdx) -> Result<(), BindError> {
+        Err(BindError {
+            errno: Errno::ENOSYS,
+            reason: "this mount binds no processes".into(),
+        })
     }
     fn register_smith(&self, _smith: SmithIdx, _full_id: &str) {}
     fn mode_name(&self) -> &'static str {
@@ -1684,9 +1699,26 @@ impl SmithFs {
                         },
                     ));
                 }
-                self.identities
-                    .bind(caller.pid, smith)
-                    .map_err(FsError::Backing)?;
+                if let Err(e) = self.identities.bind(caller.pid, smith) {
+                    return Err(self.denied(
+                        caller,
+                        who,
+                        verb,
+                        path(),
+                        Denial {
+                            errno: e.errno,
+                            rule: "ctl-bind-failed",
+                            why: format!(
+                                "Process {} could not be bound to {full_id}: {}.",
+                                caller.pid, e.reason
+                            ),
+                            alternative: "Retry `smithfs run`; if it keeps failing, see \
+                                          `smithfs doctor` and the daemon log \
+                                          (.smithfs-state/daemon.log)."
+                                .into(),
+                        },
+                    ));
+                }
                 tracing::info!(pid = caller.pid, smith = %full_id, "process bound");
             }
             Command::Cancel(_) => {
