@@ -1822,23 +1822,7 @@ impl SmithFs {
     }
 
     fn plain_status(&self) -> String {
-        let smiths: Vec<serde_json::Value> = self
-            .registry
-            .all()
-            .into_iter()
-            .map(|s| {
-                serde_json::json!({
-                    "full_id": s.full_id,
-                    "parent": s.parent.and_then(|p| self.registry.full_id(p)),
-                    "level": s.level,
-                    "state": "idle",
-                    "runs": 0,
-                    "has_result": false,
-                    "last_run": null,
-                })
-            })
-            .collect();
-        serde_json::json!({"smiths": smiths, "agent_configured": false}).to_string() + "\n"
+        self.registry.idle_status(false).to_string() + "\n"
     }
 }
 

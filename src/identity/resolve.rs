@@ -276,6 +276,26 @@ fn remove_stale_parents(base: &std::path::Path) {
     }
 }
 
+/// [`Cgroup::move_in`], tried up to three times (after 2 ms and 20 ms) unless the process is gone
+/// (`ESRCH`): a migration can fail transiently while the machine is busy forking and exiting
+/// (a `smithfs run` under full test-suite load once got an I/O error here).
+fn move_in_retrying(cg: &Cgroup, pid: u32) -> io::Result<()> {
+    let mut pauses = [2, 20].into_iter();
+    loop {
+        match cg.move_in(pid) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Err(e),
+            Err(e) => match pauses.next() {
+                Some(ms) => {
+                    tracing::warn!("moving {pid} into {}: {e}; retrying", cg.path.display());
+                    std::thread::sleep(std::time::Duration::from_millis(ms));
+                }
+                None => return Err(e),
+            },
+        }
+    }
+}
+
 /// Creates `smithfs-<pid>` and its `operator` cgroup under the daemon's cgroup, and checks that
 /// processes can be moved in and killed there.
 fn create_cgroups(daemon_pid: u32) -> Result<CgroupState, String> {
@@ -713,14 +733,13 @@ impl Resolver {
         }
         match cgroup {
             Some(cg) if self.mode == Effective::Cgroup => {
-                cg.move_in(process.pid)
-                    .map_err(|e| match e.raw_os_error() {
-                        Some(libc::ESRCH) => IdentityError::NoSuchProcess(pid),
-                        _ => IdentityError::Io {
-                            what: format!("moving {} into {}", process.pid, cg.path.display()),
-                            source: e,
-                        },
-                    })?;
+                move_in_retrying(&cg, process.pid).map_err(|e| match e.raw_os_error() {
+                    Some(libc::ESRCH) => IdentityError::NoSuchProcess(pid),
+                    _ => IdentityError::Io {
+                        what: format!("moving {} into {}", process.pid, cg.path.display()),
+                        source: e,
+                    },
+                })?;
             }
             _ => {
                 let mut bound = self.bound.write();
