@@ -512,3 +512,58 @@ fn is_gone(inode: &Inode) -> bool {
         Err(_) => true,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsStr;
+
+    use super::*;
+
+    fn z(name: &str) -> Zone {
+        Zone::root().child_zone(OsStr::new(name))
+    }
+
+    fn names(p: &Place) -> Vec<(u64, Vec<u8>)> {
+        let mut v: Vec<(u64, Vec<u8>)> = std::iter::once((p.parent, p.name.to_vec()))
+            .chain(p.others.iter().map(|o| (o.parent, o.name.to_vec())))
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn names_are_added_once_renamed_and_removed() {
+        let mut p = Place::unknown();
+        p.add_name(10, b"a", z("results"), 1);
+        assert!(p.is(10, b"a") && p.others.is_empty());
+        p.add_name(10, b"a", z("results"), 2);
+        p.add_name(11, b"b", z("agents"), 2);
+        p.add_name(11, b"b", z("agents"), 2);
+        assert_eq!(names(&p), [(10, b"a".to_vec()), (11, b"b".to_vec())]);
+        // Renaming another name keeps the place; renaming the place moves it.
+        p.rename_name((11, b"b"), (12, b"c"), z("agents"), 3);
+        assert!(p.is(10, b"a"));
+        assert_eq!(names(&p), [(10, b"a".to_vec()), (12, b"c".to_vec())]);
+        p.rename_name((10, b"a"), (10, b"d"), z("results"), 3);
+        assert!(p.is(10, b"d"));
+        assert_eq!(names(&p), [(10, b"d".to_vec()), (12, b"c".to_vec())]);
+        // Removing the place promotes another known name.
+        p.remove_name(10, b"d");
+        assert!(p.is(12, b"c") && p.others.is_empty());
+        assert_eq!(p.zone, z("agents"));
+        p.remove_name(99, b"x");
+        assert!(p.is(12, b"c"));
+    }
+
+    #[test]
+    fn many_names_keep_every_zone() {
+        let mut p = Place::unknown();
+        p.add_name(1, b"first", z("results"), 1);
+        for i in 0..100u32 {
+            p.add_name(2, format!("n{i}").as_bytes(), z("results"), 1);
+        }
+        assert_eq!(p.others.len(), Place::MAX_OTHERS);
+        p.add_name(3, b"elsewhere", z("agents"), 1);
+        assert!(p.others.iter().any(|o| o.zone == z("agents")));
+    }
+}
