@@ -44,8 +44,11 @@ impl Identities for Ids {
             .copied()
             .unwrap_or(Identity::Operator)
     }
-    fn bind(&self, _pid: u32, _smith: SmithIdx) -> Result<(), Errno> {
-        Err(Errno::ENOSYS)
+    fn bind(&self, _pid: u32, _smith: SmithIdx) -> Result<(), smithfs::fs::BindError> {
+        Err(smithfs::fs::BindError {
+            errno: Errno::ENOSYS,
+            reason: "test identities bind nothing".into(),
+        })
     }
     fn register_smith(&self, _smith: SmithIdx, _full_id: &str) {}
     fn mode_name(&self) -> &'static str {

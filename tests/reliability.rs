@@ -1321,6 +1321,43 @@ wait
     eprintln!("{reused} recycled pids, none inherited the dead smith's identity");
 }
 
+/// A daemon started in its own pid namespace (`unshare -pf --mount-proc`) sees none of the other
+/// daemons' pids: its start-up cleanup of dead daemons' cgroups must still leave a live daemon's
+/// (idle, so empty) smith cgroups alone, and that daemon's next `smithfs run` still binds.
+#[test]
+fn daemon_in_another_pid_namespace_leaves_live_cgroups_alone() {
+    let m = TestMount::new();
+    m.sh_ok("mkdir smiths/smith-root/children/smith-001");
+    let other = fresh();
+    // Cleanup only takes cgroups untouched for 10 s (a starting daemon's are younger).
+    let made = std::time::Instant::now();
+    poll_until(Duration::from_secs(30), "the cgroups to be 11 s old", || {
+        made.elapsed() >= Duration::from_secs(11)
+    });
+    let script = format!(
+        r#"{s} mount "{d}" -f --allow-other 2>/dev/null &
+for i in $(seq 1 200); do [ -e "{d}/.smithfs/whoami" ] && break; sleep 0.05; done
+[ -e "{d}/.smithfs/whoami" ] || exit 7
+{s} umount "{d}"
+wait
+"#,
+        s = SMITHFS,
+        d = other.path().display()
+    );
+    let r = run(Command::new("unshare").args(["-pf", "--mount-proc", "bash", "-c", &script]));
+    assert!(r.ok(), "daemon in a pid namespace: {r:?}");
+    let bound = run(Command::new(SMITHFS).args([
+        os("run"),
+        os("--mount"),
+        m.path().as_os_str(),
+        os("--smith"),
+        os("smith-root/smith-001"),
+        os("--"),
+        os("true"),
+    ]));
+    assert!(bound.ok(), "the live daemon still binds: {bound:?}");
+}
+
 /// A bound agent that starts a process in a new pid namespace (`unshare -pf`): the process
 /// keeps its smith's identity and rights.
 #[test]

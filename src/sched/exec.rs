@@ -1067,13 +1067,15 @@ fn runner_ticks(pid: Option<u32>) -> Option<u64> {
 fn dead_daemons_cgroup(path: &str) -> Option<PathBuf> {
     let p = Path::new(path);
     let parent = p.parent()?;
-    let pid: i32 = parent
+    let named = parent
         .file_name()?
-        .to_str()?
-        .strip_prefix("smithfs-")?
-        .parse()
-        .ok()?;
+        .as_encoded_bytes()
+        .starts_with(b"smithfs-");
     let ours = p.file_name().is_some_and(crate::identity::cgroup::is_ours);
-    let dead = crate::identity::procfs::process_gone(pid);
-    (ours && dead && p.starts_with("/sys/fs/cgroup") && p.is_dir()).then(|| p.to_path_buf())
+    // Whether its daemon lives is told by the daemon's claim on the parent, not by its pid
+    // (which a daemon in another pid namespace may share).
+    (named && ours && p.starts_with("/sys/fs/cgroup") && p.is_dir())
+        .then(|| !crate::identity::cgroup::claimed(parent))
+        .filter(|dead| *dead)
+        .map(|_| p.to_path_buf())
 }
