@@ -440,7 +440,6 @@ print(" ".join(res))
 /// process is verified and gone), journals it `run.interrupted`, runs the smith again and the
 /// work finishes: `results/final.md` appears.
 #[test]
-#[ignore = "flaky under full-suite load: in one clean CI run the leftover run was not killed within 30 s; passes alone and in the reliability binary; under investigation"]
 fn resume_after_crash_kills_leftover_runs_and_finishes() {
     let mut m = TestMount::new();
     m.umount();
