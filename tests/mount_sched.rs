@@ -323,14 +323,21 @@ fn max_concurrent_is_never_exceeded() {
     s.wait_file(40, "results/final.md");
     s.wait_state(10, ROOT, "done");
     let mut spans = Vec::new();
+    let mut runs = Vec::new();
     for full in
         std::iter::once(ROOT.to_string()).chain((1..=5).map(|i| format!("smith-root/smith-{i:03}")))
     {
         for m in s.metas(&full) {
             spans.push((ts(&m["start"]), ts(&m["end"])));
+            runs.push((full.clone(), m["wake"].clone()));
         }
     }
-    assert_eq!(spans.len(), 7, "root twice, five children once");
+    assert_eq!(
+        spans.len(),
+        7,
+        "root twice, five children once: {runs:?}\njournal: {}",
+        serde_json::Value::Array(s.events())
+    );
     let mut points: Vec<(f64, i32)> = spans
         .iter()
         .flat_map(|(a, b)| [(*a, 1), (*b, -1)])
