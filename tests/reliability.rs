@@ -1330,9 +1330,11 @@ fn daemon_in_another_pid_namespace_leaves_live_cgroups_alone() {
     let other = fresh();
     // Cleanup only takes cgroups untouched for 10 s (a starting daemon's are younger).
     let made = std::time::Instant::now();
-    poll_until(Duration::from_secs(30), "the cgroups to be 11 s old", || {
-        made.elapsed() >= Duration::from_secs(11)
-    });
+    poll_until(
+        Duration::from_secs(30),
+        "the cgroups to be 11 s old",
+        || made.elapsed() >= Duration::from_secs(11),
+    );
     let script = format!(
         r#"{s} mount "{d}" -f --allow-other 2>/dev/null &
 for i in $(seq 1 200); do [ -e "{d}/.smithfs/whoami" ] && break; sleep 0.05; done

@@ -1818,59 +1818,41 @@ impl SmithFs {
             Command::Bind(f) => ("bind", f.clone()),
             Command::Cancel(f) => ("cancel", f.clone()),
         };
+        let deny = |d: Denial| self.denied(caller, who, verb, path(), d);
         let Some(smith) = self.registry.by_full_id(&full_id) else {
-            return Err(self.denied(
-                caller,
-                who,
-                verb,
-                path(),
-                Denial {
-                    errno: Errno::ENOENT,
-                    rule: "ctl-no-such-smith",
-                    why: format!("There is no smith {full_id}."),
-                    alternative: "Name an existing smith by its full id (see `smithfs status`)."
-                        .into(),
-                },
-            ));
+            return Err(deny(Denial {
+                errno: Errno::ENOENT,
+                rule: "ctl-no-such-smith",
+                why: format!("There is no smith {full_id}."),
+                alternative: "Name an existing smith by its full id (see `smithfs status`).".into(),
+            }));
         };
         match cmd {
             Command::Bind(_) => {
                 if who != Identity::Operator {
-                    return Err(self.denied(
-                        caller,
-                        who,
-                        verb,
-                        path(),
-                        Denial {
-                            errno: Errno::EACCES,
-                            rule: "ctl-bind-operator-only",
-                            why: format!(
-                                "Only the operator may bind a process; {} may not.",
-                                self.identity_name(who)
-                            ),
-                            alternative: "Smiths start children by writing their inboxes.".into(),
-                        },
-                    ));
+                    return Err(deny(Denial {
+                        errno: Errno::EACCES,
+                        rule: "ctl-bind-operator-only",
+                        why: format!(
+                            "Only the operator may bind a process; {} may not.",
+                            self.identity_name(who)
+                        ),
+                        alternative: "Smiths start children by writing their inboxes.".into(),
+                    }));
                 }
                 if let Err(e) = self.identities.bind(caller.pid, smith) {
-                    return Err(self.denied(
-                        caller,
-                        who,
-                        verb,
-                        path(),
-                        Denial {
-                            errno: e.errno,
-                            rule: "ctl-bind-failed",
-                            why: format!(
-                                "Process {} could not be bound to {full_id}: {}.",
-                                caller.pid, e.reason
-                            ),
-                            alternative: "Retry `smithfs run`; if it keeps failing, see \
+                    return Err(deny(Denial {
+                        errno: e.errno,
+                        rule: "ctl-bind-failed",
+                        why: format!(
+                            "Process {} could not be bound to {full_id}: {}.",
+                            caller.pid, e.reason
+                        ),
+                        alternative: "Retry `smithfs run`; if it keeps failing, see \
                                           `smithfs doctor` and the daemon log \
                                           (.smithfs-state/daemon.log)."
-                                .into(),
-                        },
-                    ));
+                            .into(),
+                    }));
                 }
                 tracing::info!(pid = caller.pid, smith = %full_id, "process bound");
             }
@@ -1881,10 +1863,13 @@ impl SmithFs {
                     Identity::Unknown => false,
                 };
                 if !allowed {
-                    return Err(self.denied(caller, who, verb, path(), Denial {
+                    return Err(deny(Denial {
                         errno: Errno::EACCES,
                         rule: "ctl-cancel-ancestor-only",
-                        why: format!("{} may not cancel {full_id}: only the operator or an ancestor may.", self.identity_name(who)),
+                        why: format!(
+                            "{} may not cancel {full_id}: only the operator or an ancestor may.",
+                            self.identity_name(who)
+                        ),
                         alternative: "Cancel your own descendants only.".into(),
                     }));
                 }
