@@ -1474,10 +1474,11 @@ print("owner-fchmod=ok")
 // ------------------------------------------------------------------------------------------
 
 /// `scripts/soak.sh` with 2 runs of a 15-smith tree (1 + 2 + 4 + 8) on one daemon: every run
-/// counted by all smiths and accounted for in the journal, no fd/thread/process/mount growth.
+/// counted by all smiths and accounted for in the journal; once settled after each run, the
+/// daemon holds no pidfd of a dead process and its other descriptors are back where they were
+/// after the first run (small slack), threads, processes and mounts constant.
 /// `SMITHFS_LONG=1`: the full 3 × 156 smiths.
 #[test]
-#[ignore = "flaky in clean CI: the identity cache keeps pidfds of dead processes up to its cap (4096 or a quarter of RLIMIT_NOFILE), so the daemon fd count grows between short soak runs; the check must allow growth up to the cap (scripts/soak.sh figures in README)"]
 fn soak_short() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/soak.sh");
     let mut cmd = Command::new("bash");
@@ -1485,57 +1486,112 @@ fn soak_short() {
     if !long() {
         cmd.env("SOAK_RUNS", "2").env("SOAK_FANOUT", "2");
     }
-    // Each run removes the previous tree; the daemon keeps one descriptor per removed smith
-    // (bug: removed_smiths_release_their_descriptors), so allow that much growth here.
-    cmd.env("SOAK_FD_SLACK", "200");
     let r = run(&mut cmd);
     eprintln!("{}", r.stdout);
     let out = r.expect_ok("scripts/soak.sh");
     assert!(out.contains("soak.sh: PASS"), "{out}");
 }
 
-/// Descriptors the daemon holds that are not pidfds (the identity cache's, bounded by its cap).
-fn daemon_non_pidfd_fds(pid: i32) -> Vec<String> {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .unwrap()
-        .flatten()
-        .filter_map(|e| std::fs::read_link(e.path()).ok())
-        .map(|t| t.display().to_string())
+/// Descriptors the daemon holds: (pidfds, the others by target).
+fn daemon_fds(pid: i32) -> (usize, Vec<String>) {
+    let targets: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| std::fs::read_link(e.path()).ok())
+                .map(|t| t.display().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    let pidfds = targets
+        .iter()
+        .filter(|t| *t == "anon_inode:[pidfd]")
+        .count();
+    let others = targets
+        .into_iter()
         .filter(|t| t != "anon_inode:[pidfd]")
-        .collect()
+        .collect();
+    (pidfds, others)
+}
+
+/// The cgroups of children still present under the daemon's `smithfs-PID` cgroup (cgroup
+/// identity mode; always empty in ancestry mode).
+fn child_cgroups(pid: i32) -> Vec<String> {
+    use smithfs::identity::{cgroup, procfs};
+    let (Ok(mounts), Ok(own)) = (
+        std::fs::read("/proc/self/mountinfo"),
+        std::fs::read(format!("/proc/{pid}/cgroup")),
+    ) else {
+        return Vec::new();
+    };
+    let (Ok(mounts), Ok(own)) = (procfs::parse_mountinfo(&mounts), procfs::parse_cgroup(&own))
+    else {
+        return Vec::new();
+    };
+    let Some(dir) = cgroup::own_cgroup_dir(&mounts, &own) else {
+        return Vec::new();
+    };
+    let parent = dir.join(format!("smithfs-{pid}"));
+    std::fs::read_dir(parent)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("smith-root.smith-"))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Smith dirs removed by the operator release what the daemon held for them: after three
-/// rounds of "make 5 children, rm -rf them" the daemon's descriptors are back where they
-/// started (the soak's growth, 1 per smith per run).
+/// rounds of "make 5 children, rm -rf them" the daemon's descriptors (pidfds included: the
+/// processes that made the requests are gone) are back where they started, and the cgroups of
+/// the removed smiths are gone. Polls (dropping the kernel's dentry cache, so that it forgets
+/// the inodes it held) until settled.
 #[test]
-#[ignore = "bug: the cgroup identity resolver keeps an open descriptor (and the cgroup dir smithfs-PID/smith-root.smith-NNN) for every smith ever created, also after its smith dir was removed"]
 fn removed_smiths_release_their_descriptors() {
     let m = TestMount::new();
     let pid = m.daemon_pid().unwrap();
-    let settle = || {
-        std::thread::sleep(Duration::from_millis(1200));
-        std::fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
-        std::thread::sleep(Duration::from_millis(300));
+    let drop_caches = || {
+        let _ = std::fs::write("/proc/sys/vm/drop_caches", "2");
     };
-    settle();
-    let before = daemon_non_pidfd_fds(pid);
+    drop_caches();
+    let (pidfds_before, before) = daemon_fds(pid);
+    let cgroup_mode = m
+        .sh_ok("cat .smithfs/whoami")
+        .contains("identity mode: cgroup");
     let mut n = 0;
     for _ in 0..3 {
         for _ in 0..5 {
             n += 1;
             m.sh_ok(&format!("mkdir smiths/smith-root/children/smith-{n:03}"));
         }
+        if cgroup_mode {
+            assert_eq!(child_cgroups(pid).len(), 5, "{:?}", child_cgroups(pid));
+        }
         m.sh_ok("rm -rf smiths/smith-root/children/*");
     }
-    settle();
-    let after = daemon_non_pidfd_fds(pid);
+    let settled = || {
+        drop_caches();
+        let (pidfds, after) = daemon_fds(pid);
+        after.len() <= before.len() + 2
+            && pidfds <= pidfds_before + 2
+            && child_cgroups(pid).is_empty()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !settled() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (pidfds, after) = daemon_fds(pid);
     let extra: Vec<&String> = after.iter().filter(|t| !before.contains(t)).collect();
     assert!(
-        after.len() <= before.len() + 2,
-        "{} descriptors before, {} after 15 smiths were made and removed; new: {extra:?}",
+        after.len() <= before.len() + 2 && pidfds <= pidfds_before + 2,
+        "{} descriptors and {pidfds_before} pidfds before, {} and {pidfds} after 15 smiths were made and removed; new: {extra:?}",
         before.len(),
         after.len()
+    );
+    assert_eq!(
+        child_cgroups(pid),
+        Vec::<String>::new(),
+        "cgroups of removed smiths"
     );
 }
 

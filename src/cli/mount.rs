@@ -298,6 +298,16 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
             .map_err(|e| anyhow!("cannot set up identity resolution: {e}"))?,
     );
     let binding = Arc::new(Binding(resolver.clone()));
+    {
+        // Descriptors track live processes: the resolver drops what it holds for exited ones
+        // (and removes emptied cgroups of removed smiths) once a second.
+        let weak = Arc::downgrade(&resolver);
+        crate::sched::reaper::every_second(move || {
+            if let Some(r) = weak.upgrade() {
+                r.housekeep();
+            }
+        });
+    }
     // The resolver made the daemon a subreaper: orphans of runs land here and are reaped.
     crate::sched::reaper::start();
     tracing::info!(mode = resolver.mode().as_str(), "identity resolution");
@@ -517,6 +527,10 @@ impl Identities for Binding {
         }
     }
 
+    fn unregister_smith(&self, smith: SmithIdx) {
+        self.0.unregister_smith(smith);
+    }
+
     fn mode_name(&self) -> &'static str {
         self.0.mode().as_str()
     }
@@ -524,8 +538,8 @@ impl Identities for Binding {
 
 impl RunBinder for Binding {
     fn cgroup_procs_fd(&self, smith: SmithIdx) -> Option<OwnedFd> {
-        let dir = self.0.smith_cgroup_fd(smith)?;
-        backing::open_file(dir, c"cgroup.procs", libc::O_WRONLY, 0).ok()
+        let cgroup = self.0.smith_cgroup(smith)?;
+        backing::open_file(cgroup.dir.as_fd(), c"cgroup.procs", libc::O_WRONLY, 0).ok()
     }
 
     fn bind_pid(&self, pid: u32, smith: SmithIdx) -> std::io::Result<()> {

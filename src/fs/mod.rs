@@ -155,6 +155,9 @@ pub trait Identities: Send + Sync {
     fn bind(&self, pid: u32, smith: SmithIdx) -> Result<(), Errno>;
     /// A smith was registered (cgroup mode makes its cgroup).
     fn register_smith(&self, smith: SmithIdx, full_id: &str);
+    /// A smith's dir was removed: release what was kept for it (cgroup mode removes its
+    /// cgroup once it is empty).
+    fn unregister_smith(&self, smith: SmithIdx);
     /// `cgroup` or `ancestry`, for `whoami`.
     fn mode_name(&self) -> &'static str;
 }
@@ -175,6 +178,7 @@ impl Identities for NoBinding {
         Err(Errno::ENOSYS)
     }
     fn register_smith(&self, _smith: SmithIdx, _full_id: &str) {}
+    fn unregister_smith(&self, _smith: SmithIdx) {}
     fn mode_name(&self) -> &'static str {
         "none"
     }
@@ -963,11 +967,21 @@ impl SmithFs {
         )?;
         backing::unlink(dir.fd()?.as_fd(), &cname, is_dir)?;
         if is_dir {
-            if let Some((idx, _, _)) = self.registry.smith_at(st.st_ino) {
-                self.registry.unregister(idx);
-            }
+            self.smith_dir_gone(st.st_ino);
         }
         Ok(())
+    }
+
+    /// The directory with backing inode `ino` no longer exists (rmdir, or replaced by a
+    /// rename): if it was a smith dir, forget that smith and its subtree, and release what the
+    /// identity resolver held for them (their cgroups, PROTOCOL.md §2).
+    fn smith_dir_gone(&self, ino: u64) {
+        let Some((idx, _, _)) = self.registry.smith_at(ino) else {
+            return;
+        };
+        for gone in self.registry.unregister(idx) {
+            self.identities.unregister_smith(gone);
+        }
     }
 
     /// Rename (FUSE rename; `flags` are `RENAME_NOREPLACE`/`RENAME_EXCHANGE`): delete at the
@@ -1038,6 +1052,13 @@ impl SmithFs {
                 .is_some_and(|(_, st)| exchange && st.st_mode & libc::S_IFMT == libc::S_IFDIR)
         {
             self.zone_epoch.fetch_add(1, Ordering::AcqRel);
+        }
+        if let Some((_, st)) = &replaced {
+            if !exchange && st.st_mode & libc::S_IFMT == libc::S_IFDIR && st.st_ino != src_st.st_ino
+            {
+                // An (empty) smith dir replaced by a rename is gone like one removed by rmdir.
+                self.smith_dir_gone(st.st_ino);
+            }
         }
         self.moved(src_st.st_ino, &to, newname.as_bytes());
         if exchange {
