@@ -764,6 +764,7 @@ fn section_4_step_2_depth() {
         limits: Limits {
             max_level: 0,
             max_children: 5,
+            ..Limits::default()
         },
         ..rw()
     };
@@ -782,6 +783,7 @@ fn section_4_step_2_depth() {
         limits: Limits {
             max_level: u8::MAX,
             max_children: 5,
+            ..Limits::default()
         },
         ..rw()
     };
@@ -874,6 +876,7 @@ fn section_4_step_4_count() {
         limits: Limits {
             max_level: 3,
             max_children: 0,
+            ..Limits::default()
         },
         ..rw()
     };
