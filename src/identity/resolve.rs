@@ -168,6 +168,9 @@ struct CacheEntry {
     last_used: AtomicU64,
 }
 
+/// Cache entries by thread id, taken out of the cache (a snapshot or a set to evict).
+type Entries = Vec<(u32, Arc<CacheEntry>)>;
+
 /// The cgroups of cgroup mode that are not a smith's.
 struct CgroupState {
     parent: Cgroup,
@@ -727,9 +730,8 @@ impl Resolver {
 
     /// The cache split into entries whose thread is alive and entries whose thread has exited
     /// (a snapshot; no lock is held while polling).
-    #[allow(clippy::type_complexity)]
-    fn partition_cache(&self) -> (Vec<(u32, Arc<CacheEntry>)>, Vec<(u32, Arc<CacheEntry>)>) {
-        let snapshot: Vec<(u32, Arc<CacheEntry>)> = self
+    fn partition_cache(&self) -> (Entries, Entries) {
+        let snapshot: Entries = self
             .cache
             .read()
             .iter()
@@ -752,7 +754,7 @@ impl Resolver {
 
     /// Removes `victims` from the cache (unless an entry was replaced meanwhile), closing
     /// their pidfds once no resolution still uses them; then re-arms the amortised sweep.
-    fn evict_all(&self, victims: Vec<(u32, Arc<CacheEntry>)>) {
+    fn evict_all(&self, victims: Entries) {
         let left = {
             let mut cache = self.cache.write();
             for (tid, e) in &victims {
