@@ -1876,27 +1876,66 @@ libc.syscall(60, 0)  # SYS_exit: only the main thread exits
 // An inode with names in several zones (made outside the mount) gets the intersection
 // ---------------------------------------------------------------------------------------------
 
-both_modes!(
-    multi_zone_inode_gets_intersection,
-    cgroup: [#[ignore = "bug: an inode hard-linked outside the mount into outbox/ and private/ is readable by the parent through outbox/ until some process looks up its private/ name"]],
-    ancestry: [#[ignore = "bug: an inode hard-linked outside the mount into outbox/ and private/ is readable by the parent through outbox/ until some process looks up its private/ name"]],
-    |mode| {
-        let mut t = Tree::new(mode);
-        t.m.umount();
-        let d = t.m.path().join(smith_dir(A));
-        std::fs::write(d.join("outbox/both"), "two names\n").unwrap();
-        std::fs::hard_link(d.join("outbox/both"), d.join("private/both")).unwrap();
-        t.m.mount();
-        // Nobody has looked up private/both yet: the rights are still the intersection of
-        // outbox/ (parent: read) and private/ (parent: none).
-        t.expect(
-            Some(ROOT),
-            &[("os.stat(A+'/outbox/both')", "ok"), ("rd(A+'/outbox/both')", "EACCES")],
-        );
-        t.expect(Some(A), &[("ls(A+'/private')", "ok")]);
-        t.expect(Some(ROOT), &[("rd(A+'/outbox/both')", "EACCES")]);
-    }
-);
+both_modes!(multi_zone_inode_gets_intersection, |mode| {
+    let mut t = Tree::new(mode);
+    t.m.umount();
+    let d = t.m.path().join(smith_dir(A));
+    std::fs::write(d.join("outbox/both"), "two names\n").unwrap();
+    std::fs::hard_link(d.join("outbox/both"), d.join("private/both")).unwrap();
+    // Two names in one zone (outbox/ and outbox/sub/), and two in one directory.
+    std::fs::write(d.join("outbox/pair"), "published twice\n").unwrap();
+    std::fs::hard_link(d.join("outbox/pair"), d.join("outbox/pair2")).unwrap();
+    std::fs::write(d.join("outbox/deep"), "published deeper\n").unwrap();
+    std::fs::hard_link(d.join("outbox/deep"), d.join("outbox/sub/deep")).unwrap();
+    t.m.mount();
+    // Nobody has looked up private/both yet: the daemon sees a file with more links than names
+    // and fails closed, so the parent reads it neither now nor after the private name is seen
+    // (then by the intersection of outbox/ (parent: read) and private/ (parent: none)).
+    t.expect(
+        Some(ROOT),
+        &[
+            ("os.stat(A+'/outbox/both')", "ok"),
+            ("rd(A+'/outbox/both')", "EACCES"),
+        ],
+    );
+    let why = t.why(Some(ROOT));
+    assert!(why.contains("rule: links-unseen"), "{why}");
+    // The owner keeps its rights on both names; a sibling has none.
+    t.expect(
+        Some(A),
+        &[
+            ("rd(A+'/outbox/both')", "ok"),
+            ("rd(A+'/private/both')", "ok"),
+            ("ls(A+'/private')", "ok"),
+        ],
+    );
+    t.expect(Some(B), &[("rd(A+'/outbox/both')", "EACCES")]);
+    t.expect(
+        Some(ROOT),
+        &[
+            ("rd(A+'/outbox/both')", "EACCES"),
+            ("os.stat(A+'/private/both')", "ok"),
+            ("rd(A+'/outbox/both')", "EACCES"),
+        ],
+    );
+    // A second name in the same directory is found by looking there: the parent reads it. One
+    // in another directory of the same zone is unseen until looked up, then its rights apply.
+    t.expect(
+        Some(ROOT),
+        &[
+            ("rd(A+'/outbox/pair')", "ok"),
+            ("rd(A+'/outbox/pair2')", "ok"),
+            ("rd(A+'/outbox/deep')", "EACCES"),
+            ("os.stat(A+'/outbox/sub/deep')", "ok"),
+            ("rd(A+'/outbox/deep')", "ok"),
+        ],
+    );
+    // The operator keeps every right.
+    assert_eq!(
+        t.read(&format!("{}/outbox/both", smith_dir(A))),
+        "two names\n"
+    );
+});
 
 // ---------------------------------------------------------------------------------------------
 // `.smithfs/why`

@@ -563,9 +563,8 @@ fn killed_daemon_leftover_setsid_descendant_is_killed_on_remount() {
 
 /// §7, §9: once `mount` returns, `status` shows the tree rebuilt from the files. While the
 /// scheduler kills a dead daemon's leftovers (here a group that ignores TERM, so up to
-/// `kill_grace_secs`), `status.json` lists no smith at all.
+/// `kill_grace_secs`), `status.json` already shows the journal's history.
 #[test]
-#[ignore = "bug: until the scheduler thread's first publication (after killing a dead daemon's leftovers, up to 2 × kill_grace_secs) status.json lists the scanned tree with every smith idle and runs 0, not the journal's history"]
 fn status_lists_the_tree_as_soon_as_mount_returns() {
     let s = Sm::new(json!({"agent": {"kill_grace_secs": 3}}));
     let mut left = Leftovers::default();

@@ -590,9 +590,9 @@ fn native_tree(base: &Path) {
 /// A concurrent rename/link/unlink/mkdir storm by the root smith (its private/ and its
 /// children's inboxes) and its 4 children (their private/ and outbox/), with the policy on,
 /// gives exactly the results of the same storm on a native directory, the policy's expected
-/// denials (cross-zone link: EXDEV, a child writing its own inbox: EACCES) aside.
+/// denials (cross-zone link, and a cross-zone rename of a file that has other names: EXDEV; a
+/// child writing its own inbox: EACCES) aside.
 #[test]
-#[ignore = "bug: renaming one hard link of a file into another zone moves the zone of the inode, so its other names get the new zone's rights (cross-zone link allowed; a child reads its parent's private file): see hard_link_renamed_into_another_zone_keeps_other_names_private"]
 fn rename_link_unlink_storm_matches_native() {
     storm_matches_native(true);
 }
@@ -680,10 +680,11 @@ fn storm_matches_native(links: bool) {
 }
 
 /// Minimal reproduction of the storm's finding. A parent makes a second name for a file of its
-/// private/ and moves that name into a child's inbox, then removes it there: the file now has
-/// one name, in the parent's private/, and the child must not read it (PROTOCOL.md §3: private
-/// is the owner's alone; a file with names in several zones gets the intersection of their
-/// rights). Likewise a link from a private/ name to outbox/ stays EXDEV.
+/// private/ and moves that name into a child's inbox, then removes it there: the file still has
+/// its name in the parent's private/, and the child must not read it (PROTOCOL.md §3: private
+/// is the owner's alone). Moving a name of a file that has other names into another zone is
+/// EXDEV like a cross-zone link, so `mv` copies: the inbox gets a copy, never a second name of
+/// the private file. Likewise a link from a private/ name to outbox/ stays EXDEV.
 #[test]
 fn hard_link_renamed_into_another_zone_keeps_other_names_private() {
     let m = TestMount::new();
@@ -705,7 +706,11 @@ fn hard_link_renamed_into_another_zone_keeps_other_names_private() {
     };
     as_smith(
         "smith-root",
-        "echo secret > private/t && ln private/t private/t2 && mv private/t2 children/smith-001/inbox/t2 && rm children/smith-001/inbox/t2",
+        "echo secret > private/t && ln private/t private/t2 \
+         && python3 -c 'import os; os.rename(\"private/t2\", \"children/smith-001/inbox/t2\")' 2>&1 | grep -q 'Invalid cross-device link' \
+         && mv private/t2 children/smith-001/inbox/t2 \
+         && test \"$(stat -c %h private/t children/smith-001/inbox/t2)\" = \"$(printf '1\n1')\" \
+         && rm children/smith-001/inbox/t2",
     )
     .expect_ok("parent");
     let read = as_smith("smith-root/smith-001", "cat private/t");
@@ -1322,6 +1327,45 @@ wait
     }
     assert!(reused > 0, "no pid was recycled:\n{}", r.stdout);
     eprintln!("{reused} recycled pids, none inherited the dead smith's identity");
+}
+
+/// A daemon started in its own pid namespace (`unshare -pf --mount-proc`) sees none of the other
+/// daemons' pids: its start-up cleanup of dead daemons' cgroups must still leave a live daemon's
+/// (idle, so empty) smith cgroups alone, and that daemon's next `smithfs run` still binds.
+#[test]
+fn daemon_in_another_pid_namespace_leaves_live_cgroups_alone() {
+    let m = TestMount::new();
+    m.sh_ok("mkdir smiths/smith-root/children/smith-001");
+    let other = fresh();
+    // Cleanup only takes cgroups untouched for 10 s (a starting daemon's are younger).
+    let made = std::time::Instant::now();
+    poll_until(
+        Duration::from_secs(30),
+        "the cgroups to be 11 s old",
+        || made.elapsed() >= Duration::from_secs(11),
+    );
+    let script = format!(
+        r#"{s} mount "{d}" -f --allow-other 2>/dev/null &
+for i in $(seq 1 200); do [ -e "{d}/.smithfs/whoami" ] && break; sleep 0.05; done
+[ -e "{d}/.smithfs/whoami" ] || exit 7
+{s} umount "{d}"
+wait
+"#,
+        s = SMITHFS,
+        d = other.path().display()
+    );
+    let r = run(Command::new("unshare").args(["-pf", "--mount-proc", "bash", "-c", &script]));
+    assert!(r.ok(), "daemon in a pid namespace: {r:?}");
+    let bound = run(Command::new(SMITHFS).args([
+        os("run"),
+        os("--mount"),
+        m.path().as_os_str(),
+        os("--smith"),
+        os("smith-root/smith-001"),
+        os("--"),
+        os("true"),
+    ]));
+    assert!(bound.ok(), "the live daemon still binds: {bound:?}");
 }
 
 /// A bound agent that starts a process in a new pid namespace (`unshare -pf`): the process

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Result};
 
-use super::status::resolve_dir;
+use super::util::resolve_mount;
 
 /// Arguments of `smithfs cancel`.
 #[derive(Debug, clap::Args)]
@@ -26,7 +26,7 @@ pub fn run(args: CancelArgs) -> Result<ExitCode> {
         [dir, id] => (Some(PathBuf::from(dir)), id.as_str()),
         _ => bail!("usage: smithfs cancel [DIR] FULL_ID"),
     };
-    let dir = resolve_dir(dir);
+    let dir = resolve_mount(dir.as_deref())?;
     let id = id.trim();
     if id.is_empty() || id.contains(char::is_whitespace) {
         bail!("`{id}` is not a full smith id");

@@ -21,8 +21,8 @@ use fuser::{MountOption, Session, SessionACL};
 use crate::config::Config;
 
 use super::util::{self, MountState};
-use crate::fs::Identities;
 use crate::fs::{backing, FsOptions, SmithFs, STATE_DIR};
+use crate::fs::{BindError, Identities};
 use crate::fuse::FuseFs;
 use crate::identity::resolve::{IdentityError, Resolver};
 use crate::sched::{Invalidate, RunBinder, SchedCtx, Scheduler};
@@ -561,10 +561,10 @@ impl Identities for Binding {
         self.0.resolve(pid)
     }
 
-    fn bind(&self, pid: u32, smith: SmithIdx) -> Result<(), nix::errno::Errno> {
+    fn bind(&self, pid: u32, smith: SmithIdx) -> Result<(), BindError> {
         self.0.bind(pid, smith).map_err(|e| {
             tracing::warn!("bind of {pid}: {e}");
-            match e {
+            let errno = match e {
                 IdentityError::NoSuchProcess(_) => nix::errno::Errno::ESRCH,
                 IdentityError::UnknownSmith(_) => nix::errno::Errno::ENOENT,
                 IdentityError::AlreadyBound { .. } => nix::errno::Errno::EBUSY,
@@ -573,6 +573,10 @@ impl Identities for Binding {
                 | IdentityError::Conflict { .. }
                 | IdentityError::BadFullId(_)
                 | IdentityError::Io { .. } => nix::errno::Errno::EIO,
+            };
+            BindError {
+                errno,
+                reason: e.to_string(),
             }
         })
     }

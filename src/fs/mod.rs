@@ -29,14 +29,14 @@ use self::control::{Command, ControlFile};
 pub use self::error::{FsError, FsResult};
 use self::handle::{DirHandle, FileHandle, HandleTable};
 pub use self::inode::BackingRef;
-use self::inode::{Inode, InodeTable, Passthrough, Place, ROOT_ID};
+use self::inode::{Inode, InodeTable, Name, Passthrough, Place, ROOT_ID};
 pub use self::why::DenialRecord;
 use self::why::WhyStore;
 use crate::config::{Limits, OperatorMode};
 use crate::identity::Identity;
 use crate::policy::{
-    check_new_child, decide, decide_link, decide_rename, Area, Ctx, Decision, Denial, Depth,
-    Family, NewKind, Op, Removal, Zone,
+    check_new_child, decide, decide_link, decide_linked_rename, decide_rename, decide_unseen_names,
+    Area, Ctx, Decision, Denial, Depth, Family, NewKind, Op, Removal, Zone,
 };
 use crate::tree::model::SmithIdx;
 use crate::tree::registry::Registry;
@@ -152,15 +152,27 @@ pub enum FsEvent {
 pub trait Identities: Send + Sync {
     /// The identity of the thread `pid` (0: Unknown).
     fn resolve(&self, pid: u32) -> Identity;
-    /// Bind the process of thread `pid` to `smith` (`ctl bind`). Errors: an errno.
-    fn bind(&self, pid: u32, smith: SmithIdx) -> Result<(), Errno>;
+    /// Bind the process of thread `pid` to `smith` (`ctl bind`).
+    ///
+    /// # Errors
+    /// A [`BindError`]: the errno for the `ctl` write and the reason, which `.smithfs/why` shows.
+    fn bind(&self, pid: u32, smith: SmithIdx) -> Result<(), BindError>;
     /// A smith was registered (cgroup mode makes its cgroup).
     fn register_smith(&self, smith: SmithIdx, full_id: &str);
     /// A smith's dir was removed: release what was kept for it (cgroup mode removes its
-    /// cgroup once it is empty).
-    fn unregister_smith(&self, smith: SmithIdx);
+    /// cgroup once it is empty). Nothing by default.
+    fn unregister_smith(&self, _smith: SmithIdx) {}
     /// `cgroup` or `ancestry`, for `whoami`.
     fn mode_name(&self) -> &'static str;
+}
+
+/// Why [`Identities::bind`] failed: the errno the `ctl` write returns and a one-line reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindError {
+    /// The errno, e.g. ESRCH (the process is gone) or EBUSY (it is another smith already).
+    pub errno: Errno,
+    /// What failed, e.g. `moving 123 into /sys/fs/cgroup/…: No such device`.
+    pub reason: String,
 }
 
 /// No binding: every process with a pid is the operator, pid 0 is Unknown.
@@ -175,11 +187,13 @@ impl Identities for NoBinding {
             Identity::Operator
         }
     }
-    fn bind(&self, _pid: u32, _smith: SmithIdx) -> Result<(), Errno> {
-        Err(Errno::ENOSYS)
+    fn bind(&self, _pid: u32, _smith: SmithIdx) -> Result<(), BindError> {
+        Err(BindError {
+            errno: Errno::ENOSYS,
+            reason: "this mount binds no processes".into(),
+        })
     }
     fn register_smith(&self, _smith: SmithIdx, _full_id: &str) {}
-    fn unregister_smith(&self, _smith: SmithIdx) {}
     fn mode_name(&self) -> &'static str {
         "none"
     }
@@ -495,18 +509,136 @@ impl SmithFs {
         }
     }
 
-    /// Decide `op` on every zone of `inode` (the intersection rule, PROTOCOL.md §3).
+    /// Decide `op` on `inode` (PROTOCOL.md §3). A file with one link — nearly every inode — is
+    /// judged by the zone of its name, at the cost of one `decide`. A file with several names is
+    /// judged by the intersection of the rights of every name the daemon has seen; when its link
+    /// count says it has names the daemon has not seen (hard links made in the store behind the
+    /// mount's back), it fails closed — only the operator and the owner of the zone of the name
+    /// it is reached by keep their rights — unless a fresh look at the directories of its known
+    /// names finds them all (docs/PROTOCOL-NOTES.md, note 24).
     fn decide_inode(&self, who: Identity, op: Op, inode: &Inode) -> Decision {
         let zone = self.zone(inode);
-        let others = inode.place.lock().others.clone();
+        let d = self.decide_zone(who, op, &zone);
+        let links = inode.links();
+        if !d.is_allowed() || inode.is_dir() || links <= 1 {
+            return d;
+        }
+        let others = self.other_zones(inode);
+        let d = self.decide_zones(who, op, &others);
+        if !d.is_allowed() || others.len() as u64 + 1 >= links {
+            return d;
+        }
+        let closed = self.with_ctx(|ctx| decide_unseen_names(&who, op, &zone, ctx));
+        if closed.is_allowed() {
+            return d;
+        }
+        match self.find_names(inode) {
+            Some(zones) => self.decide_zones(who, op, &zones),
+            None => closed,
+        }
+    }
+
+    /// Decide `op` on every zone of `zones` (allowed when empty).
+    fn decide_zones(&self, who: Identity, op: Op, zones: &[Zone]) -> Decision {
         self.with_ctx(|ctx| {
-            std::iter::once(&zone)
-                .chain(others.iter())
+            zones
+                .iter()
                 .map(|z| decide(&who, op, z, ctx))
                 .find(|d| !d.is_allowed())
                 .unwrap_or(Decision::Allow)
         })
     }
+
+    /// The zones of the other names of `inode` the daemon has seen, recomputed from their parent
+    /// chains when a directory rename made them stale. Empty for nearly every inode.
+    fn other_zones(&self, inode: &Inode) -> Vec<Zone> {
+        let epoch = self.zone_epoch.load(Ordering::Acquire);
+        let others: Vec<Name> = {
+            let p = inode.place.lock();
+            if p.others.iter().all(|o| o.epoch == epoch) {
+                return p.others.iter().map(|o| o.zone).collect();
+            }
+            p.others.clone()
+        };
+        let mut zones = Vec::with_capacity(others.len());
+        for o in &others {
+            let zone = if o.epoch == epoch {
+                o.zone
+            } else {
+                let zone = self
+                    .entry_zone(o.parent, &o.name, inode.id, false)
+                    .unwrap_or(o.zone);
+                let mut p = inode.place.lock();
+                if let Some(known) = p.others.iter_mut().find(|k| k.is(o.parent, &o.name)) {
+                    known.zone = zone;
+                    known.epoch = epoch;
+                }
+                zone
+            };
+            zones.push(zone);
+        }
+        zones
+    }
+
+    /// Look for every name of the non-directory `inode` in the directories of the names the
+    /// daemon has seen (a fresh `stat`, and one `readdir` of each directory, at most
+    /// [`Self::SCAN_MAX`] entries in all). When as many names as the link count were found they
+    /// are recorded and their zones returned; else `None` (some name is elsewhere).
+    fn find_names(&self, inode: &Inode) -> Option<Vec<Zone>> {
+        let st = backing::stat(inode.fd().ok()?.as_fd()).ok()?;
+        inode.note_links(st.st_nlink);
+        let mut dirs: Vec<u64> = {
+            let p = inode.place.lock();
+            std::iter::once(p.parent)
+                .chain(p.others.iter().map(|o| o.parent))
+                .collect()
+        };
+        dirs.sort_unstable();
+        dirs.dedup();
+        let mut found: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut budget = Self::SCAN_MAX;
+        for id in dirs {
+            let Some(dir) = self.inodes.find(id) else {
+                continue;
+            };
+            let Ok(fd) = dir.fd() else {
+                continue;
+            };
+            let Ok(mut stream) = backing::DirStream::open(fd.as_fd()) else {
+                continue;
+            };
+            while let Ok(Some(ent)) = stream.next_entry() {
+                budget = budget.checked_sub(1)?;
+                if ent.ino == st.st_ino && ent.name != b"." && ent.name != b".." {
+                    found.push((id, ent.name));
+                }
+            }
+        }
+        found.sort_unstable();
+        found.dedup();
+        if (found.len() as u64) < st.st_nlink {
+            return None;
+        }
+        let epoch = self.zone_epoch.load(Ordering::Acquire);
+        let mut named = Vec::with_capacity(found.len());
+        for (dir, name) in found {
+            let zone = self.entry_zone(dir, &name, inode.id, false)?;
+            named.push((dir, name, zone));
+        }
+        let mut p = inode.place.lock();
+        if !named.iter().any(|(d, n, _)| p.is(*d, n)) {
+            let (d, n, z) = &named[0];
+            p.set(*d, n, *z, epoch);
+        }
+        p.others.clear();
+        for (d, n, z) in &named {
+            p.add_name(*d, n, *z, epoch);
+        }
+        Some(named.into_iter().map(|(_, _, z)| z).collect())
+    }
+
+    /// Directory entries [`Self::find_names`] reads at most before it gives up (fails closed).
+    const SCAN_MAX: usize = 100_000;
 
     fn decide_zone(&self, who: Identity, op: Op, zone: &Zone) -> Decision {
         self.with_ctx(|ctx| decide(&who, op, zone, ctx))
@@ -656,7 +788,7 @@ impl SmithFs {
         let fd = backing::lookup(dir.fd()?.as_fd(), cname)?;
         let st = backing::stat(fd.as_fd())?;
         let inode = self.inodes.remember(fd, &st);
-        self.place(&inode, dir, cname.to_bytes());
+        self.place(&inode, dir, cname.to_bytes(), st.st_nlink);
         Ok((inode, self.attr_of(st)))
     }
 
@@ -669,11 +801,14 @@ impl SmithFs {
         (zone, epoch)
     }
 
-    /// Record that `inode` was reached as `name` in `dir`.
-    fn place(&self, inode: &Inode, dir: &Inode, name: &[u8]) {
+    /// Record that `inode` was reached as `name` in `dir`, with the link count `nlink` just seen.
+    /// A directory or a file with one link has exactly this name; a file with several keeps its
+    /// other names too.
+    fn place(&self, inode: &Inode, dir: &Inode, name: &[u8], nlink: u64) {
+        inode.note_links(nlink);
         {
             let p = inode.place.lock();
-            if p.epoch != 0 && p.parent == dir.id && &*p.name == name {
+            if p.epoch != 0 && p.is(dir.id, name) && (nlink > 1 || p.others.is_empty()) {
                 return;
             }
         }
@@ -682,11 +817,11 @@ impl SmithFs {
         if p.epoch == Place::FIXED {
             return;
         }
-        if p.epoch == 0 || inode.is_dir() {
+        if inode.is_dir() || nlink <= 1 {
             p.set(dir.id, name, zone, epoch);
-        } else if p.zone != zone && !p.others.contains(&zone) {
-            // Another name of the same file in another zone (made outside the mount).
-            p.others.push(zone);
+            p.others.clear();
+        } else {
+            p.add_name(dir.id, name, zone, epoch);
         }
     }
 
@@ -735,11 +870,15 @@ impl SmithFs {
         }
         if let Some(fh) = fh {
             if let Ok(h) = self.files.get(fh) {
-                return Ok(self.attr_of(backing::stat(h.fd.as_fd())?));
+                let st = backing::stat(h.fd.as_fd())?;
+                h.inode.note_links(st.st_nlink);
+                return Ok(self.attr_of(st));
             }
         }
         let inode = self.inodes.get(ino)?;
-        Ok(self.attr_of(backing::stat(inode.fd()?.as_fd())?))
+        let st = backing::stat(inode.fd()?.as_fd())?;
+        inode.note_links(st.st_nlink);
+        Ok(self.attr_of(st))
     }
 
     /// Change attributes (FUSE setattr): mode, owner, size, times, in that order.
@@ -982,7 +1121,7 @@ impl SmithFs {
         let cname = Self::name_in(newname)?;
         let src = self.zone(&inode);
         let dst = self.new_zone(&dir, newname);
-        let others = inode.place.lock().others.clone();
+        let others = self.other_zones(&inode);
         // Every zone the file has names in must allow it (the intersection rule).
         let d = self.with_ctx(|ctx| {
             std::iter::once(&src)
@@ -1031,6 +1170,8 @@ impl SmithFs {
         backing::unlink(dir.fd()?.as_fd(), &cname, is_dir)?;
         if is_dir {
             self.smith_dir_gone(st.st_ino);
+        } else {
+            self.unnamed(&st, dir.id, name.as_bytes());
         }
         Ok(())
     }
@@ -1087,6 +1228,11 @@ impl SmithFs {
         let src_live = self.subtree_live(&src_zone);
         let replaced_live = replaced.as_ref().is_some_and(|(z, _)| self.subtree_live(z));
         let back = self.new_zone(&from, name);
+        // A file with other names moves within its zone only (EXDEV, like link). The kernel
+        // holds the inode's lock across link(2) and a non-directory's rename(2), so no link
+        // through the mount slips in between this stat and the rename.
+        let linked =
+            |st: &libc::stat| st.st_mode & libc::S_IFMT != libc::S_IFDIR && st.st_nlink > 1;
         let d = self.with_ctx(|ctx| {
             let there = decide_rename(
                 &who,
@@ -1095,16 +1241,24 @@ impl SmithFs {
                 &dst_zone,
                 replaced.as_ref().map(|(z, _)| (z, replaced_live)),
                 ctx,
-            );
+            )
+            .and(|| match linked(&src_st) {
+                true => decide_linked_rename(&who, &src_zone, &dst_zone, ctx),
+                false => Decision::Allow,
+            });
             match (&replaced, exchange, there.is_allowed()) {
-                (Some((rz, _)), true, true) => decide_rename(
+                (Some((rz, rst)), true, true) => decide_rename(
                     &who,
                     rz,
                     replaced_live,
                     &back,
                     Some((&src_zone, src_live)),
                     ctx,
-                ),
+                )
+                .and(|| match linked(rst) {
+                    true => decide_linked_rename(&who, rz, &back, ctx),
+                    false => Decision::Allow,
+                }),
                 _ => there,
             }
         });
@@ -1124,11 +1278,15 @@ impl SmithFs {
                 self.smith_dir_gone(st.st_ino);
             }
         }
-        self.moved(src_st.st_ino, &to, newname.as_bytes());
-        if exchange {
-            if let Some((_, st)) = &replaced {
-                self.moved(st.st_ino, &from, name.as_bytes());
+        self.moved(&src_st, (from.id, name.as_bytes()), &to, newname.as_bytes());
+        match &replaced {
+            Some((_, st)) if exchange => {
+                self.moved(st, (to.id, newname.as_bytes()), &from, name.as_bytes());
             }
+            Some((_, st)) if st.st_mode & libc::S_IFMT != libc::S_IFDIR => {
+                self.unnamed(st, to.id, newname.as_bytes());
+            }
+            Some(_) | None => {}
         }
         if let Some(moved) = self.inodes.find(self.inodes.ids.node_id(src_st.st_ino)) {
             self.completed_at(&to, newname, &moved);
@@ -1138,26 +1296,35 @@ impl SmithFs {
         Ok(())
     }
 
-    /// Update the place of a renamed inode (if the kernel holds it).
-    fn moved(&self, backing_ino: u64, dir: &Inode, name: &[u8]) {
-        let Some(inode) = self.inodes.find(self.inodes.ids.node_id(backing_ino)) else {
+    /// Update the place of a renamed inode whose `stat` before the rename was `st` (if the kernel
+    /// holds it): the name `from` (directory node id, name) is now `name` in `dir`. A file with
+    /// other names keeps them: the rename moved one name, not the inode.
+    fn moved(&self, st: &libc::stat, from: (u64, &[u8]), dir: &Inode, name: &[u8]) {
+        let Some(inode) = self.inodes.find(self.inodes.ids.node_id(st.st_ino)) else {
             return;
         };
         let (zone, epoch) = self.zone_for(&inode, dir, name);
-        // A file with other names keeps their zones: the rename moved one name, not the inode.
-        let linked = !inode.is_dir()
-            && inode
-                .fd()
-                .ok()
-                .and_then(|f| backing::stat(f.as_fd()).ok())
-                .is_some_and(|st| st.st_nlink > 1);
         let mut p = inode.place.lock();
-        let old = p.zone;
-        p.set(dir.id, name, zone, epoch);
-        if linked && old != zone && !p.others.contains(&old) {
-            p.others.push(old);
+        if inode.is_dir() || st.st_nlink <= 1 {
+            p.set(dir.id, name, zone, epoch);
+            p.others.clear();
+        } else {
+            p.rename_name(from, (dir.id, name), zone, epoch);
         }
-        p.others.retain(|z| *z != zone);
+    }
+
+    /// The name `name` in directory `dir` of the non-directory whose `stat` before the removal
+    /// was `st` is gone (unlink, or replaced by a rename): forget the name and note one link less
+    /// (if the kernel holds the inode).
+    fn unnamed(&self, st: &libc::stat, dir: u64, name: &[u8]) {
+        let Some(inode) = self.inodes.find(self.inodes.ids.node_id(st.st_ino)) else {
+            return;
+        };
+        if inode.is_dir() {
+            return;
+        }
+        inode.note_links(st.st_nlink.saturating_sub(1));
+        inode.place.lock().remove_name(dir, name);
     }
 
     /// If `inode` (a regular file now named `name` in `dir`) is a protocol file, report its
@@ -1775,9 +1942,26 @@ impl SmithFs {
                         },
                     ));
                 }
-                self.identities
-                    .bind(caller.pid, smith)
-                    .map_err(FsError::Backing)?;
+                if let Err(e) = self.identities.bind(caller.pid, smith) {
+                    return Err(self.denied(
+                        caller,
+                        who,
+                        verb,
+                        path(),
+                        Denial {
+                            errno: e.errno,
+                            rule: "ctl-bind-failed",
+                            why: format!(
+                                "Process {} could not be bound to {full_id}: {}.",
+                                caller.pid, e.reason
+                            ),
+                            alternative: "Retry `smithfs run`; if it keeps failing, see \
+                                          `smithfs doctor` and the daemon log \
+                                          (.smithfs-state/daemon.log)."
+                                .into(),
+                        },
+                    ));
+                }
                 tracing::info!(pid = caller.pid, smith = %full_id, "process bound");
             }
             Command::Cancel(_) => {
@@ -1887,23 +2071,7 @@ impl SmithFs {
     }
 
     fn plain_status(&self) -> String {
-        let smiths: Vec<serde_json::Value> = self
-            .registry
-            .all()
-            .into_iter()
-            .map(|s| {
-                serde_json::json!({
-                    "full_id": s.full_id,
-                    "parent": s.parent.and_then(|p| self.registry.full_id(p)),
-                    "level": s.level,
-                    "state": "idle",
-                    "runs": 0,
-                    "has_result": false,
-                    "last_run": null,
-                })
-            })
-            .collect();
-        serde_json::json!({"smiths": smiths, "agent_configured": false}).to_string() + "\n"
+        self.registry.idle_status(false).to_string() + "\n"
     }
 }
 

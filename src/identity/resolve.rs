@@ -274,24 +274,26 @@ fn cgroup_dir_of(pid: u32) -> Result<PathBuf, String> {
         .ok_or_else(|| "no cgroup2 mount holds the daemon's cgroup".to_string())
 }
 
-/// Remove the empty `smithfs-<pid>` cgroups (and their empty smith cgroups) that daemons killed
-/// before they could clean up left under `base`: only those whose daemon pid no longer exists,
-/// and only what `rmdir` accepts (a cgroup that still holds processes stays).
+/// Remove the empty `smithfs-*` cgroups (and their empty smith cgroups) that daemons killed
+/// before they could clean up left under `base`: only those no live daemon claims
+/// ([`cgroup::claimed`]; never judged by the pid in the name, which another pid namespace may
+/// not see), not created in the last [`STALE_MIN_AGE`] (a starting daemon claims its parent
+/// right after creating it), and only what `rmdir` accepts (a cgroup with processes stays).
 fn remove_stale_parents(base: &std::path::Path) {
     let Ok(entries) = std::fs::read_dir(base) else {
         return;
     };
     for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("smithfs-"))
-            .and_then(|p| p.parse::<i32>().ok())
-        else {
+        if !e.file_name().as_encoded_bytes().starts_with(b"smithfs-") {
             continue;
-        };
-        let gone = procfs::process_gone(pid);
-        if !gone {
+        }
+        let old_enough = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age >= STALE_MIN_AGE);
+        if !old_enough || cgroup::claimed(&e.path()) {
             continue;
         }
         if let Ok(children) = std::fs::read_dir(e.path()) {
@@ -307,13 +309,54 @@ fn remove_stale_parents(base: &std::path::Path) {
     }
 }
 
+/// How old an unclaimed `smithfs-*` cgroup must be before start-up cleanup removes it.
+const STALE_MIN_AGE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// [`Cgroup::move_in`], tried up to three times (after 2 ms and 20 ms) unless the process is gone
+/// (`ESRCH`) or the cgroup is (`ENOENT`): a migration may fail transiently on a busy machine.
+fn move_in_retrying(cg: &Cgroup, pid: u32) -> io::Result<()> {
+    let mut pauses = [2, 20].into_iter();
+    loop {
+        match cg.move_in(pid) {
+            Ok(()) => return Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ESRCH | libc::ENOENT)) => {
+                return Err(e)
+            }
+            Err(e) => match pauses.next() {
+                Some(ms) => {
+                    tracing::warn!("moving {pid} into {}: {e}; retrying", cg.path.display());
+                    std::thread::sleep(std::time::Duration::from_millis(ms));
+                }
+                None => return Err(e),
+            },
+        }
+    }
+}
+
 /// Creates `smithfs-<pid>` and its `operator` cgroup under the daemon's cgroup, and checks that
 /// processes can be moved in and killed there.
 fn create_cgroups(daemon_pid: u32) -> Result<CgroupState, String> {
     let base = cgroup_dir_of(daemon_pid)?;
     remove_stale_parents(&base);
-    let path = base.join(format!("smithfs-{daemon_pid}"));
-    let parent = Cgroup::create(&path).map_err(|e| format!("mkdir {}: {e}", path.display()))?;
+    // `smithfs-<pid>`, or `smithfs-<pid>-<n>` when a daemon in another pid namespace has the
+    // same pid (or a dead one's parent could not be removed yet).
+    let mut n = 1;
+    let (path, parent) = loop {
+        let name = match n {
+            1 => format!("smithfs-{daemon_pid}"),
+            _ => format!("smithfs-{daemon_pid}-{n}"),
+        };
+        let path = base.join(name);
+        match Cgroup::create(&path) {
+            Ok(parent) => break (path, parent),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < 16 => n += 1,
+            Err(e) => return Err(format!("mkdir {}: {e}", path.display())),
+        }
+    };
+    if let Err(e) = parent.claim() {
+        let _ = parent.remove();
+        return Err(format!("flock {}: {e}", path.display()));
+    }
     let check = || -> Result<Arc<Cgroup>, String> {
         for f in ["cgroup.procs", "cgroup.kill", "cgroup.freeze"] {
             let p = path.join(f);
@@ -867,14 +910,13 @@ impl Resolver {
         }
         match cgroup {
             Some(cg) if self.mode == Effective::Cgroup => {
-                cg.move_in(process.pid)
-                    .map_err(|e| match e.raw_os_error() {
-                        Some(libc::ESRCH) => IdentityError::NoSuchProcess(pid),
-                        _ => IdentityError::Io {
-                            what: format!("moving {} into {}", process.pid, cg.path.display()),
-                            source: e,
-                        },
-                    })?;
+                move_in_retrying(&cg, process.pid).map_err(|e| match e.raw_os_error() {
+                    Some(libc::ESRCH) => IdentityError::NoSuchProcess(pid),
+                    _ => IdentityError::Io {
+                        what: format!("moving {} into {}", process.pid, cg.path.display()),
+                        source: e,
+                    },
+                })?;
             }
             _ => {
                 self.sweep_bound();

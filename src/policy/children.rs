@@ -10,6 +10,7 @@ use crate::config::OperatorMode;
 use crate::identity::Identity;
 use crate::policy::rules::{full_id, short, smith_path, Ctx, Denial};
 use crate::tree::model::SmithIdx;
+use crate::tree::scaffold::{child_name, parse_child_name};
 
 /// What the check needs to know of S, the smith a child is made for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,20 +23,6 @@ pub struct Family {
     pub highest_used: Option<u32>,
     /// S's children now.
     pub n_children: usize,
-}
-
-/// The number of a child name `smith-NNN` (three or more ASCII digits), or `None`.
-pub fn child_number(name: &str) -> Option<u32> {
-    let digits = name.strip_prefix("smith-")?;
-    if digits.len() < 3 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
-}
-
-/// The canonical name of child number `n`: `smith-004`, `smith-1234`.
-pub fn child_name(n: u32) -> String {
-    format!("smith-{n:03}")
 }
 
 /// Check `mkdir children/NAME` in S's `children/` (PROTOCOL.md §4), in the protocol's order:
@@ -120,7 +107,7 @@ pub fn check_new_child(
     }
 
     // 3. Which name.
-    let number = name.to_str().and_then(child_number);
+    let number = parse_child_name(name);
     let fresh = match (number, family.highest_used) {
         (Some(n), Some(h)) => n > h,
         (Some(_), None) => true,

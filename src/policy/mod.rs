@@ -13,9 +13,10 @@ pub mod zone;
 mod tests;
 
 pub use crate::config::{Limits, OperatorMode};
-pub use children::{check_new_child, child_name, child_number, Family};
+pub use children::{check_new_child, Family};
 pub use rules::{
-    decide, decide_all, decide_link, decide_rename, relation, rights, Caller, Ctx, Decision,
-    Denial, Names, NewKind, NoNames, Op, OpClass, Relation, Removal, Rights,
+    decide, decide_all, decide_link, decide_linked_rename, decide_rename, decide_unseen_names,
+    relation, rights, Caller, Ctx, Decision, Denial, Names, NewKind, NoNames, Op, OpClass,
+    Relation, Removal, Rights,
 };
 pub use zone::{classify, Area, Depth, RootArea, SmithRef, SmithZone, Zone};

@@ -573,6 +573,71 @@ fn multi_zone_intersection() {
     );
 }
 
+/// A rename of one name of a file that has other names stays within one zone (else EXDEV, like a
+/// cross-zone link); within one zone, depth ignored, it is allowed.
+#[test]
+fn linked_rename_stays_in_one_zone() {
+    use Area as A;
+    use Depth::{Inner, Top};
+    let c = rw();
+    let sx = Identity::Smith(X);
+    assert!(
+        decide_linked_rename(&sx, &x(A::Private, Inner), &x(A::Private, Inner), &c).is_allowed()
+    );
+    assert!(decide_linked_rename(&sx, &x(A::Other, Top), &x(A::Other, Inner), &c).is_allowed());
+    let d = deny(decide_linked_rename(
+        &sx,
+        &x(A::Private, Inner),
+        &x(A::Outbox, Inner),
+        &c,
+    ));
+    assert_eq!((d.errno, d.rule), (Errno::EXDEV, "linked-rename-one-zone"));
+    assert!(
+        d.why.contains("private/") && d.why.contains("outbox/") && d.why.ends_with('.'),
+        "{}",
+        d.why
+    );
+    let d = deny(decide_linked_rename(
+        &Identity::Operator,
+        &zone_of(P, A::Private, Inner),
+        &x(A::Inbox, Inner),
+        &c,
+    ));
+    assert_eq!(d.errno, Errno::EXDEV);
+}
+
+/// A file with names smithfs has not seen is the owner's (of the name used) and the operator's
+/// alone; lookups stay free.
+#[test]
+fn unseen_names_fail_closed() {
+    use Area as A;
+    use Depth::Inner;
+    let c = rw();
+    let outbox = x(A::Outbox, Inner);
+    for op in [Op::Read, Op::Write] {
+        assert!(decide_unseen_names(&Identity::Smith(X), op, &outbox, &c).is_allowed());
+        assert!(decide_unseen_names(&Identity::Operator, op, &outbox, &c).is_allowed());
+        let d = deny(decide_unseen_names(&Identity::Smith(P), op, &outbox, &c));
+        assert_eq!((d.errno, d.rule), (Errno::EACCES, "links-unseen"));
+        assert!(d.why.contains("smith-002"), "{}", d.why);
+    }
+    assert!(decide_unseen_names(&Identity::Smith(P), Op::Getattr, &outbox, &c).is_allowed());
+    assert_eq!(
+        deny(decide_unseen_names(
+            &Identity::Unknown,
+            Op::Read,
+            &outbox,
+            &c
+        ))
+        .rule,
+        "unknown-lookup-only"
+    );
+    // Outside the smith dirs nobody owns the name: only the operator keeps its rights.
+    let agents = out(RootArea::Agents, Inner);
+    assert!(!decide_unseen_names(&Identity::Smith(ROOT), Op::Read, &agents, &c).is_allowed());
+    assert!(decide_unseen_names(&Identity::Operator, Op::Read, &agents, &c).is_allowed());
+}
+
 /// PROTOCOL.md §3, children/: a mkdir in it is the scaffold's (routed by `is_children_dir`), and
 /// `decide` never allows a plain create there.
 #[test]
@@ -889,11 +954,12 @@ fn section_4_step_4_count() {
 }
 
 #[test]
-fn child_names() {
-    assert_eq!(child_name(4), "smith-004");
-    assert_eq!(child_name(1234), "smith-1234");
-    assert_eq!(child_number("smith-004"), Some(4));
-    assert_eq!(child_number("smith-04"), None);
+fn smith_000_counts_as_a_used_number() {
+    let c = rw();
+    let sx = Identity::Smith(X);
+    assert_eq!(child(sx, family(X, 0, None, 0), "smith-000", &c), Ok(0));
+    let d = child(sx, family(X, 0, Some(0), 1), "smith-000", &c).unwrap_err();
+    assert!(d.why.ends_with("use smith-001."), "{}", d.why);
 }
 
 // ---- property tests ----
@@ -1069,6 +1135,19 @@ proptest! {
         if decide_link(&id, &src, &dst, &c).is_allowed() {
             prop_assert!(src.same_zone(&dst));
             prop_assert!(decide(&id, Op::Create(NewKind::Link), &dst, &c).is_allowed());
+        }
+    }
+
+    /// A linked rename allowed ⇒ one zone; a file with unseen names is never another smith's.
+    #[test]
+    fn linked_names_stay_in_one_zone(id in arb_identity(), src in arb_zone(), dst in arb_zone(), op in arb_op(), c in arb_ctx()) {
+        if decide_linked_rename(&id, &src, &dst, &c).is_allowed() {
+            prop_assert!(src.same_zone(&dst));
+        }
+        if let Identity::Smith(s) = id {
+            if !lookup_class(op) && decide_unseen_names(&id, op, &src, &c).is_allowed() {
+                prop_assert_eq!(src.owner(), Some(s));
+            }
         }
     }
 

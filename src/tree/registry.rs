@@ -63,6 +63,29 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// The `status.json` document (PROTOCOL.md §7) of the registered tree with every smith idle,
+    /// no runs and no result: what `.smithfs/status.json` serves before the scheduler has
+    /// published, or on a mount without a scheduler. Shape: `{"smiths": [{"full_id", "parent",
+    /// "level", "state", "runs", "has_result", "last_run"}], "agent_configured"}`.
+    pub fn idle_status(&self, agent_configured: bool) -> serde_json::Value {
+        let smiths: Vec<serde_json::Value> = self
+            .all()
+            .into_iter()
+            .map(|s| {
+                serde_json::json!({
+                    "full_id": s.full_id,
+                    "parent": s.parent.and_then(|p| self.full_id(p)),
+                    "level": s.level,
+                    "state": "idle",
+                    "runs": 0,
+                    "has_result": false,
+                    "last_run": null,
+                })
+            })
+            .collect();
+        serde_json::json!({"smiths": smiths, "agent_configured": agent_configured})
+    }
+
     /// An empty registry.
     pub fn new() -> Registry {
         Registry::default()
