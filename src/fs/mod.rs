@@ -7,6 +7,7 @@
 //! recorded opener (PROTOCOL.md §2).
 
 pub mod backing;
+pub mod budget;
 pub mod control;
 pub mod error;
 pub mod handle;
@@ -158,6 +159,9 @@ pub trait Identities: Send + Sync {
     fn bind(&self, pid: u32, smith: SmithIdx) -> Result<(), BindError>;
     /// A smith was registered (cgroup mode makes its cgroup).
     fn register_smith(&self, smith: SmithIdx, full_id: &str);
+    /// A smith's dir was removed: release what was kept for it (cgroup mode removes its
+    /// cgroup once it is empty). Nothing by default.
+    fn unregister_smith(&self, _smith: SmithIdx) {}
     /// `cgroup` or `ancestry`, for `whoami`.
     fn mode_name(&self) -> &'static str;
 }
@@ -208,19 +212,24 @@ pub struct FsOptions {
     pub mount_point: std::path::PathBuf,
     /// Cached `O_PATH` descriptors to keep at most (beyond it they are reopened by handle).
     pub max_fds: usize,
+    /// Open file and directory handles one smith may hold (`limits.max_open_files_per_smith`;
+    /// EMFILE beyond).
+    pub max_open_per_smith: usize,
+    /// Open handles everybody together may hold, the operator included (ENFILE beyond).
+    pub max_open_total: usize,
 }
 
 impl Default for FsOptions {
     fn default() -> Self {
         FsOptions {
             operator: OperatorMode::ReadWrite,
-            limits: Limits {
-                max_level: 3,
-                max_children: 5,
-            },
+            limits: Limits::default(),
             templates: Templates::builtin(),
             mount_point: std::path::PathBuf::new(),
             max_fds: 4096,
+            // No practical limit: the daemon sets both from its descriptor plan.
+            max_open_per_smith: 1 << 20,
+            max_open_total: 1 << 20,
         }
     }
 }
@@ -250,6 +259,8 @@ pub struct SmithFs {
     controls: HandleTable<ControlHandle>,
     registry: Arc<Registry>,
     identities: Arc<dyn Identities>,
+    /// The limits on open handles (per smith and mount-wide).
+    open_limits: budget::OpenLimits,
     why: WhyStore,
     /// Bumped by every directory rename: cached zones older than it are recomputed from the
     /// parent chain (a renamed directory carries its subtree to its new zone).
@@ -303,6 +314,7 @@ impl SmithFs {
             controls: HandleTable::default(),
             registry,
             identities,
+            open_limits: budget::OpenLimits::new(opts.max_open_per_smith, opts.max_open_total),
             why: WhyStore::default(),
             zone_epoch: AtomicU64::new(1),
             state,
@@ -409,6 +421,20 @@ impl SmithFs {
     }
 
     fn denied(&self, caller: &Caller, who: Identity, op: &str, path: String, d: Denial) -> FsError {
+        self.record_denial(caller, who, op, path, d, true)
+    }
+
+    /// Record a denial for `.smithfs/why`; with `journal`, also send it to the journal
+    /// (`access.denied`).
+    fn record_denial(
+        &self,
+        caller: &Caller,
+        who: Identity,
+        op: &str,
+        path: String,
+        d: Denial,
+        journal: bool,
+    ) -> FsError {
         let errno = d.errno;
         let rec = DenialRecord {
             who: self.identity_name(who),
@@ -428,8 +454,48 @@ impl SmithFs {
         };
         tracing::debug!(?rec, "denied");
         self.why.record(who, rec.clone());
-        self.emit(FsEvent::Denied(Box::new(rec)));
+        if journal {
+            self.emit(FsEvent::Denied(Box::new(rec)));
+        }
         FsError::Denied(errno)
+    }
+
+    /// Take the budget slot of one more open handle of `who`, or refuse the open: EMFILE when
+    /// the smith holds `limits.max_open_files_per_smith` handles, ENFILE when the mount's share
+    /// of the daemon's descriptors is used up. Every refusal is explained in `.smithfs/why`;
+    /// the first of an episode is also journaled (a program retrying in a loop does not flood
+    /// the journal).
+    fn charge(
+        &self,
+        caller: &Caller,
+        who: Identity,
+        op: &str,
+        path: impl FnOnce() -> String,
+    ) -> FsResult<budget::Slot> {
+        let refused = match self.open_limits.charge(who) {
+            Ok(slot) => return Ok(slot),
+            Err(r) => r,
+        };
+        let d = match refused.why {
+            budget::Refusal::Smith { limit } => Denial {
+                errno: Errno::EMFILE,
+                rule: "open-files-per-smith",
+                why: format!(
+                    "{} already holds {limit} open files in this mount, the limit per smith (limits.max_open_files_per_smith): each open file or directory costs the daemon a descriptor, and its descriptors are shared by every smith.",
+                    self.identity_name(who)
+                ),
+                alternative: "close files that are no longer needed (a memory mapping keeps its file open until it is unmapped), or ask the operator to raise limits.max_open_files_per_smith in config.json".into(),
+            },
+            budget::Refusal::Mount { limit } => Denial {
+                errno: Errno::ENFILE,
+                rule: "open-files-mount",
+                why: format!(
+                    "All {limit} open files the mount allows are in use (every smith and the operator together); the daemon keeps its other descriptors for its own work."
+                ),
+                alternative: "close files that are no longer needed, or run the daemon with a higher RLIMIT_NOFILE (as root it raises its own to fs.nr_open)".into(),
+            },
+        };
+        Err(self.record_denial(caller, who, op, path(), d, refused.first))
     }
 
     fn identity_name(&self, who: Identity) -> String {
@@ -1103,13 +1169,24 @@ impl SmithFs {
         )?;
         backing::unlink(dir.fd()?.as_fd(), &cname, is_dir)?;
         if is_dir {
-            if let Some((idx, _, _)) = self.registry.smith_at(st.st_ino) {
-                self.registry.unregister(idx);
-            }
+            self.smith_dir_gone(st.st_ino);
         } else {
             self.unnamed(&st, dir.id, name.as_bytes());
         }
         Ok(())
+    }
+
+    /// The directory with backing inode `ino` no longer exists (rmdir, or replaced by a
+    /// rename): if it was a smith dir, forget that smith and its subtree, and release what the
+    /// identity resolver held for them (their cgroups, PROTOCOL.md §2).
+    fn smith_dir_gone(&self, ino: u64) {
+        let Some((idx, _, _)) = self.registry.smith_at(ino) else {
+            return;
+        };
+        for gone in self.registry.unregister(idx) {
+            self.identities.unregister_smith(gone);
+            self.open_limits.forget(gone);
+        }
     }
 
     /// Rename (FUSE rename; `flags` are `RENAME_NOREPLACE`/`RENAME_EXCHANGE`): delete at the
@@ -1193,6 +1270,13 @@ impl SmithFs {
                 .is_some_and(|(_, st)| exchange && st.st_mode & libc::S_IFMT == libc::S_IFDIR)
         {
             self.zone_epoch.fetch_add(1, Ordering::AcqRel);
+        }
+        if let Some((_, st)) = &replaced {
+            if !exchange && st.st_mode & libc::S_IFMT == libc::S_IFDIR && st.st_ino != src_st.st_ino
+            {
+                // An (empty) smith dir replaced by a rename is gone like one removed by rmdir.
+                self.smith_dir_gone(st.st_ino);
+            }
         }
         self.moved(&src_st, (from.id, name.as_bytes()), &to, newname.as_bytes());
         match &replaced {
@@ -1278,6 +1362,7 @@ impl SmithFs {
         if may_write || truncates {
             self.check_inode(caller, who, Op::Write, "open for writing", &inode)?;
         }
+        let slot = self.charge(caller, who, "open", || self.path_of(&inode))?;
         let fd = backing::reopen(inode.fd()?.as_fd(), flags)?;
         if truncates && caller.uid != 0 && kill_suid_sgid(&inode, caller)? {
             self.attrs_changed(inode.id);
@@ -1291,6 +1376,7 @@ impl SmithFs {
             // Opened with write access or O_TRUNC: its release completes the file (§5).
             dirty: std::sync::atomic::AtomicBool::new(may_write || truncates),
             passthrough: std::sync::atomic::AtomicBool::new(false),
+            slot,
         });
         Ok((fh, Cache::Normal))
     }
@@ -1306,6 +1392,7 @@ impl SmithFs {
     ) -> FsResult<(Attr, u64)> {
         let who = self.identify(caller);
         let (dir, cname) = self.creating(caller, who, parent, name, NewKind::File, "create")?;
+        let slot = self.charge(caller, who, "create", || self.child_path(&dir, name))?;
         let fd = {
             let _cred = as_caller(caller)?;
             backing::open_beneath(dir.fd()?.as_fd(), &cname, flags | libc::O_CREAT, mode)?
@@ -1320,6 +1407,7 @@ impl SmithFs {
             may_write,
             dirty: std::sync::atomic::AtomicBool::new(true),
             passthrough: std::sync::atomic::AtomicBool::new(false),
+            slot,
         });
         Ok((attr, fh))
     }
@@ -1507,11 +1595,13 @@ impl SmithFs {
         }
         let inode = self.inodes.get(ino)?;
         self.check_inode(caller, who, Op::Read, "list", &inode)?;
+        let slot = self.charge(caller, who, "list", || self.path_of(&inode))?;
         let stream = backing::DirStream::open(inode.fd()?.as_fd())?;
         Ok(self.dirs.insert(DirHandle {
             stream: parking_lot::Mutex::new(stream),
             inode,
             opener: who,
+            slot,
         }))
     }
 
@@ -1944,6 +2034,12 @@ impl SmithFs {
                     out.push_str(&format!(
                         "limits: max_level {}, max_children {}\n",
                         self.opts.limits.max_level, self.opts.limits.max_children
+                    ));
+                    let (_, mine) = self.open_limits.open_now(Some(s));
+                    out.push_str(&format!(
+                        "open files: {} (limit {})\n",
+                        mine.unwrap_or(0),
+                        self.open_limits.per_smith()
                     ));
                 }
             }

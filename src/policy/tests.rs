@@ -829,6 +829,7 @@ fn section_4_step_2_depth() {
         limits: Limits {
             max_level: 0,
             max_children: 5,
+            ..Limits::default()
         },
         ..rw()
     };
@@ -847,6 +848,7 @@ fn section_4_step_2_depth() {
         limits: Limits {
             max_level: u8::MAX,
             max_children: 5,
+            ..Limits::default()
         },
         ..rw()
     };
@@ -939,6 +941,7 @@ fn section_4_step_4_count() {
         limits: Limits {
             max_level: 3,
             max_children: 0,
+            ..Limits::default()
         },
         ..rw()
     };

@@ -81,7 +81,7 @@ pub(crate) struct Exec {
     registry: Arc<Registry>,
     binder: Arc<dyn RunBinder>,
     invalidate: Arc<dyn Invalidate>,
-    nofile: u64,
+    nofile: (u64, u64),
     queue: Queue,
     recs: HashMap<SmithIdx, Rec>,
     live: HashMap<SmithIdx, Live>,

@@ -140,7 +140,7 @@ impl HookJob {
                 stdin_piped: true,
                 output: self.log.take(),
                 bind: BindTo::Operator,
-                nofile: 0,
+                nofile: (0, 0),
             },
             &*self.binder,
         );

@@ -86,8 +86,9 @@ pub struct SchedCtx {
     pub binder: Arc<dyn RunBinder>,
     /// Kernel cache invalidation ([`NoInvalidate`] without a mount).
     pub invalidate: Arc<dyn Invalidate>,
-    /// The soft `RLIMIT_NOFILE` the daemon started with (0: leave runs' limit as inherited).
-    pub original_nofile: u64,
+    /// The `RLIMIT_NOFILE` (soft, hard) the daemon started with, restored for runs; 0 leaves
+    /// that one as inherited.
+    pub original_nofile: (u64, u64),
 }
 
 /// Messages of the scheduler's one ordered queue.

@@ -155,8 +155,9 @@ pub struct Launch<'a> {
     pub output: Option<OwnedFd>,
     /// Whom to bind the child to.
     pub bind: BindTo,
-    /// Soft `RLIMIT_NOFILE` to restore in the child (0: leave as is).
-    pub nofile: u64,
+    /// `RLIMIT_NOFILE` to restore in the child, (soft, hard): the limits the daemon started with
+    /// before it raised its own; a 0 leaves that one as inherited.
+    pub nofile: (u64, u64),
 }
 
 /// A started process.
@@ -265,13 +266,20 @@ pub fn launch(l: Launch<'_>, binder: &dyn RunBinder) -> io::Result<Started> {
             // descendant re-parents to a bound process, not to the daemon, so in ancestry mode
             // it stays the smith while the run lives (PROTOCOL.md §2).
             libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-            if nofile != 0 {
+            let (soft, hard) = nofile;
+            if soft != 0 || hard != 0 {
                 let mut lim = libc::rlimit {
                     rlim_cur: 0,
                     rlim_max: 0,
                 };
                 if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
-                    lim.rlim_cur = nofile.min(lim.rlim_max);
+                    if hard != 0 {
+                        lim.rlim_max = hard.min(lim.rlim_max);
+                    }
+                    if soft != 0 {
+                        lim.rlim_cur = soft;
+                    }
+                    lim.rlim_cur = lim.rlim_cur.min(lim.rlim_max);
                     libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
                 }
             }

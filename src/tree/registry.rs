@@ -188,25 +188,37 @@ impl Registry {
     }
 
     /// Forget smith `child` and its whole subtree (its dir was removed by the operator).
-    pub fn unregister(&self, child: SmithIdx) {
+    /// Returns the smiths forgotten now (`child` first, then its descendants); empty if `child`
+    /// was not registered or already forgotten.
+    pub fn unregister(&self, child: SmithIdx) -> Vec<SmithIdx> {
         let mut inner = self.inner.write();
         let Some(info) = inner.smiths.get(child.0 as usize).cloned() else {
-            return;
+            return Vec::new();
         };
+        if inner.by_full_id.get(&info.full_id) != Some(&child) {
+            return Vec::new();
+        }
         if let Some(p) = info.parent {
             if let Some(p) = inner.smiths.get_mut(p.0 as usize) {
                 p.children.retain(|c| *c != child);
             }
         }
+        let mut gone = Vec::new();
         let mut stack = vec![child];
         while let Some(idx) = stack.pop() {
             let Some(s) = inner.smiths.get(idx.0 as usize).cloned() else {
                 continue;
             };
-            inner.by_ino.remove(&s.dir_ino);
-            inner.by_full_id.remove(&s.full_id);
+            if inner.by_ino.get(&s.dir_ino) == Some(&idx) {
+                inner.by_ino.remove(&s.dir_ino);
+            }
+            if inner.by_full_id.get(&s.full_id) == Some(&idx) {
+                inner.by_full_id.remove(&s.full_id);
+                gone.push(idx);
+            }
             stack.extend(s.children);
         }
+        gone
     }
 
     /// Every registered smith, in registration order (parents before children).
@@ -261,8 +273,17 @@ mod tests {
         r.note_child_number(root, 4);
         r.note_child_number(root, 2);
         assert_eq!(r.get(root).and_then(|s| s.highest_child), Some(4));
-        r.unregister(b);
+        assert_eq!(r.unregister(b), vec![b]);
         assert_eq!(r.smith_at(12), None);
         assert_eq!(r.get(a).map(|s| s.children.len()), Some(0));
+        assert_eq!(r.unregister(b), Vec::new(), "already forgotten");
+        let c = r.register(Some(a), "smith-004", 13, None);
+        let d = r.register(Some(c), "smith-001", 14, None);
+        assert_eq!(
+            r.unregister(a),
+            vec![a, c, d],
+            "the whole subtree, parents first"
+        );
+        assert_eq!(r.all().len(), 1);
     }
 }

@@ -107,7 +107,7 @@ impl Env {
                 registry: self.registry.clone(),
                 binder,
                 invalidate: Arc::new(NoInvalidate),
-                original_nofile: 0,
+                original_nofile: (0, 0),
             },
             resume,
         )
