@@ -527,8 +527,12 @@ fn torn_journal_line_is_skipped() {
     m.mount();
     m.sh_ok("mkdir smiths/smith-root/children/smith-002");
     let dir = m.path();
-    let human = smithfs([os("events"), dir.as_os_str()]).expect_ok("events");
-    assert!(human.contains("smith-002"), "{human}");
+    // smith.created is journaled by the scheduler thread, just after the mkdir returns.
+    poll_until(Duration::from_secs(20), "smith-002 in the journal", || {
+        smithfs([os("events"), dir.as_os_str()])
+            .expect_ok("events")
+            .contains("smith-002")
+    });
     let json = smithfs([os("events"), dir.as_os_str(), os("--json")]).expect_ok("events --json");
     for l in json.lines() {
         assert!(
