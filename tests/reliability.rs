@@ -333,11 +333,62 @@ fn crash_leftovers_are_not_visible_after_restart() {
     std::fs::create_dir_all(half.join("inbox")).unwrap();
     std::fs::create_dir_all(half.join("private")).unwrap();
     std::fs::write(dir.join("results/.smithfs-tmp.4242.8"), "# half a res").unwrap();
+    let run = dir.join("smiths/smith-root/conversations/run-0001");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(run.join(".smithfs-tmp.4242.9"), "{\"comm").unwrap();
+    std::fs::write(dir.join(".smithfs-state/.smithfs-tmp.4242.10"), "{").unwrap();
     m.mount();
     let seen = find_names(&dir, &[".smithfs-new.", ".smithfs-tmp."]);
     assert!(seen.is_empty(), "visible through the mount: {seen:?}");
     let listing = m.sh_ok("ls -A smiths/smith-root/children results");
     assert!(!listing.contains(".smithfs-"), "{listing}");
+    // ... and removed from the store at start-up (seen once unmounted).
+    m.umount();
+    let left = find_names(&dir, &[".smithfs-new.", ".smithfs-tmp."]);
+    assert!(left.is_empty(), "left in the store: {left:?}");
+}
+
+/// §6, §9: a daemon killed between starting a run and journaling it (or with processes bound by
+/// `smithfs run` in its smith cgroups) leaves them in its cgroups, which no journal line names;
+/// the next mount of the directory kills them all (cgroup mode).
+#[test]
+fn next_mount_kills_what_a_dead_daemon_left_in_its_cgroups() {
+    let mut m = TestMount::new();
+    let dir = m.path().to_path_buf();
+    let whoami = m.sh_ok("cat .smithfs/whoami");
+    if !whoami.contains("identity mode: cgroup") {
+        eprintln!("skipped: not in cgroup mode\n{whoami}");
+        return;
+    }
+    let log = m.scratch().join("bound.out");
+    let mut bound = spawn_bound(&dir, "smith-root", &[os("sleep"), os("300")], &log);
+    let pid = bound.id();
+    poll_until(
+        Duration::from_secs(20),
+        "the process in smith-root's cgroup",
+        || {
+            std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+                .is_ok_and(|c| c.contains("/smith-root\n"))
+        },
+    );
+    kill_daemon(&dir);
+    poll_until(Duration::from_secs(20), "the dead mount to unmount", || {
+        smithfs([os("umount"), dir.as_os_str()]).ok()
+    });
+    m.mount();
+    let end = std::time::Instant::now() + Duration::from_secs(20);
+    let mut killed = process_gone(pid as i32);
+    while !killed && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(10));
+        killed = process_gone(pid as i32);
+    }
+    let _ = bound.kill();
+    let _ = bound.wait();
+    assert!(
+        killed,
+        "the bound process outlived the next mount: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
 }
 
 /// A handle opened before the crash (PROTOCOL.md §9: "handles opened before keep the rights

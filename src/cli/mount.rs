@@ -4,10 +4,10 @@
 //! the parent waits on a pipe until the mount is live (exit 0) or has failed (the child's
 //! one-line reason, exit 1).
 
-use std::ffi::OsStr;
+use std::ffi::{CStr, OsStr};
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -306,6 +306,7 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
             .map_err(|e| anyhow!("cannot set up identity resolution: {e}"))?,
     );
     resolver.set_cache_capacity(fds.identity_cache);
+    reap_previous_daemon(state.as_fd(), resolver.cgroup_parent());
     let binding = Arc::new(Binding(resolver.clone()));
     {
         // Descriptors track live processes: the resolver drops what it holds for exited ones
@@ -543,6 +544,30 @@ fn raise_nofile() -> u64 {
         ORIGINAL_NOFILE_MAX.store(start.rlim_max, std::sync::atomic::Ordering::Relaxed);
     }
     get_nofile().map_or(start.rlim_cur, |l| l.rlim_cur)
+}
+
+/// The file in `.smithfs-state/` naming the parent cgroup of the daemon serving the directory.
+const DAEMON_CGROUP: &CStr = c"daemon.cgroup";
+
+/// Kill what a killed predecessor left in its cgroups (its runs, also one it started but had
+/// not journaled yet: the journal alone cannot name it), then record this daemon's parent
+/// cgroup for its successor (PROTOCOL.md §6, §9).
+fn reap_previous_daemon(state: BorrowedFd<'_>, own: Option<&Path>) {
+    if let Ok(prev) =
+        backing::read_file(state, Path::new(DAEMON_CGROUP.to_str().unwrap_or_default()))
+    {
+        let prev = PathBuf::from(OsStr::from_bytes(prev.trim_ascii()));
+        if own != Some(prev.as_path()) {
+            let killed = crate::identity::cgroup::kill_dead_parent(&prev, Duration::from_secs(5));
+            if killed > 0 {
+                tracing::warn!(cgroup = %prev.display(), killed, "killed the runs a dead daemon left");
+            }
+        }
+    }
+    let text = own
+        .map(|p| p.as_os_str().as_bytes().to_vec())
+        .unwrap_or_default();
+    let _ = backing::write_atomic(state, DAEMON_CGROUP, &text, 0o644);
 }
 
 /// The soft `RLIMIT_NOFILE` the daemon started with, restored for the runs it starts (0: it

@@ -304,6 +304,10 @@ impl SmithFs {
         let registry = Arc::new(Registry::new());
         let highest = scan::load_highest(state.as_fd());
         scan::scan(root.as_fd(), &registry, &highest)?;
+        let removed = scan::remove_crash_leftovers(root.as_fd(), &registry);
+        if removed > 0 {
+            tracing::info!(removed, "removed the temporary names a crash left");
+        }
         for s in registry.all() {
             identities.register_smith(s.idx, &s.full_id);
         }

@@ -82,6 +82,70 @@ fn scan_children(
     Ok(())
 }
 
+/// Remove what a crashed daemon left under its temporary names ([`backing::is_daemon_temp`]): a
+/// half-built smith dir in a `children/`, a half-written `results/final.md`, `meta.json` or
+/// state file (PROTOCOL.md §4, §9). Looks in the store's root, `results/`, `.smithfs-state/`, and
+/// each registered smith's `children/` and `conversations/<run-id>/`. Call it once at start-up,
+/// after [`scan`] and before the mount is served or the scheduler starts: later, a temporary name
+/// may be a scaffold or a write in progress. Returns how many entries were removed; an entry
+/// that cannot be removed is left (it is never visible through the mount anyway).
+pub fn remove_crash_leftovers(root: BorrowedFd<'_>, registry: &Registry) -> usize {
+    let mut dirs = vec![
+        String::new(),
+        "results".to_owned(),
+        crate::fs::STATE_DIR.to_owned(),
+    ];
+    for info in registry.all() {
+        let rel = info.rel_dir();
+        dirs.push(format!("{rel}/children"));
+        if let Ok(runs) = backing::open_dir_path(root, Path::new(&format!("{rel}/conversations"))) {
+            dirs.extend(
+                entries(runs.as_fd())
+                    .into_iter()
+                    .filter(|n| !backing::is_daemon_temp(n))
+                    .map(|n| format!("{rel}/conversations/{}", String::from_utf8_lossy(&n))),
+            );
+        }
+    }
+    let mut removed = 0;
+    for rel in dirs {
+        let dir = if rel.is_empty() {
+            backing::open_beneath(root, c".", libc::O_PATH | libc::O_DIRECTORY, 0)
+        } else {
+            backing::open_dir_path(root, Path::new(&rel))
+        };
+        let Ok(dir) = dir else {
+            continue;
+        };
+        for name in entries(dir.as_fd()) {
+            if !backing::is_daemon_temp(&name) {
+                continue;
+            }
+            let Ok(c) = CString::new(name) else {
+                continue;
+            };
+            match backing::remove_tree(dir.as_fd(), &c) {
+                Ok(()) => removed += 1,
+                Err(e) => tracing::warn!("cannot remove the leftover {rel}/{c:?}: {e}"),
+            }
+        }
+    }
+    removed
+}
+
+/// The names in directory `dir` (not `.` and `..`); empty if it cannot be read.
+fn entries(dir: BorrowedFd<'_>) -> Vec<Vec<u8>> {
+    let mut names = Vec::new();
+    if let Ok(mut stream) = backing::DirStream::open(dir) {
+        while let Ok(Some(e)) = stream.next_entry() {
+            if e.name != b"." && e.name != b".." {
+                names.push(e.name);
+            }
+        }
+    }
+    names
+}
+
 /// Read [`CHILDREN_FILE`] from the state dir (empty when absent or unreadable).
 pub fn load_highest(state: BorrowedFd<'_>) -> HashMap<String, u32> {
     backing::read_file(state, Path::new(CHILDREN_FILE))

@@ -230,6 +230,44 @@ pub fn claimed(path: &Path) -> bool {
     r != 0
 }
 
+/// Kill everything a dead daemon left in the smith cgroups under its parent cgroup `parent` (a
+/// `smithfs-*` directory no live daemon claims, see [`claimed`]), wait up to `wait` for them to
+/// empty, and remove them and the parent. Nothing happens when `parent` is claimed, is not a
+/// `smithfs-*` directory under `/sys/fs/cgroup`, or does not exist. This catches a run the dead
+/// daemon started but did not journal yet (PROTOCOL.md §6: kill what is left of runs). Returns
+/// how many cgroups still had processes.
+pub fn kill_dead_parent(parent: &Path, wait: Duration) -> usize {
+    let named = parent
+        .file_name()
+        .is_some_and(|n| n.as_bytes().starts_with(b"smithfs-"));
+    let plain = parent.is_absolute()
+        && parent.starts_with("/sys/fs/cgroup")
+        && !parent.components().any(|c| c.as_os_str() == "..");
+    if !named || !plain || !parent.is_dir() || claimed(parent) {
+        return 0;
+    }
+    let Ok(entries) = fs::read_dir(parent) else {
+        return 0;
+    };
+    let mut killed = 0;
+    for e in entries.flatten() {
+        if !e.path().is_dir() || !is_ours(&e.file_name()) {
+            continue;
+        }
+        let Ok(cg) = Cgroup::open(&e.path()) else {
+            continue;
+        };
+        if cg.populated().unwrap_or(false) {
+            killed += 1;
+            let _ = cg.kill_all();
+            cg.wait_empty(wait);
+        }
+        let _ = cg.remove();
+    }
+    let _ = fs::remove_dir(parent);
+    killed
+}
+
 /// True if `name` is a cgroup name this module creates under the parent.
 pub fn is_ours(name: &OsStr) -> bool {
     name == OPERATOR_CGROUP || name.to_str().and_then(smith_from_name).is_some()
