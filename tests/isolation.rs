@@ -149,6 +149,8 @@ def exchange(a, b):
     _rename2(a, b, 2)
 def noreplace(a, b):
     _rename2(a, b, 1)
+def whiteout(a, b):
+    _rename2(a, b, 4)
 def _rename2(a, b, flags):
     if libc.renameat2(-100, a.encode(), -100, b.encode(), ctypes.c_uint(flags)) != 0:
         e = ctypes.get_errno()
@@ -1133,6 +1135,9 @@ both_modes!(device_nodes_fifos_sockets, |mode| {
             ("os.mkfifo(A+'/inbox/fifo')", "EACCES"),
             ("sock(A+'/inbox/sock')", "EACCES"),
             ("os.mkfifo(B+'/private/fifo')", "EACCES"),
+            // RENAME_WHITEOUT leaves a character device (0, 0) at the source.
+            ("put(A+'/private/wo', 'x')", "ok"),
+            ("whiteout(A+'/private/wo', A+'/private/wo2')", "EPERM"),
         ],
     );
     // The operator may make device nodes; the mount is nodev, so they cannot be opened.

@@ -1219,6 +1219,24 @@ impl SmithFs {
         let to = self.inodes.get(newparent)?;
         let cname = Self::name_in(name)?;
         let cnew = Self::name_in(newname)?;
+        if flags & libc::RENAME_WHITEOUT != 0 && who != Identity::Operator {
+            // The whiteout left at the source is a character device (0, 0): a device node,
+            // which only the operator may create (PROTOCOL.md §3).
+            return Err(self.denied(
+                caller,
+                who,
+                "rename",
+                self.child_path(&from, name),
+                Denial {
+                    errno: Errno::EPERM,
+                    rule: "rename-whiteout",
+                    why: "RENAME_WHITEOUT leaves a device node behind, and only the operator \
+                          may create device nodes."
+                        .into(),
+                    alternative: "Rename without RENAME_WHITEOUT.".into(),
+                },
+            ));
+        }
         let (src_zone, src_st) = self.existing_zone(&from, &cname, name)?;
         let replaced = self.existing_zone(&to, &cnew, newname).ok();
         let exchange = flags & libc::RENAME_EXCHANGE != 0;
