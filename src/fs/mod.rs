@@ -765,6 +765,47 @@ impl SmithFs {
             || backing::is_daemon_temp(n)
     }
 
+    /// Refuse a change to the control directory `.smithfs/` or to a name the mount never shows
+    /// (`.smithfs-state`, the daemon's temporary names), recording the reason like any denial
+    /// (PROTOCOL.md §3, §7). `parent`/`name` name the entry the caller tried to change.
+    fn refuse_reserved(
+        &self,
+        caller: &Caller,
+        who: Identity,
+        op: &str,
+        parent: u64,
+        name: &OsStr,
+        errno: Errno,
+    ) -> FsError {
+        let path = if control::is_virtual(parent) {
+            format!("{}/{}", control::DIR_NAME, name.to_string_lossy())
+        } else if parent == ROOT_ID {
+            name.to_string_lossy().into_owned()
+        } else {
+            self.inodes.get(parent).map_or_else(
+                |_| name.to_string_lossy().into_owned(),
+                |d| self.child_path(&d, name),
+            )
+        };
+        let _ = self.denied(
+            caller,
+            who,
+            op,
+            path,
+            Denial {
+                errno,
+                rule: "reserved-name",
+                why: format!(
+                    "`{}` is the control directory, and the daemon's own names are not part of \
+                     the mount: neither can be changed through it.",
+                    control::DIR_NAME
+                ),
+                alternative: "Use another name; write commands to .smithfs/ctl.".into(),
+            },
+        );
+        FsError::Reserved(errno)
+    }
+
     fn name_in(name: &OsStr) -> FsResult<CString> {
         Ok(backing::component(name)?)
     }
@@ -970,7 +1011,7 @@ impl SmithFs {
         label: &str,
     ) -> FsResult<(Arc<Inode>, CString)> {
         if control::is_virtual(parent) || Self::reserved(parent, name) {
-            return Err(FsError::Reserved(Errno::EPERM));
+            return Err(self.refuse_reserved(caller, who, label, parent, name, Errno::EPERM));
         }
         let dir = self.inodes.get(parent)?;
         let cname = Self::name_in(name)?;
@@ -1113,13 +1154,20 @@ impl SmithFs {
         newparent: u64,
         newname: &OsStr,
     ) -> FsResult<Attr> {
+        let who = self.identify(caller);
         if control::is_virtual(ino)
             || control::is_virtual(newparent)
             || Self::reserved(newparent, newname)
         {
-            return Err(FsError::Reserved(Errno::EPERM));
+            return Err(self.refuse_reserved(
+                caller,
+                who,
+                "link",
+                newparent,
+                newname,
+                Errno::EPERM,
+            ));
         }
-        let who = self.identify(caller);
         let inode = self.inodes.get(ino)?;
         let dir = self.inodes.get(newparent)?;
         let cname = Self::name_in(newname)?;
@@ -1143,12 +1191,13 @@ impl SmithFs {
 
     /// Remove the name `name` from `parent` (FUSE unlink, or rmdir when `is_dir`).
     pub fn remove(&self, caller: &Caller, parent: u64, name: &OsStr, is_dir: bool) -> FsResult<()> {
-        if control::is_virtual(parent) || Self::reserved(parent, name) {
-            return Err(FsError::Reserved(if control::is_virtual(parent) {
-                Errno::EPERM
-            } else {
-                Errno::ENOENT
-            }));
+        if control::is_virtual(parent) {
+            let who = self.identify(caller);
+            let op = if is_dir { "rmdir" } else { "unlink" };
+            return Err(self.refuse_reserved(caller, who, op, parent, name, Errno::EPERM));
+        }
+        if Self::reserved(parent, name) {
+            return Err(FsError::Reserved(Errno::ENOENT));
         }
         let who = self.identify(caller);
         let dir = self.inodes.get(parent)?;
@@ -1205,16 +1254,23 @@ impl SmithFs {
         newname: &OsStr,
         flags: u32,
     ) -> FsResult<()> {
-        if control::is_virtual(parent) || control::is_virtual(newparent) {
-            return Err(FsError::Reserved(Errno::EPERM));
-        }
-        if Self::reserved(parent, name) {
+        if Self::reserved(parent, name) && !control::is_virtual(parent) {
             return Err(FsError::Reserved(Errno::ENOENT));
         }
-        if Self::reserved(newparent, newname) {
-            return Err(FsError::Reserved(Errno::EPERM));
-        }
         let who = self.identify(caller);
+        if control::is_virtual(parent) {
+            return Err(self.refuse_reserved(caller, who, "rename", parent, name, Errno::EPERM));
+        }
+        if control::is_virtual(newparent) || Self::reserved(newparent, newname) {
+            return Err(self.refuse_reserved(
+                caller,
+                who,
+                "rename",
+                newparent,
+                newname,
+                Errno::EPERM,
+            ));
+        }
         let from = self.inodes.get(parent)?;
         let to = self.inodes.get(newparent)?;
         let cname = Self::name_in(name)?;
@@ -1864,12 +1920,38 @@ impl SmithFs {
 
     fn open_control(&self, caller: &Caller, f: ControlFile, flags: i32) -> FsResult<u64> {
         let who = self.identify(caller);
-        if who == Identity::Unknown {
-            return Err(FsError::Backing(Errno::EACCES));
-        }
         let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
-        if writing && f != ControlFile::Ctl {
-            return Err(FsError::Backing(Errno::EACCES));
+        let refusal = match () {
+            _ if who == Identity::Unknown => Some((
+                "unknown-control",
+                "A process of unknown identity may not open the control files.",
+            )),
+            _ if writing && f != ControlFile::Ctl => Some((
+                "control-read-only",
+                "Only .smithfs/ctl is writable in the control directory.",
+            )),
+            _ => None,
+        };
+        if let Some((rule, why)) = refusal {
+            let path = format!("{}/{}", control::DIR_NAME, f.name());
+            return Err(self.denied(
+                caller,
+                who,
+                if writing {
+                    "open for writing"
+                } else {
+                    "open for reading"
+                },
+                path,
+                Denial {
+                    errno: Errno::EACCES,
+                    rule,
+                    why: why.into(),
+                    alternative: "Read whoami, why, status.json and events.jsonl; write commands \
+                                  to ctl."
+                        .into(),
+                },
+            ));
         }
         let data = match f {
             ControlFile::Whoami => self.whoami_text(caller, who).into_bytes(),
