@@ -548,6 +548,28 @@ fn killed_daemon_leftovers_are_killed_on_remount_and_resume_finishes() {
     );
 }
 
+/// §6 `--resume` re-queues an interrupted run also when its smith already has a result from an
+/// earlier task: the new task's run was interrupted, so the old result is stale.
+#[test]
+fn resume_reruns_an_interrupted_run_of_a_smith_with_an_older_result() {
+    let s = Sm::new(json!({"agent": {"kill_grace_secs": 1}}));
+    s.task("ok\n");
+    s.wait_file(30, "results/final.md");
+    s.wait_state(10, ROOT, "done");
+    s.write("smiths/smith-root/inbox/task-2.md", "resumehang\n");
+    let mut left = Leftovers::default();
+    left.hang(&s, ROOT);
+    let dir = s.dir();
+    smithfs(["umount", dir.as_str()]).expect_ok("umount with a live run");
+    smithfs(["mount", dir.as_str(), "--allow-other", "--resume"]).expect_ok("mount --resume");
+    s.wait_events(10, "run.interrupted", Some(ROOT), 1);
+    poll_until(Duration::from_secs(30), "the re-run's result", || {
+        s.read("smiths/smith-root/outbox/result.md")
+            .is_some_and(|r| r == "resumed smith-root\n")
+    });
+    s.wait_state(10, ROOT, "done");
+}
+
 /// §6 "kills what is left of runs … (by cgroup or process group)": the run was recorded with
 /// its cgroup (`run.started` has `cgroup`), so a `setsid` descendant is part of what is left.
 #[test]

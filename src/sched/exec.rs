@@ -327,7 +327,7 @@ impl Exec {
         }
         if resume {
             for (s, wake) in interrupted {
-                if !self.recs.get(&s).is_some_and(|r| r.has_result) {
+                if self.result_is_stale(s) {
                     self.queue.request(s, wake);
                 }
             }
@@ -619,6 +619,19 @@ impl Exec {
 
     /// If `s` has no result and its newest task arrived after its last run start, ask for a run
     /// (journaled `task.assigned`): the rescan that makes sure no completion is lost.
+    /// Does smith `s` still owe a result: none in its outbox, or one older than its newest task
+    /// (an interrupted run of a done smith that was given new work, §6 `--resume`)?
+    fn result_is_stale(&self, s: SmithIdx) -> bool {
+        let Some(info) = self.registry.get(s) else {
+            return false;
+        };
+        let rel = info.rel_dir();
+        match scan::result_time(self.root.as_fd(), &rel) {
+            None => true,
+            Some(r) => scan::newest_task(self.root.as_fd(), &rel).is_some_and(|(_, t)| t > r),
+        }
+    }
+
     fn rescan_task(&mut self, s: SmithIdx) {
         let Some(info) = self.registry.get(s) else {
             return;
