@@ -15,7 +15,7 @@ use super::util::resolve_mount;
 pub struct CancelArgs {
     /// `[DIR] FULL_ID`: the mount (default as for `status`) and the smith to cancel, e.g.
     /// `smith-root/smith-001`.
-    #[arg(num_args = 1..=2, required = true, value_names = ["DIR", "FULL_ID"])]
+    #[arg(num_args = 1..=2, required = true, value_name = "[DIR] FULL_ID")]
     pub args: Vec<String>,
 }
 
@@ -32,6 +32,9 @@ pub fn run(args: CancelArgs) -> Result<ExitCode> {
         bail!("`{id}` is not a full smith id");
     }
     let ctl = dir.join(".smithfs/ctl");
+    if !ctl.exists() {
+        super::util::check_live(&dir)?;
+    }
     let result = std::fs::OpenOptions::new()
         .write(true)
         .open(&ctl)

@@ -36,6 +36,9 @@ fn print_line(out: &mut impl Write, line: &str, json: bool) -> std::io::Result<(
 pub fn run(args: EventsArgs) -> Result<ExitCode> {
     let dir = resolve_mount(args.dir.as_deref())?;
     let path = dir.join(".smithfs/events.jsonl");
+    if !path.exists() {
+        super::util::check_live(&dir)?;
+    }
     let mut file = std::fs::File::open(&path).with_context(|| {
         format!(
             "cannot read {} (is {} a live smithfs mount?)",

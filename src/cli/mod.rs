@@ -44,6 +44,7 @@ enum Command {
     /// Wait until the tree, a smith or the final result is done (exit 0), failed (1), or the timeout (124).
     Wait(wait::WaitArgs),
     /// Stop a smith's run and its subtree's.
+    #[command(override_usage = "smithfs cancel [DIR] FULL_ID")]
     Cancel(cancel::CancelArgs),
     /// Check /dev/fuse, fusermount3, kernel features, cgroups and privileges.
     Doctor(doctor::DoctorArgs),

@@ -98,7 +98,8 @@ pub fn nearest_mount(mounts: &[MountInfo], cwd: &Path) -> Option<PathBuf> {
         .map(|m| m.mount_point.clone())
 }
 
-/// Where a subcommand's mount is (PROTOCOL.md §6): `explicit` (made absolute), else the nearest
+/// Where a subcommand's mount is (PROTOCOL.md §6): `explicit` (made absolute; a directory inside
+/// a smithfs mount means that mount), else the nearest
 /// smithfs mount above the working directory, else `$SMITH_MOUNT`, else `./.agent-smith`. Whether
 /// a mount is live there is not checked: `status`, `events`, `wait` and `cancel` read and write
 /// `DIR/.smithfs/` and say so when they cannot; [`find_mount`] also checks.
@@ -107,7 +108,14 @@ pub fn nearest_mount(mounts: &[MountInfo], cwd: &Path) -> Option<PathBuf> {
 /// The working directory cannot be read, or the parent of `explicit` does not exist.
 pub fn resolve_mount(explicit: Option<&Path>) -> Result<PathBuf> {
     if let Some(dir) = explicit {
-        return absolute(dir);
+        // A directory inside a mount names that mount (`smithfs status DIR/smiths`).
+        let dir = absolute(dir)?;
+        if mounted_fs_type(&dir).is_none() {
+            if let Some(m) = nearest_mount(&mounts(), &dir) {
+                return Ok(m);
+            }
+        }
+        return Ok(dir);
     }
     let cwd = std::env::current_dir().context("cannot read the working directory")?;
     if let Some(m) = nearest_mount(&mounts(), &cwd) {
@@ -139,7 +147,11 @@ pub fn find_mount(explicit: Option<&Path>) -> Result<PathBuf> {
     }
 }
 
-fn check_live(dir: &Path) -> Result<PathBuf> {
+/// `dir` as a live smithfs mount, or the one-line reason it is not.
+///
+/// # Errors
+/// Not mounted, another filesystem, or a dead daemon.
+pub fn check_live(dir: &Path) -> Result<PathBuf> {
     match mount_state(dir) {
         MountState::Live => Ok(dir.to_path_buf()),
         MountState::Dead => bail!(
