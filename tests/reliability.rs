@@ -746,15 +746,7 @@ fn hard_link_renamed_into_another_zone_keeps_other_names_private() {
     let dir = m.path();
     let r = dir.join("smiths/smith-root");
     let as_smith = |id: &str, script: &str| {
-        run(Command::new(SMITHFS)
-            .args([
-                os("run"),
-                os("--mount"),
-                dir.as_os_str(),
-                os("--smith"),
-                os(id),
-                os("--"),
-            ])
+        run(bound_command(dir.as_os_str(), os(id))
             .args(["bash", "-c", script])
             .current_dir(&r))
     };
@@ -1410,15 +1402,7 @@ wait
     );
     let r = run(Command::new("unshare").args(["-pf", "--mount-proc", "bash", "-c", &script]));
     assert!(r.ok(), "daemon in a pid namespace: {r:?}");
-    let bound = run(Command::new(SMITHFS).args([
-        os("run"),
-        os("--mount"),
-        m.path().as_os_str(),
-        os("--smith"),
-        os("smith-root/smith-001"),
-        os("--"),
-        os("true"),
-    ]));
+    let bound = run(bound_command(m.path(), "smith-root/smith-001").arg("true"));
     assert!(bound.ok(), "the live daemon still binds: {bound:?}");
 }
 
@@ -1429,15 +1413,7 @@ fn new_pid_namespace_keeps_the_smith_identity() {
     let m = TestMount::new();
     m.sh_ok("mkdir smiths/smith-root/children/smith-001");
     let dir = m.path();
-    let r = run(Command::new(SMITHFS)
-        .args([
-            os("run"),
-            os("--mount"),
-            dir.as_os_str(),
-            os("--smith"),
-            os("smith-root/smith-001"),
-            os("--"),
-        ])
+    let r = run(bound_command(dir.as_os_str(), os("smith-root/smith-001"))
         .args(["unshare", "-pf", "python3", "-c"])
         .arg(
             r#"
@@ -1758,30 +1734,20 @@ fn one_smith_cannot_exhaust_the_daemons_descriptors() {
             || r.exists(),
         );
     }
-    let other = run(Command::new(SMITHFS)
-        .args([
-            os("run"),
-            os("--mount"),
-            dir.as_os_str(),
-            os("--smith"),
-            os("smith-root/smith-002"),
-            os("--"),
-        ])
-        .args([
+    let other = run(
+        bound_command(dir.as_os_str(), os("smith-root/smith-002")).args([
             "sh",
             "-c",
             "echo hi > $SMITH_DIR/private/g && cat $SMITH_DIR/private/g",
-        ]));
-    let why = run(Command::new(SMITHFS)
-        .args([
-            os("run"),
-            os("--mount"),
-            dir.as_os_str(),
-            os("--smith"),
-            os("smith-root/smith-001"),
-            os("--"),
-        ])
-        .args(["sh", "-c", "cat \"$SMITH_MOUNT/.smithfs/why\""]));
+        ]),
+    );
+    let why = run(
+        bound_command(dir.as_os_str(), os("smith-root/smith-001")).args([
+            "sh",
+            "-c",
+            "cat \"$SMITH_MOUNT/.smithfs/why\"",
+        ]),
+    );
     for (mut c, _) in holders {
         let _ = c.kill();
         let _ = c.wait();
@@ -1830,15 +1796,7 @@ fn open_file_limit_per_smith_from_config() {
     // reopen is retried until the daemon has counted the release (bounded).
     let py = "import os, sys, errno, time\nd = sys.argv[1]\nfds = [os.open(d, os.O_RDONLY | os.O_DIRECTORY)]\nfds += [os.open(f'{d}/f{i}', os.O_RDWR | os.O_CREAT, 0o644) for i in range(4)]\nfor attempt in ('open', 'create', 'opendir', 'again'):\n    try:\n        if attempt == 'open': os.open(f'{d}/f0', os.O_RDONLY)\n        elif attempt == 'create': os.open(f'{d}/new', os.O_WRONLY | os.O_CREAT, 0o644)\n        elif attempt == 'opendir': os.listdir(d)\n        else: os.open(f'{d}/f1', os.O_RDONLY)\n        print(attempt, 'opened')\n    except OSError as e:\n        print(attempt, errno.errorcode[e.errno])\nos.close(fds.pop())\ndeadline = time.time() + 10\nwhile True:\n    try:\n        os.close(os.open(f'{d}/f0', os.O_RDONLY)); print('after a close: opened'); break\n    except OSError as e:\n        if e.errno != errno.EMFILE or time.time() > deadline: print('after a close:', e); break\n        time.sleep(0.01)\nprint('new exists:', os.path.exists(f'{d}/new'))\n";
     let out = |id: &str| {
-        run(Command::new(SMITHFS)
-            .args([
-                os("run"),
-                os("--mount"),
-                dir.as_os_str(),
-                os("--smith"),
-                os(id),
-                os("--"),
-            ])
+        run(bound_command(dir.as_os_str(), os(id))
             .args(["python3", "-c", py])
             .arg(dir.join(format!("smiths/smith-root/children/{}/private", &id[11..]))))
         .expect_ok("the opener")
@@ -1847,20 +1805,13 @@ fn open_file_limit_per_smith_from_config() {
     assert_eq!(out("smith-root/smith-001"), want);
     // The limit is per smith: another smith holds its own five.
     assert_eq!(out("smith-root/smith-002"), want);
-    let why = run(Command::new(SMITHFS)
-        .args([
-            os("run"),
-            os("--mount"),
-            dir.as_os_str(),
-            os("--smith"),
-            os("smith-root/smith-001"),
-            os("--"),
-        ])
-        .args([
+    let why = run(
+        bound_command(dir.as_os_str(), os("smith-root/smith-001")).args([
             "sh",
             "-c",
             "cat \"$SMITH_MOUNT/.smithfs/why\"; cat \"$SMITH_MOUNT/.smithfs/whoami\"",
-        ]))
+        ]),
+    )
     .expect_ok("why");
     assert!(
         why.contains("smith-root/smith-001 already holds 5 open files")

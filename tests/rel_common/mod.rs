@@ -195,6 +195,18 @@ pub fn spawn_bound(mount: &Path, id: &str, cmd: &[&OsStr], log: &Path) -> Child 
         .expect("spawn smithfs run")
 }
 
+/// `smithfs run --mount MOUNT --smith ID --` with the command still to be added (`.args(…)`).
+pub fn bound_command(mount: impl AsRef<OsStr>, id: impl AsRef<OsStr>) -> Command {
+    let mut c = Command::new(SMITHFS);
+    c.arg("run")
+        .arg("--mount")
+        .arg(mount)
+        .arg("--smith")
+        .arg(id)
+        .arg("--");
+    c
+}
+
 /// Spawn an unbound (operator) process.
 pub fn spawn_operator(cmd: &[&OsStr], log: &Path) -> Child {
     let out = std::fs::File::create(log).unwrap();
