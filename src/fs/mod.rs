@@ -1049,6 +1049,7 @@ impl SmithFs {
             parent_level: info.level,
             highest_used: info.highest_child,
             n_children: info.children.len(),
+            subtree_depth: 0,
         };
         let number = match self.with_ctx(|ctx| check_new_child(&who, &family, name, ctx)) {
             Ok(n) => n,
