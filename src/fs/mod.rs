@@ -1211,9 +1211,14 @@ impl SmithFs {
     /// rename): if it was a smith dir, forget that smith and its subtree, and release what the
     /// identity resolver held for them (their cgroups, PROTOCOL.md §2).
     fn smith_dir_gone(&self, ino: u64) {
-        let Some((idx, _, _)) = self.registry.smith_at(ino) else {
-            return;
-        };
+        if let Some((idx, _, _)) = self.registry.smith_at(ino) {
+            self.smith_gone(idx);
+        }
+    }
+
+    /// Forget smith `idx` and its subtree, and release what the identity resolver and the open
+    /// files' budget held for them.
+    fn smith_gone(&self, idx: SmithIdx) {
         for gone in self.registry.unregister(idx) {
             self.identities.unregister_smith(gone);
             self.open_limits.forget(gone);
@@ -1435,7 +1440,9 @@ impl SmithFs {
                 self.smith_dir_gone(st.st_ino);
             }
         }
-        self.smith_dir_gone(m.st.st_ino);
+        // By index, not by inode number: a concurrent rescan may already have registered the
+        // new location under that inode number.
+        self.smith_gone(m.smith);
         let mut registered = Vec::new();
         if let (Some(f), Some(n)) = (&family, number) {
             let scanned = dst.dir.fd().and_then(|fd| {
