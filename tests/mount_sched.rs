@@ -455,6 +455,58 @@ fn cancel_stops_the_subtree_and_settles_it() {
     assert_eq!(s.of("run.started", Some(C1)).len(), 1, "not retried");
 }
 
+/// §3: the operator may rename a smith dir only while no run in its subtree is live — EBUSY
+/// otherwise, as for `rm -rf` — and then it moves (docs/PROTOCOL-NOTES.md, note 29). Moved into
+/// a `children/`, it is shown under its new full id with its state from its files.
+#[test]
+fn smith_dir_move_is_ebusy_while_a_run_in_its_subtree_is_live() {
+    const C11: &str = "smith-root/smith-001/smith-001";
+    let s = Sm::new(json!({"agent": {"kill_grace_secs": 1}}));
+    std::fs::create_dir(s.p(&rel(C1))).expect("mkdir C1");
+    std::fs::create_dir(s.p(&rel(C11))).expect("mkdir C11");
+    s.write(&format!("{}/inbox/task-1.md", rel(C11)), "hang\n");
+    let mut left = Leftovers::default();
+    let [pid, gpid, spid] = left.hang(&s, C11);
+    let mv = |from: &str, to: &str| -> String {
+        let code = "import errno, os, sys\n\
+                    try:\n    os.rename(sys.argv[1], sys.argv[2]); print('ok')\n\
+                    except OSError as e:\n    print(errno.errorcode[e.errno])";
+        s.m.py_ok(code, &[from, to]).trim().to_string()
+    };
+    for (from, to) in [
+        (rel(C11), "smiths/smith-root/private/c11"),
+        (rel(C1), "smiths/smith-root/private/c1"),
+        (rel(C1), "smiths/smith-root/children/smith-005"),
+    ] {
+        assert_eq!(mv(&from, to), "EBUSY", "{from} -> {to} while {C11} runs");
+    }
+    let why = s.read(".smithfs/why").unwrap_or_default();
+    assert!(why.contains("rule: structure-live-run"), "{why}");
+    assert!(why.contains(&format!("smithfs cancel {C1}")), "{why}");
+    // Once the run is gone and C1, woken for its settled child, has published and exited,
+    // nothing in C1's subtree is live: the move goes through.
+    s.cli("cancel", &[C11]).expect_ok("smithfs cancel");
+    poll_until(
+        Duration::from_secs(20),
+        "the cancelled run to be gone",
+        || gone(pid) && gone(gpid) && gone(spid),
+    );
+    s.wait_events(20, "run.exited", Some(C1), 1);
+    s.wait_state(20, C1, "done");
+    assert_eq!(mv(&rel(C1), "smiths/smith-root/children/smith-005"), "ok");
+    let moved = "smith-root/smith-005";
+    let moved_child = "smith-root/smith-005/smith-001";
+    assert_eq!(s.state(moved), "done", "{}", s.status_file());
+    assert_eq!(s.state(moved_child), "idle", "{}", s.status_file());
+    assert_eq!(s.state(C1), "", "the old id is gone: {}", s.status_file());
+    assert_eq!(s.of("smith.created", Some(moved)).len(), 1);
+    assert_eq!(s.of("smith.created", Some(moved_child)).len(), 1);
+    assert!(
+        s.of("run.started", Some(moved)).is_empty(),
+        "the move starts no run"
+    );
+}
+
 /// SIGKILL the daemon of `s` (found with `pgrep -f "smithfs mount DIR "`) and wait for it to
 /// die; its cgroup tree is removed when `left` drops.
 fn kill_daemon(s: &Sm, left: &mut Leftovers) {

@@ -35,8 +35,9 @@ use self::why::WhyStore;
 use crate::config::{Limits, OperatorMode};
 use crate::identity::Identity;
 use crate::policy::{
-    check_new_child, decide, decide_link, decide_linked_rename, decide_rename, decide_unseen_names,
-    Area, Ctx, Decision, Denial, Depth, Family, NewKind, Op, Removal, Zone,
+    check_new_child, decide, decide_link, decide_linked_rename, decide_rename,
+    decide_smith_dir_move, decide_unseen_names, Area, Ctx, Decision, Denial, Depth, Family, MoveTo,
+    NewKind, Op, Removal, SmithDirMove, Zone,
 };
 use crate::tree::model::SmithIdx;
 use crate::tree::registry::Registry;
@@ -133,10 +134,14 @@ pub enum FsEvent {
         /// The outbox's owner.
         smith: SmithIdx,
     },
-    /// A child dir was scaffolded.
+    /// A child dir was scaffolded, or a smith dir moved into a `children/` was registered (once
+    /// for each smith of the moved subtree, parents first).
     SmithCreated {
         /// The new smith.
         smith: SmithIdx,
+        /// It was moved into place by the operator (its files are not new: the scheduler derives
+        /// its state from them, as at mount), not scaffolded.
+        moved: bool,
     },
     /// An operation was denied.
     Denied(Box<DenialRecord>),
@@ -240,6 +245,24 @@ impl Default for FsOptions {
 struct ControlHandle {
     file: ControlFile,
     data: Vec<u8>,
+}
+
+/// The registered smith dir a rename moves.
+struct MovedSmith {
+    smith: SmithIdx,
+    /// Its zone ([`Zone::smith_dir`]).
+    zone: Zone,
+    /// Its `stat` before the rename.
+    st: libc::stat,
+}
+
+/// The destination of a rename: the directory, the new name, and the entry it replaces (its
+/// zone and `stat`), if any.
+struct Dest<'a> {
+    dir: &'a Inode,
+    cname: &'a CStr,
+    name: &'a OsStr,
+    replaced: Option<&'a (Zone, libc::stat)>,
 }
 
 /// Produces `.smithfs/status.json` (the scheduler's view); set once by the daemon.
@@ -1090,6 +1113,7 @@ impl SmithFs {
             parent_level: info.level,
             highest_used: info.highest_child,
             n_children: info.children.len(),
+            subtree_depth: 0,
         };
         let number = match self.with_ctx(|ctx| check_new_child(&who, &family, name, ctx)) {
             Ok(n) => n,
@@ -1122,7 +1146,10 @@ impl SmithFs {
         }
         self.identities.register_smith(idx, &full_id);
         tracing::info!(smith = %full_id, "smith created");
-        self.emit(FsEvent::SmithCreated { smith: idx });
+        self.emit(FsEvent::SmithCreated {
+            smith: idx,
+            moved: false,
+        });
         self.lookup_in(dir, &cname).map(|(_, a)| a)
     }
 
@@ -1233,9 +1260,14 @@ impl SmithFs {
     /// rename): if it was a smith dir, forget that smith and its subtree, and release what the
     /// identity resolver held for them (their cgroups, PROTOCOL.md §2).
     fn smith_dir_gone(&self, ino: u64) {
-        let Some((idx, _, _)) = self.registry.smith_at(ino) else {
-            return;
-        };
+        if let Some((idx, _, _)) = self.registry.smith_at(ino) {
+            self.smith_gone(idx);
+        }
+    }
+
+    /// Forget smith `idx` and its subtree, and release what the identity resolver and the open
+    /// files' budget held for them.
+    fn smith_gone(&self, idx: SmithIdx) {
         for gone in self.registry.unregister(idx) {
             self.identities.unregister_smith(gone);
             self.open_limits.forget(gone);
@@ -1296,13 +1328,23 @@ impl SmithFs {
         let (src_zone, src_st) = self.existing_zone(&from, &cname, name)?;
         let replaced = self.existing_zone(&to, &cnew, newname).ok();
         let exchange = flags & libc::RENAME_EXCHANGE != 0;
-        let src_is_smith = src_st.st_mode & libc::S_IFMT == libc::S_IFDIR
-            && self.registry.smith_at(src_st.st_ino).is_some();
-        let dst_zone = if src_is_smith {
-            src_zone
-        } else {
-            self.new_zone(&to, newname)
-        };
+        if src_st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+            if let Some((moved, _, _)) = self.registry.smith_at(src_st.st_ino) {
+                let m = MovedSmith {
+                    smith: moved,
+                    zone: src_zone,
+                    st: src_st,
+                };
+                let dst = Dest {
+                    dir: &to,
+                    cname: &cnew,
+                    name: newname,
+                    replaced: replaced.as_ref(),
+                };
+                return self.rename_smith_dir(caller, who, &from, name, &cname, &m, &dst, flags);
+            }
+        }
+        let dst_zone = self.new_zone(&to, newname);
         let src_live = self.subtree_live(&src_zone);
         let replaced_live = replaced.as_ref().is_some_and(|(z, _)| self.subtree_live(z));
         let back = self.new_zone(&from, name);
@@ -1370,6 +1412,153 @@ impl SmithFs {
             self.completed_at(&to, newname, &moved);
         } else if src_st.st_mode & libc::S_IFMT == libc::S_IFREG {
             self.completed_name(&to, newname);
+        }
+        Ok(())
+    }
+
+    /// Rename the registered smith dir `m` (`name` in `from`) to `dst` (docs/PROTOCOL-NOTES.md,
+    /// note 29): allowed to the operator alone, never for the root, while no run in its subtree
+    /// is live (else EBUSY). Directly into a smith's `children/` it is admitted as a mkdir there
+    /// would be (PROTOCOL.md §4) and stays a smith dir: the old subtree is unregistered and the
+    /// new location registered by scanning it, under new full ids. Anywhere else it becomes
+    /// ordinary data of its new zone, its smiths unregistered as by rmdir. Serialised with the
+    /// destination smith's mkdirs, so the §4 limits hold under races.
+    #[allow(clippy::too_many_arguments)]
+    fn rename_smith_dir(
+        &self,
+        caller: &Caller,
+        who: Identity,
+        from: &Inode,
+        name: &OsStr,
+        cname: &CStr,
+        m: &MovedSmith,
+        dst: &Dest<'_>,
+        flags: u32,
+    ) -> FsResult<()> {
+        let into = match self.zone(dst.dir) {
+            Zone::Smith(z) if z.area == Area::Children && z.depth == Depth::Top => Some(z.owner),
+            Zone::Smith(_) | Zone::Outside { .. } => None,
+        };
+        let family_lock = into.map(|p| self.registry.family(p));
+        let _serial = family_lock.as_ref().map(|l| l.lock());
+        let family = match into {
+            Some(p) => {
+                let info = self
+                    .registry
+                    .get(p)
+                    .ok_or(FsError::Backing(Errno::ENOENT))?;
+                let subtree = self.registry.subtree(m.smith);
+                let own_level = subtree.first().map_or(0, |s| s.level);
+                let deepest = subtree.iter().map(|s| s.level).max().unwrap_or(own_level);
+                let leaving = usize::from(info.children.contains(&m.smith));
+                Some(Family {
+                    parent: p,
+                    parent_level: info.level,
+                    highest_used: info.highest_child,
+                    n_children: info.children.len().saturating_sub(leaving),
+                    subtree_depth: deepest.saturating_sub(own_level),
+                })
+            }
+            None => None,
+        };
+        let data_zone = self.new_zone(dst.dir, dst.name);
+        let replaced = dst.replaced.map(|(z, _)| (z, self.subtree_live(z)));
+        let mv = SmithDirMove {
+            src: &m.zone,
+            src_live: self.subtree_live(&m.zone),
+            to: match &family {
+                Some(f) => MoveTo::Children(f),
+                None => MoveTo::Data(&data_zone),
+            },
+            name: dst.name,
+            replaced,
+            exchange: flags & libc::RENAME_EXCHANGE != 0,
+        };
+        let number = match self.with_ctx(|ctx| decide_smith_dir_move(&who, &mv, ctx)) {
+            Ok(n) => n,
+            Err(d) => {
+                return Err(self.denied(caller, who, "rename", self.child_path(from, name), d))
+            }
+        };
+        let old_full = self.registry.full_id(m.smith).unwrap_or_default();
+        // Remembered child numbers move with the subtree, re-keyed by the new full ids.
+        let carried: std::collections::HashMap<String, u32> = match &family {
+            Some(f) => {
+                let new_full = format!(
+                    "{}/{}",
+                    self.registry.full_id(f.parent).unwrap_or_default(),
+                    dst.name.to_string_lossy()
+                );
+                self.registry
+                    .subtree(m.smith)
+                    .into_iter()
+                    .filter_map(|s| {
+                        let rest = s.full_id.strip_prefix(&old_full)?;
+                        Some((format!("{new_full}{rest}"), s.highest_child?))
+                    })
+                    .collect()
+            }
+            None => std::collections::HashMap::new(),
+        };
+        backing::rename(
+            from.fd()?.as_fd(),
+            cname,
+            dst.dir.fd()?.as_fd(),
+            dst.cname,
+            flags,
+        )?;
+        // The rename is done: from here on nothing fails the request (the kernel must learn the
+        // new name), problems are logged.
+        if let Some((_, st)) = dst.replaced {
+            if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+                self.smith_dir_gone(st.st_ino);
+            }
+        }
+        // By index, not by inode number: a concurrent rescan may already have registered the
+        // new location under that inode number.
+        self.smith_gone(m.smith);
+        let mut registered = Vec::new();
+        if let (Some(f), Some(n)) = (&family, number) {
+            let scanned = dst.dir.fd().and_then(|fd| {
+                scan::scan_moved(fd.as_fd(), dst.cname, f.parent, &self.registry, &carried)
+                    .map_err(FsError::Backing)
+            });
+            match scanned {
+                Ok(idx) => registered = self.registry.subtree(idx),
+                Err(e) => tracing::error!(
+                    "cannot register the smith dir {old_full} moved to {}: {e}",
+                    self.child_path(dst.dir, dst.name)
+                ),
+            }
+            self.registry.note_child_number(f.parent, n);
+            if let Err(e) = scan::save_highest(self.state.as_fd(), &self.registry) {
+                tracing::error!("cannot remember child numbers: {e}");
+            }
+        }
+        // Zones below the moved directory are recomputed from the registry as it is now.
+        self.zone_epoch.fetch_add(1, Ordering::AcqRel);
+        self.moved(
+            &m.st,
+            (from.id, name.as_bytes()),
+            dst.dir,
+            dst.name.as_bytes(),
+        );
+        for s in &registered {
+            self.identities.register_smith(s.idx, &s.full_id);
+        }
+        match registered.first() {
+            Some(top) => tracing::info!(from = %old_full, to = %top.full_id, "smith dir moved"),
+            None => tracing::info!(
+                from = %old_full,
+                to = %self.child_path(dst.dir, dst.name),
+                "smith dir moved out of the tree"
+            ),
+        }
+        for s in &registered {
+            self.emit(FsEvent::SmithCreated {
+                smith: s.idx,
+                moved: true,
+            });
         }
         Ok(())
     }

@@ -3,7 +3,7 @@
 //! smith's `children/`.
 
 use std::collections::HashMap;
-use std::ffi::{CString, OsStr};
+use std::ffi::{CStr, CString, OsStr};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -43,6 +43,30 @@ pub fn scan(
         0,
     )?;
     scan_children(dir.as_fd(), idx, registry, highest)
+}
+
+/// Register the directory `name` in the `children/` directory `children` as the child `name` of
+/// `parent`, and every smith dir below it, as the start-up scan would (a smith dir the operator
+/// moved into that `children/`, docs/PROTOCOL-NOTES.md note 29). `highest` gives remembered
+/// highest child numbers by the new full ids. Returns the new smith's index; the caller has
+/// checked the name.
+pub fn scan_moved(
+    children: BorrowedFd<'_>,
+    name: &CStr,
+    parent: SmithIdx,
+    registry: &Registry,
+    highest: &HashMap<String, u32>,
+) -> SysResult<SmithIdx> {
+    let st = backing::stat_at(children, name)?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        return Err(nix::errno::Errno::ENOTDIR);
+    }
+    let id = String::from_utf8_lossy(name.to_bytes()).into_owned();
+    let full = format!("{}/{id}", registry.full_id(parent).unwrap_or_default());
+    let idx = registry.register(Some(parent), &id, st.st_ino, highest.get(&full).copied());
+    let dir = backing::open_beneath(children, name, libc::O_PATH | libc::O_DIRECTORY, 0)?;
+    scan_children(dir.as_fd(), idx, registry, highest)?;
+    Ok(idx)
 }
 
 fn scan_children(

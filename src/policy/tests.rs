@@ -763,6 +763,7 @@ fn family(parent: SmithIdx, level: u8, highest: Option<u32>, n: usize) -> Family
         parent_level: level,
         highest_used: highest,
         n_children: n,
+        subtree_depth: 0,
     }
 }
 
@@ -950,6 +951,242 @@ fn section_4_step_4_count() {
             .unwrap_err()
             .errno,
         Errno::EDQUOT
+    );
+}
+
+/// A smith dir moved into a `children/` brings its subtree: its deepest smith must stay within
+/// max_level (docs/PROTOCOL-NOTES.md, note 29).
+#[test]
+fn section_4_step_2_depth_of_a_moved_subtree() {
+    let c = rw();
+    let op = Identity::Operator;
+    let deep = |level, depth| Family {
+        subtree_depth: depth,
+        ..family(P, level, None, 0)
+    };
+    assert_eq!(child(op, deep(1, 1), "smith-001", &c), Ok(1));
+    let d = child(op, deep(1, 2), "smith-001", &c).unwrap_err();
+    assert_eq!((d.errno, d.rule), (Errno::EPERM, "scaffold-max-level"));
+    assert!(
+        d.why
+            .contains("with 2 levels of smiths below it would reach level 4"),
+        "{}",
+        d.why
+    );
+    assert_eq!(child(op, deep(0, 2), "smith-001", &c), Ok(1));
+    assert_eq!(
+        child(op, deep(u8::MAX, u8::MAX), "smith-001", &c)
+            .unwrap_err()
+            .errno,
+        Errno::EPERM
+    );
+}
+
+/// PROTOCOL.md §3 structure bullet, the rename of a smith dir (docs/PROTOCOL-NOTES.md, note 29):
+/// the operator alone, never the root, while nothing in the subtree is live; into a `children/`
+/// as a mkdir there, elsewhere with the create right; no exchange, no replaced smith dir.
+#[test]
+fn smith_dir_move() {
+    use Depth::{Inner, Top};
+    let c = rw();
+    let op = Identity::Operator;
+    let src = zone_of(X, Area::SmithDir, Top);
+    let private = zone_of(P, Area::Private, Inner);
+    let fam = family(COUSIN, 1, Some(3), 1);
+    let mv = |to, name, live, replaced, exchange| SmithDirMove {
+        src: &src,
+        src_live: live,
+        to,
+        name: OsStr::new(name),
+        replaced,
+        exchange,
+    };
+    let judge = |id: Identity, m: SmithDirMove<'_>, c: &Ctx<'_>| decide_smith_dir_move(&id, &m, c);
+    let err = |r: Result<Option<u32>, Denial>| {
+        let d = r.unwrap_err();
+        (d.errno, d.rule)
+    };
+    // Out of the tree: ordinary data wherever the operator may create.
+    assert_eq!(
+        judge(op, mv(MoveTo::Data(&private), "x", false, None, false), &c),
+        Ok(None)
+    );
+    let results = out(RootArea::Results, Inner);
+    assert_eq!(
+        judge(op, mv(MoveTo::Data(&results), "x", false, None, false), &c),
+        Ok(None)
+    );
+    let mount_root = out(RootArea::Other, Top);
+    assert_eq!(
+        judge(
+            op,
+            mv(MoveTo::Data(&mount_root), "x", false, None, false),
+            &c
+        ),
+        Ok(None)
+    );
+    let refused = [
+        (out(RootArea::Smiths, Inner), "smiths-scaffold-only"),
+        (x(Area::Children, Inner), "children-scaffold-only"),
+        (
+            zone_of(P, Area::Conversations, Inner),
+            "conversations-smithfs-writes",
+        ),
+    ];
+    for (zone, rule) in &refused {
+        let got = err(judge(
+            op,
+            mv(MoveTo::Data(zone), "x", false, None, false),
+            &c,
+        ));
+        assert_eq!(got.1, *rule, "{zone:?}");
+    }
+    // Into a children/: the §4 checks, in §4's order.
+    assert_eq!(
+        judge(
+            op,
+            mv(MoveTo::Children(&fam), "smith-004", false, None, false),
+            &c
+        ),
+        Ok(Some(4))
+    );
+    assert_eq!(
+        judge(
+            op,
+            mv(MoveTo::Children(&fam), "smith-020", false, None, false),
+            &c
+        ),
+        Ok(Some(20))
+    );
+    for bad in ["smith-003", "smith-001", "x", "smith-02", "smith-abc"] {
+        assert_eq!(
+            err(judge(
+                op,
+                mv(MoveTo::Children(&fam), bad, false, None, false),
+                &c
+            )),
+            (Errno::EINVAL, "scaffold-child-name"),
+            "{bad}"
+        );
+    }
+    let deep = Family {
+        subtree_depth: 2,
+        ..fam
+    };
+    assert_eq!(
+        err(judge(
+            op,
+            mv(MoveTo::Children(&deep), "bad", false, None, false),
+            &c
+        )),
+        (Errno::EPERM, "scaffold-max-level")
+    );
+    let full = family(COUSIN, 1, Some(5), 5);
+    assert_eq!(
+        err(judge(
+            op,
+            mv(MoveTo::Children(&full), "smith-006", false, None, false),
+            &c
+        )),
+        (Errno::EDQUOT, "scaffold-max-children")
+    );
+    // A live run in the subtree: EBUSY, wherever it goes.
+    for to in [MoveTo::Data(&private), MoveTo::Children(&fam)] {
+        let d = judge(op, mv(to, "smith-004", true, None, false), &c).unwrap_err();
+        assert_eq!((d.errno, d.rule), (Errno::EBUSY, "structure-live-run"));
+        assert!(
+            d.alternative
+                .contains("smithfs cancel smith-root/smith-001/smith-002"),
+            "{}",
+            d.alternative
+        );
+    }
+    // Everyone else: EPERM for smiths (the owner, its parent, the root, a child), EACCES for
+    // Unknown and the read-only operator.
+    for s in [X, P, ROOT, CHILD, SIBLING] {
+        for to in [MoveTo::Data(&private), MoveTo::Children(&fam)] {
+            assert_eq!(
+                err(judge(
+                    Identity::Smith(s),
+                    mv(to, "smith-004", false, None, false),
+                    &c
+                )),
+                (Errno::EPERM, "structure-smithfs-only"),
+                "{s:?}"
+            );
+        }
+    }
+    assert_eq!(
+        err(judge(
+            Identity::Unknown,
+            mv(MoveTo::Data(&private), "x", false, None, false),
+            &c
+        ))
+        .0,
+        Errno::EACCES
+    );
+    assert_eq!(
+        err(judge(
+            op,
+            mv(MoveTo::Data(&private), "x", false, None, false),
+            &ctx(OperatorMode::ReadOnly)
+        )),
+        (Errno::EACCES, "operator-read-only")
+    );
+    // Never the root smith dir, never an exchange, never over another smith dir.
+    let root_dir = zone_of(ROOT, Area::SmithDir, Top);
+    let m = SmithDirMove {
+        src: &root_dir,
+        ..mv(MoveTo::Data(&private), "x", false, None, false)
+    };
+    assert_eq!(
+        err(judge(op, m, &c)),
+        (Errno::EPERM, "structure-root-smith")
+    );
+    assert_eq!(err(judge(Identity::Smith(ROOT), m, &c)).0, Errno::EPERM);
+    let other_dir = zone_of(COUSIN, Area::SmithDir, Top);
+    assert_eq!(
+        err(judge(
+            op,
+            mv(
+                MoveTo::Data(&private),
+                "x",
+                false,
+                Some((&private, false)),
+                true
+            ),
+            &c
+        )),
+        (Errno::EPERM, "structure-exchange")
+    );
+    assert_eq!(
+        err(judge(
+            op,
+            mv(
+                MoveTo::Children(&fam),
+                "smith-004",
+                false,
+                Some((&other_dir, false)),
+                false
+            ),
+            &c
+        )),
+        (Errno::EPERM, "structure-smithfs-only")
+    );
+    // Over an empty plain directory where the operator may delete: allowed, as any rename.
+    assert_eq!(
+        judge(
+            op,
+            mv(
+                MoveTo::Data(&private),
+                "x",
+                false,
+                Some((&private, false)),
+                false
+            ),
+            &c
+        ),
+        Ok(None)
     );
 }
 

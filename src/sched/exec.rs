@@ -577,10 +577,19 @@ impl Exec {
                     self.update_final();
                 }
             }
-            Trigger::SmithCreated { smith } => {
-                if self.ensure_known(smith).is_some() {
-                    let ev = self.ev("smith.created", smith);
-                    self.record(ev);
+            Trigger::SmithCreated { smith, moved } => {
+                let Some(info) = self.ensure_known(smith) else {
+                    return;
+                };
+                let ev = self.ev("smith.created", smith);
+                self.record(ev);
+                // A moved smith has no history under its new full id: its state comes from its
+                // files (done with a result, else idle). The move itself starts no run.
+                if moved && scan::has_result(self.root.as_fd(), &info.rel_dir()) {
+                    self.queue.set_base(smith, Base::Done);
+                    if let Some(r) = self.recs.get_mut(&smith) {
+                        r.has_result = true;
+                    }
                 }
             }
             Trigger::AccessDenied {

@@ -225,7 +225,7 @@ impl Scheduler {
         let t = match e {
             FsEvent::TaskCompleted { smith, name } => Trigger::TaskAssigned { smith, file: name },
             FsEvent::ResultCompleted { smith } => Trigger::ResultPublished { smith },
-            FsEvent::SmithCreated { smith } => Trigger::SmithCreated { smith },
+            FsEvent::SmithCreated { smith, moved } => Trigger::SmithCreated { smith, moved },
             FsEvent::Denied(d) => Trigger::AccessDenied {
                 smith: d.smith,
                 pid: d.pid,

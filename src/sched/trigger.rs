@@ -19,10 +19,13 @@ pub enum Trigger {
         /// The smith that published.
         smith: SmithIdx,
     },
-    /// A child dir was scaffolded and registered.
+    /// A child dir was scaffolded and registered, or a smith dir the operator moved into a
+    /// `children/` was registered under its new full id.
     SmithCreated {
         /// The new smith.
         smith: SmithIdx,
+        /// Moved into place (its files, `outbox/result.md` included, predate it), not scaffolded.
+        moved: bool,
     },
     /// An operation was denied (PROTOCOL.md §3); journaled as `access.denied`.
     AccessDenied {

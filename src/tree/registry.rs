@@ -221,6 +221,25 @@ impl Registry {
         gone
     }
 
+    /// Smith `idx` and its registered descendants, parents before children; empty if `idx` is
+    /// not registered.
+    pub fn subtree(&self, idx: SmithIdx) -> Vec<SmithInfo> {
+        let inner = self.inner.read();
+        let mut out = Vec::new();
+        let mut queue = std::collections::VecDeque::from([idx]);
+        while let Some(i) = queue.pop_front() {
+            let Some(s) = inner.smiths.get(i.0 as usize) else {
+                continue;
+            };
+            if inner.by_full_id.get(&s.full_id) != Some(&i) {
+                continue;
+            }
+            queue.extend(s.children.iter().copied());
+            out.push(s.clone());
+        }
+        out
+    }
+
     /// Every registered smith, in registration order (parents before children).
     pub fn all(&self) -> Vec<SmithInfo> {
         let inner = self.inner.read();
@@ -285,5 +304,20 @@ mod tests {
             "the whole subtree, parents first"
         );
         assert_eq!(r.all().len(), 1);
+    }
+
+    #[test]
+    fn subtree_lists_parents_first() {
+        let r = Registry::new();
+        let root = r.register(None, "smith-root", 10, None);
+        let a = r.register(Some(root), "smith-001", 11, None);
+        let b = r.register(Some(root), "smith-002", 12, None);
+        let aa = r.register(Some(a), "smith-001", 13, None);
+        let ids = |v: Vec<SmithInfo>| v.into_iter().map(|s| s.idx).collect::<Vec<_>>();
+        assert_eq!(ids(r.subtree(root)), vec![root, a, b, aa]);
+        assert_eq!(ids(r.subtree(a)), vec![a, aa]);
+        r.unregister(a);
+        assert_eq!(ids(r.subtree(a)), Vec::new());
+        assert_eq!(ids(r.subtree(root)), vec![root, b]);
     }
 }
