@@ -143,6 +143,12 @@ pub enum FsEvent {
         /// its state from them, as at mount), not scaffolded.
         moved: bool,
     },
+    /// A smith dir was removed (rmdir, replaced) or moved out of every `children/` by the
+    /// operator; it and its subtree are unregistered.
+    SmithRemoved {
+        /// The top of the removed subtree.
+        smith: SmithIdx,
+    },
     /// An operation was denied.
     Denied(Box<DenialRecord>),
     /// `cancel <full-id>` was written to `ctl` by an authorised identity.
@@ -1268,10 +1274,15 @@ impl SmithFs {
     /// Forget smith `idx` and its subtree, and release what the identity resolver and the open
     /// files' budget held for them.
     fn smith_gone(&self, idx: SmithIdx) {
-        for gone in self.registry.unregister(idx) {
-            self.identities.unregister_smith(gone);
-            self.open_limits.forget(gone);
+        let gone = self.registry.unregister(idx);
+        if gone.is_empty() {
+            return;
         }
+        for g in gone {
+            self.identities.unregister_smith(g);
+            self.open_limits.forget(g);
+        }
+        self.emit(FsEvent::SmithRemoved { smith: idx });
     }
 
     /// Rename (FUSE rename; `flags` are `RENAME_NOREPLACE`/`RENAME_EXCHANGE`): delete at the

@@ -592,6 +592,14 @@ impl Exec {
                     }
                 }
             }
+            Trigger::SmithRemoved { smith } => {
+                // Its runs are over (the operator may remove only an idle subtree); its parent
+                // may now have all its remaining children settled.
+                for gone in self.queue.remove(smith) {
+                    tracing::warn!(smith = gone.0, "a removed smith still had a live run");
+                }
+                self.drain_notes();
+            }
             Trigger::AccessDenied {
                 smith,
                 pid,

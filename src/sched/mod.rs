@@ -226,6 +226,7 @@ impl Scheduler {
             FsEvent::TaskCompleted { smith, name } => Trigger::TaskAssigned { smith, file: name },
             FsEvent::ResultCompleted { smith } => Trigger::ResultPublished { smith },
             FsEvent::SmithCreated { smith, moved } => Trigger::SmithCreated { smith, moved },
+            FsEvent::SmithRemoved { smith } => Trigger::SmithRemoved { smith },
             FsEvent::Denied(d) => Trigger::AccessDenied {
                 smith: d.smith,
                 pid: d.pid,
