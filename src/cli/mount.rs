@@ -25,6 +25,7 @@ use crate::fs::Identities;
 use crate::fs::{backing, FsOptions, SmithFs, STATE_DIR};
 use crate::fuse::FuseFs;
 use crate::identity::resolve::{IdentityError, Resolver};
+use crate::sched::runner::BindTo;
 use crate::sched::{Invalidate, RunBinder, SchedCtx, Scheduler};
 use crate::tree::model::SmithIdx;
 
@@ -523,9 +524,12 @@ impl Identities for Binding {
 }
 
 impl RunBinder for Binding {
-    fn cgroup_procs_fd(&self, smith: SmithIdx) -> Option<OwnedFd> {
-        let dir = self.0.smith_cgroup_fd(smith)?;
-        backing::open_file(dir, c"cgroup.procs", libc::O_WRONLY, 0).ok()
+    fn cgroup_dir(&self, to: BindTo) -> Option<OwnedFd> {
+        let dir = match to {
+            BindTo::Smith(smith) => self.0.smith_cgroup_fd(smith)?,
+            BindTo::Operator => self.0.operator_cgroup_fd()?,
+        };
+        dir.try_clone_to_owned().ok()
     }
 
     fn bind_pid(&self, pid: u32, smith: SmithIdx) -> std::io::Result<()> {
