@@ -284,11 +284,13 @@ pub fn create_run_dir(
     })
 }
 
-/// Write `meta` atomically as `meta.json` in the held run dir.
+/// Write `meta` as `meta.json` in the held run dir: atomically (rename), not fsynced — it is
+/// written on the scheduler's thread between starting one run and the next, and is as durable
+/// as the journal (see [`crate::fs::backing::write_replace`]).
 pub fn write_meta(dir: BorrowedFd<'_>, meta: &Meta) -> crate::fs::backing::SysResult<()> {
     let mut text = serde_json::to_vec_pretty(meta).unwrap_or_default();
     text.push(b'\n');
-    crate::fs::backing::write_atomic(dir, c"meta.json", &text, 0o644)
+    crate::fs::backing::write_replace(dir, c"meta.json", &text, 0o644)
 }
 
 /// The absolute path of `rel` inside the mount.
