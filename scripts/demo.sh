@@ -43,7 +43,7 @@ while [ $# -gt 0 ]; do
 done
 mkdir -p "$DIR"
 DIR=$(cd "$DIR" && pwd)
-SMITHFS=$REPO/target/release/smithfs
+SMITHFS=${CARGO_TARGET_DIR:-$REPO/target}/release/smithfs
 ROOT=$DIR/smiths/smith-root
 bold() { if [ -t 1 ]; then printf '\033[1m%s\033[0m\n' "$*"; else printf '%s\n' "$*"; fi; }
 say() { printf 'demo: %s\n' "$*"; }

@@ -13,9 +13,10 @@
 #   FSX_SEED=N          base seed (instance i uses N+i; default: random, printed)
 #   FSX_MOUNT_ARGS=...  extra `smithfs mount` arguments, e.g. --no-passthrough
 #   FSX_CLOSE_OPEN=N    weight of fsx's close/reopen (default 2). fsx 0.3.2 keeps its mmap
-#                       mappings, and each one pins the handle it was made through; every
-#                       handle costs the daemon a descriptor, so a long --no-passthrough run
-#                       with reopens exhausts the daemon's RLIMIT_NOFILE (see
+#                       mappings, and without passthrough each one pins the handle it was
+#                       made through; a smith may hold limits.max_open_files_per_smith
+#                       handles (915 with a 20 000 descriptor limit), so a long
+#                       --no-passthrough run with reopens ends with EMFILE (see
 #                       docs/RELIABILITY.md); use FSX_CLOSE_OPEN=0 there.
 #   SMITHFS=PATH        the smithfs binary (default target/release/smithfs)
 #   FSX=PATH            the fsx binary (default: target/tools/bin/fsx, then PATH); with

@@ -10,21 +10,25 @@
 #     comparison), libacl1-dev + acl (pjdfstest builds against libacl), bindfs
 #     (a reference FUSE filesystem for comparisons)
 #   - pjdfstest (crates.io, pinned version) in ${CARGO_HOME:-$HOME/.cargo}/bin
+#   - fsx, the file system exerciser (crates.io, pinned), in the same place; a
+#     failed fsx install is a warning (tests/reliability.rs then skips fsx)
 #   - the users/groups pjdfstest switches to: nobody:nogroup (Debian) and tests:tests
 #
 # Environment:
 #   PJDFSTEST_VERSION   crate version to install (default below)
+#   FSX_VERSION         crate version of fsx to install (default below)
 #   CARGO_HOME          where cargo installs binaries (default ~/.cargo)
 set -euo pipefail
 
 PJDFSTEST_VERSION="${PJDFSTEST_VERSION:-0.2.2}"
+FSX_VERSION="${FSX_VERSION:-0.3.2}"
 APT_PACKAGES=(fuse3 libfuse3-dev pkg-config libacl1-dev acl bindfs)
 
 verbose=0
 case "${1:-}" in
     -v | --verbose) verbose=1 ;;
     -h | --help)
-        sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     "") ;;
@@ -98,6 +102,26 @@ if [ "$have_version" != "$PJDFSTEST_VERSION" ]; then
     rm -f "$log"
 else
     vsay "pjdfstest $have_version present at $pjd"
+fi
+
+# --- fsx ---------------------------------------------------------------------
+fsx="$cargo_bin/fsx"
+have_fsx=""
+if [ -x "$fsx" ]; then
+    have_fsx="$("$fsx" --version 2>/dev/null | awk '{print $2}')" || have_fsx=""
+fi
+if [ "$have_fsx" != "$FSX_VERSION" ]; then
+    say "cargo install fsx $FSX_VERSION (about a minute)"
+    log="$(mktemp -t fsx-install.XXXXXX.log)"
+    if nice -n 10 cargo install fsx --locked --force --version "=$FSX_VERSION" \
+        --root "$cargo_home" >"$log" 2>&1; then
+        rm -f "$log"
+    else
+        tail -n 20 "$log" >&2
+        say "warning: cargo install fsx failed (full log: $log); the fsx test will skip"
+    fi
+else
+    vsay "fsx $have_fsx present at $fsx"
 fi
 
 # --- users and groups pjdfstest switches to ----------------------------------

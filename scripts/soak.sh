@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # Soak (issue 6): a full tree — 1 + 5 + 25 + 125 = 156 smiths — run by the bundled reference
 # agent (agents/reference.sh, a census split 5 ways down to level 3) several times back to back
-# on ONE daemon. After each run it records the daemon's open fds, threads and RSS, the processes
-# left under the daemon, the smithfs mounts, and the journal's run accounting; at the end it
-# checks that nothing grew (fds, threads, processes, mounts equal to the first run's; RSS within
-# SOAK_RSS_SLACK_KB of it) and that every run is accounted for (run.started = run.exited).
+# on ONE daemon. After each run it waits (bounded) for the daemon's descriptors to settle, then
+# records its open fds (pidfds apart), threads and RSS, the processes left under the daemon,
+# the smithfs mounts, and the journal's run accounting; at the end it checks that nothing grew
+# (fds within SOAK_FD_SLACK of the first run's, pidfds within SOAK_PIDFD_SLACK of the count
+# before the first run — the identity cache keeps pidfds of live processes only —, threads,
+# processes and mounts equal to the first run's, RSS within SOAK_RSS_SLACK_KB of it) and that
+# every run is accounted for (run.started = run.exited).
 #
 #   scripts/soak.sh                     3 runs of the full tree (several minutes; not in CI)
 #   SOAK_RUNS=1 SOAK_FANOUT=2 scripts/soak.sh   a short variant: 1 + 2 + 4 + 8 = 15 smiths
 #
 # Environment: SOAK_RUNS (3), SOAK_FANOUT (5, children per smith), SOAK_FILES (2, files per leaf
-# directory), SOAK_TIMEOUT (1800 s per run), SOAK_RSS_SLACK_KB (8192), SMITHFS (the binary,
-# default target/release/smithfs), SOAK_KEEP=1 keeps the work dir.
+# directory), SOAK_TIMEOUT (1800 s per run), SOAK_RSS_SLACK_KB (8192), SOAK_FD_SLACK (16),
+# SOAK_PIDFD_SLACK (8), SOAK_SETTLE_SECS (30: how long to wait for the fds to settle), SMITHFS
+# (the binary, default target/release/smithfs), SOAK_KEEP=1 keeps the work dir.
 # Last line: `soak.sh: PASS …` or `soak.sh: FAIL …`; a table of the figures before it.
 set -euo pipefail
 
@@ -22,6 +26,9 @@ fan=${SOAK_FANOUT:-5}
 files=${SOAK_FILES:-2}
 timeout=${SOAK_TIMEOUT:-1800}
 slack=${SOAK_RSS_SLACK_KB:-8192}
+fd_slack=${SOAK_FD_SLACK:-16}
+pidfd_slack=${SOAK_PIDFD_SLACK:-8}
+settle_secs=${SOAK_SETTLE_SECS:-30}
 expect_smiths=$((1 + fan + fan * fan + fan * fan * fan))
 
 work=$(mktemp -d /tmp/smithfs-soak.XXXXXX)
@@ -59,7 +66,8 @@ total_files=$((fan * fan * fan * files))
 "$smithfs" mount "$mnt" --allow-other
 daemon=$(pgrep -f "smithfs mount $mnt" | head -n 1)
 root=$mnt/smiths/smith-root
-mounts_before=$(grep -c ' fuse.smithfs \| fuse ' /proc/self/mountinfo || true)
+# Mounts in the work dir only: other smithfs mounts on the machine (parallel tests) come and go.
+work_mounts() { awk -v w="$work" '$5 == w || index($5, w "/") == 1' /proc/self/mountinfo | wc -l; }
 
 descendants() { # all descendants of pid $1
     local kids
@@ -76,13 +84,46 @@ figures() { # fds (without pidfds) pidfds threads rss_kb processes mounts
     threads=$(find "/proc/$daemon/task" -mindepth 1 -maxdepth 1 | wc -l)
     rss=$(awk '/^VmRSS:/ { print $2 }' "/proc/$daemon/status")
     procs=$(descendants "$daemon" | wc -l)
-    mounts=$(grep -c 'smithfs' /proc/self/mountinfo || true)
+    mounts=$(work_mounts)
     echo "$fds $pidfds $threads $rss $procs $mounts"
 }
 count_ev() { grep -c "\"event\":\"$1\"" "$mnt/.smithfs/events.jsonl" || true; }
+fd_counts() { # fds (without pidfds) pidfds
+    find "/proc/$daemon/fd" -mindepth 1 -maxdepth 1 -printf '%l\n' |
+        awk '$0 == "anon_inode:[pidfd]" { p++; next } { f++ } END { printf "%d %d\n", f, p }'
+}
+pidfd_owners() { # the processes the daemon holds pidfds of, as comm(pid) (needs root)
+    local f n p
+    for f in /proc/"$daemon"/fd/*; do
+        [ "$(readlink "$f" 2>/dev/null)" = "anon_inode:[pidfd]" ] || continue
+        n=${f##*/}
+        p=$(awk '/^Pid:/ { print $2 }' "/proc/$daemon/fdinfo/$n" 2>/dev/null)
+        [ -n "$p" ] && printf '%s(%s) ' "$(cat "/proc/$p/comm" 2>/dev/null || echo gone)" "$p"
+    done
+}
+# Wait (polling, bounded by SOAK_SETTLE_SECS) until the daemon's descriptors settle: the same
+# counts for 1 s and at most $1 pidfds (the identity cache drops those of exited processes
+# within about a second). Prints the seconds it took; returns 1 if they never settled.
+settle() {
+    local last="" same=0 now i
+    for i in $(seq 1 $((settle_secs * 10))); do
+        now=$(fd_counts)
+        if [ "$now" = "$last" ]; then same=$((same + 1)); else same=0 last=$now; fi
+        if [ "$same" -ge 10 ] && [ "${now#* }" -le "$1" ]; then
+            echo "$((i / 10)).$((i % 10))"
+            return 0
+        fi
+        sleep 0.1
+    done
+    echo "$settle_secs"
+    return 1
+}
 
 echo "soak.sh: $runs runs of $expect_smiths smiths ($total_files files), daemon $daemon"
-echo "soak.sh: before: fds pidfds threads rss_kb procs mounts = $(figures)"
+settle 1000000 >/dev/null || true
+before=$(figures)
+pidfds0=$(echo "$before" | cut -d' ' -f2)
+echo "soak.sh: before: fds pidfds threads rss_kb procs mounts = $before"
 declare -a rows
 fail=()
 for r in $(seq 1 "$runs"); do
@@ -117,6 +158,11 @@ EOF
     counted=$(awk -F '\t' '$1 == "total" { print $2 }' "$mnt/results/final.md" 2>/dev/null || echo 0)
     started=$(($(count_ev run.started) - started_before))
     exited=$(($(count_ev run.exited) - exited_before))
+    # Last, after reading through the mount: the processes that did it have just exited.
+    if ! waited=$(settle $((pidfds0 + pidfd_slack))); then
+        fail+=("run $r: the daemon's descriptors did not settle within ${settle_secs} s ($(fd_counts): fds pidfds)")
+    fi
+    echo "soak.sh: after run $r: descriptors settled in ${waited} s; pidfds held for: $(pidfd_owners)"
     fig=$(figures)
     echo "soak.sh: after run $r: daemon fds by kind: $(find "/proc/$daemon/fd" -mindepth 1 -maxdepth 1 -printf '%l\n' |
         sed 's/:\[.*//; s/^\/.*/path/' | sort | uniq -c | awk '{ printf "%s=%s ", $2, $1 }')"
@@ -130,15 +176,15 @@ for row in "${rows[@]}"; do echo "soak.sh:   $row"; done
 read -r _ _ _ _ _ _ fds1 _ thr1 rss1 procs1 m1 <<<"${rows[0]}"
 for row in "${rows[@]}"; do
     read -r r _ _ _ _ _ _ pidfds _ _ _ _ <<<"$row"
-    # The identity cache holds one pidfd per process it resolved, dead ones included, up to
-    # its cap (4096, or a quarter of RLIMIT_NOFILE): bounded, but reported.
-    [ "$pidfds" -le "${SOAK_PIDFD_CAP:-4096}" ] || fail+=("run $r: $pidfds pidfds held, over the identity cache's cap")
+    # The identity cache holds a pidfd per live process it resolved: once the run's processes
+    # are gone, about as many as before the first run.
+    [ "$pidfds" -le $((pidfds0 + pidfd_slack)) ] || fail+=("run $r: $pidfds pidfds held, $pidfds0 before the first run (slack $pidfd_slack)")
 done
 for row in "${rows[@]:1}"; do
     read -r r _ _ _ _ _ fds _ thr rss procs m <<<"$row"
-    # Path fds: the inode table (one O_PATH fd per inode the kernel holds) and the run's
-    # conversations/ entries that stay; allow a few per run.
-    [ "$fds" -le $((fds1 + ${SOAK_FD_SLACK:-64})) ] || fail+=("run $r: $fds daemon fds (pidfds aside), $fds1 after run 1")
+    # Other fds: mostly the inode table (one O_PATH fd per inode the kernel holds: each run's
+    # tree replaces the previous one) and the root's conversations/ entries that stay.
+    [ "$fds" -le $((fds1 + fd_slack)) ] || fail+=("run $r: $fds daemon fds (pidfds aside), $fds1 after run 1 (slack $fd_slack)")
     [ "$thr" -le "$thr1" ] || fail+=("run $r: $thr daemon threads, $thr1 after run 1")
     [ "$procs" -le "$procs1" ] || fail+=("run $r: $procs processes under the daemon, $procs1 after run 1")
     [ "$m" -le "$m1" ] || fail+=("run $r: $m smithfs mounts, $m1 after run 1")
@@ -148,8 +194,8 @@ done
 journal_bad=$(grep -vc '^{.*}$' "$mnt/.smithfs/events.jsonl" || true)
 [ "$journal_bad" = 0 ] || fail+=("$journal_bad journal lines are not JSON objects")
 "$smithfs" umount "$mnt"
-m_after=$(grep -c 'smithfs' /proc/self/mountinfo || true)
-[ "$m_after" -le "$mounts_before" ] || fail+=("$m_after smithfs mounts after umount")
+m_after=$(work_mounts)
+[ "$m_after" = 0 ] || fail+=("$m_after mounts left in $work after umount")
 gone=""
 for i in $(seq 1 200); do
     if ! kill -0 "$daemon" 2>/dev/null; then
@@ -164,7 +210,7 @@ elif [ "$gone" -gt 1 ]; then
     echo "soak.sh: the daemon exited $((gone / 10)).$((gone % 10)) s after \`smithfs umount\` returned"
 fi
 if [ "${#fail[@]}" = 0 ]; then
-    echo "soak.sh: PASS $runs runs × $expect_smiths smiths; fds $fds1, threads $thr1, RSS ${rss1} kB after run 1"
+    echo "soak.sh: PASS $runs runs × $expect_smiths smiths; fds $fds1, pidfds $pidfds0 before, threads $thr1, RSS ${rss1} kB after run 1"
     exit 0
 fi
 printf 'soak.sh:   %s\n' "${fail[@]}"

@@ -76,7 +76,8 @@ pub struct SchedulerConfig {
     pub max_concurrent: u32,
 }
 
-/// `limits` in `config.json`: the scaffold's limits (PROTOCOL.md §4, §8).
+/// `limits` in `config.json`: the scaffold's limits (PROTOCOL.md §4, §8) and the open files a
+/// smith may hold in the daemon (docs/PROTOCOL-NOTES.md, note 26).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
@@ -84,6 +85,12 @@ pub struct Limits {
     pub max_level: u8,
     /// Children a smith may have at once (default 5).
     pub max_children: u32,
+    /// Open files and directories one smith may hold through the mount at once (each costs the
+    /// daemon a descriptor); beyond it its opens fail with EMFILE. At least 1. `None` (absent
+    /// or `null`, the default): an eighth of the daemon's descriptors for open files, decided
+    /// at mount from `RLIMIT_NOFILE` (915 with a limit of 20 000, 61 184 with 1 048 576).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_open_files_per_smith: Option<u32>,
 }
 
 /// `operator` in `config.json` or `--operator` (PROTOCOL.md §3, §8).
@@ -243,6 +250,7 @@ impl Default for Limits {
         Limits {
             max_level: 3,
             max_children: 5,
+            max_open_files_per_smith: None,
         }
     }
 }
@@ -253,7 +261,7 @@ impl Config {
     /// Errors: [`ConfigError::Syntax`] for bad JSON, [`ConfigError::UnknownKey`] for a key the schema does
     /// not have, [`ConfigError::Invalid`] for a wrong type, an unknown hook event or placeholder, an empty
     /// argv, or a zero where at least 1 is needed (`scheduler.max_concurrent`, `agent.timeout_secs`,
-    /// `hook_timeout_secs`).
+    /// `hook_timeout_secs`, `limits.max_open_files_per_smith`).
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
         let config: Config = parse_strict(text)?;
         config.validate()?;
@@ -267,6 +275,9 @@ impl Config {
             "scheduler.max_concurrent",
         )?;
         at_least_one(self.hook_timeout_secs, "hook_timeout_secs")?;
+        if let Some(n) = self.limits.max_open_files_per_smith {
+            at_least_one(n.into(), "limits.max_open_files_per_smith")?;
+        }
         for (event, argvs) in &self.hooks {
             for (i, argv) in argvs.iter().enumerate() {
                 let path = format!("hooks{}[{i}]", render_key(event.as_str(), false));
@@ -867,6 +878,82 @@ mod tests {
             .starts_with("config.json: invalid JSON"));
         let e = err(r#"{"hook_timeout_secs": 1, "hook_timeout_secs": 2}"#);
         assert!(e.contains("duplicate field `hook_timeout_secs`"), "{e}");
+    }
+
+    /// `limits.max_open_files_per_smith`: absent or null is the mount-time default (`None`), a
+    /// positive integer is kept; anything else is refused naming the key.
+    #[test]
+    fn max_open_files_per_smith_table() {
+        let key = "limits.max_open_files_per_smith";
+        let rows: &[(&str, Result<Option<u32>, &str>)] = &[
+            ("{}", Ok(None)),
+            (r#"{"limits": {}}"#, Ok(None)),
+            (
+                r#"{"limits": {"max_open_files_per_smith": null}}"#,
+                Ok(None),
+            ),
+            (
+                r#"{"limits": {"max_open_files_per_smith": 1}}"#,
+                Ok(Some(1)),
+            ),
+            (
+                r#"{"limits": {"max_open_files_per_smith": 2000, "max_children": 2}}"#,
+                Ok(Some(2000)),
+            ),
+            (
+                r#"{"limits": {"max_open_files_per_smith": 4294967295}}"#,
+                Ok(Some(u32::MAX)),
+            ),
+            (
+                r#"{"limits": {"max_open_files_per_smith": 0}}"#,
+                Err("must be at least 1"),
+            ),
+            (
+                r#"{"limits": {"max_open_files_per_smith": -5}}"#,
+                Err("invalid value: integer `-5`, expected u32"),
+            ),
+            (
+                r#"{"limits": {"max_open_files_per_smith": 4294967296}}"#,
+                Err("invalid value: integer `4294967296`, expected u32"),
+            ),
+            (
+                r#"{"limits": {"max_open_files_per_smith": "lots"}}"#,
+                Err("invalid type: string \"lots\", expected u32"),
+            ),
+            (
+                r#"{"limits": {"max_open_files_per_smith": 1.5}}"#,
+                Err("invalid type: floating point `1.5`, expected u32"),
+            ),
+            (
+                r#"{"limits": {"max_open_files_per_smith": [10]}}"#,
+                Err("invalid type: sequence, expected u32"),
+            ),
+            (
+                r#"{"limits": {"max_open_files_per_smith": true}}"#,
+                Err("invalid type: boolean `true`, expected u32"),
+            ),
+        ];
+        for (text, want) in rows {
+            match (Config::parse(text), want) {
+                (Ok(c), Ok(n)) => {
+                    assert_eq!(c.limits.max_open_files_per_smith, *n, "for {text}");
+                    let again = Config::parse(&serde_json::to_string(&c).unwrap()).unwrap();
+                    assert_eq!(again, c, "round trip of {text}");
+                }
+                (Err(e), Err(msg)) => {
+                    assert_eq!(
+                        e.to_string(),
+                        format!("config.json: {key}: {msg}"),
+                        "for {text}"
+                    );
+                }
+                (got, _) => panic!("{text}: got {got:?}, want {want:?}"),
+            }
+        }
+        assert_eq!(
+            err(r#"{"limits": {"max_open_file_per_smith": 9}}"#),
+            "config.json: unknown key limits.max_open_file_per_smith (known keys: max_level, max_children, max_open_files_per_smith)"
+        );
     }
 
     /// `locate` assumes every object of the schema accepts `{}` and every list `[]`.

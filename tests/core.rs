@@ -639,6 +639,16 @@ print(err(os.getxattr, n, "user.x"), renameat2("x", n, RENAME_EXCHANGE))
     }
     assert!(!lines[4].ends_with(" 0"), "{out}");
     assert!(!lines[4].contains("ok"), "{out}");
+    // Each refusal is a denial with its reason in `why` (PROTOCOL.md §3).
+    let why = m.sh_ok("mkdir .smithfs-state 2>/dev/null || cat .smithfs/why");
+    assert!(
+        why.contains("reserved-name") && why.contains("mkdir"),
+        "{why}"
+    );
+    let why = m.sh_ok("(echo x > .smithfs/whoami) 2>/dev/null || cat .smithfs/why");
+    assert!(why.contains("control-read-only"), "{why}");
+    let why = m.sh_ok("touch .smithfs/new 2>/dev/null || cat .smithfs/why");
+    assert!(why.contains("reserved-name"), "{why}");
     // Only at the root: elsewhere it is an ordinary name.
     m.sh_ok("mkdir sub && mkdir sub/.smithfs-state && ls -a sub | grep -q smithfs-state");
     // The real one still holds only the daemon's files.

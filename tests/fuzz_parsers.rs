@@ -432,7 +432,8 @@ fn key() -> impl Strategy<Value = String> {
     prop_oneof![
         8 => prop::sample::select(vec![
             "agent", "command", "env", "timeout_secs", "retries", "kill_grace_secs", "scheduler",
-            "max_concurrent", "limits", "max_level", "max_children", "operator", "identity",
+            "max_concurrent", "limits", "max_level", "max_children", "max_open_files_per_smith",
+            "operator", "identity",
             "hooks", "hook_timeout_secs", "result.published", "run.exited", "hook.exited",
             "smith.created", "access.denied",
         ])
@@ -504,6 +505,7 @@ fn config_errors_name_the_key_path() {
         ("scheduler.max_concurrent", serde_json::json!(2)),
         ("limits.max_level", serde_json::json!(3)),
         ("limits.max_children", serde_json::json!(5)),
+        ("limits.max_open_files_per_smith", serde_json::json!(100)),
         ("hook_timeout_secs", serde_json::json!(5)),
         ("operator", serde_json::json!("read-write")),
         ("identity", serde_json::json!("auto")),
@@ -522,7 +524,7 @@ fn config_errors_name_the_key_path() {
             &(
                 0..leaves.len(),
                 bad,
-                prop::collection::vec(any::<bool>(), 9),
+                prop::collection::vec(any::<bool>(), leaves.len()),
             ),
             |(which, bad, keep)| {
                 let mut doc = serde_json::json!({});
@@ -603,16 +605,17 @@ fn config_valid_documents_round_trip() {
                 1u32..64,
                 any::<u8>(),
                 any::<u32>(),
+                prop::option::of(1u32..),
                 prop::option::of(prop::collection::vec(
                     prop::collection::vec(prop::sample::select(vec!["sh", "{smith_id}", "x"]), 1..3),
                     0..3,
                 )),
             ),
-            |(command, env, timeout, retries, maxc, level, children, hooks)| {
+            |(command, env, timeout, retries, maxc, level, children, open_files, hooks)| {
                 let mut doc = serde_json::json!({
                     "agent": {"command": command, "env": env, "timeout_secs": timeout, "retries": retries},
                     "scheduler": {"max_concurrent": maxc},
-                    "limits": {"max_level": level, "max_children": children},
+                    "limits": {"max_level": level, "max_children": children, "max_open_files_per_smith": open_files},
                 });
                 if let Some(h) = &hooks {
                     doc["hooks"] = serde_json::json!({ "run.exited": h });
@@ -625,6 +628,7 @@ fn config_valid_documents_round_trip() {
                 prop_assert_eq!(c.scheduler.max_concurrent, maxc);
                 prop_assert_eq!(c.limits.max_level, level);
                 prop_assert_eq!(c.limits.max_children, children);
+                prop_assert_eq!(c.limits.max_open_files_per_smith, open_files);
                 Ok(())
             },
         )

@@ -403,11 +403,11 @@ fn auto_picks_cgroup_when_it_can_and_cleans_up() {
             assert!(p.ends_with(format!("smithfs-{}", daemon.pid())));
             assert!(p.join("smith-root.smith-001").is_dir());
             assert!(p.join("operator").is_dir());
-            assert!(r.smith_cgroup_fd(CHILD).is_some());
+            assert!(r.smith_cgroup(CHILD).is_some());
         }
         Effective::Ancestry => {
             assert!(parent.is_none());
-            assert!(r.smith_cgroup_fd(CHILD).is_none());
+            assert!(r.smith_cgroup(CHILD).is_none());
         }
     }
     assert!(matches!(
@@ -419,6 +419,87 @@ fn auto_picks_cgroup_when_it_can_and_cleans_up() {
         Err(IdentityError::Conflict { .. })
     ));
     r.register_smith(ROOT, "smith-root").expect("idempotent");
+    drop(engine);
+    drop(daemon);
+}
+
+/// A smith whose dir was removed: its cgroup stays while a process is in it (which remains
+/// that smith, never the operator), and is removed — with its descriptor — once it is empty.
+#[test]
+fn unregistered_smith_cgroup_goes_once_empty() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (daemon, _) = fake_daemon(tmp.path());
+    let Some(engine) = engine(IdentityMode::Cgroup, daemon.pid()) else {
+        return;
+    };
+    let r = &engine.0;
+    let dir = r.smith_cgroup(CHILD).expect("cgroup").path.clone();
+    let mut left = Proc::spawn(Command::new("sleep").arg("600"));
+    r.bind(left.pid(), CHILD).expect("bind");
+    r.unregister_smith(CHILD);
+    assert!(r.smith_cgroup(CHILD).is_none(), "forgotten");
+    assert_eq!(r.full_id(CHILD), None);
+    assert!(dir.is_dir(), "a cgroup with a process stays");
+    assert_eq!(r.retired_len(), 1);
+    r.housekeep();
+    assert_eq!(r.retired_len(), 1, "still populated");
+    assert_eq!(
+        r.resolve(left.pid()),
+        Identity::Smith(CHILD),
+        "a leftover process stays its smith"
+    );
+    let _ = left.0.kill();
+    let _ = left.0.wait();
+    poll_until("the emptied cgroup to be removed", || {
+        r.housekeep();
+        (r.retired_len() == 0).then_some(())
+    });
+    assert!(!dir.exists(), "{} removed", dir.display());
+    // An empty cgroup goes at once; unregistering twice is harmless.
+    let root_dir = r.smith_cgroup(ROOT).expect("root cgroup").path.clone();
+    r.unregister_smith(ROOT);
+    r.unregister_smith(ROOT);
+    assert_eq!(r.retired_len(), 0);
+    assert!(!root_dir.exists());
+    drop(engine);
+    drop(daemon);
+}
+
+/// The cache keeps pidfds of live callers only: entries of exited processes are dropped by
+/// `housekeep`, and by an insertion once the cache has doubled.
+#[test]
+fn cache_drops_exited_processes() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (daemon, _) = fake_daemon(tmp.path());
+    let engine = engine(IdentityMode::Ancestry, daemon.pid()).expect("ancestry");
+    let r = &engine.0;
+    let live = Proc::spawn(Command::new("sleep").arg("600"));
+    assert_eq!(r.resolve(live.pid()), Identity::Operator);
+    for _ in 0..10 {
+        let p = Proc::spawn(Command::new("sleep").arg("600"));
+        assert_eq!(r.resolve(p.pid()), Identity::Operator);
+    } // each killed and reaped here
+    assert_eq!(r.cache_len(), 11);
+    r.housekeep();
+    assert_eq!(r.cache_len(), 1, "only the live process is left");
+    // Without housekeeping: insertions sweep once the cache has grown past SWEEP_MIN and
+    // doubled, so dead entries stay bounded.
+    let n = smithfs::identity::resolve::SWEEP_MIN * 3;
+    for _ in 0..n {
+        let p = Proc::spawn(Command::new("sleep").arg("600"));
+        let pid = p.pid();
+        let _ = r.resolve(pid);
+        drop(p);
+    }
+    assert!(
+        r.cache_len() <= 2 * smithfs::identity::resolve::SWEEP_MIN + 1,
+        "{} entries after {n} short-lived callers",
+        r.cache_len()
+    );
+    assert_eq!(r.resolve(live.pid()), Identity::Operator);
+    drop(live);
     drop(engine);
     drop(daemon);
 }

@@ -149,6 +149,8 @@ def exchange(a, b):
     _rename2(a, b, 2)
 def noreplace(a, b):
     _rename2(a, b, 1)
+def whiteout(a, b):
+    _rename2(a, b, 4)
 def _rename2(a, b, flags):
     if libc.renameat2(-100, a.encode(), -100, b.encode(), ctypes.c_uint(flags)) != 0:
         e = ctypes.get_errno()
@@ -1133,6 +1135,9 @@ both_modes!(device_nodes_fifos_sockets, |mode| {
             ("os.mkfifo(A+'/inbox/fifo')", "EACCES"),
             ("sock(A+'/inbox/sock')", "EACCES"),
             ("os.mkfifo(B+'/private/fifo')", "EACCES"),
+            // RENAME_WHITEOUT leaves a character device (0, 0) at the source.
+            ("put(A+'/private/wo', 'x')", "ok"),
+            ("whiteout(A+'/private/wo', A+'/private/wo2')", "EPERM"),
         ],
     );
     // The operator may make device nodes; the mount is nodev, so they cannot be opened.
@@ -1372,6 +1377,354 @@ both_modes!(child_names_and_increasing_numbers, |mode| {
         ],
     );
     assert!(t.why(OPERATOR).contains("smith-012") || t.why(OPERATOR).contains("smith-013"));
+});
+
+// ---------------------------------------------------------------------------------------------
+// The operator moves idle smith dirs (PROTOCOL.md §3 structure bullet, docs/PROTOCOL-NOTES.md
+// note 29)
+// ---------------------------------------------------------------------------------------------
+
+/// `smithfs run --smith FULL_ID -- true` fails: no such smith any more.
+#[track_caller]
+fn assert_unknown_smith(t: &Tree, full_id: &str) {
+    let r = t.cmd(Some(full_id), "", &["true"]);
+    assert!(
+        !r.ok() && r.stderr.contains("no such smith"),
+        "[{:?}] {full_id} should be unknown: {r:?}",
+        t.mode
+    );
+}
+
+/// The full ids in `.smithfs/status.json`.
+fn status_ids(t: &Tree) -> Vec<String> {
+    let v: serde_json::Value = serde_json::from_str(&t.read(".smithfs/status.json")).unwrap();
+    v["smiths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["full_id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The smith cgroups under the daemon's `smithfs-PID` cgroup (`smith-root.smith-001` …);
+/// empty in ancestry mode.
+fn smith_cgroups(t: &Tree) -> Vec<String> {
+    use smithfs::identity::{cgroup, procfs};
+    let Some(pid) = t.m.daemon_pid() else {
+        return Vec::new();
+    };
+    let (Ok(mounts), Ok(own)) = (
+        std::fs::read("/proc/self/mountinfo"),
+        std::fs::read(format!("/proc/{pid}/cgroup")),
+    ) else {
+        return Vec::new();
+    };
+    let (Ok(mounts), Ok(own)) = (procfs::parse_mountinfo(&mounts), procfs::parse_cgroup(&own))
+    else {
+        return Vec::new();
+    };
+    let Some(dir) = cgroup::own_cgroup_dir(&mounts, &own) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = std::fs::read_dir(dir.join(format!("smithfs-{pid}")))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("smith-root"))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+both_modes!(operator_moves_a_smith_dir_out_of_the_tree, |mode| {
+    let mut t = Tree::new(mode);
+    // B (smith-root/smith-002) goes into the root's private/: it is data from now on.
+    t.expect(OPERATOR, &[("os.rename(B, ROOT+'/private/old-b')", "ok")]);
+    assert!(!t.abs(&smith_dir(B)).exists());
+    assert_unknown_smith(&t, B);
+    if mode == Mode::Cgroup {
+        // The identity resolver was told, as for rmdir: B's cgroup is gone (it was empty).
+        let cgroups = smith_cgroups(&t);
+        assert!(
+            cgroups.contains(&"smith-root.smith-001".to_string()),
+            "{cgroups:?}"
+        );
+        assert!(
+            !cgroups.contains(&"smith-root.smith-002".to_string()),
+            "{cgroups:?}"
+        );
+    }
+    assert!(
+        !status_ids(&t).contains(&B.to_string()),
+        "{:?}",
+        status_ids(&t)
+    );
+    // Its files are readable in the new place, by the operator and by the zone's owner (the
+    // root: everything below private/old-b is the root's private/**), by nobody else.
+    assert_eq!(
+        t.read("smiths/smith-root/private/old-b/private/f"),
+        format!("private of {B}\n")
+    );
+    t.expect(
+        Some(ROOT),
+        &[
+            ("get(ROOT+'/private/old-b/outbox/f')", "ok"),
+            ("put(ROOT+'/private/old-b/inbox/note.md', 'mine now')", "ok"),
+            ("os.mkdir(ROOT+'/private/old-b/children/smith-009')", "ok"),
+            (
+                "os.rename(ROOT+'/private/old-b/smith.md', ROOT+'/private/old-b/smith.txt')",
+                "ok",
+            ),
+        ],
+    );
+    t.expect(
+        Some(A),
+        &[
+            ("rd(ROOT+'/private/old-b/private/f')", "EACCES"),
+            ("ls(ROOT+'/private/old-b')", "EACCES"),
+        ],
+    );
+    // The root's next child still numbers above every number it used (smith-002 included),
+    // after a restart too.
+    t.expect(
+        OPERATOR,
+        &[
+            ("os.mkdir(ROOT+'/children/smith-002')", "EINVAL"),
+            ("os.mkdir(ROOT+'/children/smith-003')", "ok"),
+        ],
+    );
+    t.m.remount();
+    assert_unknown_smith(&t, B);
+    t.expect(
+        Some(ROOT),
+        &[
+            ("os.mkdir(ROOT+'/children/smith-002')", "EINVAL"),
+            ("os.mkdir(ROOT+'/children/smith-004')", "ok"),
+            ("get(ROOT+'/private/old-b/private/f')", "ok"),
+        ],
+    );
+    // A whole subtree goes the same way, into results/ this time: AA and its two children.
+    t.expect(OPERATOR, &[("os.rename(AA, 'results/old-aa')", "ok")]);
+    for id in [AA, AAA, AAB] {
+        assert_unknown_smith(&t, id);
+    }
+    assert_eq!(
+        t.read("results/old-aa/children/smith-001/private/f"),
+        format!("private of {AAA}\n")
+    );
+    t.expect(
+        Some(ROOT),
+        &[
+            // results/** is written and created by the root, never deleted by it.
+            (
+                "put('results/old-aa/children/smith-002/outbox/f', 'x')",
+                "ok",
+            ),
+            ("os.unlink('results/old-aa/CLAUDE.md')", "EACCES"),
+        ],
+    );
+    t.expect(Some(A), &[("os.mkdir(A+'/children/smith-001')", "EINVAL")]);
+});
+
+both_modes!(operator_moves_a_smith_dir_into_children, |mode| {
+    let t = Tree::new(mode);
+    // AA (level 2, with AAA and AAB below) becomes the root's child smith-010: level 1, and its
+    // children level 2, under new full ids.
+    const NEW: &str = "smith-root/smith-010";
+    const NEW_A: &str = "smith-root/smith-010/smith-001";
+    t.expect(
+        OPERATOR,
+        &[("os.rename(AA, ROOT+'/children/smith-010')", "ok")],
+    );
+    for id in [AA, AAA, AAB] {
+        assert_unknown_smith(&t, id);
+    }
+    if mode == Mode::Cgroup {
+        let cgroups = smith_cgroups(&t);
+        for (gone, made) in [
+            ("smith-root.smith-001.smith-001", "smith-root.smith-010"),
+            (
+                "smith-root.smith-001.smith-001.smith-001",
+                "smith-root.smith-010.smith-001",
+            ),
+            (
+                "smith-root.smith-001.smith-001.smith-002",
+                "smith-root.smith-010.smith-002",
+            ),
+        ] {
+            assert!(!cgroups.contains(&gone.to_string()), "{gone}: {cgroups:?}");
+            assert!(cgroups.contains(&made.to_string()), "{made}: {cgroups:?}");
+        }
+    }
+    let out = t.sh_ok(
+        Some(NEW),
+        "",
+        r#"echo x > "$SMITH_DIR/private/f2" && cat "$SMITH_DIR/private/f" "$SMITH_MOUNT/.smithfs/whoami""#,
+    );
+    assert!(out.starts_with(&format!("private of {AA}\n")), "{out}");
+    assert_eq!(field(&out, "full id"), Some(NEW), "{out}");
+    assert_eq!(field(&out, "level"), Some("1"), "{out}");
+    assert_eq!(t.read(&format!("{}/private/f2", smith_dir(NEW))), "x\n");
+    let out = t.sh_ok(
+        Some(NEW_A),
+        "",
+        r#"echo y > "$SMITH_DIR/private/g" && cat "$SMITH_MOUNT/.smithfs/whoami""#,
+    );
+    assert_eq!(field(&out, "level"), Some("2"), "{out}");
+    assert_eq!(field(&out, "parent"), Some(NEW), "{out}");
+    let ids = status_ids(&t);
+    for id in [NEW, NEW_A, "smith-root/smith-010/smith-002"] {
+        assert!(ids.contains(&id.to_string()), "{id} not in {ids:?}");
+    }
+    // The new parent writes its inbox; the old parent no longer may, nor a sibling its private/.
+    t.expect(
+        Some(ROOT),
+        &[(
+            "put(ROOT+'/children/smith-010/inbox/task-1.md', 'hi')",
+            "ok",
+        )],
+    );
+    t.expect(
+        Some(A),
+        &[
+            (
+                "put(ROOT+'/children/smith-010/inbox/task-2.md', 'hi')",
+                "EACCES",
+            ),
+            ("rd(ROOT+'/children/smith-010/outbox/f')", "EACCES"),
+        ],
+    );
+    t.expect(
+        Some(NEW_A),
+        &[("rd(ROOT+'/children/smith-010/private/f')", "EACCES")],
+    );
+    // The moved smith's own children still number above the ones it used (smith-002).
+    t.expect(
+        Some(NEW),
+        &[
+            (
+                "os.mkdir(ROOT+'/children/smith-010/children/smith-000')",
+                "EINVAL",
+            ),
+            (
+                "os.mkdir(ROOT+'/children/smith-010/children/smith-003')",
+                "ok",
+            ),
+        ],
+    );
+    // Renumbering within one children/: AB (smith-root/smith-001/smith-002) → smith-005.
+    t.expect(
+        OPERATOR,
+        &[("os.rename(AB, A+'/children/smith-005')", "ok")],
+    );
+    assert_unknown_smith(&t, AB);
+    t.sh_ok(
+        Some("smith-root/smith-001/smith-005"),
+        "",
+        r#"echo z > "$SMITH_DIR/outbox/r""#,
+    );
+    // A's next child numbers above smith-005, the root's above smith-010.
+    t.expect(
+        OPERATOR,
+        &[
+            ("os.mkdir(A+'/children/smith-004')", "EINVAL"),
+            ("os.mkdir(ROOT+'/children/smith-009')", "EINVAL"),
+            ("os.mkdir(ROOT+'/children/smith-011')", "ok"),
+        ],
+    );
+});
+
+both_modes!(
+    moving_a_smith_dir_into_children_is_checked_like_mkdir,
+    |mode| {
+        let t = Tree::new(mode);
+        // Names: smith-NNN above every number the destination used (the root used 1 and 2).
+        t.expect(
+            OPERATOR,
+            &[
+                ("os.rename(AB, ROOT+'/children/smith-002x')", "EINVAL"),
+                ("os.rename(AB, ROOT+'/children/foo')", "EINVAL"),
+                ("os.rename(AB, ROOT+'/children/smith-01')", "EINVAL"),
+                ("os.rename(AB, ROOT+'/children/Smith-003')", "EINVAL"),
+                ("os.rename(AAA, A+'/children/smith-000')", "EINVAL"),
+            ],
+        );
+        let why = t.why(OPERATOR);
+        assert_eq!(field(&why, "rule"), Some("scaffold-child-name"), "{why}");
+        assert!(why.contains("smith-003"), "why names the next id:\n{why}");
+        // Replacing a smith dir, exchanging one, moving the root: EPERM.
+        t.expect(
+            OPERATOR,
+            &[
+                ("os.rename(AAB, A+'/children/smith-002')", "EPERM"),
+                ("exchange(AB, B)", "EPERM"),
+                ("exchange(AB, A+'/private/sub')", "EPERM"),
+                ("exchange(A+'/private/sub', AB)", "EPERM"),
+                ("os.rename(ROOT, 'results/root')", "EPERM"),
+                ("os.rename(ROOT, 'smiths/smith-root2')", "EPERM"),
+            ],
+        );
+        assert_eq!(
+            field(&t.why(OPERATOR), "rule"),
+            Some("structure-root-smith")
+        );
+        // Depth: AA brings a level below it; under AB (level 2) it would reach level 4.
+        t.expect(
+            OPERATOR,
+            &[("os.rename(AA, AB+'/children/smith-001')", "EPERM")],
+        );
+        assert_eq!(field(&t.why(OPERATOR), "rule"), Some("scaffold-max-level"));
+        // Nowhere the operator may not create: directly in smiths/, below a name in children/,
+        // conversations/.
+        t.expect(
+            OPERATOR,
+            &[
+                ("os.rename(AB, 'smiths/ab')", "EPERM"),
+                ("os.rename(AB, AA+'/conversations/ab')", "EACCES"),
+            ],
+        );
+        // Count: the root has 2 children, at most 5; a move within one children/ does not count
+        // the mover twice.
+        for n in ["smith-003", "smith-004", "smith-005"] {
+            std::fs::create_dir(t.abs(&format!("{}/children/{n}", smith_dir(ROOT)))).unwrap();
+        }
+        t.expect(
+            OPERATOR,
+            &[
+                ("os.rename(AB, ROOT+'/children/smith-006')", "EDQUOT"),
+                (
+                    "os.rename(ROOT+'/children/smith-005', ROOT+'/children/smith-009')",
+                    "ok",
+                ),
+            ],
+        );
+        // Everything refused left the tree as it was.
+        for id in [A, B, AA, AB, AAA, AAB] {
+            t.sh_ok(Some(id), "", r#"test -d "$SMITH_DIR/private""#);
+        }
+    }
+);
+
+both_modes!(only_the_operator_moves_smith_dirs, |mode| {
+    let t = Tree::new(mode);
+    // The owner, its parent, the root and a sibling: EPERM, into a children/ with a valid name
+    // or into a private/ (the caller's own, but for the owner, which cannot move into itself).
+    for (who, me) in [(AB, "A"), (A, "A"), (ROOT, "ROOT"), (AA, "AA")] {
+        t.expect(
+            Some(who),
+            &[
+                ("os.rename(AB, A+'/children/smith-009')", "EPERM"),
+                ("os.rename(AB, ROOT+'/children/smith-009')", "EPERM"),
+                (&format!("os.rename(AB, {me}+'/private/ab')"), "EPERM"),
+            ],
+        );
+        let why = t.why(Some(who));
+        assert_eq!(field(&why, "rule"), Some("structure-smithfs-only"), "{why}");
+    }
+    t.sh_ok(Some(AB), "", r#"test -d "$SMITH_DIR/private""#);
+    assert!(t.abs(&format!("{}/smith.md", smith_dir(AB))).is_file());
 });
 
 // ---------------------------------------------------------------------------------------------
@@ -1876,27 +2229,66 @@ libc.syscall(60, 0)  # SYS_exit: only the main thread exits
 // An inode with names in several zones (made outside the mount) gets the intersection
 // ---------------------------------------------------------------------------------------------
 
-both_modes!(
-    multi_zone_inode_gets_intersection,
-    cgroup: [#[ignore = "bug: an inode hard-linked outside the mount into outbox/ and private/ is readable by the parent through outbox/ until some process looks up its private/ name"]],
-    ancestry: [#[ignore = "bug: an inode hard-linked outside the mount into outbox/ and private/ is readable by the parent through outbox/ until some process looks up its private/ name"]],
-    |mode| {
-        let mut t = Tree::new(mode);
-        t.m.umount();
-        let d = t.m.path().join(smith_dir(A));
-        std::fs::write(d.join("outbox/both"), "two names\n").unwrap();
-        std::fs::hard_link(d.join("outbox/both"), d.join("private/both")).unwrap();
-        t.m.mount();
-        // Nobody has looked up private/both yet: the rights are still the intersection of
-        // outbox/ (parent: read) and private/ (parent: none).
-        t.expect(
-            Some(ROOT),
-            &[("os.stat(A+'/outbox/both')", "ok"), ("rd(A+'/outbox/both')", "EACCES")],
-        );
-        t.expect(Some(A), &[("ls(A+'/private')", "ok")]);
-        t.expect(Some(ROOT), &[("rd(A+'/outbox/both')", "EACCES")]);
-    }
-);
+both_modes!(multi_zone_inode_gets_intersection, |mode| {
+    let mut t = Tree::new(mode);
+    t.m.umount();
+    let d = t.m.path().join(smith_dir(A));
+    std::fs::write(d.join("outbox/both"), "two names\n").unwrap();
+    std::fs::hard_link(d.join("outbox/both"), d.join("private/both")).unwrap();
+    // Two names in one zone (outbox/ and outbox/sub/), and two in one directory.
+    std::fs::write(d.join("outbox/pair"), "published twice\n").unwrap();
+    std::fs::hard_link(d.join("outbox/pair"), d.join("outbox/pair2")).unwrap();
+    std::fs::write(d.join("outbox/deep"), "published deeper\n").unwrap();
+    std::fs::hard_link(d.join("outbox/deep"), d.join("outbox/sub/deep")).unwrap();
+    t.m.mount();
+    // Nobody has looked up private/both yet: the daemon sees a file with more links than names
+    // and fails closed, so the parent reads it neither now nor after the private name is seen
+    // (then by the intersection of outbox/ (parent: read) and private/ (parent: none)).
+    t.expect(
+        Some(ROOT),
+        &[
+            ("os.stat(A+'/outbox/both')", "ok"),
+            ("rd(A+'/outbox/both')", "EACCES"),
+        ],
+    );
+    let why = t.why(Some(ROOT));
+    assert!(why.contains("rule: links-unseen"), "{why}");
+    // The owner keeps its rights on both names; a sibling has none.
+    t.expect(
+        Some(A),
+        &[
+            ("rd(A+'/outbox/both')", "ok"),
+            ("rd(A+'/private/both')", "ok"),
+            ("ls(A+'/private')", "ok"),
+        ],
+    );
+    t.expect(Some(B), &[("rd(A+'/outbox/both')", "EACCES")]);
+    t.expect(
+        Some(ROOT),
+        &[
+            ("rd(A+'/outbox/both')", "EACCES"),
+            ("os.stat(A+'/private/both')", "ok"),
+            ("rd(A+'/outbox/both')", "EACCES"),
+        ],
+    );
+    // A second name in the same directory is found by looking there: the parent reads it. One
+    // in another directory of the same zone is unseen until looked up, then its rights apply.
+    t.expect(
+        Some(ROOT),
+        &[
+            ("rd(A+'/outbox/pair')", "ok"),
+            ("rd(A+'/outbox/pair2')", "ok"),
+            ("rd(A+'/outbox/deep')", "EACCES"),
+            ("os.stat(A+'/outbox/sub/deep')", "ok"),
+            ("rd(A+'/outbox/deep')", "ok"),
+        ],
+    );
+    // The operator keeps every right.
+    assert_eq!(
+        t.read(&format!("{}/outbox/both", smith_dir(A))),
+        "two names\n"
+    );
+});
 
 // ---------------------------------------------------------------------------------------------
 // `.smithfs/why`
@@ -2021,6 +2413,8 @@ both_modes!(operator_read_only, |mode| {
             ("cr('new-top-level')", "EACCES"),
             ("os.mkdir(ROOT+'/children/smith-002')", "EACCES"),
             ("os.mkdir(A+'/children/smith-001')", "EACCES"),
+            ("os.rename(A, ROOT+'/children/smith-005')", "EACCES"),
+            ("os.rename(A, ROOT+'/private/a')", "EACCES"),
         ],
     );
     // `.smithfs/ctl` stays writable: `smithfs run` binds through it.

@@ -323,14 +323,21 @@ fn max_concurrent_is_never_exceeded() {
     s.wait_file(40, "results/final.md");
     s.wait_state(10, ROOT, "done");
     let mut spans = Vec::new();
+    let mut runs = Vec::new();
     for full in
         std::iter::once(ROOT.to_string()).chain((1..=5).map(|i| format!("smith-root/smith-{i:03}")))
     {
         for m in s.metas(&full) {
             spans.push((ts(&m["start"]), ts(&m["end"])));
+            runs.push((full.clone(), m["wake"].clone()));
         }
     }
-    assert_eq!(spans.len(), 7, "root twice, five children once");
+    assert_eq!(
+        spans.len(),
+        7,
+        "root twice, five children once: {runs:?}\njournal: {}",
+        serde_json::Value::Array(s.events())
+    );
     let mut points: Vec<(f64, i32)> = spans
         .iter()
         .flat_map(|(a, b)| [(*a, 1), (*b, -1)])
@@ -457,6 +464,58 @@ fn cancel_stops_the_subtree_and_settles_it() {
     assert_eq!(s.of("run.started", Some(C1)).len(), 1, "not retried");
 }
 
+/// §3: the operator may rename a smith dir only while no run in its subtree is live — EBUSY
+/// otherwise, as for `rm -rf` — and then it moves (docs/PROTOCOL-NOTES.md, note 29). Moved into
+/// a `children/`, it is shown under its new full id with its state from its files.
+#[test]
+fn smith_dir_move_is_ebusy_while_a_run_in_its_subtree_is_live() {
+    const C11: &str = "smith-root/smith-001/smith-001";
+    let s = Sm::new(json!({"agent": {"kill_grace_secs": 1}}));
+    std::fs::create_dir(s.p(&rel(C1))).expect("mkdir C1");
+    std::fs::create_dir(s.p(&rel(C11))).expect("mkdir C11");
+    s.write(&format!("{}/inbox/task-1.md", rel(C11)), "hang\n");
+    let mut left = Leftovers::default();
+    let [pid, gpid, spid] = left.hang(&s, C11);
+    let mv = |from: &str, to: &str| -> String {
+        let code = "import errno, os, sys\n\
+                    try:\n    os.rename(sys.argv[1], sys.argv[2]); print('ok')\n\
+                    except OSError as e:\n    print(errno.errorcode[e.errno])";
+        s.m.py_ok(code, &[from, to]).trim().to_string()
+    };
+    for (from, to) in [
+        (rel(C11), "smiths/smith-root/private/c11"),
+        (rel(C1), "smiths/smith-root/private/c1"),
+        (rel(C1), "smiths/smith-root/children/smith-005"),
+    ] {
+        assert_eq!(mv(&from, to), "EBUSY", "{from} -> {to} while {C11} runs");
+    }
+    let why = s.read(".smithfs/why").unwrap_or_default();
+    assert!(why.contains("rule: structure-live-run"), "{why}");
+    assert!(why.contains(&format!("smithfs cancel {C1}")), "{why}");
+    // Once the run is gone and C1, woken for its settled child, has published and exited,
+    // nothing in C1's subtree is live: the move goes through.
+    s.cli("cancel", &[C11]).expect_ok("smithfs cancel");
+    poll_until(
+        Duration::from_secs(20),
+        "the cancelled run to be gone",
+        || gone(pid) && gone(gpid) && gone(spid),
+    );
+    s.wait_events(20, "run.exited", Some(C1), 1);
+    s.wait_state(20, C1, "done");
+    assert_eq!(mv(&rel(C1), "smiths/smith-root/children/smith-005"), "ok");
+    let moved = "smith-root/smith-005";
+    let moved_child = "smith-root/smith-005/smith-001";
+    assert_eq!(s.state(moved), "done", "{}", s.status_file());
+    assert_eq!(s.state(moved_child), "idle", "{}", s.status_file());
+    assert_eq!(s.state(C1), "", "the old id is gone: {}", s.status_file());
+    assert_eq!(s.of("smith.created", Some(moved)).len(), 1);
+    assert_eq!(s.of("smith.created", Some(moved_child)).len(), 1);
+    assert!(
+        s.of("run.started", Some(moved)).is_empty(),
+        "the move starts no run"
+    );
+}
+
 /// SIGKILL the daemon of `s` (found with `pgrep -f "smithfs mount DIR "`) and wait for it to
 /// die; its cgroup tree is removed when `left` drops.
 fn kill_daemon(s: &Sm, left: &mut Leftovers) {
@@ -550,6 +609,28 @@ fn killed_daemon_leftovers_are_killed_on_remount_and_resume_finishes() {
     );
 }
 
+/// §6 `--resume` re-queues an interrupted run also when its smith already has a result from an
+/// earlier task: the new task's run was interrupted, so the old result is stale.
+#[test]
+fn resume_reruns_an_interrupted_run_of_a_smith_with_an_older_result() {
+    let s = Sm::new(json!({"agent": {"kill_grace_secs": 1}}));
+    s.task("ok\n");
+    s.wait_file(30, "results/final.md");
+    s.wait_state(10, ROOT, "done");
+    s.write("smiths/smith-root/inbox/task-2.md", "resumehang\n");
+    let mut left = Leftovers::default();
+    left.hang(&s, ROOT);
+    let dir = s.dir();
+    smithfs(["umount", dir.as_str()]).expect_ok("umount with a live run");
+    smithfs(["mount", dir.as_str(), "--allow-other", "--resume"]).expect_ok("mount --resume");
+    s.wait_events(10, "run.interrupted", Some(ROOT), 1);
+    poll_until(Duration::from_secs(30), "the re-run's result", || {
+        s.read("smiths/smith-root/outbox/result.md")
+            .is_some_and(|r| r == "resumed smith-root\n")
+    });
+    s.wait_state(10, ROOT, "done");
+}
+
 /// §6 "kills what is left of runs … (by cgroup or process group)": the run was recorded with
 /// its cgroup (`run.started` has `cgroup`), so a `setsid` descendant is part of what is left.
 #[test]
@@ -572,9 +653,8 @@ fn killed_daemon_leftover_setsid_descendant_is_killed_on_remount() {
 
 /// §7, §9: once `mount` returns, `status` shows the tree rebuilt from the files. While the
 /// scheduler kills a dead daemon's leftovers (here a group that ignores TERM, so up to
-/// `kill_grace_secs`), `status.json` lists no smith at all.
+/// `kill_grace_secs`), `status.json` already shows the journal's history.
 #[test]
-#[ignore = "bug: until the scheduler thread's first publication (after killing a dead daemon's leftovers, up to 2 × kill_grace_secs) status.json lists the scanned tree with every smith idle and runs 0, not the journal's history"]
 fn status_lists_the_tree_as_soon_as_mount_returns() {
     let s = Sm::new(json!({"agent": {"kill_grace_secs": 3}}));
     let mut left = Leftovers::default();

@@ -145,7 +145,11 @@ fn status_events_wait_cancel() {
         &[("SMITH_MOUNT", "/nonexistent-smithfs")],
     );
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("live smithfs mount"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("/nonexistent-smithfs is not a smithfs mount"),
+        "{err}"
+    );
 }
 
 #[test]

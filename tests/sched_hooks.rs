@@ -120,3 +120,56 @@ fn triggers_from_the_fs_are_journaled_and_schedule() {
     s.shutdown();
     assert_eq!(env.events_of("run.started", None).len(), 1);
 }
+
+/// The cap on running hooks is per event: a storm of `access.denied` whose hooks hang fills
+/// its own cap (`hook.exited` says "not started"), and the hook of `run.exited` still runs.
+#[test]
+fn a_denial_storm_does_not_starve_other_hooks() {
+    let env = init(None);
+    let cfg = env.config_with_agent("echo ok > outbox/result.md\n", |c| {
+        c.hook_timeout_secs = 3;
+        c.hooks.insert(
+            HookEvent::AccessDenied,
+            vec![vec![
+                "sh".into(),
+                "-c".into(),
+                "cat >/dev/null; sleep 5".into(),
+            ]],
+        );
+        c.hooks.insert(
+            HookEvent::RunExited,
+            vec![vec![
+                "sh".into(),
+                "-c".into(),
+                "cat >/dev/null; echo ran > {mount}/exited-hook".into(),
+            ]],
+        );
+    });
+    let s = env.start(cfg);
+    for pid in 0..40 {
+        s.trigger(Trigger::AccessDenied {
+            smith: None,
+            pid,
+            op: "create".into(),
+            path: "smiths/smith-root/private/x".into(),
+            errno: libc::EACCES,
+            rule: "zone".into(),
+        });
+    }
+    poll_until(20, "a storm hook refused at the cap", || {
+        env.events_of("hook.exited", None).into_iter().find(|h| {
+            h["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("not started"))
+        })
+    });
+    env.write("smiths/smith-root/inbox/task-1.md", "go\n");
+    let root = poll_until(10, "registry", || env.registry.root());
+    s.trigger(Trigger::TaskAssigned {
+        smith: root,
+        file: "task-1.md".into(),
+    });
+    let ran = poll_until(20, "the run.exited hook", || env.read("exited-hook"));
+    assert_eq!(ran, "ran\n");
+    s.shutdown();
+}

@@ -8,14 +8,14 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Result};
 
-use super::status::resolve_dir;
+use super::util::resolve_mount;
 
 /// Arguments of `smithfs cancel`.
 #[derive(Debug, clap::Args)]
 pub struct CancelArgs {
     /// `[DIR] FULL_ID`: the mount (default as for `status`) and the smith to cancel, e.g.
     /// `smith-root/smith-001`.
-    #[arg(num_args = 1..=2, required = true, value_names = ["DIR", "FULL_ID"])]
+    #[arg(num_args = 1..=2, required = true, value_name = "[DIR] FULL_ID")]
     pub args: Vec<String>,
 }
 
@@ -26,12 +26,15 @@ pub fn run(args: CancelArgs) -> Result<ExitCode> {
         [dir, id] => (Some(PathBuf::from(dir)), id.as_str()),
         _ => bail!("usage: smithfs cancel [DIR] FULL_ID"),
     };
-    let dir = resolve_dir(dir);
+    let dir = resolve_mount(dir.as_deref())?;
     let id = id.trim();
     if id.is_empty() || id.contains(char::is_whitespace) {
         bail!("`{id}` is not a full smith id");
     }
     let ctl = dir.join(".smithfs/ctl");
+    if !ctl.exists() {
+        super::util::check_live(&dir)?;
+    }
     let result = std::fs::OpenOptions::new()
         .write(true)
         .open(&ctl)

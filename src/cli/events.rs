@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use super::status::resolve_dir;
+use super::util::resolve_mount;
 use crate::sched::view::format_event;
 
 /// Arguments of `smithfs events`.
@@ -34,8 +34,11 @@ fn print_line(out: &mut impl Write, line: &str, json: bool) -> std::io::Result<(
 
 /// Run `smithfs events`.
 pub fn run(args: EventsArgs) -> Result<ExitCode> {
-    let dir = resolve_dir(args.dir);
+    let dir = resolve_mount(args.dir.as_deref())?;
     let path = dir.join(".smithfs/events.jsonl");
+    if !path.exists() {
+        super::util::check_live(&dir)?;
+    }
     let mut file = std::fs::File::open(&path).with_context(|| {
         format!(
             "cannot read {} (is {} a live smithfs mount?)",

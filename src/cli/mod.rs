@@ -44,6 +44,7 @@ enum Command {
     /// Wait until the tree, a smith or the final result is done (exit 0), failed (1), or the timeout (124).
     Wait(wait::WaitArgs),
     /// Stop a smith's run and its subtree's.
+    #[command(override_usage = "smithfs cancel [DIR] FULL_ID")]
     Cancel(cancel::CancelArgs),
     /// Check /dev/fuse, fusermount3, kernel features, cgroups and privileges.
     Doctor(doctor::DoctorArgs),
@@ -52,6 +53,13 @@ enum Command {
 /// Parse the command line, run the subcommand and map its outcome to an exit code.
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Mount(_)) {
+        // A reporting command piped into `head` ends quietly, as Unix tools do, instead of
+        // failing on EPIPE. The daemon keeps SIGPIPE ignored: a hook or run closing its pipe
+        // must not kill it.
+        // SAFETY: setting a signal disposition to the default; no handler runs.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let result = match cli.command {
         Command::Init(a) => init::run(a),
         Command::Mount(a) => mount::run(a),

@@ -4,10 +4,10 @@
 //! the parent waits on a pipe until the mount is live (exit 0) or has failed (the child's
 //! one-line reason, exit 1).
 
-use std::ffi::OsStr;
+use std::ffi::{CStr, OsStr};
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -21,8 +21,8 @@ use fuser::{MountOption, Session, SessionACL};
 use crate::config::Config;
 
 use super::util::{self, MountState};
-use crate::fs::Identities;
 use crate::fs::{backing, FsOptions, SmithFs, STATE_DIR};
+use crate::fs::{BindError, Identities};
 use crate::fuse::FuseFs;
 use crate::identity::resolve::{IdentityError, Resolver};
 use crate::sched::runner::BindTo;
@@ -294,11 +294,31 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
     }
     let config = load_config(dir, root.as_fd(), args)?;
     let templates = super::init::load_templates(root.as_fd())?;
+    let fds = crate::fs::budget::plan(nofile, config.limits.max_open_files_per_smith);
+    if fds.per_smith > fds.handles {
+        tracing::warn!(
+            per_smith = fds.per_smith,
+            handles = fds.handles,
+            "limits.max_open_files_per_smith is above the mount's share of descriptors for open files: one smith can use all of it"
+        );
+    }
     let resolver = Arc::new(
         Resolver::new(config.identity, std::process::id())
             .map_err(|e| anyhow!("cannot set up identity resolution: {e}"))?,
     );
+    resolver.set_cache_capacity(fds.identity_cache);
+    reap_previous_daemon(state.as_fd(), resolver.cgroup_parent());
     let binding = Arc::new(Binding(resolver.clone()));
+    {
+        // Descriptors track live processes: the resolver drops what it holds for exited ones
+        // (and removes emptied cgroups of removed smiths) once a second.
+        let weak = Arc::downgrade(&resolver);
+        crate::sched::reaper::every_second(move || {
+            if let Some(r) = weak.upgrade() {
+                r.housekeep();
+            }
+        });
+    }
     // The resolver made the daemon a subreaper: orphans of runs land here and are reaped.
     crate::sched::reaper::start();
     tracing::info!(mode = resolver.mode().as_str(), "identity resolution");
@@ -313,7 +333,9 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
                 max_fds: std::env::var("SMITHFS_MAX_FDS")
                     .ok()
                     .and_then(|v| v.parse().ok())
-                    .unwrap_or((nofile as usize).saturating_sub(2048).max(1024) * 3 / 4),
+                    .unwrap_or(fds.inode_cache),
+                max_open_per_smith: fds.per_smith,
+                max_open_total: fds.handles,
             },
             binding.clone(),
         )
@@ -346,7 +368,17 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
     .map_err(|e| anyhow!("cannot mount {}: {e}", dir.display()))?;
     let pid = std::process::id().to_string();
     let _ = backing::write_atomic(state.as_fd(), c"daemon.pid", pid.as_bytes(), 0o644);
-    tracing::info!(dir = %dir.display(), pid, nofile, "mounted");
+    tracing::info!(
+        dir = %dir.display(),
+        pid,
+        nofile,
+        open_files_per_smith = fds.per_smith,
+        open_files = fds.handles,
+        inode_cache = fds.inode_cache,
+        identity_cache = fds.identity_cache,
+        reserve = fds.reserve,
+        "mounted"
+    );
     let sched = Arc::new(
         Scheduler::start(
             SchedCtx {
@@ -359,7 +391,10 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
                     notifier: session.notifier(),
                     fs: fs.clone(),
                 }),
-                original_nofile: ORIGINAL_NOFILE.load(std::sync::atomic::Ordering::Relaxed),
+                original_nofile: (
+                    ORIGINAL_NOFILE.load(std::sync::atomic::Ordering::Relaxed),
+                    ORIGINAL_NOFILE_MAX.load(std::sync::atomic::Ordering::Relaxed),
+                ),
             },
             args.resume,
         )
@@ -467,26 +502,82 @@ fn worker_threads() -> usize {
     (cpus * 2).clamp(4, 16)
 }
 
-/// Raise `RLIMIT_NOFILE` to its hard limit (an `O_PATH` descriptor per known inode adds up).
-/// Returns the new soft limit.
-fn raise_nofile() -> u64 {
+fn get_nofile() -> Option<libc::rlimit> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
-    // SAFETY: valid out-pointer / in-pointer.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            ORIGINAL_NOFILE.store(lim.rlim_cur, std::sync::atomic::Ordering::Relaxed);
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
-    }
-    lim.rlim_cur
+    // SAFETY: `lim` is a valid out-pointer for one `struct rlimit`.
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0).then_some(lim)
 }
 
-/// The soft `RLIMIT_NOFILE` the daemon started with, restored for the processes it starts.
+fn set_nofile(lim: &libc::rlimit) -> bool {
+    // SAFETY: `lim` is a valid `struct rlimit` for the duration of the call.
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, lim) == 0 }
+}
+
+/// Raise `RLIMIT_NOFILE` as far as allowed: soft and hard to `fs.nr_open` (the kernel's
+/// ceiling; needs `CAP_SYS_RESOURCE`, normally root), else the soft limit to the hard one. Every
+/// open handle, cached inode and cached caller costs a descriptor (see [`crate::fs::budget`]).
+/// The limits it started with are kept for the runs it starts. Returns the soft limit now.
+fn raise_nofile() -> u64 {
+    let Some(start) = get_nofile() else {
+        return 1024;
+    };
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok());
+    let mut raised = false;
+    if let Some(n) = nr_open.filter(|n| *n > start.rlim_max) {
+        raised = set_nofile(&libc::rlimit {
+            rlim_cur: n,
+            rlim_max: n,
+        });
+    }
+    if !raised && start.rlim_cur < start.rlim_max {
+        raised = set_nofile(&libc::rlimit {
+            rlim_cur: start.rlim_max,
+            rlim_max: start.rlim_max,
+        });
+    }
+    if raised {
+        ORIGINAL_NOFILE.store(start.rlim_cur, std::sync::atomic::Ordering::Relaxed);
+        ORIGINAL_NOFILE_MAX.store(start.rlim_max, std::sync::atomic::Ordering::Relaxed);
+    }
+    get_nofile().map_or(start.rlim_cur, |l| l.rlim_cur)
+}
+
+/// The file in `.smithfs-state/` naming the parent cgroup of the daemon serving the directory.
+const DAEMON_CGROUP: &CStr = c"daemon.cgroup";
+
+/// Kill what a killed predecessor left in its cgroups (its runs, also one it started but had
+/// not journaled yet: the journal alone cannot name it), then record this daemon's parent
+/// cgroup for its successor (PROTOCOL.md §6, §9).
+fn reap_previous_daemon(state: BorrowedFd<'_>, own: Option<&Path>) {
+    if let Ok(prev) =
+        backing::read_file(state, Path::new(DAEMON_CGROUP.to_str().unwrap_or_default()))
+    {
+        let prev = PathBuf::from(OsStr::from_bytes(prev.trim_ascii()));
+        if own != Some(prev.as_path()) {
+            let killed = crate::identity::cgroup::kill_dead_parent(&prev, Duration::from_secs(5));
+            if killed > 0 {
+                tracing::warn!(cgroup = %prev.display(), killed, "killed the runs a dead daemon left");
+            }
+        }
+    }
+    let text = own
+        .map(|p| p.as_os_str().as_bytes().to_vec())
+        .unwrap_or_default();
+    let _ = backing::write_atomic(state, DAEMON_CGROUP, &text, 0o644);
+}
+
+/// The soft `RLIMIT_NOFILE` the daemon started with, restored for the runs it starts (0: it
+/// was not changed).
 pub static ORIGINAL_NOFILE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The hard `RLIMIT_NOFILE` the daemon started with, restored for the runs it starts (0: it
+/// was not changed).
+pub static ORIGINAL_NOFILE_MAX: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// The identity resolver as the filesystem's identity source and the scheduler's run binder.
 struct Binding(Arc<Resolver>);
@@ -496,10 +587,10 @@ impl Identities for Binding {
         self.0.resolve(pid)
     }
 
-    fn bind(&self, pid: u32, smith: SmithIdx) -> Result<(), nix::errno::Errno> {
+    fn bind(&self, pid: u32, smith: SmithIdx) -> Result<(), BindError> {
         self.0.bind(pid, smith).map_err(|e| {
             tracing::warn!("bind of {pid}: {e}");
-            match e {
+            let errno = match e {
                 IdentityError::NoSuchProcess(_) => nix::errno::Errno::ESRCH,
                 IdentityError::UnknownSmith(_) => nix::errno::Errno::ENOENT,
                 IdentityError::AlreadyBound { .. } => nix::errno::Errno::EBUSY,
@@ -508,6 +599,10 @@ impl Identities for Binding {
                 | IdentityError::Conflict { .. }
                 | IdentityError::BadFullId(_)
                 | IdentityError::Io { .. } => nix::errno::Errno::EIO,
+            };
+            BindError {
+                errno,
+                reason: e.to_string(),
             }
         })
     }
@@ -518,6 +613,10 @@ impl Identities for Binding {
         }
     }
 
+    fn unregister_smith(&self, smith: SmithIdx) {
+        self.0.unregister_smith(smith);
+    }
+
     fn mode_name(&self) -> &'static str {
         self.0.mode().as_str()
     }
@@ -525,11 +624,10 @@ impl Identities for Binding {
 
 impl RunBinder for Binding {
     fn cgroup_dir(&self, to: BindTo) -> Option<OwnedFd> {
-        let dir = match to {
-            BindTo::Smith(smith) => self.0.smith_cgroup_fd(smith)?,
-            BindTo::Operator => self.0.operator_cgroup_fd()?,
-        };
-        dir.try_clone_to_owned().ok()
+        match to {
+            BindTo::Smith(smith) => self.0.smith_cgroup(smith)?.dir.try_clone().ok(),
+            BindTo::Operator => self.0.operator_cgroup_fd()?.try_clone_to_owned().ok(),
+        }
     }
 
     fn bind_pid(&self, pid: u32, smith: SmithIdx) -> std::io::Result<()> {

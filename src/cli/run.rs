@@ -26,6 +26,7 @@ use std::process::ExitCode;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 
+use super::util;
 use super::whoami::{self, CONTROL_DIR};
 use crate::identity::keeper;
 use crate::tree::scaffold::smith_dir_rel;
@@ -52,7 +53,7 @@ pub struct RunArgs {
 /// started (in cgroup mode; the keeper reports it as 126/127 instead).
 pub fn run(args: RunArgs) -> Result<ExitCode> {
     let smith = SmithEnv::new(&args.smith)?;
-    let mount = whoami::find_mount(args.mount.as_deref())?;
+    let mount = util::find_mount(args.mount.as_deref())?;
     let control = mount.join(CONTROL_DIR);
     let mode = std::fs::read_to_string(control.join("whoami"))
         .ok()

@@ -25,37 +25,13 @@ pub struct StatusArgs {
     pub watch: bool,
 }
 
-/// `DIR` per PROTOCOL.md §6: the given one, else the nearest smithfs mount (a FUSE mount whose
-/// source or subtype is `smithfs`) at or above the working directory, else `$SMITH_MOUNT`, else
-/// `./.agent-smith`.
-pub fn resolve_dir(dir: Option<PathBuf>) -> PathBuf {
-    if let Some(d) = dir {
-        return d;
-    }
-    if let Ok(cwd) = std::env::current_dir() {
-        if let Some(m) = nearest_mount(&cwd) {
-            return m;
-        }
-    }
-    if let Some(m) = std::env::var_os("SMITH_MOUNT").filter(|m| !m.is_empty()) {
-        return PathBuf::from(m);
-    }
-    PathBuf::from(".agent-smith")
-}
-
-fn nearest_mount(cwd: &Path) -> Option<PathBuf> {
-    let info = std::fs::read("/proc/self/mountinfo").ok()?;
-    let mounts = crate::identity::procfs::parse_mountinfo(&info).ok()?;
-    mounts
-        .into_iter()
-        .filter(|m| m.is_smithfs() && cwd.starts_with(&m.mount_point))
-        .max_by_key(|m| m.mount_point.as_os_str().len())
-        .map(|m| m.mount_point)
-}
-
 /// Read and parse `DIR/.smithfs/status.json`. Errors name the file and suggest the cause.
 pub fn read_status(dir: &Path) -> Result<(String, StatusDoc)> {
     let path = dir.join(".smithfs/status.json");
+    if !path.exists() {
+        // Say why in the terms of the mount (not mounted, dead, something else).
+        super::util::check_live(dir)?;
+    }
     let text = std::fs::read_to_string(&path).with_context(|| {
         format!(
             "cannot read {} (is {} a live smithfs mount?)",
@@ -70,7 +46,7 @@ pub fn read_status(dir: &Path) -> Result<(String, StatusDoc)> {
 
 /// Run `smithfs status`.
 pub fn run(args: StatusArgs) -> Result<ExitCode> {
-    let dir = resolve_dir(args.dir);
+    let dir = super::util::resolve_mount(args.dir.as_deref())?;
     let tty = std::io::stdout().is_terminal();
     let color = tty && std::env::var_os("NO_COLOR").is_none();
     loop {

@@ -1,8 +1,10 @@
-//! Helpers shared by subcommands: finding mounts, resolving DIR.
+//! Helpers shared by subcommands: finding mounts, resolving DIR (PROTOCOL.md §6).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
+
+use crate::identity::procfs::{self, MountInfo};
 
 /// The FUSE filesystem type smithfs mounts as (`fuse.smithfs` in mountinfo).
 pub const FS_TYPE: &str = "fuse.smithfs";
@@ -20,51 +22,28 @@ pub enum MountState {
     Other(String),
 }
 
-/// Decode the octal escapes (`\040` …) mountinfo uses in paths.
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
-            out.push(v);
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+/// The mounts of this process (`/proc/self/mountinfo`); empty if it cannot be read or parsed.
+fn mounts() -> Vec<MountInfo> {
+    std::fs::read("/proc/self/mountinfo")
+        .ok()
+        .and_then(|b| procfs::parse_mountinfo(&b).ok())
+        .unwrap_or_default()
 }
 
-/// The filesystem type mounted at exactly `dir` (the topmost mount), if any.
+/// The filesystem type mounted at exactly `dir` (the topmost mount there), if any:
+/// [`FS_TYPE`] for a smithfs mount ([`MountInfo::is_smithfs`]), else the type mountinfo gives.
 pub fn mounted_fs_type(dir: &Path) -> Option<String> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let want = dir.to_string_lossy();
-    let mut found = None;
-    for line in info.lines() {
-        let fields: Vec<&str> = line.split(' ').collect();
-        if fields.len() < 10 {
-            continue;
-        }
-        let Some(sep) = fields.iter().position(|f| *f == "-") else {
-            continue;
-        };
-        if unescape(fields[4]) == want {
-            let fstype = fields.get(sep + 1).copied().unwrap_or("");
-            let source = fields.get(sep + 2).copied().unwrap_or("");
-            found = Some(if fstype.starts_with("fuse") && source == "smithfs" {
-                FS_TYPE.to_string()
+    mounts()
+        .into_iter()
+        .rev()
+        .find(|m| m.mount_point == dir)
+        .map(|m| {
+            if m.is_smithfs() {
+                FS_TYPE.to_owned()
             } else {
-                fstype.to_string()
-            });
-        }
-    }
-    found
+                m.fs_type
+            }
+        })
 }
 
 /// What is mounted at `dir`.
@@ -105,6 +84,115 @@ pub fn absolute(dir: &Path) -> Result<PathBuf> {
                 bail!("refusing to use / as a smithfs directory");
             }
             Ok(abs)
+        }
+    }
+}
+
+/// The smithfs mount whose mount point is the deepest one containing `cwd` (pure): a FUSE mount
+/// whose subtype or source is `smithfs`.
+pub fn nearest_mount(mounts: &[MountInfo], cwd: &Path) -> Option<PathBuf> {
+    mounts
+        .iter()
+        .filter(|m| m.is_smithfs() && cwd.starts_with(&m.mount_point))
+        .max_by_key(|m| m.mount_point.components().count())
+        .map(|m| m.mount_point.clone())
+}
+
+/// Where a subcommand's mount is (PROTOCOL.md §6): `explicit` (made absolute; a directory inside
+/// a smithfs mount means that mount), else the nearest
+/// smithfs mount above the working directory, else `$SMITH_MOUNT`, else `./.agent-smith`. Whether
+/// a mount is live there is not checked: `status`, `events`, `wait` and `cancel` read and write
+/// `DIR/.smithfs/` and say so when they cannot; [`find_mount`] also checks.
+///
+/// # Errors
+/// The working directory cannot be read, or the parent of `explicit` does not exist.
+pub fn resolve_mount(explicit: Option<&Path>) -> Result<PathBuf> {
+    if let Some(dir) = explicit {
+        // A directory inside a mount names that mount (`smithfs status DIR/smiths`).
+        let dir = absolute(dir)?;
+        if mounted_fs_type(&dir).is_none() {
+            if let Some(m) = nearest_mount(&mounts(), &dir) {
+                return Ok(m);
+            }
+        }
+        return Ok(dir);
+    }
+    let cwd = std::env::current_dir().context("cannot read the working directory")?;
+    if let Some(m) = nearest_mount(&mounts(), &cwd) {
+        return Ok(m);
+    }
+    if let Some(env) = std::env::var_os("SMITH_MOUNT").filter(|v| !v.is_empty()) {
+        return absolute(Path::new(&env));
+    }
+    Ok(cwd.join(".agent-smith"))
+}
+
+/// [`resolve_mount`], which must be a live smithfs mount (`whoami`, `run`).
+///
+/// # Errors
+/// Not a live smithfs mount (not mounted, something else, or a dead daemon), or none was found;
+/// each a one-line message naming what was tried.
+pub fn find_mount(explicit: Option<&Path>) -> Result<PathBuf> {
+    let dir = resolve_mount(explicit)?;
+    let implicit = explicit.is_none()
+        && !std::env::var_os("SMITH_MOUNT").is_some_and(|v| !v.is_empty())
+        && dir.ends_with(".agent-smith");
+    match mount_state(&dir) {
+        MountState::NotMounted if implicit => bail!(
+            "no smithfs mount found: none above {}, $SMITH_MOUNT is unset and ./.agent-smith is not \
+             mounted (use --mount DIR)",
+            dir.parent().unwrap_or(&dir).display()
+        ),
+        _ => check_live(&dir),
+    }
+}
+
+/// `dir` as a live smithfs mount, or the one-line reason it is not.
+///
+/// # Errors
+/// Not mounted, another filesystem, or a dead daemon.
+pub fn check_live(dir: &Path) -> Result<PathBuf> {
+    match mount_state(dir) {
+        MountState::Live => Ok(dir.to_path_buf()),
+        MountState::Dead => bail!(
+            "{}: the smithfs daemon is gone (dead mount); remount it",
+            dir.display()
+        ),
+        MountState::NotMounted => bail!("{} is not a smithfs mount", dir.display()),
+        MountState::Other(t) => bail!("{} is a {t} mount, not smithfs", dir.display()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::procfs::parse_mountinfo;
+
+    #[test]
+    fn nearest_mount_table() {
+        let mounts = parse_mountinfo(
+            b"1 0 0:1 / / rw - ext4 /dev/root rw\n\
+2 1 0:50 / /w/a rw,nosuid,nodev - fuse.smithfs smithfs rw,user_id=0\n\
+3 2 0:51 / /w/a/smiths/x rw - fuse smithfs rw\n\
+4 1 0:52 / /w/b rw - fuse.sshfs host:/ rw\n\
+5 1 0:53 / /w/c\\040d rw - fuse.smithfs smithfs rw\n",
+        )
+        .expect("fixture");
+        let rows: &[(&str, Option<&str>)] = &[
+            ("/w/a", Some("/w/a")),
+            ("/w/a/smiths/smith-root/private", Some("/w/a")),
+            ("/w/a/smiths/x/y", Some("/w/a/smiths/x")),
+            ("/w/ab", None),
+            ("/w/b/z", None),
+            ("/w/c d/e", Some("/w/c d")),
+            ("/", None),
+        ];
+        for (cwd, want) in rows {
+            assert_eq!(
+                nearest_mount(&mounts, Path::new(cwd)),
+                want.map(PathBuf::from),
+                "{cwd}"
+            );
         }
     }
 }

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 
-use super::status::{read_status, resolve_dir};
+use super::status::read_status;
+use super::util::resolve_mount;
 use crate::sched::view::{wait_verdict, Verdict, WaitTarget};
 
 /// Arguments of `smithfs wait`.
@@ -35,7 +36,7 @@ pub const EXIT_TIMEOUT: u8 = 124;
 
 /// Run `smithfs wait`.
 pub fn run(args: WaitArgs) -> Result<ExitCode> {
-    let dir = resolve_dir(args.dir);
+    let dir = resolve_mount(args.dir.as_deref())?;
     let target = if args.children {
         let of = std::env::var("SMITH_FULL_ID")
             .ok()

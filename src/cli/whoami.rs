@@ -3,19 +3,16 @@
 //! level, smith dir, identity mode, rights per area), or with `--json` one JSON object whose keys are
 //! those keys in snake case (`full id` → `full_id`), values strings (`level` a number when it is
 //! one).
-//!
-//! Also home of [`find_mount`], which `run` shares: the mount is `--mount DIR`, else the nearest
-//! smithfs mount above the working directory, else `$SMITH_MOUNT`, else `./.agent-smith` (§6).
+//! The mount is found by [`util::find_mount`].
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 use serde_json::{Map, Value};
 
-use super::util::{self, MountState};
-use crate::identity::procfs::{self, MountInfo};
+use super::util::find_mount;
 
 /// Name of the control directory at the mount root (PROTOCOL.md §7).
 pub const CONTROL_DIR: &str = ".smithfs";
@@ -104,65 +101,9 @@ fn snake(key: &str) -> String {
     out
 }
 
-/// The smithfs mount whose mount point is the deepest one containing `cwd` (pure): a FUSE mount
-/// whose subtype or source is `smithfs`.
-pub fn nearest_mount(mounts: &[MountInfo], cwd: &Path) -> Option<PathBuf> {
-    mounts
-        .iter()
-        .filter(|m| m.is_smithfs() && cwd.starts_with(&m.mount_point))
-        .max_by_key(|m| m.mount_point.components().count())
-        .map(|m| m.mount_point.clone())
-}
-
-/// Finds the smithfs mount to talk to (PROTOCOL.md §6): `explicit`, else the nearest smithfs mount
-/// above the working directory, else `$SMITH_MOUNT`, else `./.agent-smith`. The result is a live
-/// smithfs mount.
-///
-/// # Errors
-/// `explicit` (or the fallback) is not a live smithfs mount (not mounted, something else, or a
-/// dead daemon), or none was found; each a one-line message naming what was tried.
-pub fn find_mount(explicit: Option<&Path>) -> Result<PathBuf> {
-    if let Some(dir) = explicit {
-        return check_live(&util::absolute(dir)?);
-    }
-    let cwd = std::env::current_dir().context("cannot read the working directory")?;
-    let mounts = std::fs::read("/proc/self/mountinfo")
-        .ok()
-        .and_then(|b| procfs::parse_mountinfo(&b).ok())
-        .unwrap_or_default();
-    if let Some(m) = nearest_mount(&mounts, &cwd) {
-        return check_live(&m);
-    }
-    if let Some(env) = std::env::var_os("SMITH_MOUNT").filter(|v| !v.is_empty()) {
-        return check_live(&util::absolute(Path::new(&env))?);
-    }
-    let default = cwd.join(".agent-smith");
-    match util::mount_state(&default) {
-        MountState::Live => Ok(default),
-        _ => bail!(
-            "no smithfs mount found: none above {}, $SMITH_MOUNT is unset and ./.agent-smith is not \
-             mounted (use --mount DIR)",
-            cwd.display()
-        ),
-    }
-}
-
-fn check_live(dir: &Path) -> Result<PathBuf> {
-    match util::mount_state(dir) {
-        MountState::Live => Ok(dir.to_path_buf()),
-        MountState::Dead => bail!(
-            "{}: the smithfs daemon is gone (dead mount); remount it",
-            dir.display()
-        ),
-        MountState::NotMounted => bail!("{} is not a smithfs mount", dir.display()),
-        MountState::Other(t) => bail!("{} is a {t} mount, not smithfs", dir.display()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::identity::procfs::parse_mountinfo;
 
     const WHOAMI: &str = "identity: smith\nfull id: smith-root/smith-001\nlevel: 1\n\
 smith dir: /m/smiths/smith-root/children/smith-001\nidentity mode: ancestry\n\
@@ -204,34 +145,6 @@ rights private/: read, write, create, delete\nrights inbox/: read\n\nnot a pair\
             ("", ""),
         ] {
             assert_eq!(snake(k), want, "{k:?}");
-        }
-    }
-
-    #[test]
-    fn nearest_mount_table() {
-        let mounts = parse_mountinfo(
-            b"1 0 0:1 / / rw - ext4 /dev/root rw\n\
-2 1 0:50 / /w/a rw,nosuid,nodev - fuse.smithfs smithfs rw,user_id=0\n\
-3 2 0:51 / /w/a/smiths/x rw - fuse smithfs rw\n\
-4 1 0:52 / /w/b rw - fuse.sshfs host:/ rw\n\
-5 1 0:53 / /w/c\\040d rw - fuse.smithfs smithfs rw\n",
-        )
-        .expect("fixture");
-        let rows: &[(&str, Option<&str>)] = &[
-            ("/w/a", Some("/w/a")),
-            ("/w/a/smiths/smith-root/private", Some("/w/a")),
-            ("/w/a/smiths/x/y", Some("/w/a/smiths/x")),
-            ("/w/ab", None),
-            ("/w/b/z", None),
-            ("/w/c d/e", Some("/w/c d")),
-            ("/", None),
-        ];
-        for (cwd, want) in rows {
-            assert_eq!(
-                nearest_mount(&mounts, Path::new(cwd)),
-                want.map(PathBuf::from),
-                "{cwd}"
-            );
         }
     }
 }

@@ -10,6 +10,7 @@ use parking_lot::{Mutex, RwLock};
 use rustc_hash::FxHashMap;
 
 use super::backing::DirStream;
+use super::budget::Slot;
 use super::error::{FsError, FsResult};
 use super::inode::Inode;
 use crate::identity::Identity;
@@ -32,6 +33,9 @@ pub struct FileHandle {
     pub dirty: AtomicBool,
     /// Counted as a user of its inode's passthrough state (released with the handle).
     pub passthrough: AtomicBool,
+    /// Its share of the descriptor budget, counted against its opener (given back with the
+    /// handle, when its descriptor is closed).
+    pub slot: Slot,
 }
 
 /// An open directory.
@@ -42,6 +46,8 @@ pub struct DirHandle {
     pub inode: Arc<Inode>,
     /// Who opened it.
     pub opener: Identity,
+    /// Its share of the descriptor budget, counted against its opener.
+    pub slot: Slot,
 }
 
 impl std::fmt::Debug for DirHandle {

@@ -45,6 +45,9 @@ pub struct Inode {
     pub dev: u64,
     /// Kernel lookup count; the inode is dropped from the table when it reaches zero.
     nlookup: AtomicU64,
+    /// The link count (`st_nlink`) last seen in the store: more than the names in `place`
+    /// means names the daemon has not seen (hard links made outside the mount).
+    nlink: AtomicU64,
     /// Where the inode sits in the tree (its zone), kept up to date by lookups and renames.
     pub place: Mutex<Place>,
     /// FUSE passthrough state of a regular file (see [`Passthrough`]).
@@ -94,7 +97,8 @@ impl std::fmt::Debug for Passthrough {
 }
 
 /// An inode's place in the tree: the name it was last reached by and its zone
-/// (PROTOCOL.md §3: zones follow the tree; a new entry takes the zone of its directory).
+/// (PROTOCOL.md §3: zones follow the tree; a new entry takes the zone of its directory), and
+/// for a non-directory the other names (hard links) the daemon has seen.
 #[derive(Debug, Clone)]
 pub struct Place {
     /// Node id of the directory it was last looked up in (itself for the root).
@@ -105,14 +109,38 @@ pub struct Place {
     pub zone: Zone,
     /// The zone epoch `zone` was computed in; `FIXED` for zones that never change.
     pub epoch: u64,
-    /// Zones of other names of the same inode (hard links made outside the mount): decisions
-    /// take the intersection of all (PROTOCOL.md §3).
-    pub others: Vec<Zone>,
+    /// Other names of the same file (hard links) seen through the mount: decisions take the
+    /// intersection of the rights of all names (PROTOCOL.md §3). Empty for nearly every inode.
+    pub others: Vec<Name>,
+}
+
+/// Another name of a non-directory: where the daemon has seen it and its zone.
+#[derive(Debug, Clone)]
+pub struct Name {
+    /// Node id of its directory.
+    pub parent: u64,
+    /// The name in that directory.
+    pub name: Box<[u8]>,
+    /// Its zone, valid while `epoch` equals the filesystem's zone epoch.
+    pub zone: Zone,
+    /// The zone epoch `zone` was computed in.
+    pub epoch: u64,
+}
+
+impl Name {
+    /// Is this `name` in `parent`?
+    pub fn is(&self, parent: u64, name: &[u8]) -> bool {
+        self.parent == parent && *self.name == *name
+    }
 }
 
 impl Place {
     /// Epoch marker of a zone that never needs recomputing (the root, virtual entries).
     pub const FIXED: u64 = u64::MAX;
+
+    /// Other names kept at most per inode; beyond it a name is recorded only when its zone is
+    /// new (the intersection needs every zone, not every name).
+    const MAX_OTHERS: usize = 32;
 
     /// Now reached as `name` in `parent`, with `zone` valid in `epoch`.
     pub fn set(&mut self, parent: u64, name: &[u8], zone: Zone, epoch: u64) {
@@ -120,6 +148,59 @@ impl Place {
         self.name = name.into();
         self.zone = zone;
         self.epoch = epoch;
+    }
+
+    /// Is `name` in `parent` the name this place was last reached by?
+    pub fn is(&self, parent: u64, name: &[u8]) -> bool {
+        self.parent == parent && *self.name == *name
+    }
+
+    /// Record that the file (a non-directory) has the name `name` in `parent`, of `zone`. The
+    /// first name becomes the place; further ones are kept as other names.
+    pub fn add_name(&mut self, parent: u64, name: &[u8], zone: Zone, epoch: u64) {
+        if self.epoch == 0 {
+            self.set(parent, name, zone, epoch);
+        } else if self.is(parent, name) {
+            self.zone = zone;
+            self.epoch = epoch;
+        } else if let Some(o) = self.others.iter_mut().find(|o| o.is(parent, name)) {
+            o.zone = zone;
+            o.epoch = epoch;
+        } else if self.others.len() < Self::MAX_OTHERS
+            || (self.zone != zone && self.others.iter().all(|o| o.zone != zone))
+        {
+            self.others.push(Name {
+                parent,
+                name: name.into(),
+                zone,
+                epoch,
+            });
+        }
+    }
+
+    /// The name `name` in `parent` is gone (unlinked, or replaced by a rename). When it was the
+    /// place, another known name takes over.
+    pub fn remove_name(&mut self, parent: u64, name: &[u8]) {
+        if self.is(parent, name) {
+            if !self.others.is_empty() {
+                let o = self.others.swap_remove(0);
+                self.set(o.parent, &o.name, o.zone, o.epoch);
+            }
+        } else {
+            self.others.retain(|o| !o.is(parent, name));
+        }
+    }
+
+    /// The name `from` was renamed to `to` (of `zone`, valid in `epoch`).
+    pub fn rename_name(&mut self, from: (u64, &[u8]), to: (u64, &[u8]), zone: Zone, epoch: u64) {
+        let was_place = self.epoch == 0 || self.is(from.0, from.1) || self.is(to.0, to.1);
+        self.others
+            .retain(|o| !o.is(from.0, from.1) && !o.is(to.0, to.1));
+        if was_place {
+            self.set(to.0, to.1, zone, epoch);
+        } else {
+            self.add_name(to.0, to.1, zone, epoch);
+        }
     }
 
     fn unknown() -> Place {
@@ -199,6 +280,17 @@ impl Inode {
     pub fn is_dir(&self) -> bool {
         self.kind == libc::S_IFDIR
     }
+
+    /// The link count last seen in the store.
+    pub fn links(&self) -> u64 {
+        self.nlink.load(Ordering::Relaxed)
+    }
+
+    /// Note the link count just seen in the store (a stat, or a link or unlink through the
+    /// mount).
+    pub fn note_links(&self, n: u64) {
+        self.nlink.store(n, Ordering::Relaxed);
+    }
 }
 
 /// Map between backing inode numbers and node ids (see the module docs).
@@ -258,6 +350,7 @@ impl InodeTable {
             dev: st.st_dev,
             // The root is never forgotten.
             nlookup: AtomicU64::new(1 << 62),
+            nlink: AtomicU64::new(st.st_nlink),
             passthrough: Mutex::new(Passthrough::Never),
             place: Mutex::new(Place {
                 parent: ROOT_ID,
@@ -351,6 +444,7 @@ impl InodeTable {
             kind,
             dev: st.st_dev,
             nlookup: AtomicU64::new(prior + 1),
+            nlink: AtomicU64::new(st.st_nlink),
             place: Mutex::new(Place::unknown()),
             passthrough: Mutex::new(Passthrough::Idle),
         });
@@ -416,5 +510,60 @@ fn is_gone(inode: &Inode) -> bool {
     match inode.fd() {
         Ok(fd) => matches!(backing::stat(fd.as_fd()), Ok(st) if st.st_nlink == 0),
         Err(_) => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsStr;
+
+    use super::*;
+
+    fn z(name: &str) -> Zone {
+        Zone::root().child_zone(OsStr::new(name))
+    }
+
+    fn names(p: &Place) -> Vec<(u64, Vec<u8>)> {
+        let mut v: Vec<(u64, Vec<u8>)> = std::iter::once((p.parent, p.name.to_vec()))
+            .chain(p.others.iter().map(|o| (o.parent, o.name.to_vec())))
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn names_are_added_once_renamed_and_removed() {
+        let mut p = Place::unknown();
+        p.add_name(10, b"a", z("results"), 1);
+        assert!(p.is(10, b"a") && p.others.is_empty());
+        p.add_name(10, b"a", z("results"), 2);
+        p.add_name(11, b"b", z("agents"), 2);
+        p.add_name(11, b"b", z("agents"), 2);
+        assert_eq!(names(&p), [(10, b"a".to_vec()), (11, b"b".to_vec())]);
+        // Renaming another name keeps the place; renaming the place moves it.
+        p.rename_name((11, b"b"), (12, b"c"), z("agents"), 3);
+        assert!(p.is(10, b"a"));
+        assert_eq!(names(&p), [(10, b"a".to_vec()), (12, b"c".to_vec())]);
+        p.rename_name((10, b"a"), (10, b"d"), z("results"), 3);
+        assert!(p.is(10, b"d"));
+        assert_eq!(names(&p), [(10, b"d".to_vec()), (12, b"c".to_vec())]);
+        // Removing the place promotes another known name.
+        p.remove_name(10, b"d");
+        assert!(p.is(12, b"c") && p.others.is_empty());
+        assert_eq!(p.zone, z("agents"));
+        p.remove_name(99, b"x");
+        assert!(p.is(12, b"c"));
+    }
+
+    #[test]
+    fn many_names_keep_every_zone() {
+        let mut p = Place::unknown();
+        p.add_name(1, b"first", z("results"), 1);
+        for i in 0..100u32 {
+            p.add_name(2, format!("n{i}").as_bytes(), z("results"), 1);
+        }
+        assert_eq!(p.others.len(), Place::MAX_OTHERS);
+        p.add_name(3, b"elsewhere", z("agents"), 1);
+        assert!(p.others.iter().any(|o| o.zone == z("agents")));
     }
 }

@@ -7,6 +7,7 @@
 //! recorded opener (PROTOCOL.md §2).
 
 pub mod backing;
+pub mod budget;
 pub mod control;
 pub mod error;
 pub mod handle;
@@ -28,14 +29,15 @@ use self::control::{Command, ControlFile};
 pub use self::error::{FsError, FsResult};
 use self::handle::{DirHandle, FileHandle, HandleTable};
 pub use self::inode::BackingRef;
-use self::inode::{Inode, InodeTable, Passthrough, Place, ROOT_ID};
+use self::inode::{Inode, InodeTable, Name, Passthrough, Place, ROOT_ID};
 pub use self::why::DenialRecord;
 use self::why::WhyStore;
 use crate::config::{Limits, OperatorMode};
 use crate::identity::Identity;
 use crate::policy::{
-    check_new_child, decide, decide_link, decide_rename, Area, Ctx, Decision, Denial, Depth,
-    Family, NewKind, Op, Removal, Zone,
+    check_new_child, decide, decide_link, decide_linked_rename, decide_rename,
+    decide_smith_dir_move, decide_unseen_names, Area, Ctx, Decision, Denial, Depth, Family, MoveTo,
+    NewKind, Op, Removal, SmithDirMove, Zone,
 };
 use crate::tree::model::SmithIdx;
 use crate::tree::registry::Registry;
@@ -132,9 +134,19 @@ pub enum FsEvent {
         /// The outbox's owner.
         smith: SmithIdx,
     },
-    /// A child dir was scaffolded.
+    /// A child dir was scaffolded, or a smith dir moved into a `children/` was registered (once
+    /// for each smith of the moved subtree, parents first).
     SmithCreated {
         /// The new smith.
+        smith: SmithIdx,
+        /// It was moved into place by the operator (its files are not new: the scheduler derives
+        /// its state from them, as at mount), not scaffolded.
+        moved: bool,
+    },
+    /// A smith dir was removed (rmdir, replaced) or moved out of every `children/` by the
+    /// operator; it and its subtree are unregistered.
+    SmithRemoved {
+        /// The top of the removed subtree.
         smith: SmithIdx,
     },
     /// An operation was denied.
@@ -151,12 +163,27 @@ pub enum FsEvent {
 pub trait Identities: Send + Sync {
     /// The identity of the thread `pid` (0: Unknown).
     fn resolve(&self, pid: u32) -> Identity;
-    /// Bind the process of thread `pid` to `smith` (`ctl bind`). Errors: an errno.
-    fn bind(&self, pid: u32, smith: SmithIdx) -> Result<(), Errno>;
+    /// Bind the process of thread `pid` to `smith` (`ctl bind`).
+    ///
+    /// # Errors
+    /// A [`BindError`]: the errno for the `ctl` write and the reason, which `.smithfs/why` shows.
+    fn bind(&self, pid: u32, smith: SmithIdx) -> Result<(), BindError>;
     /// A smith was registered (cgroup mode makes its cgroup).
     fn register_smith(&self, smith: SmithIdx, full_id: &str);
+    /// A smith's dir was removed: release what was kept for it (cgroup mode removes its
+    /// cgroup once it is empty). Nothing by default.
+    fn unregister_smith(&self, _smith: SmithIdx) {}
     /// `cgroup` or `ancestry`, for `whoami`.
     fn mode_name(&self) -> &'static str;
+}
+
+/// Why [`Identities::bind`] failed: the errno the `ctl` write returns and a one-line reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindError {
+    /// The errno, e.g. ESRCH (the process is gone) or EBUSY (it is another smith already).
+    pub errno: Errno,
+    /// What failed, e.g. `moving 123 into /sys/fs/cgroup/…: No such device`.
+    pub reason: String,
 }
 
 /// No binding: every process with a pid is the operator, pid 0 is Unknown.
@@ -171,8 +198,11 @@ impl Identities for NoBinding {
             Identity::Operator
         }
     }
-    fn bind(&self, _pid: u32, _smith: SmithIdx) -> Result<(), Errno> {
-        Err(Errno::ENOSYS)
+    fn bind(&self, _pid: u32, _smith: SmithIdx) -> Result<(), BindError> {
+        Err(BindError {
+            errno: Errno::ENOSYS,
+            reason: "this mount binds no processes".into(),
+        })
     }
     fn register_smith(&self, _smith: SmithIdx, _full_id: &str) {}
     fn mode_name(&self) -> &'static str {
@@ -193,19 +223,24 @@ pub struct FsOptions {
     pub mount_point: std::path::PathBuf,
     /// Cached `O_PATH` descriptors to keep at most (beyond it they are reopened by handle).
     pub max_fds: usize,
+    /// Open file and directory handles one smith may hold (`limits.max_open_files_per_smith`;
+    /// EMFILE beyond).
+    pub max_open_per_smith: usize,
+    /// Open handles everybody together may hold, the operator included (ENFILE beyond).
+    pub max_open_total: usize,
 }
 
 impl Default for FsOptions {
     fn default() -> Self {
         FsOptions {
             operator: OperatorMode::ReadWrite,
-            limits: Limits {
-                max_level: 3,
-                max_children: 5,
-            },
+            limits: Limits::default(),
             templates: Templates::builtin(),
             mount_point: std::path::PathBuf::new(),
             max_fds: 4096,
+            // No practical limit: the daemon sets both from its descriptor plan.
+            max_open_per_smith: 1 << 20,
+            max_open_total: 1 << 20,
         }
     }
 }
@@ -216,6 +251,24 @@ impl Default for FsOptions {
 struct ControlHandle {
     file: ControlFile,
     data: Vec<u8>,
+}
+
+/// The registered smith dir a rename moves.
+struct MovedSmith {
+    smith: SmithIdx,
+    /// Its zone ([`Zone::smith_dir`]).
+    zone: Zone,
+    /// Its `stat` before the rename.
+    st: libc::stat,
+}
+
+/// The destination of a rename: the directory, the new name, and the entry it replaces (its
+/// zone and `stat`), if any.
+struct Dest<'a> {
+    dir: &'a Inode,
+    cname: &'a CStr,
+    name: &'a OsStr,
+    replaced: Option<&'a (Zone, libc::stat)>,
 }
 
 /// Produces `.smithfs/status.json` (the scheduler's view); set once by the daemon.
@@ -235,6 +288,8 @@ pub struct SmithFs {
     controls: HandleTable<ControlHandle>,
     registry: Arc<Registry>,
     identities: Arc<dyn Identities>,
+    /// The limits on open handles (per smith and mount-wide).
+    open_limits: budget::OpenLimits,
     why: WhyStore,
     /// Bumped by every directory rename: cached zones older than it are recomputed from the
     /// parent chain (a renamed directory carries its subtree to its new zone).
@@ -278,6 +333,10 @@ impl SmithFs {
         let registry = Arc::new(Registry::new());
         let highest = scan::load_highest(state.as_fd());
         scan::scan(root.as_fd(), &registry, &highest)?;
+        let removed = scan::remove_crash_leftovers(root.as_fd(), &registry);
+        if removed > 0 {
+            tracing::info!(removed, "removed the temporary names a crash left");
+        }
         for s in registry.all() {
             identities.register_smith(s.idx, &s.full_id);
         }
@@ -288,6 +347,7 @@ impl SmithFs {
             controls: HandleTable::default(),
             registry,
             identities,
+            open_limits: budget::OpenLimits::new(opts.max_open_per_smith, opts.max_open_total),
             why: WhyStore::default(),
             zone_epoch: AtomicU64::new(1),
             state,
@@ -394,6 +454,20 @@ impl SmithFs {
     }
 
     fn denied(&self, caller: &Caller, who: Identity, op: &str, path: String, d: Denial) -> FsError {
+        self.record_denial(caller, who, op, path, d, true)
+    }
+
+    /// Record a denial for `.smithfs/why`; with `journal`, also send it to the journal
+    /// (`access.denied`).
+    fn record_denial(
+        &self,
+        caller: &Caller,
+        who: Identity,
+        op: &str,
+        path: String,
+        d: Denial,
+        journal: bool,
+    ) -> FsError {
         let errno = d.errno;
         let rec = DenialRecord {
             who: self.identity_name(who),
@@ -413,8 +487,48 @@ impl SmithFs {
         };
         tracing::debug!(?rec, "denied");
         self.why.record(who, rec.clone());
-        self.emit(FsEvent::Denied(Box::new(rec)));
+        if journal {
+            self.emit(FsEvent::Denied(Box::new(rec)));
+        }
         FsError::Denied(errno)
+    }
+
+    /// Take the budget slot of one more open handle of `who`, or refuse the open: EMFILE when
+    /// the smith holds `limits.max_open_files_per_smith` handles, ENFILE when the mount's share
+    /// of the daemon's descriptors is used up. Every refusal is explained in `.smithfs/why`;
+    /// the first of an episode is also journaled (a program retrying in a loop does not flood
+    /// the journal).
+    fn charge(
+        &self,
+        caller: &Caller,
+        who: Identity,
+        op: &str,
+        path: impl FnOnce() -> String,
+    ) -> FsResult<budget::Slot> {
+        let refused = match self.open_limits.charge(who) {
+            Ok(slot) => return Ok(slot),
+            Err(r) => r,
+        };
+        let d = match refused.why {
+            budget::Refusal::Smith { limit } => Denial {
+                errno: Errno::EMFILE,
+                rule: "open-files-per-smith",
+                why: format!(
+                    "{} already holds {limit} open files in this mount, the limit per smith (limits.max_open_files_per_smith): each open file or directory costs the daemon a descriptor, and its descriptors are shared by every smith.",
+                    self.identity_name(who)
+                ),
+                alternative: "close files that are no longer needed (a memory mapping keeps its file open until it is unmapped), or ask the operator to raise limits.max_open_files_per_smith in config.json".into(),
+            },
+            budget::Refusal::Mount { limit } => Denial {
+                errno: Errno::ENFILE,
+                rule: "open-files-mount",
+                why: format!(
+                    "All {limit} open files the mount allows are in use (every smith and the operator together); the daemon keeps its other descriptors for its own work."
+                ),
+                alternative: "close files that are no longer needed, or run the daemon with a higher RLIMIT_NOFILE (as root it raises its own to fs.nr_open)".into(),
+            },
+        };
+        Err(self.record_denial(caller, who, op, path(), d, refused.first))
     }
 
     fn identity_name(&self, who: Identity) -> String {
@@ -428,18 +542,136 @@ impl SmithFs {
         }
     }
 
-    /// Decide `op` on every zone of `inode` (the intersection rule, PROTOCOL.md §3).
+    /// Decide `op` on `inode` (PROTOCOL.md §3). A file with one link — nearly every inode — is
+    /// judged by the zone of its name, at the cost of one `decide`. A file with several names is
+    /// judged by the intersection of the rights of every name the daemon has seen; when its link
+    /// count says it has names the daemon has not seen (hard links made in the store behind the
+    /// mount's back), it fails closed — only the operator and the owner of the zone of the name
+    /// it is reached by keep their rights — unless a fresh look at the directories of its known
+    /// names finds them all (docs/PROTOCOL-NOTES.md, note 24).
     fn decide_inode(&self, who: Identity, op: Op, inode: &Inode) -> Decision {
         let zone = self.zone(inode);
-        let others = inode.place.lock().others.clone();
+        let d = self.decide_zone(who, op, &zone);
+        let links = inode.links();
+        if !d.is_allowed() || inode.is_dir() || links <= 1 {
+            return d;
+        }
+        let others = self.other_zones(inode);
+        let d = self.decide_zones(who, op, &others);
+        if !d.is_allowed() || others.len() as u64 + 1 >= links {
+            return d;
+        }
+        let closed = self.with_ctx(|ctx| decide_unseen_names(&who, op, &zone, ctx));
+        if closed.is_allowed() {
+            return d;
+        }
+        match self.find_names(inode) {
+            Some(zones) => self.decide_zones(who, op, &zones),
+            None => closed,
+        }
+    }
+
+    /// Decide `op` on every zone of `zones` (allowed when empty).
+    fn decide_zones(&self, who: Identity, op: Op, zones: &[Zone]) -> Decision {
         self.with_ctx(|ctx| {
-            std::iter::once(&zone)
-                .chain(others.iter())
+            zones
+                .iter()
                 .map(|z| decide(&who, op, z, ctx))
                 .find(|d| !d.is_allowed())
                 .unwrap_or(Decision::Allow)
         })
     }
+
+    /// The zones of the other names of `inode` the daemon has seen, recomputed from their parent
+    /// chains when a directory rename made them stale. Empty for nearly every inode.
+    fn other_zones(&self, inode: &Inode) -> Vec<Zone> {
+        let epoch = self.zone_epoch.load(Ordering::Acquire);
+        let others: Vec<Name> = {
+            let p = inode.place.lock();
+            if p.others.iter().all(|o| o.epoch == epoch) {
+                return p.others.iter().map(|o| o.zone).collect();
+            }
+            p.others.clone()
+        };
+        let mut zones = Vec::with_capacity(others.len());
+        for o in &others {
+            let zone = if o.epoch == epoch {
+                o.zone
+            } else {
+                let zone = self
+                    .entry_zone(o.parent, &o.name, inode.id, false)
+                    .unwrap_or(o.zone);
+                let mut p = inode.place.lock();
+                if let Some(known) = p.others.iter_mut().find(|k| k.is(o.parent, &o.name)) {
+                    known.zone = zone;
+                    known.epoch = epoch;
+                }
+                zone
+            };
+            zones.push(zone);
+        }
+        zones
+    }
+
+    /// Look for every name of the non-directory `inode` in the directories of the names the
+    /// daemon has seen (a fresh `stat`, and one `readdir` of each directory, at most
+    /// [`Self::SCAN_MAX`] entries in all). When as many names as the link count were found they
+    /// are recorded and their zones returned; else `None` (some name is elsewhere).
+    fn find_names(&self, inode: &Inode) -> Option<Vec<Zone>> {
+        let st = backing::stat(inode.fd().ok()?.as_fd()).ok()?;
+        inode.note_links(st.st_nlink);
+        let mut dirs: Vec<u64> = {
+            let p = inode.place.lock();
+            std::iter::once(p.parent)
+                .chain(p.others.iter().map(|o| o.parent))
+                .collect()
+        };
+        dirs.sort_unstable();
+        dirs.dedup();
+        let mut found: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut budget = Self::SCAN_MAX;
+        for id in dirs {
+            let Some(dir) = self.inodes.find(id) else {
+                continue;
+            };
+            let Ok(fd) = dir.fd() else {
+                continue;
+            };
+            let Ok(mut stream) = backing::DirStream::open(fd.as_fd()) else {
+                continue;
+            };
+            while let Ok(Some(ent)) = stream.next_entry() {
+                budget = budget.checked_sub(1)?;
+                if ent.ino == st.st_ino && ent.name != b"." && ent.name != b".." {
+                    found.push((id, ent.name));
+                }
+            }
+        }
+        found.sort_unstable();
+        found.dedup();
+        if (found.len() as u64) < st.st_nlink {
+            return None;
+        }
+        let epoch = self.zone_epoch.load(Ordering::Acquire);
+        let mut named = Vec::with_capacity(found.len());
+        for (dir, name) in found {
+            let zone = self.entry_zone(dir, &name, inode.id, false)?;
+            named.push((dir, name, zone));
+        }
+        let mut p = inode.place.lock();
+        if !named.iter().any(|(d, n, _)| p.is(*d, n)) {
+            let (d, n, z) = &named[0];
+            p.set(*d, n, *z, epoch);
+        }
+        p.others.clear();
+        for (d, n, z) in &named {
+            p.add_name(*d, n, *z, epoch);
+        }
+        Some(named.into_iter().map(|(_, _, z)| z).collect())
+    }
+
+    /// Directory entries [`Self::find_names`] reads at most before it gives up (fails closed).
+    const SCAN_MAX: usize = 100_000;
 
     fn decide_zone(&self, who: Identity, op: Op, zone: &Zone) -> Decision {
         self.with_ctx(|ctx| decide(&who, op, zone, ctx))
@@ -562,6 +794,47 @@ impl SmithFs {
             || backing::is_daemon_temp(n)
     }
 
+    /// Refuse a change to the control directory `.smithfs/` or to a name the mount never shows
+    /// (`.smithfs-state`, the daemon's temporary names), recording the reason like any denial
+    /// (PROTOCOL.md §3, §7). `parent`/`name` name the entry the caller tried to change.
+    fn refuse_reserved(
+        &self,
+        caller: &Caller,
+        who: Identity,
+        op: &str,
+        parent: u64,
+        name: &OsStr,
+        errno: Errno,
+    ) -> FsError {
+        let path = if control::is_virtual(parent) {
+            format!("{}/{}", control::DIR_NAME, name.to_string_lossy())
+        } else if parent == ROOT_ID {
+            name.to_string_lossy().into_owned()
+        } else {
+            self.inodes.get(parent).map_or_else(
+                |_| name.to_string_lossy().into_owned(),
+                |d| self.child_path(&d, name),
+            )
+        };
+        let _ = self.denied(
+            caller,
+            who,
+            op,
+            path,
+            Denial {
+                errno,
+                rule: "reserved-name",
+                why: format!(
+                    "`{}` is the control directory, and the daemon's own names are not part of \
+                     the mount: neither can be changed through it.",
+                    control::DIR_NAME
+                ),
+                alternative: "Use another name; write commands to .smithfs/ctl.".into(),
+            },
+        );
+        FsError::Reserved(errno)
+    }
+
     fn name_in(name: &OsStr) -> FsResult<CString> {
         Ok(backing::component(name)?)
     }
@@ -589,7 +862,7 @@ impl SmithFs {
         let fd = backing::lookup(dir.fd()?.as_fd(), cname)?;
         let st = backing::stat(fd.as_fd())?;
         let inode = self.inodes.remember(fd, &st);
-        self.place(&inode, dir, cname.to_bytes());
+        self.place(&inode, dir, cname.to_bytes(), st.st_nlink);
         Ok((inode, self.attr_of(st)))
     }
 
@@ -602,11 +875,14 @@ impl SmithFs {
         (zone, epoch)
     }
 
-    /// Record that `inode` was reached as `name` in `dir`.
-    fn place(&self, inode: &Inode, dir: &Inode, name: &[u8]) {
+    /// Record that `inode` was reached as `name` in `dir`, with the link count `nlink` just seen.
+    /// A directory or a file with one link has exactly this name; a file with several keeps its
+    /// other names too.
+    fn place(&self, inode: &Inode, dir: &Inode, name: &[u8], nlink: u64) {
+        inode.note_links(nlink);
         {
             let p = inode.place.lock();
-            if p.epoch != 0 && p.parent == dir.id && &*p.name == name {
+            if p.epoch != 0 && p.is(dir.id, name) && (nlink > 1 || p.others.is_empty()) {
                 return;
             }
         }
@@ -615,11 +891,11 @@ impl SmithFs {
         if p.epoch == Place::FIXED {
             return;
         }
-        if p.epoch == 0 || inode.is_dir() {
+        if inode.is_dir() || nlink <= 1 {
             p.set(dir.id, name, zone, epoch);
-        } else if p.zone != zone && !p.others.contains(&zone) {
-            // Another name of the same file in another zone (made outside the mount).
-            p.others.push(zone);
+            p.others.clear();
+        } else {
+            p.add_name(dir.id, name, zone, epoch);
         }
     }
 
@@ -668,11 +944,15 @@ impl SmithFs {
         }
         if let Some(fh) = fh {
             if let Ok(h) = self.files.get(fh) {
-                return Ok(self.attr_of(backing::stat(h.fd.as_fd())?));
+                let st = backing::stat(h.fd.as_fd())?;
+                h.inode.note_links(st.st_nlink);
+                return Ok(self.attr_of(st));
             }
         }
         let inode = self.inodes.get(ino)?;
-        Ok(self.attr_of(backing::stat(inode.fd()?.as_fd())?))
+        let st = backing::stat(inode.fd()?.as_fd())?;
+        inode.note_links(st.st_nlink);
+        Ok(self.attr_of(st))
     }
 
     /// Change attributes (FUSE setattr): mode, owner, size, times, in that order.
@@ -760,7 +1040,7 @@ impl SmithFs {
         label: &str,
     ) -> FsResult<(Arc<Inode>, CString)> {
         if control::is_virtual(parent) || Self::reserved(parent, name) {
-            return Err(FsError::Reserved(Errno::EPERM));
+            return Err(self.refuse_reserved(caller, who, label, parent, name, Errno::EPERM));
         }
         let dir = self.inodes.get(parent)?;
         let cname = Self::name_in(name)?;
@@ -839,6 +1119,7 @@ impl SmithFs {
             parent_level: info.level,
             highest_used: info.highest_child,
             n_children: info.children.len(),
+            subtree_depth: 0,
         };
         let number = match self.with_ctx(|ctx| check_new_child(&who, &family, name, ctx)) {
             Ok(n) => n,
@@ -871,7 +1152,10 @@ impl SmithFs {
         }
         self.identities.register_smith(idx, &full_id);
         tracing::info!(smith = %full_id, "smith created");
-        self.emit(FsEvent::SmithCreated { smith: idx });
+        self.emit(FsEvent::SmithCreated {
+            smith: idx,
+            moved: false,
+        });
         self.lookup_in(dir, &cname).map(|(_, a)| a)
     }
 
@@ -903,19 +1187,26 @@ impl SmithFs {
         newparent: u64,
         newname: &OsStr,
     ) -> FsResult<Attr> {
+        let who = self.identify(caller);
         if control::is_virtual(ino)
             || control::is_virtual(newparent)
             || Self::reserved(newparent, newname)
         {
-            return Err(FsError::Reserved(Errno::EPERM));
+            return Err(self.refuse_reserved(
+                caller,
+                who,
+                "link",
+                newparent,
+                newname,
+                Errno::EPERM,
+            ));
         }
-        let who = self.identify(caller);
         let inode = self.inodes.get(ino)?;
         let dir = self.inodes.get(newparent)?;
         let cname = Self::name_in(newname)?;
         let src = self.zone(&inode);
         let dst = self.new_zone(&dir, newname);
-        let others = inode.place.lock().others.clone();
+        let others = self.other_zones(&inode);
         // Every zone the file has names in must allow it (the intersection rule).
         let d = self.with_ctx(|ctx| {
             std::iter::once(&src)
@@ -933,12 +1224,13 @@ impl SmithFs {
 
     /// Remove the name `name` from `parent` (FUSE unlink, or rmdir when `is_dir`).
     pub fn remove(&self, caller: &Caller, parent: u64, name: &OsStr, is_dir: bool) -> FsResult<()> {
-        if control::is_virtual(parent) || Self::reserved(parent, name) {
-            return Err(FsError::Reserved(if control::is_virtual(parent) {
-                Errno::EPERM
-            } else {
-                Errno::ENOENT
-            }));
+        if control::is_virtual(parent) {
+            let who = self.identify(caller);
+            let op = if is_dir { "rmdir" } else { "unlink" };
+            return Err(self.refuse_reserved(caller, who, op, parent, name, Errno::EPERM));
+        }
+        if Self::reserved(parent, name) {
+            return Err(FsError::Reserved(Errno::ENOENT));
         }
         let who = self.identify(caller);
         let dir = self.inodes.get(parent)?;
@@ -963,11 +1255,34 @@ impl SmithFs {
         )?;
         backing::unlink(dir.fd()?.as_fd(), &cname, is_dir)?;
         if is_dir {
-            if let Some((idx, _, _)) = self.registry.smith_at(st.st_ino) {
-                self.registry.unregister(idx);
-            }
+            self.smith_dir_gone(st.st_ino);
+        } else {
+            self.unnamed(&st, dir.id, name.as_bytes());
         }
         Ok(())
+    }
+
+    /// The directory with backing inode `ino` no longer exists (rmdir, or replaced by a
+    /// rename): if it was a smith dir, forget that smith and its subtree, and release what the
+    /// identity resolver held for them (their cgroups, PROTOCOL.md §2).
+    fn smith_dir_gone(&self, ino: u64) {
+        if let Some((idx, _, _)) = self.registry.smith_at(ino) {
+            self.smith_gone(idx);
+        }
+    }
+
+    /// Forget smith `idx` and its subtree, and release what the identity resolver and the open
+    /// files' budget held for them.
+    fn smith_gone(&self, idx: SmithIdx) {
+        let gone = self.registry.unregister(idx);
+        if gone.is_empty() {
+            return;
+        }
+        for g in gone {
+            self.identities.unregister_smith(g);
+            self.open_limits.forget(g);
+        }
+        self.emit(FsEvent::SmithRemoved { smith: idx });
     }
 
     /// Rename (FUSE rename; `flags` are `RENAME_NOREPLACE`/`RENAME_EXCHANGE`): delete at the
@@ -982,33 +1297,73 @@ impl SmithFs {
         newname: &OsStr,
         flags: u32,
     ) -> FsResult<()> {
-        if control::is_virtual(parent) || control::is_virtual(newparent) {
-            return Err(FsError::Reserved(Errno::EPERM));
-        }
-        if Self::reserved(parent, name) {
+        if Self::reserved(parent, name) && !control::is_virtual(parent) {
             return Err(FsError::Reserved(Errno::ENOENT));
         }
-        if Self::reserved(newparent, newname) {
-            return Err(FsError::Reserved(Errno::EPERM));
-        }
         let who = self.identify(caller);
+        if control::is_virtual(parent) {
+            return Err(self.refuse_reserved(caller, who, "rename", parent, name, Errno::EPERM));
+        }
+        if control::is_virtual(newparent) || Self::reserved(newparent, newname) {
+            return Err(self.refuse_reserved(
+                caller,
+                who,
+                "rename",
+                newparent,
+                newname,
+                Errno::EPERM,
+            ));
+        }
         let from = self.inodes.get(parent)?;
         let to = self.inodes.get(newparent)?;
         let cname = Self::name_in(name)?;
         let cnew = Self::name_in(newname)?;
+        if flags & libc::RENAME_WHITEOUT != 0 && who != Identity::Operator {
+            // The whiteout left at the source is a character device (0, 0): a device node,
+            // which only the operator may create (PROTOCOL.md §3).
+            return Err(self.denied(
+                caller,
+                who,
+                "rename",
+                self.child_path(&from, name),
+                Denial {
+                    errno: Errno::EPERM,
+                    rule: "rename-whiteout",
+                    why: "RENAME_WHITEOUT leaves a device node behind, and only the operator \
+                          may create device nodes."
+                        .into(),
+                    alternative: "Rename without RENAME_WHITEOUT.".into(),
+                },
+            ));
+        }
         let (src_zone, src_st) = self.existing_zone(&from, &cname, name)?;
         let replaced = self.existing_zone(&to, &cnew, newname).ok();
         let exchange = flags & libc::RENAME_EXCHANGE != 0;
-        let src_is_smith = src_st.st_mode & libc::S_IFMT == libc::S_IFDIR
-            && self.registry.smith_at(src_st.st_ino).is_some();
-        let dst_zone = if src_is_smith {
-            src_zone
-        } else {
-            self.new_zone(&to, newname)
-        };
+        if src_st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+            if let Some((moved, _, _)) = self.registry.smith_at(src_st.st_ino) {
+                let m = MovedSmith {
+                    smith: moved,
+                    zone: src_zone,
+                    st: src_st,
+                };
+                let dst = Dest {
+                    dir: &to,
+                    cname: &cnew,
+                    name: newname,
+                    replaced: replaced.as_ref(),
+                };
+                return self.rename_smith_dir(caller, who, &from, name, &cname, &m, &dst, flags);
+            }
+        }
+        let dst_zone = self.new_zone(&to, newname);
         let src_live = self.subtree_live(&src_zone);
         let replaced_live = replaced.as_ref().is_some_and(|(z, _)| self.subtree_live(z));
         let back = self.new_zone(&from, name);
+        // A file with other names moves within its zone only (EXDEV, like link). The kernel
+        // holds the inode's lock across link(2) and a non-directory's rename(2), so no link
+        // through the mount slips in between this stat and the rename.
+        let linked =
+            |st: &libc::stat| st.st_mode & libc::S_IFMT != libc::S_IFDIR && st.st_nlink > 1;
         let d = self.with_ctx(|ctx| {
             let there = decide_rename(
                 &who,
@@ -1017,16 +1372,24 @@ impl SmithFs {
                 &dst_zone,
                 replaced.as_ref().map(|(z, _)| (z, replaced_live)),
                 ctx,
-            );
+            )
+            .and(|| match linked(&src_st) {
+                true => decide_linked_rename(&who, &src_zone, &dst_zone, ctx),
+                false => Decision::Allow,
+            });
             match (&replaced, exchange, there.is_allowed()) {
-                (Some((rz, _)), true, true) => decide_rename(
+                (Some((rz, rst)), true, true) => decide_rename(
                     &who,
                     rz,
                     replaced_live,
                     &back,
                     Some((&src_zone, src_live)),
                     ctx,
-                ),
+                )
+                .and(|| match linked(rst) {
+                    true => decide_linked_rename(&who, rz, &back, ctx),
+                    false => Decision::Allow,
+                }),
                 _ => there,
             }
         });
@@ -1039,11 +1402,22 @@ impl SmithFs {
         {
             self.zone_epoch.fetch_add(1, Ordering::AcqRel);
         }
-        self.moved(src_st.st_ino, &to, newname.as_bytes());
-        if exchange {
-            if let Some((_, st)) = &replaced {
-                self.moved(st.st_ino, &from, name.as_bytes());
+        if let Some((_, st)) = &replaced {
+            if !exchange && st.st_mode & libc::S_IFMT == libc::S_IFDIR && st.st_ino != src_st.st_ino
+            {
+                // An (empty) smith dir replaced by a rename is gone like one removed by rmdir.
+                self.smith_dir_gone(st.st_ino);
             }
+        }
+        self.moved(&src_st, (from.id, name.as_bytes()), &to, newname.as_bytes());
+        match &replaced {
+            Some((_, st)) if exchange => {
+                self.moved(st, (to.id, newname.as_bytes()), &from, name.as_bytes());
+            }
+            Some((_, st)) if st.st_mode & libc::S_IFMT != libc::S_IFDIR => {
+                self.unnamed(st, to.id, newname.as_bytes());
+            }
+            Some(_) | None => {}
         }
         if let Some(moved) = self.inodes.find(self.inodes.ids.node_id(src_st.st_ino)) {
             self.completed_at(&to, newname, &moved);
@@ -1053,26 +1427,182 @@ impl SmithFs {
         Ok(())
     }
 
-    /// Update the place of a renamed inode (if the kernel holds it).
-    fn moved(&self, backing_ino: u64, dir: &Inode, name: &[u8]) {
-        let Some(inode) = self.inodes.find(self.inodes.ids.node_id(backing_ino)) else {
+    /// Rename the registered smith dir `m` (`name` in `from`) to `dst` (docs/PROTOCOL-NOTES.md,
+    /// note 29): allowed to the operator alone, never for the root, while no run in its subtree
+    /// is live (else EBUSY). Directly into a smith's `children/` it is admitted as a mkdir there
+    /// would be (PROTOCOL.md §4) and stays a smith dir: the old subtree is unregistered and the
+    /// new location registered by scanning it, under new full ids. Anywhere else it becomes
+    /// ordinary data of its new zone, its smiths unregistered as by rmdir. Serialised with the
+    /// destination smith's mkdirs, so the §4 limits hold under races.
+    #[allow(clippy::too_many_arguments)]
+    fn rename_smith_dir(
+        &self,
+        caller: &Caller,
+        who: Identity,
+        from: &Inode,
+        name: &OsStr,
+        cname: &CStr,
+        m: &MovedSmith,
+        dst: &Dest<'_>,
+        flags: u32,
+    ) -> FsResult<()> {
+        let into = match self.zone(dst.dir) {
+            Zone::Smith(z) if z.area == Area::Children && z.depth == Depth::Top => Some(z.owner),
+            Zone::Smith(_) | Zone::Outside { .. } => None,
+        };
+        let family_lock = into.map(|p| self.registry.family(p));
+        let _serial = family_lock.as_ref().map(|l| l.lock());
+        let family = match into {
+            Some(p) => {
+                let info = self
+                    .registry
+                    .get(p)
+                    .ok_or(FsError::Backing(Errno::ENOENT))?;
+                let subtree = self.registry.subtree(m.smith);
+                let own_level = subtree.first().map_or(0, |s| s.level);
+                let deepest = subtree.iter().map(|s| s.level).max().unwrap_or(own_level);
+                let leaving = usize::from(info.children.contains(&m.smith));
+                Some(Family {
+                    parent: p,
+                    parent_level: info.level,
+                    highest_used: info.highest_child,
+                    n_children: info.children.len().saturating_sub(leaving),
+                    subtree_depth: deepest.saturating_sub(own_level),
+                })
+            }
+            None => None,
+        };
+        let data_zone = self.new_zone(dst.dir, dst.name);
+        let replaced = dst.replaced.map(|(z, _)| (z, self.subtree_live(z)));
+        let mv = SmithDirMove {
+            src: &m.zone,
+            src_live: self.subtree_live(&m.zone),
+            to: match &family {
+                Some(f) => MoveTo::Children(f),
+                None => MoveTo::Data(&data_zone),
+            },
+            name: dst.name,
+            replaced,
+            exchange: flags & libc::RENAME_EXCHANGE != 0,
+        };
+        let number = match self.with_ctx(|ctx| decide_smith_dir_move(&who, &mv, ctx)) {
+            Ok(n) => n,
+            Err(d) => {
+                return Err(self.denied(caller, who, "rename", self.child_path(from, name), d))
+            }
+        };
+        let old_full = self.registry.full_id(m.smith).unwrap_or_default();
+        // Remembered child numbers move with the subtree, re-keyed by the new full ids.
+        let carried: std::collections::HashMap<String, u32> = match &family {
+            Some(f) => {
+                let new_full = format!(
+                    "{}/{}",
+                    self.registry.full_id(f.parent).unwrap_or_default(),
+                    dst.name.to_string_lossy()
+                );
+                self.registry
+                    .subtree(m.smith)
+                    .into_iter()
+                    .filter_map(|s| {
+                        let rest = s.full_id.strip_prefix(&old_full)?;
+                        Some((format!("{new_full}{rest}"), s.highest_child?))
+                    })
+                    .collect()
+            }
+            None => std::collections::HashMap::new(),
+        };
+        backing::rename(
+            from.fd()?.as_fd(),
+            cname,
+            dst.dir.fd()?.as_fd(),
+            dst.cname,
+            flags,
+        )?;
+        // The rename is done: from here on nothing fails the request (the kernel must learn the
+        // new name), problems are logged.
+        if let Some((_, st)) = dst.replaced {
+            if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+                self.smith_dir_gone(st.st_ino);
+            }
+        }
+        // By index, not by inode number: a concurrent rescan may already have registered the
+        // new location under that inode number.
+        self.smith_gone(m.smith);
+        let mut registered = Vec::new();
+        if let (Some(f), Some(n)) = (&family, number) {
+            let scanned = dst.dir.fd().and_then(|fd| {
+                scan::scan_moved(fd.as_fd(), dst.cname, f.parent, &self.registry, &carried)
+                    .map_err(FsError::Backing)
+            });
+            match scanned {
+                Ok(idx) => registered = self.registry.subtree(idx),
+                Err(e) => tracing::error!(
+                    "cannot register the smith dir {old_full} moved to {}: {e}",
+                    self.child_path(dst.dir, dst.name)
+                ),
+            }
+            self.registry.note_child_number(f.parent, n);
+            if let Err(e) = scan::save_highest(self.state.as_fd(), &self.registry) {
+                tracing::error!("cannot remember child numbers: {e}");
+            }
+        }
+        // Zones below the moved directory are recomputed from the registry as it is now.
+        self.zone_epoch.fetch_add(1, Ordering::AcqRel);
+        self.moved(
+            &m.st,
+            (from.id, name.as_bytes()),
+            dst.dir,
+            dst.name.as_bytes(),
+        );
+        for s in &registered {
+            self.identities.register_smith(s.idx, &s.full_id);
+        }
+        match registered.first() {
+            Some(top) => tracing::info!(from = %old_full, to = %top.full_id, "smith dir moved"),
+            None => tracing::info!(
+                from = %old_full,
+                to = %self.child_path(dst.dir, dst.name),
+                "smith dir moved out of the tree"
+            ),
+        }
+        for s in &registered {
+            self.emit(FsEvent::SmithCreated {
+                smith: s.idx,
+                moved: true,
+            });
+        }
+        Ok(())
+    }
+
+    /// Update the place of a renamed inode whose `stat` before the rename was `st` (if the kernel
+    /// holds it): the name `from` (directory node id, name) is now `name` in `dir`. A file with
+    /// other names keeps them: the rename moved one name, not the inode.
+    fn moved(&self, st: &libc::stat, from: (u64, &[u8]), dir: &Inode, name: &[u8]) {
+        let Some(inode) = self.inodes.find(self.inodes.ids.node_id(st.st_ino)) else {
             return;
         };
         let (zone, epoch) = self.zone_for(&inode, dir, name);
-        // A file with other names keeps their zones: the rename moved one name, not the inode.
-        let linked = !inode.is_dir()
-            && inode
-                .fd()
-                .ok()
-                .and_then(|f| backing::stat(f.as_fd()).ok())
-                .is_some_and(|st| st.st_nlink > 1);
         let mut p = inode.place.lock();
-        let old = p.zone;
-        p.set(dir.id, name, zone, epoch);
-        if linked && old != zone && !p.others.contains(&old) {
-            p.others.push(old);
+        if inode.is_dir() || st.st_nlink <= 1 {
+            p.set(dir.id, name, zone, epoch);
+            p.others.clear();
+        } else {
+            p.rename_name(from, (dir.id, name), zone, epoch);
         }
-        p.others.retain(|z| *z != zone);
+    }
+
+    /// The name `name` in directory `dir` of the non-directory whose `stat` before the removal
+    /// was `st` is gone (unlink, or replaced by a rename): forget the name and note one link less
+    /// (if the kernel holds the inode).
+    fn unnamed(&self, st: &libc::stat, dir: u64, name: &[u8]) {
+        let Some(inode) = self.inodes.find(self.inodes.ids.node_id(st.st_ino)) else {
+            return;
+        };
+        if inode.is_dir() {
+            return;
+        }
+        inode.note_links(st.st_nlink.saturating_sub(1));
+        inode.place.lock().remove_name(dir, name);
     }
 
     /// If `inode` (a regular file now named `name` in `dir`) is a protocol file, report its
@@ -1110,6 +1640,7 @@ impl SmithFs {
         if may_write || truncates {
             self.check_inode(caller, who, Op::Write, "open for writing", &inode)?;
         }
+        let slot = self.charge(caller, who, "open", || self.path_of(&inode))?;
         let fd = backing::reopen(inode.fd()?.as_fd(), flags)?;
         if truncates && caller.uid != 0 && kill_suid_sgid(&inode, caller)? {
             self.attrs_changed(inode.id);
@@ -1123,6 +1654,7 @@ impl SmithFs {
             // Opened with write access or O_TRUNC: its release completes the file (§5).
             dirty: std::sync::atomic::AtomicBool::new(may_write || truncates),
             passthrough: std::sync::atomic::AtomicBool::new(false),
+            slot,
         });
         Ok((fh, Cache::Normal))
     }
@@ -1138,6 +1670,7 @@ impl SmithFs {
     ) -> FsResult<(Attr, u64)> {
         let who = self.identify(caller);
         let (dir, cname) = self.creating(caller, who, parent, name, NewKind::File, "create")?;
+        let slot = self.charge(caller, who, "create", || self.child_path(&dir, name))?;
         let fd = {
             let _cred = as_caller(caller)?;
             backing::open_beneath(dir.fd()?.as_fd(), &cname, flags | libc::O_CREAT, mode)?
@@ -1152,6 +1685,7 @@ impl SmithFs {
             may_write,
             dirty: std::sync::atomic::AtomicBool::new(true),
             passthrough: std::sync::atomic::AtomicBool::new(false),
+            slot,
         });
         Ok((attr, fh))
     }
@@ -1339,11 +1873,13 @@ impl SmithFs {
         }
         let inode = self.inodes.get(ino)?;
         self.check_inode(caller, who, Op::Read, "list", &inode)?;
+        let slot = self.charge(caller, who, "list", || self.path_of(&inode))?;
         let stream = backing::DirStream::open(inode.fd()?.as_fd())?;
         Ok(self.dirs.insert(DirHandle {
             stream: parking_lot::Mutex::new(stream),
             inode,
             opener: who,
+            slot,
         }))
     }
 
@@ -1584,12 +2120,38 @@ impl SmithFs {
 
     fn open_control(&self, caller: &Caller, f: ControlFile, flags: i32) -> FsResult<u64> {
         let who = self.identify(caller);
-        if who == Identity::Unknown {
-            return Err(FsError::Backing(Errno::EACCES));
-        }
         let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
-        if writing && f != ControlFile::Ctl {
-            return Err(FsError::Backing(Errno::EACCES));
+        let refusal = match () {
+            _ if who == Identity::Unknown => Some((
+                "unknown-control",
+                "A process of unknown identity may not open the control files.",
+            )),
+            _ if writing && f != ControlFile::Ctl => Some((
+                "control-read-only",
+                "Only .smithfs/ctl is writable in the control directory.",
+            )),
+            _ => None,
+        };
+        if let Some((rule, why)) = refusal {
+            let path = format!("{}/{}", control::DIR_NAME, f.name());
+            return Err(self.denied(
+                caller,
+                who,
+                if writing {
+                    "open for writing"
+                } else {
+                    "open for reading"
+                },
+                path,
+                Denial {
+                    errno: Errno::EACCES,
+                    rule,
+                    why: why.into(),
+                    alternative: "Read whoami, why, status.json and events.jsonl; write commands \
+                                  to ctl."
+                        .into(),
+                },
+            ));
         }
         let data = match f {
             ControlFile::Whoami => self.whoami_text(caller, who).into_bytes(),
@@ -1650,43 +2212,42 @@ impl SmithFs {
             Command::Bind(f) => ("bind", f.clone()),
             Command::Cancel(f) => ("cancel", f.clone()),
         };
+        let deny = |d: Denial| self.denied(caller, who, verb, path(), d);
         let Some(smith) = self.registry.by_full_id(&full_id) else {
-            return Err(self.denied(
-                caller,
-                who,
-                verb,
-                path(),
-                Denial {
-                    errno: Errno::ENOENT,
-                    rule: "ctl-no-such-smith",
-                    why: format!("There is no smith {full_id}."),
-                    alternative: "Name an existing smith by its full id (see `smithfs status`)."
-                        .into(),
-                },
-            ));
+            return Err(deny(Denial {
+                errno: Errno::ENOENT,
+                rule: "ctl-no-such-smith",
+                why: format!("There is no smith {full_id}."),
+                alternative: "Name an existing smith by its full id (see `smithfs status`).".into(),
+            }));
         };
         match cmd {
             Command::Bind(_) => {
                 if who != Identity::Operator {
-                    return Err(self.denied(
-                        caller,
-                        who,
-                        verb,
-                        path(),
-                        Denial {
-                            errno: Errno::EACCES,
-                            rule: "ctl-bind-operator-only",
-                            why: format!(
-                                "Only the operator may bind a process; {} may not.",
-                                self.identity_name(who)
-                            ),
-                            alternative: "Smiths start children by writing their inboxes.".into(),
-                        },
-                    ));
+                    return Err(deny(Denial {
+                        errno: Errno::EACCES,
+                        rule: "ctl-bind-operator-only",
+                        why: format!(
+                            "Only the operator may bind a process; {} may not.",
+                            self.identity_name(who)
+                        ),
+                        alternative: "Smiths start children by writing their inboxes.".into(),
+                    }));
                 }
-                self.identities
-                    .bind(caller.pid, smith)
-                    .map_err(FsError::Backing)?;
+                if let Err(e) = self.identities.bind(caller.pid, smith) {
+                    return Err(deny(Denial {
+                        errno: e.errno,
+                        rule: "ctl-bind-failed",
+                        why: format!(
+                            "Process {} could not be bound to {full_id}: {}.",
+                            caller.pid, e.reason
+                        ),
+                        alternative: "Retry `smithfs run`; if it keeps failing, see \
+                                          `smithfs doctor` and the daemon log \
+                                          (.smithfs-state/daemon.log)."
+                            .into(),
+                    }));
+                }
                 tracing::info!(pid = caller.pid, smith = %full_id, "process bound");
             }
             Command::Cancel(_) => {
@@ -1696,10 +2257,13 @@ impl SmithFs {
                     Identity::Unknown => false,
                 };
                 if !allowed {
-                    return Err(self.denied(caller, who, verb, path(), Denial {
+                    return Err(deny(Denial {
                         errno: Errno::EACCES,
                         rule: "ctl-cancel-ancestor-only",
-                        why: format!("{} may not cancel {full_id}: only the operator or an ancestor may.", self.identity_name(who)),
+                        why: format!(
+                            "{} may not cancel {full_id}: only the operator or an ancestor may.",
+                            self.identity_name(who)
+                        ),
                         alternative: "Cancel your own descendants only.".into(),
                     }));
                 }
@@ -1775,6 +2339,12 @@ impl SmithFs {
                         "limits: max_level {}, max_children {}\n",
                         self.opts.limits.max_level, self.opts.limits.max_children
                     ));
+                    let (_, mine) = self.open_limits.open_now(Some(s));
+                    out.push_str(&format!(
+                        "open files: {} (limit {})\n",
+                        mine.unwrap_or(0),
+                        self.open_limits.per_smith()
+                    ));
                 }
             }
             Identity::Operator => {
@@ -1790,23 +2360,7 @@ impl SmithFs {
     }
 
     fn plain_status(&self) -> String {
-        let smiths: Vec<serde_json::Value> = self
-            .registry
-            .all()
-            .into_iter()
-            .map(|s| {
-                serde_json::json!({
-                    "full_id": s.full_id,
-                    "parent": s.parent.and_then(|p| self.registry.full_id(p)),
-                    "level": s.level,
-                    "state": "idle",
-                    "runs": 0,
-                    "has_result": false,
-                    "last_run": null,
-                })
-            })
-            .collect();
-        serde_json::json!({"smiths": smiths, "agent_configured": false}).to_string() + "\n"
+        self.registry.idle_status(false).to_string() + "\n"
     }
 }
 

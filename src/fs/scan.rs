@@ -3,7 +3,7 @@
 //! smith's `children/`.
 
 use std::collections::HashMap;
-use std::ffi::{CString, OsStr};
+use std::ffi::{CStr, CString, OsStr};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -45,6 +45,30 @@ pub fn scan(
     scan_children(dir.as_fd(), idx, registry, highest)
 }
 
+/// Register the directory `name` in the `children/` directory `children` as the child `name` of
+/// `parent`, and every smith dir below it, as the start-up scan would (a smith dir the operator
+/// moved into that `children/`, docs/PROTOCOL-NOTES.md note 29). `highest` gives remembered
+/// highest child numbers by the new full ids. Returns the new smith's index; the caller has
+/// checked the name.
+pub fn scan_moved(
+    children: BorrowedFd<'_>,
+    name: &CStr,
+    parent: SmithIdx,
+    registry: &Registry,
+    highest: &HashMap<String, u32>,
+) -> SysResult<SmithIdx> {
+    let st = backing::stat_at(children, name)?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        return Err(nix::errno::Errno::ENOTDIR);
+    }
+    let id = String::from_utf8_lossy(name.to_bytes()).into_owned();
+    let full = format!("{}/{id}", registry.full_id(parent).unwrap_or_default());
+    let idx = registry.register(Some(parent), &id, st.st_ino, highest.get(&full).copied());
+    let dir = backing::open_beneath(children, name, libc::O_PATH | libc::O_DIRECTORY, 0)?;
+    scan_children(dir.as_fd(), idx, registry, highest)?;
+    Ok(idx)
+}
+
 fn scan_children(
     smith_dir: BorrowedFd<'_>,
     parent: SmithIdx,
@@ -80,6 +104,70 @@ fn scan_children(
         scan_children(dir.as_fd(), idx, registry, highest)?;
     }
     Ok(())
+}
+
+/// Remove what a crashed daemon left under its temporary names ([`backing::is_daemon_temp`]): a
+/// half-built smith dir in a `children/`, a half-written `results/final.md`, `meta.json` or
+/// state file (PROTOCOL.md §4, §9). Looks in the store's root, `results/`, `.smithfs-state/`, and
+/// each registered smith's `children/` and `conversations/<run-id>/`. Call it once at start-up,
+/// after [`scan`] and before the mount is served or the scheduler starts: later, a temporary name
+/// may be a scaffold or a write in progress. Returns how many entries were removed; an entry
+/// that cannot be removed is left (it is never visible through the mount anyway).
+pub fn remove_crash_leftovers(root: BorrowedFd<'_>, registry: &Registry) -> usize {
+    let mut dirs = vec![
+        String::new(),
+        "results".to_owned(),
+        crate::fs::STATE_DIR.to_owned(),
+    ];
+    for info in registry.all() {
+        let rel = info.rel_dir();
+        dirs.push(format!("{rel}/children"));
+        if let Ok(runs) = backing::open_dir_path(root, Path::new(&format!("{rel}/conversations"))) {
+            dirs.extend(
+                entries(runs.as_fd())
+                    .into_iter()
+                    .filter(|n| !backing::is_daemon_temp(n))
+                    .map(|n| format!("{rel}/conversations/{}", String::from_utf8_lossy(&n))),
+            );
+        }
+    }
+    let mut removed = 0;
+    for rel in dirs {
+        let dir = if rel.is_empty() {
+            backing::open_beneath(root, c".", libc::O_PATH | libc::O_DIRECTORY, 0)
+        } else {
+            backing::open_dir_path(root, Path::new(&rel))
+        };
+        let Ok(dir) = dir else {
+            continue;
+        };
+        for name in entries(dir.as_fd()) {
+            if !backing::is_daemon_temp(&name) {
+                continue;
+            }
+            let Ok(c) = CString::new(name) else {
+                continue;
+            };
+            match backing::remove_tree(dir.as_fd(), &c) {
+                Ok(()) => removed += 1,
+                Err(e) => tracing::warn!("cannot remove the leftover {rel}/{c:?}: {e}"),
+            }
+        }
+    }
+    removed
+}
+
+/// The names in directory `dir` (not `.` and `..`); empty if it cannot be read.
+fn entries(dir: BorrowedFd<'_>) -> Vec<Vec<u8>> {
+    let mut names = Vec::new();
+    if let Ok(mut stream) = backing::DirStream::open(dir) {
+        while let Ok(Some(e)) = stream.next_entry() {
+            if e.name != b"." && e.name != b".." {
+                names.push(e.name);
+            }
+        }
+    }
+    names
 }
 
 /// Read [`CHILDREN_FILE`] from the state dir (empty when absent or unreadable).

@@ -12,11 +12,17 @@
 //! ```
 //! Nothing outside the parent is ever created, written or removed. The cgroup id that
 //! `PIDFD_GET_INFO` reports for a task is the inode number of its cgroup directory.
+//!
+//! **Ownership.** The daemon holds an exclusive `flock` on its parent directory for its whole
+//! life ([`Cgroup::claim`]); the kernel drops it when the daemon dies. A parent nobody holds
+//! ([`claimed`] is false) is a dead daemon's. This is what start-up cleanup and leftover kills go
+//! by, never the pid in the name: a daemon in another pid namespace (a container, `unshare -pf
+//! --mount-proc`) cannot see the pids of the others, and its own pid may be any other's.
 
 use std::ffi::{CString, OsStr};
 use std::fs;
 use std::io::{self, Write};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -189,6 +195,19 @@ impl Cgroup {
         }
     }
 
+    /// Claims this cgroup for the calling process until its descriptor is closed (at the
+    /// latest when the process dies): an exclusive, non-blocking `flock` on the directory.
+    ///
+    /// # Errors
+    /// `EWOULDBLOCK` if a live process holds it already, or `flock`'s other errors.
+    pub fn claim(&self) -> io::Result<()> {
+        // SAFETY: flock on a descriptor this value owns; no memory is involved.
+        if unsafe { libc::flock(self.dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// Removes the (empty) cgroup directory.
     ///
     /// # Errors
@@ -199,6 +218,56 @@ impl Cgroup {
             other => other,
         }
     }
+}
+
+/// Is the cgroup directory `path` held by a live process through [`Cgroup::claim`]? `true` also
+/// when that cannot be told (it cannot be opened, or `flock` fails otherwise): never taken for
+/// a dead daemon's by mistake.
+pub fn claimed(path: &Path) -> bool {
+    let Ok(dir) = fs::File::open(path) else {
+        return true;
+    };
+    // SAFETY: flock on a descriptor owned by `dir`, released when `dir` is dropped below.
+    let r = unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    r != 0
+}
+
+/// Kill everything a dead daemon left in the smith cgroups under its parent cgroup `parent` (a
+/// `smithfs-*` directory no live daemon claims, see [`claimed`]), wait up to `wait` for them to
+/// empty, and remove them and the parent. Nothing happens when `parent` is claimed, is not a
+/// `smithfs-*` directory under `/sys/fs/cgroup`, or does not exist. This catches a run the dead
+/// daemon started but did not journal yet (PROTOCOL.md §6: kill what is left of runs). Returns
+/// how many cgroups still had processes.
+pub fn kill_dead_parent(parent: &Path, wait: Duration) -> usize {
+    let named = parent
+        .file_name()
+        .is_some_and(|n| n.as_bytes().starts_with(b"smithfs-"));
+    let plain = parent.is_absolute()
+        && parent.starts_with("/sys/fs/cgroup")
+        && !parent.components().any(|c| c.as_os_str() == "..");
+    if !named || !plain || !parent.is_dir() || claimed(parent) {
+        return 0;
+    }
+    let Ok(entries) = fs::read_dir(parent) else {
+        return 0;
+    };
+    let mut killed = 0;
+    for e in entries.flatten() {
+        if !e.path().is_dir() || !is_ours(&e.file_name()) {
+            continue;
+        }
+        let Ok(cg) = Cgroup::open(&e.path()) else {
+            continue;
+        };
+        if cg.populated().unwrap_or(false) {
+            killed += 1;
+            let _ = cg.kill_all();
+            cg.wait_empty(wait);
+        }
+        let _ = cg.remove();
+    }
+    let _ = fs::remove_dir(parent);
+    killed
 }
 
 /// True if `name` is a cgroup name this module creates under the parent.

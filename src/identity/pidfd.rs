@@ -159,6 +159,37 @@ pub fn has_exited(fd: BorrowedFd<'_>) -> bool {
     n > 0 && p.revents & (libc::POLLIN | libc::POLLHUP) != 0
 }
 
+/// For each pidfd of `fds`, true once its process (or thread) has exited: [`has_exited`] for
+/// many at once, one `poll` with no wait per 1024 descriptors. A descriptor `poll` reports as
+/// invalid (`POLLNVAL`) counts as exited.
+pub fn exited_among(fds: &[BorrowedFd<'_>]) -> Vec<bool> {
+    let mut out = Vec::with_capacity(fds.len());
+    for chunk in fds.chunks(1024) {
+        let mut polls: Vec<libc::pollfd> = chunk
+            .iter()
+            .map(|fd| libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: `polls` is a valid array of `polls.len()` (≤ 1024) `pollfd`s that lives across
+        // the call; timeout 0 never blocks.
+        let n = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, 0) };
+        if n < 0 {
+            // EINTR/ENOMEM: nothing known, keep everything this time.
+            out.resize(out.len() + chunk.len(), false);
+            continue;
+        }
+        out.extend(
+            polls
+                .iter()
+                .map(|p| p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLNVAL) != 0),
+        );
+    }
+    out
+}
+
 /// True if `PIDFD_GET_INFO` works here (Linux ≥ 6.13), checked on the calling thread.
 pub fn get_info_supported() -> bool {
     // SAFETY: gettid has no preconditions.
@@ -217,6 +248,26 @@ mod tests {
         let _ = child.wait();
         assert!(has_exited(fd.as_fd()));
         assert!(info(fd.as_fd()).is_err(), "reaped: ESRCH");
+    }
+
+    #[test]
+    fn exited_among_tells_live_from_dead() {
+        let mut live = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let mut dead = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let live_fd = open(live.id(), 0).expect("pidfd_open live");
+        let dead_fd = open(dead.id(), 0).expect("pidfd_open dead");
+        let _ = dead.wait();
+        let got = exited_among(&[live_fd.as_fd(), dead_fd.as_fd(), live_fd.as_fd()]);
+        assert_eq!(got, vec![false, true, false]);
+        assert!(exited_among(&[]).is_empty());
+        let _ = live.kill();
+        let _ = live.wait();
+        assert_eq!(exited_among(&[live_fd.as_fd()]), vec![true]);
     }
 
     #[test]

@@ -17,11 +17,21 @@
 //! (a live process that was a smith stays that smith: only the operator can be bound). The cache is
 //! capped (each entry holds one descriptor); dead entries go first, then the least recently used.
 //!
-//! Lock order: `smiths` → `by_cgroup` → `bound` → `cache`; none is held across a blocking call.
+//! **Descriptors track live processes.** Entries of exited threads (their pidfd polls readable)
+//! are dropped by [`Resolver::housekeep`], which the daemon calls once a second, and on an
+//! insertion that finds the cache grown to twice its size after the previous sweep (at least
+//! [`SWEEP_MIN`] entries): one `poll` per 1024 entries, never on the lookup path.
+//!
+//! **Removed smiths.** [`Resolver::unregister_smith`] forgets a smith whose dir was removed; in
+//! cgroup mode its cgroup is removed at once if it is empty, else kept ("retired": its processes
+//! stay that smith, its descriptor stays open) and removed by `housekeep` once it has emptied.
+//!
+//! Lock order: `smiths` → `retired` → `by_cgroup` → `bound` → `cache`; none is held across a
+//! blocking call.
 
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -46,6 +56,10 @@ const KILL_WAIT: Duration = Duration::from_secs(2);
 
 /// How long [`Resolver::kill_smith`] waits for a cgroup to freeze before signalling it.
 const FREEZE_WAIT: Duration = Duration::from_millis(200);
+
+/// An insertion sweeps dead cache entries when the cache has at least this many entries and
+/// twice as many as after the previous sweep.
+pub const SWEEP_MIN: usize = 64;
 
 /// The identity mechanism in force (PROTOCOL.md §2), after `auto` was decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -119,10 +133,20 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> IdentityError {
 /// A registered smith.
 struct SmithEntry {
     full_id: String,
-    /// Its cgroup (cgroup mode). Never removed from the map while the resolver lives, so the
-    /// descriptor outlives every [`BorrowedFd`] handed out by [`Resolver::smith_cgroup_fd`].
+    /// Its cgroup (cgroup mode).
     cgroup: Option<Arc<Cgroup>>,
 }
+
+/// The cgroup of a smith that was unregistered while processes were still in it: kept (and its
+/// id still maps to the smith) until it is empty and removed.
+struct Retired {
+    idx: SmithIdx,
+    full_id: String,
+    cgroup: Arc<Cgroup>,
+}
+
+// A full id is never registered twice in one daemon's life (child numbers only grow, PROTOCOL.md
+// §4), so a retired cgroup's name is never wanted again before it is removed.
 
 /// A process bound in ancestry mode, keyed by its pidfs inode number.
 struct Bound {
@@ -144,6 +168,9 @@ struct CacheEntry {
     last_used: AtomicU64,
 }
 
+/// Cache entries by thread id, taken out of the cache (a snapshot or a set to evict).
+type Entries = Vec<(u32, Arc<CacheEntry>)>;
+
 /// The cgroups of cgroup mode that are not a smith's.
 struct CgroupState {
     parent: Cgroup,
@@ -160,10 +187,14 @@ pub struct Resolver {
     smiths: RwLock<HashMap<SmithIdx, SmithEntry>>,
     /// cgroup id → identity (cgroup mode: the smiths' cgroups and the operator's).
     by_cgroup: RwLock<HashMap<u64, Identity>>,
+    /// Cgroups of unregistered smiths that still held processes (cgroup mode).
+    retired: Mutex<Vec<Retired>>,
     /// pidfs inode → bound process (ancestry mode).
-    bound: RwLock<HashMap<u64, Bound>>,
+    bound: RwLock<HashMap<u64, Arc<Bound>>>,
     cache: RwLock<HashMap<u32, Arc<CacheEntry>>>,
     capacity: AtomicUsize,
+    /// An insertion that finds at least this many entries sweeps the dead ones first.
+    sweep_at: AtomicUsize,
     generation: AtomicU64,
     tick: AtomicU64,
     shut_down: AtomicBool,
@@ -243,24 +274,26 @@ fn cgroup_dir_of(pid: u32) -> Result<PathBuf, String> {
         .ok_or_else(|| "no cgroup2 mount holds the daemon's cgroup".to_string())
 }
 
-/// Remove the empty `smithfs-<pid>` cgroups (and their empty smith cgroups) that daemons killed
-/// before they could clean up left under `base`: only those whose daemon pid no longer exists,
-/// and only what `rmdir` accepts (a cgroup that still holds processes stays).
+/// Remove the empty `smithfs-*` cgroups (and their empty smith cgroups) that daemons killed
+/// before they could clean up left under `base`: only those no live daemon claims
+/// ([`cgroup::claimed`]; never judged by the pid in the name, which another pid namespace may
+/// not see), not created in the last [`STALE_MIN_AGE`] (a starting daemon claims its parent
+/// right after creating it), and only what `rmdir` accepts (a cgroup with processes stays).
 fn remove_stale_parents(base: &std::path::Path) {
     let Ok(entries) = std::fs::read_dir(base) else {
         return;
     };
     for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("smithfs-"))
-            .and_then(|p| p.parse::<i32>().ok())
-        else {
+        if !e.file_name().as_encoded_bytes().starts_with(b"smithfs-") {
             continue;
-        };
-        let gone = procfs::process_gone(pid);
-        if !gone {
+        }
+        let old_enough = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age >= STALE_MIN_AGE);
+        if !old_enough || cgroup::claimed(&e.path()) {
             continue;
         }
         if let Ok(children) = std::fs::read_dir(e.path()) {
@@ -276,13 +309,54 @@ fn remove_stale_parents(base: &std::path::Path) {
     }
 }
 
+/// How old an unclaimed `smithfs-*` cgroup must be before start-up cleanup removes it.
+const STALE_MIN_AGE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// [`Cgroup::move_in`], tried up to three times (after 2 ms and 20 ms) unless the process is gone
+/// (`ESRCH`) or the cgroup is (`ENOENT`): a migration may fail transiently on a busy machine.
+fn move_in_retrying(cg: &Cgroup, pid: u32) -> io::Result<()> {
+    let mut pauses = [2, 20].into_iter();
+    loop {
+        match cg.move_in(pid) {
+            Ok(()) => return Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ESRCH | libc::ENOENT)) => {
+                return Err(e)
+            }
+            Err(e) => match pauses.next() {
+                Some(ms) => {
+                    tracing::warn!("moving {pid} into {}: {e}; retrying", cg.path.display());
+                    std::thread::sleep(std::time::Duration::from_millis(ms));
+                }
+                None => return Err(e),
+            },
+        }
+    }
+}
+
 /// Creates `smithfs-<pid>` and its `operator` cgroup under the daemon's cgroup, and checks that
 /// processes can be moved in and killed there.
 fn create_cgroups(daemon_pid: u32) -> Result<CgroupState, String> {
     let base = cgroup_dir_of(daemon_pid)?;
     remove_stale_parents(&base);
-    let path = base.join(format!("smithfs-{daemon_pid}"));
-    let parent = Cgroup::create(&path).map_err(|e| format!("mkdir {}: {e}", path.display()))?;
+    // `smithfs-<pid>`, or `smithfs-<pid>-<n>` when a daemon in another pid namespace has the
+    // same pid (or a dead one's parent could not be removed yet).
+    let mut n = 1;
+    let (path, parent) = loop {
+        let name = match n {
+            1 => format!("smithfs-{daemon_pid}"),
+            _ => format!("smithfs-{daemon_pid}-{n}"),
+        };
+        let path = base.join(name);
+        match Cgroup::create(&path) {
+            Ok(parent) => break (path, parent),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < 16 => n += 1,
+            Err(e) => return Err(format!("mkdir {}: {e}", path.display())),
+        }
+    };
+    if let Err(e) = parent.claim() {
+        let _ = parent.remove();
+        return Err(format!("flock {}: {e}", path.display()));
+    }
     let check = || -> Result<Arc<Cgroup>, String> {
         for f in ["cgroup.procs", "cgroup.kill", "cgroup.freeze"] {
             let p = path.join(f);
@@ -378,10 +452,12 @@ impl Resolver {
             _daemon_fd: daemon.fd,
             cgroups,
             smiths: RwLock::new(HashMap::new()),
+            retired: Mutex::new(Vec::new()),
             by_cgroup: RwLock::new(by_cgroup),
             bound: RwLock::new(HashMap::new()),
             cache: RwLock::new(HashMap::new()),
             capacity: AtomicUsize::new(cache_capacity_default()),
+            sweep_at: AtomicUsize::new(SWEEP_MIN),
             generation: AtomicU64::new(0),
             tick: AtomicU64::new(0),
             shut_down: AtomicBool::new(false),
@@ -482,6 +558,73 @@ impl Resolver {
     /// The full id registered for `idx`.
     pub fn full_id(&self, idx: SmithIdx) -> Option<String> {
         self.smiths.read().get(&idx).map(|e| e.full_id.clone())
+    }
+
+    /// Forgets smith `idx`, whose smith dir was removed (a no-op if it is not registered). In
+    /// cgroup mode its cgroup is removed and its descriptor closed; a cgroup that still holds
+    /// processes is kept until it is empty (see [`Resolver::housekeep`]) and its processes stay
+    /// that smith meanwhile — never the operator. Call it for every smith of a removed subtree.
+    pub fn unregister_smith(&self, idx: SmithIdx) {
+        let Some(entry) = self.smiths.write().remove(&idx) else {
+            return;
+        };
+        if let Some(cgroup) = entry.cgroup {
+            self.retired.lock().push(Retired {
+                idx,
+                full_id: entry.full_id,
+                cgroup,
+            });
+            self.remove_retired();
+        }
+    }
+
+    /// Removes the retired cgroups that are empty now (one `rmdir` each, no lock held across
+    /// it); returns how many are left.
+    fn remove_retired(&self) -> usize {
+        let candidates: Vec<Arc<Cgroup>> = self
+            .retired
+            .lock()
+            .iter()
+            .map(|r| Arc::clone(&r.cgroup))
+            .collect();
+        for cg in candidates {
+            match cg.remove() {
+                Ok(()) => {
+                    let mut retired = self.retired.lock();
+                    if let Some(i) = retired.iter().position(|r| Arc::ptr_eq(&r.cgroup, &cg)) {
+                        let r = retired.swap_remove(i);
+                        drop(retired);
+                        tracing::debug!(smith = %r.full_id, "cgroup of a removed smith removed");
+                        let mut by_cgroup = self.by_cgroup.write();
+                        if by_cgroup.get(&r.cgroup.id) == Some(&Identity::Smith(r.idx)) {
+                            by_cgroup.remove(&r.cgroup.id);
+                        }
+                    }
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+                Err(e) => tracing::warn!("removing {}: {e}", cg.path.display()),
+            }
+        }
+        self.retired.lock().len()
+    }
+
+    /// Periodic upkeep, off the request path (the daemon calls it about once a second): drops
+    /// cached resolutions and bound processes whose process has exited, closing their pidfds,
+    /// and removes the cgroups of removed smiths that have emptied since.
+    pub fn housekeep(&self) {
+        if self.shut_down.load(Ordering::Acquire) {
+            return;
+        }
+        self.sweep_dead();
+        self.sweep_bound();
+        if !self.retired.lock().is_empty() {
+            self.remove_retired();
+        }
+    }
+
+    /// Number of retired cgroups (of removed smiths) still waiting to empty (for tests).
+    pub fn retired_len(&self) -> usize {
+        self.retired.lock().len()
     }
 
     /// The identity of the thread `tid` of a FUSE request (PROTOCOL.md §2); the hot path.
@@ -619,30 +762,89 @@ impl Resolver {
 
     fn insert(&self, tid: u32, entry: CacheEntry) {
         let cap = self.capacity.load(Ordering::Relaxed);
-        if self.cache.read().len() >= cap {
+        let len = self.cache.read().len();
+        if len >= cap {
             self.make_room(cap);
+        } else if len >= self.sweep_at.load(Ordering::Relaxed) {
+            self.sweep_dead();
         }
         self.cache.write().insert(tid, Arc::new(entry));
     }
 
-    /// Evicts dead entries, then (if still at least `cap`) the least recently used half, Smith
-    /// entries last.
-    fn make_room(&self, cap: usize) {
-        let snapshot: Vec<(u32, Arc<CacheEntry>)> = self
+    /// The cache split into entries whose thread is alive and entries whose thread has exited
+    /// (a snapshot; no lock is held while polling).
+    fn partition_cache(&self) -> (Entries, Entries) {
+        let snapshot: Entries = self
             .cache
             .read()
             .iter()
             .map(|(k, v)| (*k, Arc::clone(v)))
             .collect();
+        let fds: Vec<BorrowedFd<'_>> = snapshot.iter().map(|(_, e)| e.fd.as_fd()).collect();
+        let exited = pidfd::exited_among(&fds);
+        drop(fds);
         let mut live = Vec::with_capacity(snapshot.len());
         let mut dead = Vec::new();
-        for (tid, e) in snapshot {
-            if pidfd::info(e.fd.as_fd()).is_ok() {
-                live.push((tid, e));
-            } else {
+        for ((tid, e), gone) in snapshot.into_iter().zip(exited) {
+            if gone {
                 dead.push((tid, e));
+            } else {
+                live.push((tid, e));
             }
         }
+        (live, dead)
+    }
+
+    /// Removes `victims` from the cache (unless an entry was replaced meanwhile), closing
+    /// their pidfds once no resolution still uses them; then re-arms the amortised sweep.
+    fn evict_all(&self, victims: Entries) {
+        let left = {
+            let mut cache = self.cache.write();
+            for (tid, e) in &victims {
+                if cache.get(tid).is_some_and(|c| Arc::ptr_eq(c, e)) {
+                    cache.remove(tid);
+                }
+            }
+            cache.len()
+        };
+        drop(victims);
+        self.sweep_at
+            .store(left.saturating_mul(2).max(SWEEP_MIN), Ordering::Relaxed);
+    }
+
+    /// Drops the cache entries of exited threads.
+    fn sweep_dead(&self) {
+        let (_, dead) = self.partition_cache();
+        self.evict_all(dead);
+    }
+
+    /// Drops bound processes (ancestry mode) that have exited: nothing can descend from them
+    /// any more.
+    fn sweep_bound(&self) {
+        let snapshot: Vec<(u64, Arc<Bound>)> = self
+            .bound
+            .read()
+            .iter()
+            .map(|(k, v)| (*k, Arc::clone(v)))
+            .collect();
+        if snapshot.is_empty() {
+            return;
+        }
+        let fds: Vec<BorrowedFd<'_>> = snapshot.iter().map(|(_, b)| b.fd.as_fd()).collect();
+        let exited = pidfd::exited_among(&fds);
+        drop(fds);
+        let mut bound = self.bound.write();
+        for ((ino, b), gone) in snapshot.iter().zip(exited) {
+            if gone && bound.get(ino).is_some_and(|c| Arc::ptr_eq(c, b)) {
+                bound.remove(ino);
+            }
+        }
+    }
+
+    /// Evicts dead entries, then (if still at least `cap`) the least recently used half, Smith
+    /// entries last.
+    fn make_room(&self, cap: usize) {
+        let (mut live, mut dead) = self.partition_cache();
         if live.len() >= cap {
             live.sort_by_key(|(_, e)| {
                 (
@@ -653,12 +855,7 @@ impl Resolver {
             let drop_n = live.len() - cap / 2;
             dead.extend(live.drain(..drop_n));
         }
-        let mut cache = self.cache.write();
-        for (tid, e) in dead {
-            if cache.get(&tid).is_some_and(|c| Arc::ptr_eq(c, &e)) {
-                cache.remove(&tid);
-            }
-        }
+        self.evict_all(dead);
     }
 
     /// Forgets cached resolutions of the thread group `tgid` and starts a new generation.
@@ -713,25 +910,23 @@ impl Resolver {
         }
         match cgroup {
             Some(cg) if self.mode == Effective::Cgroup => {
-                cg.move_in(process.pid)
-                    .map_err(|e| match e.raw_os_error() {
-                        Some(libc::ESRCH) => IdentityError::NoSuchProcess(pid),
-                        _ => IdentityError::Io {
-                            what: format!("moving {} into {}", process.pid, cg.path.display()),
-                            source: e,
-                        },
-                    })?;
+                move_in_retrying(&cg, process.pid).map_err(|e| match e.raw_os_error() {
+                    Some(libc::ESRCH) => IdentityError::NoSuchProcess(pid),
+                    _ => IdentityError::Io {
+                        what: format!("moving {} into {}", process.pid, cg.path.display()),
+                        source: e,
+                    },
+                })?;
             }
             _ => {
-                let mut bound = self.bound.write();
-                bound.retain(|_, b| pidfd::info(b.fd.as_fd()).is_ok());
-                bound.insert(
+                self.sweep_bound();
+                self.bound.write().insert(
                     process.ino,
-                    Bound {
+                    Arc::new(Bound {
                         pid: process.pid,
                         fd: process.fd,
                         identity,
-                    },
+                    }),
                 );
             }
         }
@@ -764,15 +959,12 @@ impl Resolver {
         ancestry::walk(start, live_parent, classify).unwrap_or(Identity::Unknown)
     }
 
-    /// The `O_DIRECTORY` descriptor of smith `idx`'s cgroup, for `clone3(CLONE_INTO_CGROUP)`
-    /// (cgroup mode; `None` in ancestry mode or for an unregistered smith). Valid as long as the
-    /// resolver.
-    pub fn smith_cgroup_fd(&self, idx: SmithIdx) -> Option<BorrowedFd<'_>> {
-        let smiths = self.smiths.read();
-        let raw = smiths.get(&idx)?.cgroup.as_ref()?.dir.as_raw_fd();
-        // SAFETY: the descriptor belongs to an `Arc<Cgroup>` held by `self.smiths`, whose entries
-        // are never removed or replaced while `self` lives, so it stays open for the borrow `'_`.
-        Some(unsafe { BorrowedFd::borrow_raw(raw) })
+    /// Smith `idx`'s cgroup (cgroup mode; `None` in ancestry mode or for a smith that is not
+    /// registered): its `O_DIRECTORY` descriptor serves `clone3(CLONE_INTO_CGROUP)` and opening
+    /// its `cgroup.procs`. Held through the `Arc`, it stays open even if the smith is
+    /// unregistered meanwhile (the directory may then be gone: writes into it fail).
+    pub fn smith_cgroup(&self, idx: SmithIdx) -> Option<Arc<Cgroup>> {
+        self.smiths.read().get(&idx)?.cgroup.clone()
     }
 
     /// The `O_DIRECTORY` descriptor of the `operator` cgroup, where user hooks run (cgroup mode;
@@ -905,12 +1097,13 @@ impl Resolver {
                 first_err = Some(IdentityError::Io { what, source: e });
             }
         };
-        let smith_cgroups: Vec<Arc<Cgroup>> = self
+        let mut smith_cgroups: Vec<Arc<Cgroup>> = self
             .smiths
             .read()
             .values()
             .filter_map(|e| e.cgroup.clone())
             .collect();
+        smith_cgroups.extend(self.retired.lock().iter().map(|r| Arc::clone(&r.cgroup)));
         if let Some(state) = &self.cgroups {
             for cg in smith_cgroups.iter().chain(std::iter::once(&state.operator)) {
                 if kill && cg.populated().unwrap_or(false) {
@@ -934,6 +1127,7 @@ impl Resolver {
         }
         self.bound.write().clear();
         self.cache.write().clear();
+        self.retired.lock().clear();
         self.shut_down.store(true, Ordering::Release);
         match first_err {
             Some(e) => Err(e),

@@ -1,6 +1,7 @@
 //! The scaffold's admission check for a new child (PROTOCOL.md §4): who may make one, how deep, under
 //! which name, how many. Pure; the caller serialises concurrent mkdirs of one parent and remembers the
-//! highest number used across restarts.
+//! highest number used across restarts. The same check admits an idle smith dir the operator moves into
+//! a `children/` (docs/PROTOCOL-NOTES.md, note 29), with the depth of the subtree it brings.
 
 use std::ffi::OsStr;
 
@@ -10,6 +11,7 @@ use crate::config::OperatorMode;
 use crate::identity::Identity;
 use crate::policy::rules::{full_id, short, smith_path, Ctx, Denial};
 use crate::tree::model::SmithIdx;
+use crate::tree::scaffold::{child_name, parse_child_name};
 
 /// What the check needs to know of S, the smith a child is made for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,28 +22,17 @@ pub struct Family {
     pub parent_level: u8,
     /// The highest child number S has ever used (remembered across restarts), `None` if none.
     pub highest_used: Option<u32>,
-    /// S's children now.
+    /// S's children now (for a move within S's `children/`, without the one that moves).
     pub n_children: usize,
-}
-
-/// The number of a child name `smith-NNN` (three or more ASCII digits), or `None`.
-pub fn child_number(name: &str) -> Option<u32> {
-    let digits = name.strip_prefix("smith-")?;
-    if digits.len() < 3 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
-}
-
-/// The canonical name of child number `n`: `smith-004`, `smith-1234`.
-pub fn child_name(n: u32) -> String {
-    format!("smith-{n:03}")
+    /// How many levels of smiths the new child brings below itself: 0 for a mkdir; for a smith dir
+    /// moved into S's `children/`, its deepest descendant's level minus its own.
+    pub subtree_depth: u8,
 }
 
 /// Check `mkdir children/NAME` in S's `children/` (PROTOCOL.md §4), in the protocol's order:
 ///
 /// 1. the caller is neither S nor the operator (or the operator is read-only) → EACCES;
-/// 2. `parent_level + 1 > limits.max_level` → EPERM;
+/// 2. `parent_level + 1 + subtree_depth > limits.max_level` → EPERM;
 /// 3. NAME is not `smith-NNN`, or its number is not above `highest_used` → EINVAL, naming the next id;
 /// 4. `n_children >= limits.max_children` → EDQUOT.
 ///
@@ -107,12 +98,20 @@ pub fn check_new_child(
 
     // 2. How deep.
     let child_level = u16::from(family.parent_level) + 1;
-    if child_level > u16::from(ctx.limits.max_level) {
+    let deepest = child_level + u16::from(family.subtree_depth);
+    if deepest > u16::from(ctx.limits.max_level) {
+        let reach = match family.subtree_depth {
+            0 => format!("a child would be at level {child_level}"),
+            d => format!(
+                "a child at level {child_level} with {d} level{} of smiths below it would reach level {deepest}",
+                if d == 1 { "" } else { "s" }
+            ),
+        };
         return Err(deny(
             Errno::EPERM,
             "scaffold-max-level",
             format!(
-                "{parent} is at level {} and limits.max_level is {}: a child would be at level {child_level}.",
+                "{parent} is at level {} and limits.max_level is {}: {reach}.",
                 family.parent_level, ctx.limits.max_level
             ),
             format!("do the work in {dir}/private/, or ask the operator to raise limits.max_level in config.json"),
@@ -120,7 +119,7 @@ pub fn check_new_child(
     }
 
     // 3. Which name.
-    let number = name.to_str().and_then(child_number);
+    let number = parse_child_name(name);
     let fresh = match (number, family.highest_used) {
         (Some(n), Some(h)) => n > h,
         (Some(_), None) => true,

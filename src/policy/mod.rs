@@ -2,10 +2,12 @@
 //!
 //! [`zone`] says where an entry sits (owner and area, kept on every inode); [`rules`] decides an operation
 //! there ([`decide`] → [`Decision::Allow`] or [`Decision::Deny`] with errno, rule id and sentences);
-//! [`children`] admits a new child for the scaffold (PROTOCOL.md §4). Nothing here touches the
+//! [`children`] admits a new child for the scaffold (PROTOCOL.md §4); [`moves`] decides the operator's
+//! rename of a smith dir (into a `children/`, or out of the tree as data). Nothing here touches the
 //! filesystem or a process: the module imports only types.
 
 pub mod children;
+pub mod moves;
 pub mod rules;
 pub mod zone;
 
@@ -13,9 +15,11 @@ pub mod zone;
 mod tests;
 
 pub use crate::config::{Limits, OperatorMode};
-pub use children::{check_new_child, child_name, child_number, Family};
+pub use children::{check_new_child, Family};
+pub use moves::{decide_smith_dir_move, MoveTo, SmithDirMove};
 pub use rules::{
-    decide, decide_all, decide_link, decide_rename, relation, rights, Caller, Ctx, Decision,
-    Denial, Names, NewKind, NoNames, Op, OpClass, Relation, Removal, Rights,
+    decide, decide_all, decide_link, decide_linked_rename, decide_rename, decide_unseen_names,
+    relation, rights, Caller, Ctx, Decision, Denial, Names, NewKind, NoNames, Op, OpClass,
+    Relation, Removal, Rights,
 };
 pub use zone::{classify, Area, Depth, RootArea, SmithRef, SmithZone, Zone};

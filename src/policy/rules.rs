@@ -423,6 +423,8 @@ enum Rule {
     Area(Area),
     Outside(RootArea),
     LinkCrossZone,
+    LinkedRenameCrossZone,
+    UnseenNames,
     NoZone,
 }
 
@@ -433,6 +435,7 @@ impl Rule {
             | Rule::OperatorReadOnly
             | Rule::Area(_)
             | Rule::Outside(_)
+            | Rule::UnseenNames
             | Rule::NoZone => Errno::EACCES,
             Rule::DeviceNode
             | Rule::Structure
@@ -441,7 +444,7 @@ impl Rule {
             | Rule::ChildrenScaffoldOnly
             | Rule::SmithsScaffoldOnly => Errno::EPERM,
             Rule::StructureLive | Rule::ConversationsLive => Errno::EBUSY,
-            Rule::LinkCrossZone => Errno::EXDEV,
+            Rule::LinkCrossZone | Rule::LinkedRenameCrossZone => Errno::EXDEV,
         }
     }
 
@@ -482,6 +485,8 @@ impl Rule {
                 | RootArea::Reserved => "outside-operator-writes",
             },
             Rule::LinkCrossZone => "link-one-zone",
+            Rule::LinkedRenameCrossZone => "linked-rename-one-zone",
+            Rule::UnseenNames => "links-unseen",
             Rule::NoZone => "no-zone",
         }
     }
@@ -556,6 +561,46 @@ pub fn decide_link(id: &Identity, src: &Zone, dst: &Zone, ctx: &Ctx<'_>) -> Deci
         return Decision::Deny(explain(Rule::LinkCrossZone, id, op, dst, Some(src), ctx));
     }
     decide(id, op, dst, ctx)
+}
+
+/// Decide the rename of a non-directory that has other names (`st_nlink > 1`) from zone `src` to
+/// `dst`, once [`decide_rename`] allowed it: only within one zone, else EXDEV. Moving one name of
+/// such a file into another zone would leave its names in two zones — the cross-zone hard link
+/// [`decide_link`] refuses — and on EXDEV `mv` and friends copy instead, which is what a user of
+/// the zones expects (the copy in the new zone no longer shares its data with the old names).
+pub fn decide_linked_rename(id: &Identity, src: &Zone, dst: &Zone, ctx: &Ctx<'_>) -> Decision {
+    if src.same_zone(dst) {
+        return Decision::Allow;
+    }
+    let op = Op::Create(NewKind::RenameDest);
+    Decision::Deny(explain(
+        Rule::LinkedRenameCrossZone,
+        id,
+        op,
+        dst,
+        Some(src),
+        ctx,
+    ))
+}
+
+/// Decide `op` on a non-directory whose link count says it has names smithfs has not seen (hard
+/// links made in the store behind the mount's back, where they may sit in any zone), once the
+/// zones of its known names allowed it. Fail closed: only the operator and the owner of `zone` —
+/// the zone of the name it was reached by — keep their rights; every other smith gets EACCES
+/// (`links-unseen`), as if the unseen names were in the owner's `private/`. Lookup-class ops stay
+/// free; Unknown gets its usual EACCES.
+pub fn decide_unseen_names(id: &Identity, op: Op, zone: &Zone, ctx: &Ctx<'_>) -> Decision {
+    match op.class() {
+        OpClass::Lookup | OpClass::Getattr | OpClass::Statfs => return Decision::Allow,
+        OpClass::Read | OpClass::Write | OpClass::Create | OpClass::Delete => {}
+    }
+    let rule = match id {
+        Identity::Operator => return Decision::Allow,
+        Identity::Smith(s) if zone.owner() == Some(*s) => return Decision::Allow,
+        Identity::Smith(_) => Rule::UnseenNames,
+        Identity::Unknown => Rule::UnknownIdentity,
+    };
+    Decision::Deny(explain(rule, id, op, zone, None, ctx))
 }
 
 /// The rights `id` has on the entries of `zone`, for `.smithfs/whoami` (PROTOCOL.md §7): each class as
@@ -861,6 +906,23 @@ fn explain(
             (
                 format!("{who} may not hard-link from {from} into {}: links stay within one smith's area.", place(zone, ctx)),
                 "copy the file instead".to_owned(),
+            )
+        }
+        Rule::LinkedRenameCrossZone => {
+            let from = src.map(|s| place(s, ctx)).unwrap_or_default();
+            (
+                format!("{who} may not move a name of a file that has other names from {from} into {}: the file would then be hard-linked across zones, and links stay within one smith's area.", place(zone, ctx)),
+                "copy the file instead (mv does so by itself), or remove its other names first".to_owned(),
+            )
+        }
+        Rule::UnseenNames => {
+            let owner = match zone.owner() {
+                Some(o) => short(&full_id(o, ctx)).to_owned(),
+                None => "the operator".to_owned(),
+            };
+            (
+                format!("{who} may not {what}: the file has more names (hard links) than smithfs has seen, and until it knows where they are it treats the file as private to {owner}."),
+                format!("ask {owner} to publish a copy rather than a hard link, or look up its other names through the mount so their rights apply"),
             )
         }
         Rule::NoZone => (

@@ -573,6 +573,71 @@ fn multi_zone_intersection() {
     );
 }
 
+/// A rename of one name of a file that has other names stays within one zone (else EXDEV, like a
+/// cross-zone link); within one zone, depth ignored, it is allowed.
+#[test]
+fn linked_rename_stays_in_one_zone() {
+    use Area as A;
+    use Depth::{Inner, Top};
+    let c = rw();
+    let sx = Identity::Smith(X);
+    assert!(
+        decide_linked_rename(&sx, &x(A::Private, Inner), &x(A::Private, Inner), &c).is_allowed()
+    );
+    assert!(decide_linked_rename(&sx, &x(A::Other, Top), &x(A::Other, Inner), &c).is_allowed());
+    let d = deny(decide_linked_rename(
+        &sx,
+        &x(A::Private, Inner),
+        &x(A::Outbox, Inner),
+        &c,
+    ));
+    assert_eq!((d.errno, d.rule), (Errno::EXDEV, "linked-rename-one-zone"));
+    assert!(
+        d.why.contains("private/") && d.why.contains("outbox/") && d.why.ends_with('.'),
+        "{}",
+        d.why
+    );
+    let d = deny(decide_linked_rename(
+        &Identity::Operator,
+        &zone_of(P, A::Private, Inner),
+        &x(A::Inbox, Inner),
+        &c,
+    ));
+    assert_eq!(d.errno, Errno::EXDEV);
+}
+
+/// A file with names smithfs has not seen is the owner's (of the name used) and the operator's
+/// alone; lookups stay free.
+#[test]
+fn unseen_names_fail_closed() {
+    use Area as A;
+    use Depth::Inner;
+    let c = rw();
+    let outbox = x(A::Outbox, Inner);
+    for op in [Op::Read, Op::Write] {
+        assert!(decide_unseen_names(&Identity::Smith(X), op, &outbox, &c).is_allowed());
+        assert!(decide_unseen_names(&Identity::Operator, op, &outbox, &c).is_allowed());
+        let d = deny(decide_unseen_names(&Identity::Smith(P), op, &outbox, &c));
+        assert_eq!((d.errno, d.rule), (Errno::EACCES, "links-unseen"));
+        assert!(d.why.contains("smith-002"), "{}", d.why);
+    }
+    assert!(decide_unseen_names(&Identity::Smith(P), Op::Getattr, &outbox, &c).is_allowed());
+    assert_eq!(
+        deny(decide_unseen_names(
+            &Identity::Unknown,
+            Op::Read,
+            &outbox,
+            &c
+        ))
+        .rule,
+        "unknown-lookup-only"
+    );
+    // Outside the smith dirs nobody owns the name: only the operator keeps its rights.
+    let agents = out(RootArea::Agents, Inner);
+    assert!(!decide_unseen_names(&Identity::Smith(ROOT), Op::Read, &agents, &c).is_allowed());
+    assert!(decide_unseen_names(&Identity::Operator, Op::Read, &agents, &c).is_allowed());
+}
+
 /// PROTOCOL.md §3, children/: a mkdir in it is the scaffold's (routed by `is_children_dir`), and
 /// `decide` never allows a plain create there.
 #[test]
@@ -698,6 +763,7 @@ fn family(parent: SmithIdx, level: u8, highest: Option<u32>, n: usize) -> Family
         parent_level: level,
         highest_used: highest,
         n_children: n,
+        subtree_depth: 0,
     }
 }
 
@@ -764,6 +830,7 @@ fn section_4_step_2_depth() {
         limits: Limits {
             max_level: 0,
             max_children: 5,
+            ..Limits::default()
         },
         ..rw()
     };
@@ -782,6 +849,7 @@ fn section_4_step_2_depth() {
         limits: Limits {
             max_level: u8::MAX,
             max_children: 5,
+            ..Limits::default()
         },
         ..rw()
     };
@@ -874,6 +942,7 @@ fn section_4_step_4_count() {
         limits: Limits {
             max_level: 3,
             max_children: 0,
+            ..Limits::default()
         },
         ..rw()
     };
@@ -885,12 +954,249 @@ fn section_4_step_4_count() {
     );
 }
 
+/// A smith dir moved into a `children/` brings its subtree: its deepest smith must stay within
+/// max_level (docs/PROTOCOL-NOTES.md, note 29).
 #[test]
-fn child_names() {
-    assert_eq!(child_name(4), "smith-004");
-    assert_eq!(child_name(1234), "smith-1234");
-    assert_eq!(child_number("smith-004"), Some(4));
-    assert_eq!(child_number("smith-04"), None);
+fn section_4_step_2_depth_of_a_moved_subtree() {
+    let c = rw();
+    let op = Identity::Operator;
+    let deep = |level, depth| Family {
+        subtree_depth: depth,
+        ..family(P, level, None, 0)
+    };
+    assert_eq!(child(op, deep(1, 1), "smith-001", &c), Ok(1));
+    let d = child(op, deep(1, 2), "smith-001", &c).unwrap_err();
+    assert_eq!((d.errno, d.rule), (Errno::EPERM, "scaffold-max-level"));
+    assert!(
+        d.why
+            .contains("with 2 levels of smiths below it would reach level 4"),
+        "{}",
+        d.why
+    );
+    assert_eq!(child(op, deep(0, 2), "smith-001", &c), Ok(1));
+    assert_eq!(
+        child(op, deep(u8::MAX, u8::MAX), "smith-001", &c)
+            .unwrap_err()
+            .errno,
+        Errno::EPERM
+    );
+}
+
+/// PROTOCOL.md §3 structure bullet, the rename of a smith dir (docs/PROTOCOL-NOTES.md, note 29):
+/// the operator alone, never the root, while nothing in the subtree is live; into a `children/`
+/// as a mkdir there, elsewhere with the create right; no exchange, no replaced smith dir.
+#[test]
+fn smith_dir_move() {
+    use Depth::{Inner, Top};
+    let c = rw();
+    let op = Identity::Operator;
+    let src = zone_of(X, Area::SmithDir, Top);
+    let private = zone_of(P, Area::Private, Inner);
+    let fam = family(COUSIN, 1, Some(3), 1);
+    let mv = |to, name, live, replaced, exchange| SmithDirMove {
+        src: &src,
+        src_live: live,
+        to,
+        name: OsStr::new(name),
+        replaced,
+        exchange,
+    };
+    let judge = |id: Identity, m: SmithDirMove<'_>, c: &Ctx<'_>| decide_smith_dir_move(&id, &m, c);
+    let err = |r: Result<Option<u32>, Denial>| {
+        let d = r.unwrap_err();
+        (d.errno, d.rule)
+    };
+    // Out of the tree: ordinary data wherever the operator may create.
+    assert_eq!(
+        judge(op, mv(MoveTo::Data(&private), "x", false, None, false), &c),
+        Ok(None)
+    );
+    let results = out(RootArea::Results, Inner);
+    assert_eq!(
+        judge(op, mv(MoveTo::Data(&results), "x", false, None, false), &c),
+        Ok(None)
+    );
+    let mount_root = out(RootArea::Other, Top);
+    assert_eq!(
+        judge(
+            op,
+            mv(MoveTo::Data(&mount_root), "x", false, None, false),
+            &c
+        ),
+        Ok(None)
+    );
+    let refused = [
+        (out(RootArea::Smiths, Inner), "smiths-scaffold-only"),
+        (x(Area::Children, Inner), "children-scaffold-only"),
+        (
+            zone_of(P, Area::Conversations, Inner),
+            "conversations-smithfs-writes",
+        ),
+    ];
+    for (zone, rule) in &refused {
+        let got = err(judge(
+            op,
+            mv(MoveTo::Data(zone), "x", false, None, false),
+            &c,
+        ));
+        assert_eq!(got.1, *rule, "{zone:?}");
+    }
+    // Into a children/: the §4 checks, in §4's order.
+    assert_eq!(
+        judge(
+            op,
+            mv(MoveTo::Children(&fam), "smith-004", false, None, false),
+            &c
+        ),
+        Ok(Some(4))
+    );
+    assert_eq!(
+        judge(
+            op,
+            mv(MoveTo::Children(&fam), "smith-020", false, None, false),
+            &c
+        ),
+        Ok(Some(20))
+    );
+    for bad in ["smith-003", "smith-001", "x", "smith-02", "smith-abc"] {
+        assert_eq!(
+            err(judge(
+                op,
+                mv(MoveTo::Children(&fam), bad, false, None, false),
+                &c
+            )),
+            (Errno::EINVAL, "scaffold-child-name"),
+            "{bad}"
+        );
+    }
+    let deep = Family {
+        subtree_depth: 2,
+        ..fam
+    };
+    assert_eq!(
+        err(judge(
+            op,
+            mv(MoveTo::Children(&deep), "bad", false, None, false),
+            &c
+        )),
+        (Errno::EPERM, "scaffold-max-level")
+    );
+    let full = family(COUSIN, 1, Some(5), 5);
+    assert_eq!(
+        err(judge(
+            op,
+            mv(MoveTo::Children(&full), "smith-006", false, None, false),
+            &c
+        )),
+        (Errno::EDQUOT, "scaffold-max-children")
+    );
+    // A live run in the subtree: EBUSY, wherever it goes.
+    for to in [MoveTo::Data(&private), MoveTo::Children(&fam)] {
+        let d = judge(op, mv(to, "smith-004", true, None, false), &c).unwrap_err();
+        assert_eq!((d.errno, d.rule), (Errno::EBUSY, "structure-live-run"));
+        assert!(
+            d.alternative
+                .contains("smithfs cancel smith-root/smith-001/smith-002"),
+            "{}",
+            d.alternative
+        );
+    }
+    // Everyone else: EPERM for smiths (the owner, its parent, the root, a child), EACCES for
+    // Unknown and the read-only operator.
+    for s in [X, P, ROOT, CHILD, SIBLING] {
+        for to in [MoveTo::Data(&private), MoveTo::Children(&fam)] {
+            assert_eq!(
+                err(judge(
+                    Identity::Smith(s),
+                    mv(to, "smith-004", false, None, false),
+                    &c
+                )),
+                (Errno::EPERM, "structure-smithfs-only"),
+                "{s:?}"
+            );
+        }
+    }
+    assert_eq!(
+        err(judge(
+            Identity::Unknown,
+            mv(MoveTo::Data(&private), "x", false, None, false),
+            &c
+        ))
+        .0,
+        Errno::EACCES
+    );
+    assert_eq!(
+        err(judge(
+            op,
+            mv(MoveTo::Data(&private), "x", false, None, false),
+            &ctx(OperatorMode::ReadOnly)
+        )),
+        (Errno::EACCES, "operator-read-only")
+    );
+    // Never the root smith dir, never an exchange, never over another smith dir.
+    let root_dir = zone_of(ROOT, Area::SmithDir, Top);
+    let m = SmithDirMove {
+        src: &root_dir,
+        ..mv(MoveTo::Data(&private), "x", false, None, false)
+    };
+    assert_eq!(
+        err(judge(op, m, &c)),
+        (Errno::EPERM, "structure-root-smith")
+    );
+    assert_eq!(err(judge(Identity::Smith(ROOT), m, &c)).0, Errno::EPERM);
+    let other_dir = zone_of(COUSIN, Area::SmithDir, Top);
+    assert_eq!(
+        err(judge(
+            op,
+            mv(
+                MoveTo::Data(&private),
+                "x",
+                false,
+                Some((&private, false)),
+                true
+            ),
+            &c
+        )),
+        (Errno::EPERM, "structure-exchange")
+    );
+    assert_eq!(
+        err(judge(
+            op,
+            mv(
+                MoveTo::Children(&fam),
+                "smith-004",
+                false,
+                Some((&other_dir, false)),
+                false
+            ),
+            &c
+        )),
+        (Errno::EPERM, "structure-smithfs-only")
+    );
+    // Over an empty plain directory where the operator may delete: allowed, as any rename.
+    assert_eq!(
+        judge(
+            op,
+            mv(
+                MoveTo::Data(&private),
+                "x",
+                false,
+                Some((&private, false)),
+                false
+            ),
+            &c
+        ),
+        Ok(None)
+    );
+}
+
+#[test]
+fn smith_000_counts_as_a_used_number() {
+    let c = rw();
+    let sx = Identity::Smith(X);
+    assert_eq!(child(sx, family(X, 0, None, 0), "smith-000", &c), Ok(0));
+    let d = child(sx, family(X, 0, Some(0), 1), "smith-000", &c).unwrap_err();
+    assert!(d.why.ends_with("use smith-001."), "{}", d.why);
 }
 
 // ---- property tests ----
@@ -1066,6 +1372,19 @@ proptest! {
         if decide_link(&id, &src, &dst, &c).is_allowed() {
             prop_assert!(src.same_zone(&dst));
             prop_assert!(decide(&id, Op::Create(NewKind::Link), &dst, &c).is_allowed());
+        }
+    }
+
+    /// A linked rename allowed ⇒ one zone; a file with unseen names is never another smith's.
+    #[test]
+    fn linked_names_stay_in_one_zone(id in arb_identity(), src in arb_zone(), dst in arb_zone(), op in arb_op(), c in arb_ctx()) {
+        if decide_linked_rename(&id, &src, &dst, &c).is_allowed() {
+            prop_assert!(src.same_zone(&dst));
+        }
+        if let Identity::Smith(s) = id {
+            if !lookup_class(op) && decide_unseen_names(&id, op, &src, &c).is_allowed() {
+                prop_assert_eq!(src.owner(), Some(s));
+            }
         }
     }
 

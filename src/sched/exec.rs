@@ -41,6 +41,9 @@ struct Rec {
     last_start: Option<SystemTime>,
     has_result: bool,
     next_run: u32,
+    /// The task file (name, modification time) the rescan last journaled as `task.assigned`,
+    /// until its trigger arrives: the rescan and the trigger of one write are one assignment.
+    announced: Option<(String, SystemTime)>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,7 +81,7 @@ pub(crate) struct Exec {
     registry: Arc<Registry>,
     binder: Arc<dyn RunBinder>,
     invalidate: Arc<dyn Invalidate>,
-    nofile: u64,
+    nofile: (u64, u64),
     queue: Queue,
     recs: HashMap<SmithIdx, Rec>,
     live: HashMap<SmithIdx, Live>,
@@ -86,6 +89,8 @@ pub(crate) struct Exec {
     journal: Arc<Journal>,
     hooks: Hooks,
     tx: SyncSender<Msg>,
+    /// Told once the first status (the journal's history) is published; taken then.
+    ready: Option<SyncSender<()>>,
     shutting_down: bool,
 }
 
@@ -112,6 +117,7 @@ impl Exec {
         state: OwnedFd,
         shared: Arc<Shared>,
         tx: SyncSender<Msg>,
+        ready: SyncSender<()>,
     ) -> std::io::Result<Exec> {
         let log = backing::open_file(
             state.as_fd(),
@@ -144,6 +150,7 @@ impl Exec {
             journal,
             hooks,
             tx,
+            ready: Some(ready),
             shutting_down: false,
         })
     }
@@ -278,8 +285,14 @@ impl Exec {
                     last_start: h.last_start,
                     has_result,
                     next_run: h.runs + 1,
+                    announced: None,
                 },
             );
+        }
+        // Publish the history now: killing leftovers below may take 2 × kill_grace_secs.
+        self.publish();
+        if let Some(ready) = self.ready.take() {
+            let _ = ready.try_send(());
         }
         let mut interrupted: Vec<(SmithIdx, Wake)> = all
             .iter()
@@ -314,7 +327,7 @@ impl Exec {
         }
         if resume {
             for (s, wake) in interrupted {
-                if !self.recs.get(&s).is_some_and(|r| r.has_result) {
+                if self.result_is_stale(s) {
                     self.queue.request(s, wake);
                 }
             }
@@ -524,7 +537,14 @@ impl Exec {
                 };
                 let rel = info.rel_dir();
                 let arrived = scan::task_time(self.root.as_fd(), &rel, &file);
-                let last = self.recs.get(&smith).and_then(|r| r.last_start);
+                let rec = self.recs.entry(smith).or_default();
+                // The rescan found this very write first (at start-up or after a dropped
+                // trigger) and journaled it: its trigger is the same assignment.
+                if arrived.is_some_and(|t| rec.announced.as_ref() == Some(&(file.clone(), t))) {
+                    rec.announced = None;
+                    return;
+                }
+                let last = rec.last_start;
                 // A task the current or last run already saw (its rescan got there first)
                 // schedules nothing.
                 let schedule = match (arrived, last) {
@@ -557,11 +577,28 @@ impl Exec {
                     self.update_final();
                 }
             }
-            Trigger::SmithCreated { smith } => {
-                if self.ensure_known(smith).is_some() {
-                    let ev = self.ev("smith.created", smith);
-                    self.record(ev);
+            Trigger::SmithCreated { smith, moved } => {
+                let Some(info) = self.ensure_known(smith) else {
+                    return;
+                };
+                let ev = self.ev("smith.created", smith);
+                self.record(ev);
+                // A moved smith has no history under its new full id: its state comes from its
+                // files (done with a result, else idle). The move itself starts no run.
+                if moved && scan::has_result(self.root.as_fd(), &info.rel_dir()) {
+                    self.queue.set_base(smith, Base::Done);
+                    if let Some(r) = self.recs.get_mut(&smith) {
+                        r.has_result = true;
+                    }
                 }
+            }
+            Trigger::SmithRemoved { smith } => {
+                // Its runs are over (the operator may remove only an idle subtree); its parent
+                // may now have all its remaining children settled.
+                for gone in self.queue.remove(smith) {
+                    tracing::warn!(smith = gone.0, "a removed smith still had a live run");
+                }
+                self.drain_notes();
             }
             Trigger::AccessDenied {
                 smith,
@@ -599,6 +636,19 @@ impl Exec {
 
     /// If `s` has no result and its newest task arrived after its last run start, ask for a run
     /// (journaled `task.assigned`): the rescan that makes sure no completion is lost.
+    /// Does smith `s` still owe a result: none in its outbox, or one older than its newest task
+    /// (an interrupted run of a done smith that was given new work, §6 `--resume`)?
+    fn result_is_stale(&self, s: SmithIdx) -> bool {
+        let Some(info) = self.registry.get(s) else {
+            return false;
+        };
+        let rel = info.rel_dir();
+        match scan::result_time(self.root.as_fd(), &rel) {
+            None => true,
+            Some(r) => scan::newest_task(self.root.as_fd(), &rel).is_some_and(|(_, t)| t > r),
+        }
+    }
+
     fn rescan_task(&mut self, s: SmithIdx) {
         let Some(info) = self.registry.get(s) else {
             return;
@@ -617,6 +667,13 @@ impl Exec {
         let last = self.recs.get(&s).and_then(|r| r.last_start);
         if last.is_some_and(|l| arrived <= l) || self.queue.is_pending(s) {
             return;
+        }
+        if let Some(r) = self.recs.get_mut(&s) {
+            let seen = (name.clone(), arrived);
+            if r.announced.as_ref() == Some(&seen) {
+                return;
+            }
+            r.announced = Some(seen);
         }
         let mut ev = self.ev("task.assigned", s);
         ev.path = Some(format!("{rel}/inbox/{name}"));
@@ -1051,13 +1108,15 @@ fn runner_ticks(pid: Option<u32>) -> Option<u64> {
 fn dead_daemons_cgroup(path: &str) -> Option<PathBuf> {
     let p = Path::new(path);
     let parent = p.parent()?;
-    let pid: i32 = parent
+    let named = parent
         .file_name()?
-        .to_str()?
-        .strip_prefix("smithfs-")?
-        .parse()
-        .ok()?;
+        .as_encoded_bytes()
+        .starts_with(b"smithfs-");
     let ours = p.file_name().is_some_and(crate::identity::cgroup::is_ours);
-    let dead = crate::identity::procfs::process_gone(pid);
-    (ours && dead && p.starts_with("/sys/fs/cgroup") && p.is_dir()).then(|| p.to_path_buf())
+    // Whether its daemon lives is told by the daemon's claim on the parent, not by its pid
+    // (which a daemon in another pid namespace may share).
+    (named && ours && p.starts_with("/sys/fs/cgroup") && p.is_dir())
+        .then(|| !crate::identity::cgroup::claimed(parent))
+        .filter(|dead| *dead)
+        .map(|_| p.to_path_buf())
 }

@@ -16,8 +16,10 @@ use crate::config::HookEvent;
 use crate::sched::journal::{Event, Journal};
 use crate::sched::runner::{self, BindTo, Launch, Placeholders, RunBinder};
 
-/// At most this many hooks run at once; beyond it a hook is not started and `hook.exited`
-/// says so (a storm of `access.denied` must not fork-bomb the machine).
+/// At most this many hooks *of one event* run at once; beyond it a hook is not started and
+/// `hook.exited` says so (a storm of `access.denied` must not fork-bomb the machine). The cap is
+/// per event, so such a storm never keeps the hooks of `result.published` or `run.exited` from
+/// running (docs/PROTOCOL-NOTES-sched.md).
 pub const MAX_LIVE_HOOKS: usize = 32;
 
 /// The configured hooks and what they need to run.
@@ -28,7 +30,8 @@ pub struct Hooks {
     journal: Arc<Journal>,
     /// `.smithfs-state/hooks.log`: the hooks' stdout and stderr.
     log: Option<OwnedFd>,
-    live: Arc<AtomicUsize>,
+    /// Hooks running now, per event.
+    live: BTreeMap<HookEvent, Arc<AtomicUsize>>,
 }
 
 impl Hooks {
@@ -40,13 +43,17 @@ impl Hooks {
         journal: Arc<Journal>,
         log: Option<OwnedFd>,
     ) -> Hooks {
+        let live = hooks
+            .keys()
+            .map(|e| (*e, Arc::new(AtomicUsize::new(0))))
+            .collect();
         Hooks {
             hooks,
             timeout,
             binder,
             journal,
             log,
-            live: Arc::new(AtomicUsize::new(0)),
+            live,
         }
     }
 
@@ -64,7 +71,7 @@ impl Hooks {
         let Ok(event) = ev.event.parse::<HookEvent>() else {
             return;
         };
-        let Some(argvs) = self.hooks.get(&event) else {
+        let (Some(argvs), Some(live)) = (self.hooks.get(&event), self.live.get(&event)) else {
             return;
         };
         for argv in argvs {
@@ -79,10 +86,11 @@ impl Hooks {
                     continue;
                 }
             };
-            if self.live.fetch_add(1, Ordering::SeqCst) >= MAX_LIVE_HOOKS {
-                self.live.fetch_sub(1, Ordering::SeqCst);
+            if live.fetch_add(1, Ordering::SeqCst) >= MAX_LIVE_HOOKS {
+                live.fetch_sub(1, Ordering::SeqCst);
                 done.error = Some(format!(
-                    "not started: {MAX_LIVE_HOOKS} hooks are already running"
+                    "not started: {MAX_LIVE_HOOKS} hooks of {} are already running",
+                    ev.event
                 ));
                 let _ = self.journal.append(&done);
                 continue;
@@ -94,14 +102,14 @@ impl Hooks {
                 binder: self.binder.clone(),
                 journal: self.journal.clone(),
                 log: self.log.as_ref().and_then(|f| f.try_clone().ok()),
-                live: self.live.clone(),
+                live: live.clone(),
                 done,
             };
             let spawned = std::thread::Builder::new()
                 .name("smithfs-hook".into())
                 .spawn(move || job.run());
             if let Err(e) = spawned {
-                self.live.fetch_sub(1, Ordering::SeqCst);
+                live.fetch_sub(1, Ordering::SeqCst);
                 let mut done = Event::new("hook.exited", ev.smith.clone());
                 done.hook_event = Some(ev.event.clone());
                 done.error = Some(format!("cannot start a hook thread: {e}"));
@@ -140,7 +148,7 @@ impl HookJob {
                 stdin_piped: true,
                 output: self.log.take(),
                 bind: BindTo::Operator,
-                nofile: 0,
+                nofile: (0, 0),
             },
             &*self.binder,
         );

@@ -49,6 +49,10 @@ pub use self::trigger::Trigger;
 /// rescan re-derives what was dropped).
 pub const QUEUE_CAPACITY: usize = 4096;
 
+/// How long [`Scheduler::start`] waits for the first status publication (the journal read and
+/// replayed) before the mount goes live anyway.
+const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Kernel cache invalidation after the daemon's own writes, implemented by the FUSE layer with
 /// fuser's `Notifier` (called from the scheduler's threads, never from a FUSE thread). Inode
 /// numbers are backing-store inode numbers.
@@ -83,8 +87,9 @@ pub struct SchedCtx {
     pub binder: Arc<dyn RunBinder>,
     /// Kernel cache invalidation ([`NoInvalidate`] without a mount).
     pub invalidate: Arc<dyn Invalidate>,
-    /// The soft `RLIMIT_NOFILE` the daemon started with (0: leave runs' limit as inherited).
-    pub original_nofile: u64,
+    /// The `RLIMIT_NOFILE` (soft, hard) the daemon started with, restored for runs; 0 leaves
+    /// that one as inherited.
+    pub original_nofile: (u64, u64),
 }
 
 /// Messages of the scheduler's one ordered queue.
@@ -147,30 +152,27 @@ impl Scheduler {
         let state = backing::ensure_dir(ctx.root.as_fd(), &name, 0o700)?;
         let journal = Arc::new(Journal::open(state.as_fd())?);
         let shared = Arc::new(Shared {
-            // Until the scheduler thread publishes (after killing a dead daemon's leftovers),
-            // the tree is shown as scanned, every smith idle.
-            status: Mutex::new(Arc::new(serde_json::json!({
-                "smiths": ctx.registry.all().iter().map(|s| serde_json::json!({
-                    "full_id": s.full_id,
-                    "parent": s.parent.and_then(|p| ctx.registry.full_id(p)),
-                    "level": s.level,
-                    "state": "idle",
-                    "runs": 0,
-                    "has_result": false,
-                    "last_run": null,
-                })).collect::<Vec<_>>(),
-                "agent_configured": ctx.config.agent.command.is_some(),
-            }))),
+            // Until the scheduler thread's first publication (the journal's history, before it
+            // kills a dead daemon's leftovers), which `start` waits for.
+            status: Mutex::new(Arc::new(
+                ctx.registry.idle_status(ctx.config.agent.command.is_some()),
+            )),
             overflow: AtomicBool::new(false),
             journal,
             live: Mutex::new(Default::default()),
         });
         let (tx, rx) = sync_channel(QUEUE_CAPACITY);
         let registry = ctx.registry.clone();
-        let exec = exec::Exec::new(ctx, state, shared.clone(), tx.clone())?;
+        let (ready_tx, ready_rx) = sync_channel(1);
+        let exec = exec::Exec::new(ctx, state, shared.clone(), tx.clone(), ready_tx)?;
         let thread = std::thread::Builder::new()
             .name("smithfs-sched".into())
             .spawn(move || exec.run(rx, resume))?;
+        // `status.json` shows the journal's history as soon as the mount is up (§7, §9): the
+        // thread publishes it right after reading the journal, before killing leftovers.
+        if ready_rx.recv_timeout(READY_TIMEOUT).is_err() {
+            tracing::warn!("the scheduler has not published its first status yet");
+        }
         Ok(Scheduler {
             tx,
             shared,
@@ -224,7 +226,8 @@ impl Scheduler {
         let t = match e {
             FsEvent::TaskCompleted { smith, name } => Trigger::TaskAssigned { smith, file: name },
             FsEvent::ResultCompleted { smith } => Trigger::ResultPublished { smith },
-            FsEvent::SmithCreated { smith } => Trigger::SmithCreated { smith },
+            FsEvent::SmithCreated { smith, moved } => Trigger::SmithCreated { smith, moved },
+            FsEvent::SmithRemoved { smith } => Trigger::SmithRemoved { smith },
             FsEvent::Denied(d) => Trigger::AccessDenied {
                 smith: d.smith,
                 pid: d.pid,

@@ -155,8 +155,9 @@ pub struct Launch<'a> {
     pub output: Option<OwnedFd>,
     /// Whom to bind the child to.
     pub bind: BindTo,
-    /// Soft `RLIMIT_NOFILE` to restore in the child (0: leave as is).
-    pub nofile: u64,
+    /// `RLIMIT_NOFILE` to restore in the child, (soft, hard): the limits the daemon started with
+    /// before it raised its own; a 0 leaves that one as inherited.
+    pub nofile: (u64, u64),
 }
 
 /// A started process.

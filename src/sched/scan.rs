@@ -69,6 +69,16 @@ pub fn has_result(root: BorrowedFd<'_>, rel_dir: &str) -> bool {
         .is_ok_and(|st| is_reg(&st))
 }
 
+/// When `<rel_dir>/outbox/result.md` last changed (its ctime, like a task's arrival time), if
+/// it is a regular file.
+pub fn result_time(root: BorrowedFd<'_>, rel_dir: &str) -> Option<SystemTime> {
+    backing::open_dir_path(root, &Path::new(rel_dir).join("outbox"))
+        .and_then(|o| backing::stat_at(o.as_fd(), c"result.md"))
+        .ok()
+        .filter(is_reg)
+        .map(|st| ctime(&st))
+}
+
 /// Copy `smiths/smith-root/outbox/result.md` to `results/final.md` atomically, unless
 /// `final.md` already has that content. Returns the backing inode number of `results/` when it
 /// wrote (for cache invalidation), `None` when nothing changed.

@@ -79,8 +79,9 @@ pub struct Spawn<'a> {
     /// A cgroup v2 directory to create the child in (`CLONE_INTO_CGROUP`); `None`: the
     /// daemon's own cgroup.
     pub cgroup: Option<BorrowedFd<'a>>,
-    /// Soft `RLIMIT_NOFILE` to restore in the child (0: leave as inherited).
-    pub nofile: u64,
+    /// `RLIMIT_NOFILE` to restore in the child, (soft, hard); a 0 leaves that one as inherited
+    /// (the hard limit can only be lowered).
+    pub nofile: (u64, u64),
     /// Bind the child before it executes anything. Called with its pid (from the spawning
     /// thread, while the child waits) unless the child was created in `cgroup`; an error stops
     /// the child before exec and is [`spawn`]'s error.
@@ -204,7 +205,7 @@ struct ChildPlan<'a> {
     err_parent: RawFd,
     /// The write end of the error pipe (close-on-exec).
     err: RawFd,
-    nofile: u64,
+    nofile: (u64, u64),
     cwd: *const libc::c_char,
     /// execve candidates, in order (one unless `$PATH` is searched).
     candidates: &'a [*const libc::c_char],
@@ -242,13 +243,20 @@ unsafe fn child(p: &mut ChildPlan<'_>) -> ! {
         // descendant re-parents to a bound process, not to the daemon, so in ancestry mode it
         // stays the smith while the run lives (PROTOCOL.md §2).
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-        if p.nofile != 0 {
+        let (soft, hard) = p.nofile;
+        if soft != 0 || hard != 0 {
             let mut lim = libc::rlimit {
                 rlim_cur: 0,
                 rlim_max: 0,
             };
             if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
-                lim.rlim_cur = p.nofile.min(lim.rlim_max);
+                if hard != 0 {
+                    lim.rlim_max = hard.min(lim.rlim_max);
+                }
+                if soft != 0 {
+                    lim.rlim_cur = soft;
+                }
+                lim.rlim_cur = lim.rlim_cur.min(lim.rlim_max);
                 libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
             }
         }
@@ -526,7 +534,7 @@ struct Prepared<'a> {
     cwd: *const libc::c_char,
     stdin: BorrowedFd<'a>,
     out: BorrowedFd<'a>,
-    nofile: u64,
+    nofile: (u64, u64),
 }
 
 /// How one clone ended.
@@ -775,7 +783,7 @@ mod tests {
             stdin_piped: false,
             output,
             cgroup: None,
-            nofile: 0,
+            nofile: (0, 0),
             bind,
         })
     }
@@ -877,7 +885,7 @@ mod tests {
             stdin_piped: true,
             output: Some(OwnedFd::from(log)),
             cgroup: None,
-            nofile: 0,
+            nofile: (0, 0),
             bind: &mut no_bind(),
         })
         .expect("spawn sh");
@@ -1026,7 +1034,7 @@ mod tests {
             stdin_piped: false,
             output: None,
             cgroup: Some(cg_fd.as_fd()),
-            nofile: 0,
+            nofile: (0, 0),
             bind: &mut count,
         });
         let procs = std::fs::read_to_string(cg.join("cgroup.procs")).unwrap_or_default();
@@ -1050,7 +1058,7 @@ mod tests {
             stdin_piped: false,
             output: None,
             cgroup: Some(fd.as_fd()),
-            nofile: 0,
+            nofile: (0, 0),
             bind: &mut count,
         })
         .expect("fallback spawn");
@@ -1083,7 +1091,7 @@ mod tests {
             stdin_piped: false,
             output: None,
             cgroup: Some(cg_fd.as_fd()),
-            nofile: 0,
+            nofile: (0, 0),
             bind: &mut count,
         })
         .expect("spawn into a killed cgroup");

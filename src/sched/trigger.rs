@@ -19,9 +19,19 @@ pub enum Trigger {
         /// The smith that published.
         smith: SmithIdx,
     },
-    /// A child dir was scaffolded and registered.
+    /// A child dir was scaffolded and registered, or a smith dir the operator moved into a
+    /// `children/` was registered under its new full id.
     SmithCreated {
         /// The new smith.
+        smith: SmithIdx,
+        /// Moved into place (its files, `outbox/result.md` included, predate it), not scaffolded.
+        moved: bool,
+    },
+    /// A smith dir was removed or moved out of the tree by the operator: `smith` and its subtree
+    /// are gone from the registry. Not journaled; the scheduler forgets them, so their parent
+    /// is not kept waiting for them (`children.settled`).
+    SmithRemoved {
+        /// The top of the removed subtree.
         smith: SmithIdx,
     },
     /// An operation was denied (PROTOCOL.md §3); journaled as `access.denied`.
@@ -48,6 +58,7 @@ impl Trigger {
             Trigger::TaskAssigned { .. } => "task.assigned",
             Trigger::ResultPublished { .. } => "result.published",
             Trigger::SmithCreated { .. } => "smith.created",
+            Trigger::SmithRemoved { .. } => "smith.removed",
             Trigger::AccessDenied { .. } => "access.denied",
         }
     }

@@ -63,6 +63,29 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// The `status.json` document (PROTOCOL.md §7) of the registered tree with every smith idle,
+    /// no runs and no result: what `.smithfs/status.json` serves before the scheduler has
+    /// published, or on a mount without a scheduler. Shape: `{"smiths": [{"full_id", "parent",
+    /// "level", "state", "runs", "has_result", "last_run"}], "agent_configured"}`.
+    pub fn idle_status(&self, agent_configured: bool) -> serde_json::Value {
+        let smiths: Vec<serde_json::Value> = self
+            .all()
+            .into_iter()
+            .map(|s| {
+                serde_json::json!({
+                    "full_id": s.full_id,
+                    "parent": s.parent.and_then(|p| self.full_id(p)),
+                    "level": s.level,
+                    "state": "idle",
+                    "runs": 0,
+                    "has_result": false,
+                    "last_run": null,
+                })
+            })
+            .collect();
+        serde_json::json!({"smiths": smiths, "agent_configured": agent_configured})
+    }
+
     /// An empty registry.
     pub fn new() -> Registry {
         Registry::default()
@@ -165,25 +188,56 @@ impl Registry {
     }
 
     /// Forget smith `child` and its whole subtree (its dir was removed by the operator).
-    pub fn unregister(&self, child: SmithIdx) {
+    /// Returns the smiths forgotten now (`child` first, then its descendants); empty if `child`
+    /// was not registered or already forgotten.
+    pub fn unregister(&self, child: SmithIdx) -> Vec<SmithIdx> {
         let mut inner = self.inner.write();
         let Some(info) = inner.smiths.get(child.0 as usize).cloned() else {
-            return;
+            return Vec::new();
         };
+        if inner.by_full_id.get(&info.full_id) != Some(&child) {
+            return Vec::new();
+        }
         if let Some(p) = info.parent {
             if let Some(p) = inner.smiths.get_mut(p.0 as usize) {
                 p.children.retain(|c| *c != child);
             }
         }
+        let mut gone = Vec::new();
         let mut stack = vec![child];
         while let Some(idx) = stack.pop() {
             let Some(s) = inner.smiths.get(idx.0 as usize).cloned() else {
                 continue;
             };
-            inner.by_ino.remove(&s.dir_ino);
-            inner.by_full_id.remove(&s.full_id);
+            if inner.by_ino.get(&s.dir_ino) == Some(&idx) {
+                inner.by_ino.remove(&s.dir_ino);
+            }
+            if inner.by_full_id.get(&s.full_id) == Some(&idx) {
+                inner.by_full_id.remove(&s.full_id);
+                gone.push(idx);
+            }
             stack.extend(s.children);
         }
+        gone
+    }
+
+    /// Smith `idx` and its registered descendants, parents before children; empty if `idx` is
+    /// not registered.
+    pub fn subtree(&self, idx: SmithIdx) -> Vec<SmithInfo> {
+        let inner = self.inner.read();
+        let mut out = Vec::new();
+        let mut queue = std::collections::VecDeque::from([idx]);
+        while let Some(i) = queue.pop_front() {
+            let Some(s) = inner.smiths.get(i.0 as usize) else {
+                continue;
+            };
+            if inner.by_full_id.get(&s.full_id) != Some(&i) {
+                continue;
+            }
+            queue.extend(s.children.iter().copied());
+            out.push(s.clone());
+        }
+        out
     }
 
     /// Every registered smith, in registration order (parents before children).
@@ -238,8 +292,32 @@ mod tests {
         r.note_child_number(root, 4);
         r.note_child_number(root, 2);
         assert_eq!(r.get(root).and_then(|s| s.highest_child), Some(4));
-        r.unregister(b);
+        assert_eq!(r.unregister(b), vec![b]);
         assert_eq!(r.smith_at(12), None);
         assert_eq!(r.get(a).map(|s| s.children.len()), Some(0));
+        assert_eq!(r.unregister(b), Vec::new(), "already forgotten");
+        let c = r.register(Some(a), "smith-004", 13, None);
+        let d = r.register(Some(c), "smith-001", 14, None);
+        assert_eq!(
+            r.unregister(a),
+            vec![a, c, d],
+            "the whole subtree, parents first"
+        );
+        assert_eq!(r.all().len(), 1);
+    }
+
+    #[test]
+    fn subtree_lists_parents_first() {
+        let r = Registry::new();
+        let root = r.register(None, "smith-root", 10, None);
+        let a = r.register(Some(root), "smith-001", 11, None);
+        let b = r.register(Some(root), "smith-002", 12, None);
+        let aa = r.register(Some(a), "smith-001", 13, None);
+        let ids = |v: Vec<SmithInfo>| v.into_iter().map(|s| s.idx).collect::<Vec<_>>();
+        assert_eq!(ids(r.subtree(root)), vec![root, a, b, aa]);
+        assert_eq!(ids(r.subtree(a)), vec![a, aa]);
+        r.unregister(a);
+        assert_eq!(ids(r.subtree(a)), Vec::new());
+        assert_eq!(ids(r.subtree(root)), vec![root, b]);
     }
 }

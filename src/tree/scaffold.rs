@@ -277,8 +277,9 @@ pub fn plan_task(t: &Templates, task: &TaskSpec<'_>) -> Result<Vec<u8>, Template
 /// EINVAL).
 ///
 /// Valid: `smith-` followed by three or more ASCII digits and nothing else (no sign, no spaces),
-/// whose value fits in a `u32` and is at least 1. `smith-000` is refused: numbering starts at
-/// `smith-001`, so 0 can mean "no child yet" and the first id is always `smith-001`. Extra leading
+/// whose value fits in a `u32`. `smith-000` is a valid name, as PROTOCOL.md §4 rule 3 reads (three
+/// digits, and 0 is above every number a smith without children has used); the scheduler and
+/// `why` still suggest `smith-001` first (docs/PROTOCOL-NOTES.md). Extra leading
 /// zeros are accepted (`smith-0042` is 42, as "three or more digits" allows); the strictly
 /// increasing rule compares numbers, so `smith-042` and `smith-0042` can never both exist.
 pub fn parse_child_name(name: &OsStr) -> Option<u32> {
@@ -290,13 +291,12 @@ pub fn parse_child_name(name: &OsStr) -> Option<u32> {
     for d in digits {
         n = n.checked_mul(10)?.checked_add(u32::from(d - b'0'))?;
     }
-    (n >= 1).then_some(n)
+    Some(n)
 }
 
 /// The canonical name of child number `n`: `smith-` and `n` zero-padded to three digits
-/// (`1` → `smith-001`, `1234` → `smith-1234`). For every `n >= 1`,
-/// `parse_child_name(child_name(n)) == Some(n)`; `child_name(0)` is `smith-000`, which is not a
-/// valid child name.
+/// (`1` → `smith-001`, `1234` → `smith-1234`). For every `n`,
+/// `parse_child_name(child_name(n)) == Some(n)`.
 pub fn child_name(n: u32) -> String {
     format!("{CHILD_PREFIX}{n:03}")
 }
@@ -456,13 +456,6 @@ mod tests {
             ("smith-001", "smith-001", None, 0, "full_id"),
             ("smith-root", "root", None, 0, "full_id"),
             ("x", "smith-root/x", Some("smith-root"), 1, "full_id"),
-            (
-                "smith-000",
-                "smith-root/smith-000",
-                Some("smith-root"),
-                1,
-                "full_id",
-            ),
             ("", "", None, 0, "full_id"),
             (
                 "smith-root",
@@ -565,8 +558,8 @@ mod tests {
             (b"smith-4294967295", Some(u32::MAX)),
             (b"smith-4294967296", None),
             (b"smith-99999999999999999999", None),
-            (b"smith-000", None),
-            (b"smith-0000", None),
+            (b"smith-000", Some(0)),
+            (b"smith-0000", Some(0)),
             (b"smith-01", None),
             (b"smith-1", None),
             (b"smith-", None),
@@ -598,7 +591,7 @@ mod tests {
 
         proptest! {
             #[test]
-            fn child_name_round_trips(n in 1u32..) {
+            fn child_name_round_trips(n in 0u32..) {
                 prop_assert_eq!(parse_child_name(OsStr::new(&child_name(n))), Some(n));
             }
 

@@ -195,6 +195,18 @@ pub fn spawn_bound(mount: &Path, id: &str, cmd: &[&OsStr], log: &Path) -> Child 
         .expect("spawn smithfs run")
 }
 
+/// `smithfs run --mount MOUNT --smith ID --` with the command still to be added (`.args(…)`).
+pub fn bound_command(mount: impl AsRef<OsStr>, id: impl AsRef<OsStr>) -> Command {
+    let mut c = Command::new(SMITHFS);
+    c.arg("run")
+        .arg("--mount")
+        .arg(mount)
+        .arg("--smith")
+        .arg(id)
+        .arg("--");
+    c
+}
+
 /// Spawn an unbound (operator) process.
 pub fn spawn_operator(cmd: &[&OsStr], log: &Path) -> Child {
     let out = std::fs::File::create(log).unwrap();
@@ -409,12 +421,14 @@ pub fn kernel_stacks(pid: i32) -> String {
 /// The rename/link/unlink storm of one worker (argv: BASE ROLE SEED COUNT MODE), run
 /// concurrently by the root smith (ROLE `p`) and its children (ROLE `c1`…): random operations on
 /// names of its own (prefix ROLE-) in the dirs it may write, so the workers never race on a name
-/// and a native run must give exactly the same results. Cross-zone links (EXDEV) and a child's
-/// create in its own inbox (EACCES) are the policy's expected denials: in MODE `native` their
-/// result is predicted instead of executed. A 6th argument `nolink` turns links into reads.
+/// and a native run must give exactly the same results. Cross-zone links (EXDEV), renames of a
+/// file that has other names into another zone (EXDEV: the file would be hard-linked across
+/// zones) and a child's create in its own inbox (EACCES) are the policy's expected denials: in
+/// MODE `native` their result is predicted instead of executed (after the errors the kernel
+/// gives first). A 6th argument `nolink` turns links into reads.
 /// Prints one JSON object: the results and a listing.
 pub const STORM_PY: &str = r##"
-import os, sys, json, random, errno, hashlib, ctypes
+import os, sys, json, random, errno, hashlib, ctypes, stat
 base, role, seed, count, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 links = len(sys.argv) < 7 or sys.argv[6] != "nolink"
 libc = ctypes.CDLL(None, use_errno=True)
@@ -441,6 +455,20 @@ rng = random.Random(seed)
 names = [f"{role}-{i}" for i in range(12)]
 res = []
 def name(): return f"{rng.choice(dirs)}/{rng.choice(names)}"
+def linked_move(a, b, noreplace):
+    # The policy's EXDEV for a file with other names renamed into another zone, predicted on a
+    # native dir after what the kernel checks first (no source, EEXIST, same file, onto a dir).
+    if mode != "native" or zone(a.rsplit("/", 1)[0]) == zone(b.rsplit("/", 1)[0]):
+        return None
+    try: sa = os.lstat(a)
+    except FileNotFoundError: return None
+    if stat.S_ISDIR(sa.st_mode) or sa.st_nlink < 2:
+        return None
+    try: sb = os.lstat(b)
+    except FileNotFoundError: sb = None
+    if sb is not None and (noreplace or sb.st_ino == sa.st_ino or stat.S_ISDIR(sb.st_mode)):
+        return None
+    return "EXDEV"
 def do(tag, f):
     try:
         r = f()
@@ -467,9 +495,13 @@ for i in range(count):
     elif op == "read":
         do(f"read {a}", lambda: hashlib.sha256(open(a, "rb").read()).hexdigest()[:12])
     elif op == "rename":
-        do(f"rename {a} {b}", lambda: os.rename(a, b))
+        r = linked_move(a, b, False)
+        if r: res.append(f"rename {a} {b} {r}")
+        else: do(f"rename {a} {b}", lambda: os.rename(a, b))
     elif op == "rename_nr":
-        do(f"rename_nr {a} {b}", lambda: renameat2(a, b, 1))
+        r = linked_move(a, b, True)
+        if r: res.append(f"rename_nr {a} {b} {r}")
+        else: do(f"rename_nr {a} {b}", lambda: renameat2(a, b, 1))
     elif op == "link":
         da, db = a.rsplit("/", 1)[0], b.rsplit("/", 1)[0]
         if zone(da) != zone(db) and mode == "native":

@@ -108,7 +108,7 @@ impl Env {
                 registry: self.registry.clone(),
                 binder,
                 invalidate: Arc::new(NoInvalidate),
-                original_nofile: 0,
+                original_nofile: (0, 0),
             },
             resume,
         )
