@@ -2,6 +2,7 @@
 # Measure smithfs against native ext4, bindfs and libfuse's passthrough_ll in one run (issue 5).
 #
 # Usage: scripts/bench.sh [--quick] [--only WORKLOAD...] [--fs FS,...] [--reps N] [--out F] [--no-build]
+#                        [--hook-identity MODE] [--hook-samples N]
 #
 #   --quick        fewer and smaller operations, one repetition (a few minutes)
 #   --only W...    only these workloads (names below); stat/read make their files untimed when
@@ -11,6 +12,10 @@
 #   --out F        the Markdown report (default target/bench/results.md); the raw records go
 #                  next to it as F.tsv (F without .md)
 #   --no-build     use the existing release binary ($SMITHFS, else the cargo target dir)
+#   --hook-identity MODE   mount the hook workload with --identity MODE (auto|cgroup|ancestry;
+#                  default: the mount's default, auto)
+#   --hook-samples N   inbox tasks timed by the hook workload (default 40; --quick 10)
+#   Hook latency alone, e.g.: scripts/bench.sh --only hook --fs native --hook-identity ancestry
 #
 # Workloads: create stat read untar rm seqwrite seqread git par rm30k cp pip hook rss
 # Filesystems: native op smith nopt bindfs pll
@@ -33,7 +38,7 @@ set -euo pipefail
 
 me="bench.sh"
 usage() {
-    sed -n '4,30p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '4,36p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 die() {
@@ -52,6 +57,8 @@ quick=0
 reps=""
 out=""
 build=1
+hook_identity=""
+hook_samples=""
 only=()
 fs_list=""
 while [ $# -gt 0 ]; do
@@ -61,6 +68,8 @@ while [ $# -gt 0 ]; do
         --out) out="${2:?--out needs a file}"; shift 2 ;;
         --fs) fs_list="${2:?--fs needs a list}"; shift 2 ;;
         --no-build) build=0; shift ;;
+        --hook-identity) hook_identity="${2:?--hook-identity needs auto, cgroup or ancestry}"; shift 2 ;;
+        --hook-samples) hook_samples="${2:?--hook-samples needs a number}"; shift 2 ;;
         --only)
             shift
             while [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; do only+=("$1"); shift; done
@@ -96,6 +105,12 @@ else
     tree_files=8500 tree_dirs=1500
 fi
 [[ "$reps" =~ ^[1-9][0-9]*$ ]] || die "--reps needs a positive number"
+hook_n="${hook_samples:-$hook_n}"
+[[ "$hook_n" =~ ^[1-9][0-9]*$ ]] || die "--hook-samples needs a positive number"
+case "$hook_identity" in
+    "" | auto | cgroup | ancestry) ;;
+    *) die "--hook-identity needs auto, cgroup or ancestry" ;;
+esac
 out="${out:-$bench_dir/results.md}"
 mkdir -p "$bench_dir" "$(dirname "$out")"
 records="${out%.md}.tsv"
@@ -402,6 +417,7 @@ rec info machine "$(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d:
 rec info kernel "$(uname -r)"
 rec info "smithfs" "$SMITHFS; source: last commit touching src/ $(git -C "$repo_root" log -1 --format=%h -- src)$(git -C "$repo_root" diff --quiet HEAD -- src 2>/dev/null || echo ' (modified)')"
 rec info mode "$([ $quick = 1 ] && echo quick || echo full), $reps repetition(s), workloads: ${only[*]}"
+selected hook && rec info "hook mount" "--identity ${hook_identity:-(default)}, $hook_n samples"
 rec info "load average at start" "$(cut -d' ' -f1-3 /proc/loadavg)"
 for fs in "${fses[@]}"; do rec fs "$fs" "${fs_label[$fs]}"; done
 for wl in "${all_workloads[@]}"; do
@@ -453,7 +469,9 @@ with open(path, "w") as f:
     json.dump(c, f, indent=2)
 EOF
     mounts+=("smithfs:$d")
-    if ! hook_err="$("$SMITHFS" mount "$d" 2>&1)"; then
+    hook_opts=()
+    [ -n "$hook_identity" ] && hook_opts=(--identity "$hook_identity")
+    if ! hook_err="$("$SMITHFS" mount "$d" "${hook_opts[@]}" 2>&1)"; then
         rec hook result "not measured: mount with an agent configured failed: $(head -c 200 <<<"$hook_err")"
     else
         p="$(daemon_pid " mount $d ")"

@@ -388,6 +388,15 @@ fn timeout_kills_the_whole_group_including_a_setsid_descendant() {
     assert_eq!(m["timed_out"], true, "{m}");
     assert!(m["signal"].is_number(), "{m}");
     assert_eq!(s.cli("wait", &["--timeout", "5"]).code, Some(1));
+    // The smith's cgroup was SIGKILLed: its next run is still created (and bound) there.
+    s.write("smiths/smith-root/inbox/task-2.md", "env\n");
+    assert_eq!(
+        s.wait_file(20, "results/final.md"),
+        "result of smith-root\n"
+    );
+    let who = s.read("smiths/smith-root/private/whoami.txt").unwrap();
+    assert!(who.contains("full id: smith-root"), "{who}");
+    assert_eq!(s.metas(ROOT)[1]["exit_code"], 0);
 }
 
 #[test]
@@ -983,4 +992,75 @@ fn bad_mount_config_is_refused_with_the_key_path() {
     }
     std::fs::write(&cfg, good).unwrap();
     s.m.mount();
+}
+
+/// cgroup mode: a run is created in its smith's cgroup and a hook in the `operator` cgroup
+/// (`clone3(CLONE_INTO_CGROUP)`), so both are bound from their first instruction.
+#[test]
+fn runs_and_hooks_are_born_in_their_cgroups() {
+    let s = Sm::new(json!({
+        "agent": {"command": ["sh", "-c",
+            "cat /proc/self/cgroup > private/cg.txt; echo ok > outbox/result.md"]},
+        "hooks": {"run.started": [["sh", "-c",
+            "cat /proc/self/cgroup > {mount}/../hook-cg.txt; cat {mount}/.smithfs/whoami > {mount}/../hook-who.txt"]]}
+    }));
+    s.task("ok\n");
+    s.wait_state(20, ROOT, "done");
+    let meta = &s.metas(ROOT)[0];
+    let Some(cgroup) = meta["cgroup"].as_str() else {
+        eprintln!("skipped: this mount is not in cgroup mode (no cgroups here)");
+        return;
+    };
+    let cg = s
+        .read("smiths/smith-root/private/cg.txt")
+        .unwrap_or_default();
+    let v2 = |text: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .unwrap_or("?")
+            .to_string()
+    };
+    let rel = v2(&cg);
+    let rel = rel.as_str();
+    assert!(
+        cgroup.ends_with(rel) && rel.ends_with("/smith-root"),
+        "the run is in its smith's cgroup {cgroup}: {cg}"
+    );
+    let scratch = s.m.scratch().display().to_string();
+    let hook_cg = poll_file(&format!("{scratch}/hook-cg.txt"));
+    let parent = std::path::Path::new(cgroup)
+        .parent()
+        .expect("parent cgroup");
+    let hook_rel = v2(&hook_cg);
+    assert!(
+        hook_rel.ends_with("/operator") && parent.join("operator").ends_with(&hook_rel[1..]),
+        "the hook is in the operator cgroup under {}: {hook_cg}",
+        parent.display()
+    );
+    let who = poll_file(&format!("{scratch}/hook-who.txt"));
+    assert!(who.contains("identity: operator"), "{who}");
+}
+
+/// ancestry mode: runs and hooks wait, before they execute anything, until the daemon has
+/// bound them (a smith, the operator).
+#[test]
+fn runs_and_hooks_are_bound_in_ancestry_mode() {
+    let s = Sm::new(json!({
+        "identity": "ancestry",
+        "hooks": {"run.started": [["sh", "-c",
+            "cat {mount}/.smithfs/whoami > {mount}/../hook-who.txt"]]}
+    }));
+    s.task("env\n");
+    assert_eq!(
+        s.wait_file(20, "results/final.md"),
+        "result of smith-root\n"
+    );
+    let who = s.read("smiths/smith-root/private/whoami.txt").unwrap();
+    assert!(who.contains("identity: smith"), "{who}");
+    assert!(who.contains("full id: smith-root"), "{who}");
+    assert!(who.contains("ancestry"), "{who}");
+    assert!(s.metas(ROOT)[0]["cgroup"].is_null());
+    let scratch = s.m.scratch().display().to_string();
+    let hook = poll_file(&format!("{scratch}/hook-who.txt"));
+    assert!(hook.contains("identity: operator"), "{hook}");
 }

@@ -1182,9 +1182,13 @@ fn task_deleted_while_its_run_starts() {
     m.mount();
     m.sh_ok("mkdir smiths/smith-root/children/smith-001");
     let inbox = "smiths/smith-root/children/smith-001/inbox";
-    m.sh_ok(&format!(
-        "echo t > {inbox}/task-1.md && rm {inbox}/task-1.md"
-    ));
+    // Written and deleted by one process, microseconds apart: a run now starts ~1–2 ms after
+    // the close, faster than a shell's `rm` (a fork and exec), which let the run find the task
+    // and publish.
+    m.py_ok(
+        "import os, sys\np = sys.argv[1]\nwith open(p, 'w') as f:\n    f.write('t\\n')\nos.unlink(p)\n",
+        &[&format!("{inbox}/task-1.md")],
+    );
     let w = smithfs([
         os("wait"),
         dir.as_os_str(),

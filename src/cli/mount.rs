@@ -25,6 +25,7 @@ use crate::fs::{backing, FsOptions, SmithFs, STATE_DIR};
 use crate::fs::{BindError, Identities};
 use crate::fuse::FuseFs;
 use crate::identity::resolve::{IdentityError, Resolver};
+use crate::sched::runner::BindTo;
 use crate::sched::{Invalidate, RunBinder, SchedCtx, Scheduler};
 use crate::tree::model::SmithIdx;
 
@@ -622,9 +623,11 @@ impl Identities for Binding {
 }
 
 impl RunBinder for Binding {
-    fn cgroup_procs_fd(&self, smith: SmithIdx) -> Option<OwnedFd> {
-        let cgroup = self.0.smith_cgroup(smith)?;
-        backing::open_file(cgroup.dir.as_fd(), c"cgroup.procs", libc::O_WRONLY, 0).ok()
+    fn cgroup_dir(&self, to: BindTo) -> Option<OwnedFd> {
+        match to {
+            BindTo::Smith(smith) => self.0.smith_cgroup(smith)?.dir.try_clone().ok(),
+            BindTo::Operator => self.0.operator_cgroup_fd()?.try_clone_to_owned().ok(),
+        }
     }
 
     fn bind_pid(&self, pid: u32, smith: SmithIdx) -> std::io::Result<()> {

@@ -686,6 +686,25 @@ pub fn ensure_dir(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> SysResult<Owne
 /// Write `data` to `dir/name` atomically: a temporary name, fsync, then rename over `name`.
 /// A crash leaves either the old file or the new one, never a torn one (PROTOCOL.md §9).
 pub fn write_atomic(dir: BorrowedFd<'_>, name: &CStr, data: &[u8], mode: u32) -> SysResult<()> {
+    write_renamed(dir, name, data, mode, true)
+}
+
+/// Like [`write_atomic`] without the fsync: readers and a crash of the daemon see the old file
+/// or the new one, never a torn one (the kernel has the data), but after a crash of the machine
+/// the file may be old or empty — the durability of the journal, which is not fsynced either.
+/// For the daemon's bookkeeping on the scheduler's path (`meta.json`), where an fsync (1–30 ms
+/// on a loaded disk) would delay the next run.
+pub fn write_replace(dir: BorrowedFd<'_>, name: &CStr, data: &[u8], mode: u32) -> SysResult<()> {
+    write_renamed(dir, name, data, mode, false)
+}
+
+fn write_renamed(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    data: &[u8],
+    mode: u32,
+    sync: bool,
+) -> SysResult<()> {
     let tmp = CString::new(format!(
         ".smithfs-tmp.{}.{}",
         std::process::id(),
@@ -703,7 +722,9 @@ pub fn write_atomic(dir: BorrowedFd<'_>, name: &CStr, data: &[u8], mode: u32) ->
         while off < data.len() {
             off += pwrite(fd.as_fd(), &data[off..], off as u64)?;
         }
-        fsync(fd.as_fd(), false)?;
+        if sync {
+            fsync(fd.as_fd(), false)?;
+        }
         rename(dir, &tmp, dir, name, 0)
     })();
     if result.is_err() {

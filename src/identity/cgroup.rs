@@ -145,6 +145,8 @@ impl Cgroup {
     }
 
     /// SIGKILL everything in the cgroup at once (`cgroup.kill`, Linux ≥ 5.14), forks included.
+    /// Not for a cgroup that runs are still created in: Linux (6.18) then SIGKILLs every later
+    /// `clone3(CLONE_INTO_CGROUP)` child at birth (see [`super::Resolver::kill_smith`]).
     ///
     /// # Errors
     /// Writing the file (`ENOENT` on older kernels).

@@ -967,6 +967,12 @@ impl Resolver {
         self.smiths.read().get(&idx)?.cgroup.clone()
     }
 
+    /// The `O_DIRECTORY` descriptor of the `operator` cgroup, where user hooks run (cgroup mode;
+    /// `None` in ancestry mode), for `clone3(CLONE_INTO_CGROUP)`.
+    pub fn operator_cgroup_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.cgroups.as_ref().map(|c| c.operator.dir.as_fd())
+    }
+
     /// The cgroup directory path of smith `idx` (cgroup mode), for `meta.json` and messages.
     pub fn smith_cgroup_path(&self, idx: SmithIdx) -> Option<PathBuf> {
         let smiths = self.smiths.read();
@@ -1019,8 +1025,12 @@ impl Resolver {
     }
 
     /// Sends `signal` to every process of smith `idx` (PROTOCOL.md §5 timeouts, §6 cancel).
-    /// cgroup mode: SIGKILL through `cgroup.kill` (atomic, forks included); any other signal to
-    /// every process of the frozen cgroup. Ancestry mode: the process group of each bound process
+    /// cgroup mode: to every process of the frozen cgroup (a frozen process cannot fork, and a
+    /// fork in flight is frozen at birth, so nothing escapes once the freeze completes; SIGKILL
+    /// kills frozen processes). Not through `cgroup.kill`: Linux (6.18) then SIGKILLs at birth
+    /// every later `clone3(CLONE_INTO_CGROUP)` child of that cgroup (its `cgroup_post_fork`
+    /// compares the parent cgroup's kill sequence number with the destination's), and the
+    /// smith's next runs are created there. Ancestry mode: the process group of each bound process
     /// that leads its own group (runs do), and every process that resolves to the smith, through
     /// its pidfd (never a recycled pid).
     ///
@@ -1037,12 +1047,9 @@ impl Resolver {
                 .clone()
         };
         if let Some(cg) = cgroup {
-            let r = if signal == libc::SIGKILL {
-                cg.kill_all()
-            } else {
-                cg.signal_all(signal, FREEZE_WAIT)
-            };
-            return r.map_err(io_err(format!("signalling {}", cg.path.display())));
+            return cg
+                .signal_all(signal, FREEZE_WAIT)
+                .map_err(io_err(format!("signalling {}", cg.path.display())));
         }
         {
             let bound = self.bound.read();

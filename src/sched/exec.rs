@@ -762,6 +762,7 @@ impl Exec {
             return;
         };
         let rel = info.rel_dir();
+        let began = Instant::now();
         let rec = self.recs.entry(s).or_default();
         rec.next_run = rec.next_run.max(1);
         // The attempt consumes the tasks that are there now, even if it cannot start: a
@@ -825,6 +826,7 @@ impl Exec {
             }
         };
         let cwd = PathBuf::from(&ph.smith_dir);
+        let spawning = Instant::now();
         let started = runner::launch(
             Launch {
                 argv: &argv,
@@ -845,6 +847,15 @@ impl Exec {
             }
         };
         let pid = started.pid;
+        tracing::debug!(
+            smith = %info.full_id,
+            run = %run_id,
+            pid,
+            in_cgroup = started.child.in_cgroup,
+            prepare_us = (spawning - began).as_micros() as u64,
+            spawn_us = spawning.elapsed().as_micros() as u64,
+            "run started (prepare: run dir, config, placeholders; spawn: clone to exec)"
+        );
         let start = time::format(t0);
         let cgroup = self.binder.cgroup_path(s);
         let meta = Meta {

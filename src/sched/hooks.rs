@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -165,7 +165,11 @@ impl HookJob {
             let _ = stdin.write_all(self.input.as_bytes());
         }
         let deadline = Instant::now() + self.timeout;
-        if !wait_exit(started.pid, deadline) {
+        let exited = match started.child.pidfd() {
+            Some(fd) => wait_pidfd(fd, deadline),
+            None => wait_exit(started.pid, deadline),
+        };
+        if !exited {
             // SAFETY: signalling the hook's own process group (it called setsid).
             unsafe { libc::kill(-(started.pid as i32), libc::SIGKILL) };
             self.done.timed_out = Some(true);
@@ -192,13 +196,19 @@ pub fn wait_exit(pid: u32, deadline: Instant) -> bool {
     }
     // SAFETY: a new descriptor owned here.
     let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    wait_pidfd(fd.as_fd(), deadline)
+}
+
+/// Wait until the process of pidfd `fd` exits or `deadline` passes, without reaping it.
+/// Returns true if it exited.
+pub fn wait_pidfd(fd: BorrowedFd<'_>, deadline: Instant) -> bool {
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return false;
         }
         let mut p = libc::pollfd {
-            fd: fd.as_fd().as_raw_fd(),
+            fd: fd.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         };

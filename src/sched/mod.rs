@@ -20,6 +20,7 @@ pub mod queue;
 pub mod reaper;
 pub mod runner;
 pub mod scan;
+pub mod spawn;
 pub mod time;
 pub mod trigger;
 pub mod view;

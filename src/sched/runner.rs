@@ -1,39 +1,39 @@
 //! Starting processes (PROTOCOL.md §5): an agent run or a user hook, in its own session and
 //! process group, bound before it executes anything, with only fds 0–2 open.
 //!
-//! The child is bound by a pre-exec handshake: between fork and exec it (1) calls `setsid`,
-//! (2) restores the daemon's original `RLIMIT_NOFILE`, (3) writes `0` to its smith's
-//! `cgroup.procs` if the binder gave one, (4) sends its pid over a pipe and blocks until the
-//! parent has called [`RunBinder::bind_pid`] and answers, (5) marks every fd ≥ 3 close-on-exec,
-//! (6) only then `chdir`s into the smith dir inside the mount — so even its first FUSE request
-//! comes from a bound process (`Command::current_dir` would chdir before `pre_exec`). `std`'s
-//! `spawn` blocks until the child has exec'd, so the parent side of the handshake runs on a
-//! helper thread.
+//! Binding: in cgroup mode the child is created directly in its cgroup (the smith's for a run,
+//! the operator's for a hook) by `clone3(CLONE_INTO_CGROUP)` ([`super::spawn`]), so it is bound
+//! from its first instruction with no handshake. Otherwise (ancestry mode, or the kernel
+//! refused the clone into the cgroup) the child waits between clone and exec until the parent
+//! has called [`RunBinder::bind_pid`] (or [`RunBinder::bind_operator_pid`]) and answers. Either
+//! way it `chdir`s into its working directory inside the mount only after that, just before
+//! exec — so even its first FUSE request comes from a bound process.
 
 use std::collections::BTreeMap;
-use std::ffi::{CString, OsStr};
+use std::ffi::OsStr;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::CommandExt;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 
 use serde::Serialize;
 
+use super::spawn::{self, Process, Spawn};
 use crate::tree::model::SmithIdx;
 
 /// How runs are bound to their smith; implemented by the identity resolver (PROTOCOL.md §2).
 /// Every method is called from the scheduler's threads, never from a FUSE thread.
 pub trait RunBinder: Send + Sync {
-    /// cgroup mode: `cgroup.procs` of `smith`'s cgroup, opened for writing, so the child can
-    /// write `0` into it between fork and exec. `None` in ancestry mode.
-    fn cgroup_procs_fd(&self, smith: SmithIdx) -> Option<OwnedFd>;
-    /// Register `pid` as bound to `smith` (ancestry mode). Called by the parent while the child
-    /// waits in the pre-exec handshake; an error aborts the run before it executes anything.
+    /// cgroup mode: a descriptor of the cgroup directory that processes bound as `to` are
+    /// created in (`clone3(CLONE_INTO_CGROUP)`): `smith`'s cgroup for a run, the operator's for
+    /// a hook. `None` in ancestry mode (then [`RunBinder::bind_pid`] binds).
+    fn cgroup_dir(&self, to: BindTo) -> Option<OwnedFd>;
+    /// Bind `pid` to `smith`: called by the parent while the child waits before exec, when the
+    /// child was not created in a cgroup from [`RunBinder::cgroup_dir`] (ancestry mode
+    /// registers it; cgroup mode, if `clone3` refused the cgroup, moves it in). An error
+    /// aborts the run before it executes anything.
     fn bind_pid(&self, pid: u32, smith: SmithIdx) -> io::Result<()>;
-    /// Register `pid` (a user hook) as the operator (PROTOCOL.md §5: hooks are bound as the
-    /// operator). Default: nothing.
+    /// Bind `pid` (a user hook) as the operator (PROTOCOL.md §5: hooks are bound as the
+    /// operator), on the same terms as [`RunBinder::bind_pid`]. Default: nothing.
     fn bind_operator_pid(&self, _pid: u32) -> io::Result<()> {
         Ok(())
     }
@@ -58,7 +58,7 @@ pub trait RunBinder: Send + Sync {
 pub struct NoBinder;
 
 impl RunBinder for NoBinder {
-    fn cgroup_procs_fd(&self, _smith: SmithIdx) -> Option<OwnedFd> {
+    fn cgroup_dir(&self, _to: BindTo) -> Option<OwnedFd> {
         None
     }
     fn bind_pid(&self, _pid: u32, _smith: SmithIdx) -> io::Result<()> {
@@ -163,46 +163,11 @@ pub struct Launch<'a> {
 /// A started process.
 pub struct Started {
     /// The child (its pid is also its process group and session id).
-    pub child: Child,
+    pub child: Process,
     /// Its pid.
     pub pid: u32,
     /// Its start time in clock ticks after boot (`/proc/PID/stat` field 22).
     pub start_ticks: Option<u64>,
-}
-
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: `fds` has room for two descriptors.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors were just created and are owned here.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
-fn read_full(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        // SAFETY: `buf[got..]` is valid writable memory of the given length.
-        let n = unsafe {
-            libc::read(
-                fd.as_raw_fd(),
-                buf[got..].as_mut_ptr().cast(),
-                buf.len() - got,
-            )
-        };
-        match n {
-            0 => break,
-            n if n > 0 => got += n as usize,
-            _ => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
-        }
-    }
-    Ok(got)
 }
 
 /// The start time of `pid` in clock ticks, from `/proc/PID/stat`.
@@ -213,169 +178,33 @@ pub fn start_ticks(pid: u32) -> Option<u64> {
         .map(|s| s.starttime)
 }
 
-/// Start `l` bound to `l.bind` through `binder` (see the module header for the order of
-/// steps). Errors: the spawn error (program not found, a failed pre-exec step) or the
-/// binder's; in every error case the child never executed the program.
+/// Start `l` bound to `l.bind` through `binder` (see the module header). Returns once the
+/// program runs.
+///
+/// Errors: the spawn error (program not found, a failed step before exec) or the binder's; in
+/// every error case the child never executed the program.
 pub fn launch(l: Launch<'_>, binder: &dyn RunBinder) -> io::Result<Started> {
-    let (program, args) = l
-        .argv
-        .split_first()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty command"))?;
-    let mut cmd = Command::new(program);
-    cmd.args(args).envs(l.env);
-    cmd.stdin(if l.stdin_piped {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    });
-    match l.output {
-        Some(fd) => {
-            let err = fd.try_clone()?;
-            cmd.stdout(Stdio::from(fd)).stderr(Stdio::from(err));
-        }
-        None => {
-            cmd.stdout(Stdio::null()).stderr(Stdio::null());
-        }
-    }
-    let cwd: Option<CString> = match l.cwd {
-        Some(p) => Some(
-            CString::new(p.as_os_str().as_bytes())
-                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in cwd"))?,
-        ),
-        None => None,
+    let cgroup = binder.cgroup_dir(l.bind);
+    let bind_to = l.bind;
+    let mut bind = |pid: u32| match bind_to {
+        BindTo::Smith(s) => binder.bind_pid(pid, s),
+        BindTo::Operator => binder.bind_operator_pid(pid),
     };
-    let cgroup_fd: Option<OwnedFd> = match l.bind {
-        BindTo::Smith(s) => binder.cgroup_procs_fd(s),
-        BindTo::Operator => None,
-    };
-    let (pid_rd, pid_wr) = pipe()?;
-    let (go_rd, go_wr) = pipe()?;
-    let raw_cg: RawFd = cgroup_fd.as_ref().map_or(-1, |f| f.as_raw_fd());
-    let (raw_pid_rd, raw_pid_wr) = (pid_rd.as_raw_fd(), pid_wr.as_raw_fd());
-    let (raw_go_rd, raw_go_wr) = (go_rd.as_raw_fd(), go_wr.as_raw_fd());
-    let nofile = l.nofile;
-    // SAFETY: the closure only makes async-signal-safe syscalls (setsid, get/setrlimit, write,
-    // close, getpid, read, close_range, chdir) on values captured by copy or owned by the
-    // closure; it allocates nothing (io::Error from an OS code does not allocate).
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::setsid() < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // The run leader adopts its own orphans (the flag survives exec): a double-forked
-            // descendant re-parents to a bound process, not to the daemon, so in ancestry mode
-            // it stays the smith while the run lives (PROTOCOL.md §2).
-            libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-            let (soft, hard) = nofile;
-            if soft != 0 || hard != 0 {
-                let mut lim = libc::rlimit {
-                    rlim_cur: 0,
-                    rlim_max: 0,
-                };
-                if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
-                    if hard != 0 {
-                        lim.rlim_max = hard.min(lim.rlim_max);
-                    }
-                    if soft != 0 {
-                        lim.rlim_cur = soft;
-                    }
-                    lim.rlim_cur = lim.rlim_cur.min(lim.rlim_max);
-                    libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-                }
-            }
-            if raw_cg >= 0 && libc::write(raw_cg, b"0".as_ptr().cast(), 1) != 1 {
-                return Err(io::Error::last_os_error());
-            }
-            // Our copies of the parent's ends: closed, so a dead parent means EOF, not a hang.
-            libc::close(raw_pid_rd);
-            libc::close(raw_go_wr);
-            let pid = libc::getpid().to_ne_bytes();
-            if libc::write(raw_pid_wr, pid.as_ptr().cast(), pid.len()) != pid.len() as isize {
-                return Err(io::Error::last_os_error());
-            }
-            libc::close(raw_pid_wr);
-            let mut b = 0u8;
-            loop {
-                let n = libc::read(raw_go_rd, (&mut b as *mut u8).cast(), 1);
-                if n == 1 {
-                    break;
-                }
-                if n == 0 {
-                    // The parent did not bind us: never execute anything.
-                    return Err(io::Error::from_raw_os_error(libc::EPERM));
-                }
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
-            libc::close(raw_go_rd);
-            // Only fds 0–2 survive exec, whatever the daemon's other descriptors are.
-            libc::syscall(
-                libc::SYS_close_range,
-                3u32,
-                u32::MAX,
-                libc::CLOSE_RANGE_CLOEXEC,
-            );
-            if let Some(c) = &cwd {
-                if libc::chdir(c.as_ptr()) < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-    let bind = l.bind;
-    std::thread::scope(|sc| {
-        let spawner = sc.spawn(move || {
-            let r = cmd.spawn();
-            // The child has its copies (or never forked): ours go, so the reader sees EOF.
-            drop(pid_wr);
-            drop(go_rd);
-            drop(cgroup_fd);
-            r
-        });
-        let mut buf = [0u8; 4];
-        let bound = match read_full(pid_rd.as_fd(), &mut buf) {
-            Ok(4) => {
-                let pid = i32::from_ne_bytes(buf) as u32;
-                let r = match bind {
-                    BindTo::Smith(s) => binder.bind_pid(pid, s),
-                    BindTo::Operator => binder.bind_operator_pid(pid),
-                };
-                if r.is_ok() {
-                    // SAFETY: writing one byte from a valid buffer to a pipe we own.
-                    unsafe { libc::write(go_wr.as_raw_fd(), b"g".as_ptr().cast(), 1) };
-                }
-                r
-            }
-            Ok(_) => Ok(()), // spawn failed before the handshake; its error is reported below
-            Err(e) => Err(e),
-        };
-        drop(go_wr);
-        let spawned = spawner
-            .join()
-            .map_err(|_| io::Error::other("the spawning thread panicked"))?;
-        match (spawned, bound) {
-            (Ok(child), Ok(())) => {
-                let pid = child.id();
-                super::reaper::track(pid);
-                Ok(Started {
-                    start_ticks: start_ticks(pid),
-                    child,
-                    pid,
-                })
-            }
-            (Ok(mut child), Err(e)) => {
-                // Unreachable in practice: without the go byte the child fails in pre_exec,
-                // so spawn reports an error. Reap defensively.
-                let _ = child.kill();
-                let _ = child.wait();
-                Err(e)
-            }
-            (Err(e), Err(b)) => Err(io::Error::new(e.kind(), format!("{e} (binding: {b})"))),
-            (Err(e), Ok(())) => Err(e),
-        }
+    let child = spawn::spawn(Spawn {
+        argv: l.argv,
+        env: l.env,
+        cwd: l.cwd,
+        stdin_piped: l.stdin_piped,
+        output: l.output,
+        cgroup: cgroup.as_ref().map(|c| c.as_fd()),
+        nofile: l.nofile,
+        bind: &mut bind,
+    })?;
+    let pid = child.id();
+    Ok(Started {
+        start_ticks: start_ticks(pid),
+        child,
+        pid,
     })
 }
 
@@ -456,11 +285,13 @@ pub fn create_run_dir(
     })
 }
 
-/// Write `meta` atomically as `meta.json` in the held run dir.
+/// Write `meta` as `meta.json` in the held run dir: atomically (rename), not fsynced — it is
+/// written on the scheduler's thread between starting one run and the next, and is as durable
+/// as the journal (see [`crate::fs::backing::write_replace`]).
 pub fn write_meta(dir: BorrowedFd<'_>, meta: &Meta) -> crate::fs::backing::SysResult<()> {
     let mut text = serde_json::to_vec_pretty(meta).unwrap_or_default();
     text.push(b'\n');
-    crate::fs::backing::write_atomic(dir, c"meta.json", &text, 0o644)
+    crate::fs::backing::write_replace(dir, c"meta.json", &text, 0o644)
 }
 
 /// The absolute path of `rel` inside the mount.

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use smithfs::config::Config;
 use smithfs::fs::backing;
+use smithfs::sched::runner::BindTo;
 use smithfs::sched::{NoBinder, NoInvalidate, RunBinder, SchedCtx, Scheduler};
 use smithfs::tree::model::SmithIdx;
 use smithfs::tree::registry::Registry;
@@ -248,15 +249,15 @@ fn rand_suffix() -> u64 {
 }
 
 impl RunBinder for TestCgroupBinder {
-    fn cgroup_procs_fd(&self, s: SmithIdx) -> Option<OwnedFd> {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(self.dir(s).join("cgroup.procs"))
-            .ok()
-            .map(OwnedFd::from)
+    fn cgroup_dir(&self, to: BindTo) -> Option<OwnedFd> {
+        let BindTo::Smith(s) = to else {
+            return None;
+        };
+        std::fs::File::open(self.dir(s)).ok().map(OwnedFd::from)
     }
-    fn bind_pid(&self, _pid: u32, _s: SmithIdx) -> io::Result<()> {
-        Ok(())
+    fn bind_pid(&self, pid: u32, s: SmithIdx) -> io::Result<()> {
+        // Only when clone3 could not create the run in the cgroup.
+        std::fs::write(self.dir(s).join("cgroup.procs"), pid.to_string())
     }
     fn kill_smith(&self, s: SmithIdx, sig: i32) {
         if sig == libc::SIGKILL {
