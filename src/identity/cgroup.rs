@@ -232,6 +232,17 @@ pub fn claimed(path: &Path) -> bool {
     r != 0
 }
 
+/// Is `name` a daemon's parent cgroup name: `smithfs-<pid>` or `smithfs-<pid>-<n>` (digits only)?
+/// Other `smithfs-…` names (a test's cgroup, say) are never taken for a daemon's.
+pub fn is_parent_name(name: &OsStr) -> bool {
+    let Some(rest) = name.as_bytes().strip_prefix(b"smithfs-") else {
+        return false;
+    };
+    let mut parts = rest.splitn(2, |b| *b == b'-');
+    let digits = |p: &[u8]| !p.is_empty() && p.iter().all(u8::is_ascii_digit);
+    parts.next().is_some_and(digits) && parts.next().map_or(true, digits)
+}
+
 /// Kill everything a dead daemon left in the smith cgroups under its parent cgroup `parent` (a
 /// `smithfs-*` directory no live daemon claims, see [`claimed`]), wait up to `wait` for them to
 /// empty, and remove them and the parent. Nothing happens when `parent` is claimed, is not a
@@ -239,9 +250,7 @@ pub fn claimed(path: &Path) -> bool {
 /// daemon started but did not journal yet (PROTOCOL.md §6: kill what is left of runs). Returns
 /// how many cgroups still had processes.
 pub fn kill_dead_parent(parent: &Path, wait: Duration) -> usize {
-    let named = parent
-        .file_name()
-        .is_some_and(|n| n.as_bytes().starts_with(b"smithfs-"));
+    let named = parent.file_name().is_some_and(is_parent_name);
     let plain = parent.is_absolute()
         && parent.starts_with("/sys/fs/cgroup")
         && !parent.components().any(|c| c.as_os_str() == "..");
@@ -284,6 +293,23 @@ fn smith_from_name(name: &str) -> Option<String> {
 mod tests {
     use super::*;
     use crate::identity::procfs::{parse_cgroup, parse_mountinfo};
+
+    #[test]
+    fn parent_names() {
+        for (name, want) in [
+            ("smithfs-4242", true),
+            ("smithfs-4242-2", true),
+            ("smithfs-", false),
+            ("smithfs-test-4242-7", false),
+            ("smithfs-spawn-test-1", false),
+            ("smithfs-42-x", false),
+            ("smithfs-42-", false),
+            ("smithfs-42-2-3", false),
+            ("other-42", false),
+        ] {
+            assert_eq!(is_parent_name(OsStr::new(name)), want, "{name}");
+        }
+    }
 
     const MOUNTS: &[u8] = b"\
 31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755

@@ -284,7 +284,7 @@ fn remove_stale_parents(base: &std::path::Path) {
         return;
     };
     for e in entries.flatten() {
-        if !e.file_name().as_encoded_bytes().starts_with(b"smithfs-") {
+        if !cgroup::is_parent_name(&e.file_name()) {
             continue;
         }
         let old_enough = e

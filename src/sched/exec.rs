@@ -1108,10 +1108,7 @@ fn runner_ticks(pid: Option<u32>) -> Option<u64> {
 fn dead_daemons_cgroup(path: &str) -> Option<PathBuf> {
     let p = Path::new(path);
     let parent = p.parent()?;
-    let named = parent
-        .file_name()?
-        .as_encoded_bytes()
-        .starts_with(b"smithfs-");
+    let named = crate::identity::cgroup::is_parent_name(parent.file_name()?);
     let ours = p.file_name().is_some_and(crate::identity::cgroup::is_ours);
     // Whether its daemon lives is told by the daemon's claim on the parent, not by its pid
     // (which a daemon in another pid namespace may share).
