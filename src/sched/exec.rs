@@ -358,21 +358,10 @@ impl Exec {
         };
         let pgid = if same { pgid } else { 0 };
         // A dead daemon's run may have left `setsid` descendants outside its process group but
-        // inside its (old) cgroup: kill that cgroup too.
-        if let Some(cg) = o.cgroup.as_deref().and_then(dead_daemons_cgroup) {
-            let _ = std::fs::write(cg.join("cgroup.kill"), b"1");
-            let deadline = Instant::now() + grace;
-            while Instant::now() < deadline
-                && std::fs::read_to_string(cg.join("cgroup.procs"))
-                    .is_ok_and(|p| !p.trim().is_empty())
-            {
-                std::thread::sleep(GROUP_POLL);
-            }
-            let _ = std::fs::remove_dir(&cg);
-            if let Some(parent) = cg.parent() {
-                let _ = std::fs::remove_dir(parent.join("operator"));
-                let _ = std::fs::remove_dir(parent);
-            }
+        // inside its (old) cgroup: kill what that daemon left in its cgroups, if no live daemon
+        // claims them (`kill_dead_parent` checks).
+        if let Some(parent) = o.cgroup.as_deref().and_then(|c| Path::new(c).parent()) {
+            crate::identity::cgroup::kill_dead_parent(parent, grace);
         }
         for sig in [libc::SIGTERM, libc::SIGKILL] {
             if let Some(s) = s {
@@ -1101,19 +1090,4 @@ fn set_outcome(ev: &mut Event, outcome: Option<Outcome>) {
 
 fn runner_ticks(pid: Option<u32>) -> Option<u64> {
     pid.and_then(runner::start_ticks)
-}
-
-/// The cgroup `path` recorded for a run, if it is a smith cgroup of a smithfs daemon that no longer
-/// exists (`…/smithfs-<dead pid>/<smith cgroup>`): only such a cgroup may be killed on restart.
-fn dead_daemons_cgroup(path: &str) -> Option<PathBuf> {
-    let p = Path::new(path);
-    let parent = p.parent()?;
-    let named = crate::identity::cgroup::is_parent_name(parent.file_name()?);
-    let ours = p.file_name().is_some_and(crate::identity::cgroup::is_ours);
-    // Whether its daemon lives is told by the daemon's claim on the parent, not by its pid
-    // (which a daemon in another pid namespace may share).
-    (named && ours && p.starts_with("/sys/fs/cgroup") && p.is_dir())
-        .then(|| !crate::identity::cgroup::claimed(parent))
-        .filter(|dead| *dead)
-        .map(|_| p.to_path_buf())
 }
