@@ -998,12 +998,12 @@ mod tests {
     /// A cgroup v2 directory for a test under the cgroup2 mount's root (a leaf, so processes
     /// may live in it), or `None` where this is not allowed.
     fn test_cgroup() -> Option<(PathBuf, File)> {
-        let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-        let mnt = info.lines().find_map(|l| {
-            let (pre, post) = l.split_once(" - ")?;
-            post.starts_with("cgroup2 ")
-                .then(|| pre.split(' ').nth(4).map(PathBuf::from))?
-        })?;
+        let info = std::fs::read("/proc/self/mountinfo").ok()?;
+        let mnt = crate::identity::procfs::parse_mountinfo(&info)
+            .ok()?
+            .into_iter()
+            .find(|m| m.fs_type == "cgroup2")?
+            .mount_point;
         let dir = mnt.join(format!(
             "smithfs-spawn-test-{}-{:?}",
             std::process::id(),

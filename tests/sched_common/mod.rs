@@ -219,12 +219,12 @@ pub struct TestCgroupBinder {
 
 impl TestCgroupBinder {
     pub fn new() -> Option<TestCgroupBinder> {
-        let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-        let mnt = info.lines().find_map(|l| {
-            let (pre, post) = l.split_once(" - ")?;
-            post.starts_with("cgroup2 ")
-                .then(|| pre.split(' ').nth(4).map(PathBuf::from))?
-        })?;
+        let info = std::fs::read("/proc/self/mountinfo").ok()?;
+        let mnt = smithfs::identity::procfs::parse_mountinfo(&info)
+            .ok()?
+            .into_iter()
+            .find(|m| m.fs_type == "cgroup2")?
+            .mount_point;
         let base = mnt.join(format!(
             "smithfs-test-{}-{}",
             std::process::id(),
