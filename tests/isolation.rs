@@ -1409,33 +1409,13 @@ fn status_ids(t: &Tree) -> Vec<String> {
 /// The smith cgroups under the daemon's `smithfs-PID` cgroup (`smith-root.smith-001` …);
 /// empty in ancestry mode.
 fn smith_cgroups(t: &Tree) -> Vec<String> {
-    use smithfs::identity::{cgroup, procfs};
     let Some(pid) = t.m.daemon_pid() else {
         return Vec::new();
     };
-    let (Ok(mounts), Ok(own)) = (
-        std::fs::read("/proc/self/mountinfo"),
-        std::fs::read(format!("/proc/{pid}/cgroup")),
-    ) else {
-        return Vec::new();
-    };
-    let (Ok(mounts), Ok(own)) = (procfs::parse_mountinfo(&mounts), procfs::parse_cgroup(&own))
-    else {
-        return Vec::new();
-    };
-    let Some(dir) = cgroup::own_cgroup_dir(&mounts, &own) else {
-        return Vec::new();
-    };
-    let mut names: Vec<String> = std::fs::read_dir(dir.join(format!("smithfs-{pid}")))
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with("smith-root"))
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
+    daemon_cgroup_names(pid)
+        .into_iter()
+        .filter(|n| n.starts_with("smith-root"))
+        .collect()
 }
 
 both_modes!(operator_moves_a_smith_dir_out_of_the_tree, |mode| {

@@ -1602,29 +1602,10 @@ fn daemon_fds(pid: i32) -> (usize, Vec<String>) {
 /// The cgroups of children still present under the daemon's `smithfs-PID` cgroup (cgroup
 /// identity mode; always empty in ancestry mode).
 fn child_cgroups(pid: i32) -> Vec<String> {
-    use smithfs::identity::{cgroup, procfs};
-    let (Ok(mounts), Ok(own)) = (
-        std::fs::read("/proc/self/mountinfo"),
-        std::fs::read(format!("/proc/{pid}/cgroup")),
-    ) else {
-        return Vec::new();
-    };
-    let (Ok(mounts), Ok(own)) = (procfs::parse_mountinfo(&mounts), procfs::parse_cgroup(&own))
-    else {
-        return Vec::new();
-    };
-    let Some(dir) = cgroup::own_cgroup_dir(&mounts, &own) else {
-        return Vec::new();
-    };
-    let parent = dir.join(format!("smithfs-{pid}"));
-    std::fs::read_dir(parent)
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with("smith-root.smith-"))
-                .collect()
-        })
-        .unwrap_or_default()
+    daemon_cgroup_names(pid)
+        .into_iter()
+        .filter(|n| n.starts_with("smith-root.smith-"))
+        .collect()
 }
 
 /// Smith dirs removed by the operator release what the daemon held for them: after three

@@ -540,3 +540,31 @@ pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
+
+/// The names of the cgroups under the `smithfs-PID` parent cgroup of the daemon `pid` (cgroup
+/// identity mode), sorted; empty when there is none (ancestry mode, no cgroup2).
+pub fn daemon_cgroup_names(pid: i32) -> Vec<String> {
+    use smithfs::identity::{cgroup, procfs};
+    let (Ok(mounts), Ok(own)) = (
+        std::fs::read("/proc/self/mountinfo"),
+        std::fs::read(format!("/proc/{pid}/cgroup")),
+    ) else {
+        return Vec::new();
+    };
+    let (Ok(mounts), Ok(own)) = (procfs::parse_mountinfo(&mounts), procfs::parse_cgroup(&own))
+    else {
+        return Vec::new();
+    };
+    let Some(dir) = cgroup::own_cgroup_dir(&mounts, &own) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = std::fs::read_dir(dir.join(format!("smithfs-{pid}")))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
