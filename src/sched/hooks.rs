@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -189,13 +189,10 @@ impl HookJob {
 /// Wait until process `pid` (our child) exits or `deadline` passes, without reaping it.
 /// Returns true if it exited.
 pub fn wait_exit(pid: u32, deadline: Instant) -> bool {
-    // SAFETY: pidfd_open on a pid we are the parent of (it cannot be recycled before we reap).
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    if fd < 0 {
+    // Our child: its pid cannot be recycled before we reap it.
+    let Ok(fd) = crate::identity::pidfd::open(pid, 0) else {
         return true; // already gone (or no pidfd support): let wait() decide
-    }
-    // SAFETY: a new descriptor owned here.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    };
     wait_pidfd(fd.as_fd(), deadline)
 }
 

@@ -40,6 +40,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::ExitStatus;
 
+use crate::identity::pidfd;
+
 /// The byte the child writes on the error pipe as its first instruction: a child that dies
 /// without it never ran (killed at birth).
 const ALIVE: u8 = 0xA5;
@@ -137,16 +139,7 @@ impl Process {
     pub fn kill(&self) {
         match &self.pidfd {
             Some(fd) => {
-                // SAFETY: pidfd_send_signal on a pidfd we own; null info, no flags.
-                unsafe {
-                    libc::syscall(
-                        libc::SYS_pidfd_send_signal,
-                        fd.as_raw_fd(),
-                        libc::SIGKILL,
-                        std::ptr::null::<libc::siginfo_t>(),
-                        0u32,
-                    )
-                };
+                let _ = pidfd::send_signal(fd.as_fd(), libc::SIGKILL);
             }
             None => {
                 if let Ok(pid) = libc::pid_t::try_from(self.pid) {
@@ -339,15 +332,6 @@ fn fail(err: RawFd, step: Step, e: i32) -> ! {
         libc::write(err, msg.as_ptr().cast(), msg.len());
         libc::_exit(127)
     }
-}
-
-/// A pidfd of `pid` (our unreaped child, so the pid is not recycled), if the kernel gives one.
-fn pidfd_open(pid: u32) -> Option<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    let fd = RawFd::try_from(fd).ok().filter(|f| *f >= 0)?;
-    // SAFETY: a new descriptor owned by nobody else.
-    Some(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
@@ -703,7 +687,8 @@ fn attempt(
     drop(go_rd);
     let mut process = Process {
         pid: pid_u,
-        pidfd: pidfd.or_else(|| pidfd_open(pid_u)),
+        // Our unreaped child: its pid cannot be recycled before the pidfd names it.
+        pidfd: pidfd.or_else(|| pidfd::open(pid_u, 0).ok()),
         stdin: None,
         in_cgroup,
     };
