@@ -838,6 +838,21 @@ pub fn build_tree(
     result
 }
 
+/// The names in directory `dir`, without `.` and `..`, in directory order.
+///
+/// # Errors
+/// Opening or reading the directory.
+pub fn dir_names(dir: BorrowedFd<'_>) -> SysResult<Vec<Vec<u8>>> {
+    let mut names = Vec::new();
+    let mut stream = DirStream::open(dir)?;
+    while let Some(e) = stream.next_entry()? {
+        if e.name != b"." && e.name != b".." {
+            names.push(e.name);
+        }
+    }
+    Ok(names)
+}
+
 /// Remove `name` in `dir` and everything below it, never following a symlink.
 pub fn remove_tree(dir: BorrowedFd<'_>, name: &CStr) -> SysResult<()> {
     let st = stat_at(dir, name)?;
@@ -845,16 +860,7 @@ pub fn remove_tree(dir: BorrowedFd<'_>, name: &CStr) -> SysResult<()> {
         return unlink(dir, name, false);
     }
     let sub = open_beneath(dir, name, libc::O_PATH | libc::O_DIRECTORY, 0)?;
-    let mut names = Vec::new();
-    {
-        let mut stream = DirStream::open(sub.as_fd())?;
-        while let Some(e) = stream.next_entry()? {
-            if e.name != b"." && e.name != b".." {
-                names.push(e.name);
-            }
-        }
-    }
-    for n in names {
+    for n in dir_names(sub.as_fd())? {
         let c = CString::new(n).map_err(|_| Errno::EINVAL)?;
         remove_tree(sub.as_fd(), &c)?;
     }

@@ -124,7 +124,8 @@ pub fn remove_crash_leftovers(root: BorrowedFd<'_>, registry: &Registry) -> usiz
         dirs.push(format!("{rel}/children"));
         if let Ok(runs) = backing::open_dir_path(root, Path::new(&format!("{rel}/conversations"))) {
             dirs.extend(
-                entries(runs.as_fd())
+                backing::dir_names(runs.as_fd())
+                    .unwrap_or_default()
                     .into_iter()
                     .filter(|n| !backing::is_daemon_temp(n))
                     .map(|n| format!("{rel}/conversations/{}", String::from_utf8_lossy(&n))),
@@ -141,7 +142,7 @@ pub fn remove_crash_leftovers(root: BorrowedFd<'_>, registry: &Registry) -> usiz
         let Ok(dir) = dir else {
             continue;
         };
-        for name in entries(dir.as_fd()) {
+        for name in backing::dir_names(dir.as_fd()).unwrap_or_default() {
             if !backing::is_daemon_temp(&name) {
                 continue;
             }
@@ -155,19 +156,6 @@ pub fn remove_crash_leftovers(root: BorrowedFd<'_>, registry: &Registry) -> usiz
         }
     }
     removed
-}
-
-/// The names in directory `dir` (not `.` and `..`); empty if it cannot be read.
-fn entries(dir: BorrowedFd<'_>) -> Vec<Vec<u8>> {
-    let mut names = Vec::new();
-    if let Ok(mut stream) = backing::DirStream::open(dir) {
-        while let Ok(Some(e)) = stream.next_entry() {
-            if e.name != b"." && e.name != b".." {
-                names.push(e.name);
-            }
-        }
-    }
-    names
 }
 
 /// Read [`CHILDREN_FILE`] from the state dir (empty when absent or unreadable).
