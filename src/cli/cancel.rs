@@ -31,10 +31,7 @@ pub fn run(args: CancelArgs) -> Result<ExitCode> {
     if id.is_empty() || id.contains(char::is_whitespace) {
         bail!("`{id}` is not a full smith id");
     }
-    let ctl = dir.join(".smithfs/ctl");
-    if !ctl.exists() {
-        super::util::check_live(&dir)?;
-    }
+    let ctl = super::util::control_file(&dir, "ctl")?;
     let result = std::fs::OpenOptions::new()
         .write(true)
         .open(&ctl)

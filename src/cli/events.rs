@@ -35,10 +35,7 @@ fn print_line(out: &mut impl Write, line: &str, json: bool) -> std::io::Result<(
 /// Run `smithfs events`.
 pub fn run(args: EventsArgs) -> Result<ExitCode> {
     let dir = resolve_mount(args.dir.as_deref())?;
-    let path = dir.join(".smithfs/events.jsonl");
-    if !path.exists() {
-        super::util::check_live(&dir)?;
-    }
+    let path = super::util::control_file(&dir, "events.jsonl")?;
     let mut file = std::fs::File::open(&path).with_context(|| {
         format!(
             "cannot read {} (is {} a live smithfs mount?)",

@@ -27,11 +27,7 @@ pub struct StatusArgs {
 
 /// Read and parse `DIR/.smithfs/status.json`. Errors name the file and suggest the cause.
 pub fn read_status(dir: &Path) -> Result<(String, StatusDoc)> {
-    let path = dir.join(".smithfs/status.json");
-    if !path.exists() {
-        // Say why in the terms of the mount (not mounted, dead, something else).
-        super::util::check_live(dir)?;
-    }
+    let path = super::util::control_file(dir, "status.json")?;
     let text = std::fs::read_to_string(&path).with_context(|| {
         format!(
             "cannot read {} (is {} a live smithfs mount?)",

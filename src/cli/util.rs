@@ -127,6 +127,19 @@ pub fn resolve_mount(explicit: Option<&Path>) -> Result<PathBuf> {
     Ok(cwd.join(".agent-smith"))
 }
 
+/// `DIR/.smithfs/NAME`, the control file `name` of the mount `dir` (PROTOCOL.md §7).
+///
+/// # Errors
+/// The file does not exist and `dir` is not a live smithfs mount: the one-line reason of
+/// [`check_live`] (not mounted, a dead daemon, another filesystem).
+pub fn control_file(dir: &Path, name: &str) -> Result<PathBuf> {
+    let path = dir.join(".smithfs").join(name);
+    if !path.exists() {
+        check_live(dir)?;
+    }
+    Ok(path)
+}
+
 /// [`resolve_mount`], which must be a live smithfs mount (`whoami`, `run`).
 ///
 /// # Errors
@@ -147,11 +160,9 @@ pub fn find_mount(explicit: Option<&Path>) -> Result<PathBuf> {
     }
 }
 
-/// `dir` as a live smithfs mount, or the one-line reason it is not.
-///
-/// # Errors
-/// Not mounted, another filesystem, or a dead daemon.
-pub fn check_live(dir: &Path) -> Result<PathBuf> {
+/// `dir` as a live smithfs mount, or the one-line reason it is not (not mounted, another
+/// filesystem, or a dead daemon).
+fn check_live(dir: &Path) -> Result<PathBuf> {
     match mount_state(dir) {
         MountState::Live => Ok(dir.to_path_buf()),
         MountState::Dead => bail!(
