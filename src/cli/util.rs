@@ -131,7 +131,7 @@ pub fn resolve_mount(explicit: Option<&Path>) -> Result<PathBuf> {
 ///
 /// # Errors
 /// The file does not exist and `dir` is not a live smithfs mount: the one-line reason of
-/// [`check_live`] (not mounted, a dead daemon, another filesystem).
+/// `check_live` (not mounted, a dead daemon, another filesystem).
 pub fn control_file(dir: &Path, name: &str) -> Result<PathBuf> {
     let path = dir.join(".smithfs").join(name);
     if !path.exists() {
