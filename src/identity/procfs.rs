@@ -663,15 +663,6 @@ fn parse_mount_line(line: &[u8], at: Option<usize>) -> Result<MountInfo, ParseEr
     })
 }
 
-/// Has process `pid` exited (no such process, or a zombie nobody has reaped yet)? Reads
-/// `/proc/<pid>/stat`; used for cleaning up after dead daemons, not on the hot path.
-pub fn process_gone(pid: i32) -> bool {
-    match std::fs::read(format!("/proc/{pid}/stat")) {
-        Ok(text) => parse_stat(&text).map_or(true, |st| st.state.has_exited()),
-        Err(_) => true,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
