@@ -23,6 +23,7 @@ use crate::config::Config;
 use super::util::{self, MountState};
 use crate::fs::{backing, FsOptions, SmithFs, STATE_DIR};
 use crate::fs::{BindError, Identities};
+use crate::fuse::transport::{Negotiated, Transport};
 use crate::fuse::FuseFs;
 use crate::identity::resolve::{IdentityError, Resolver};
 use crate::sched::runner::BindTo;
@@ -55,6 +56,10 @@ pub struct MountArgs {
     /// Do not use FUSE passthrough for regular files.
     #[arg(long)]
     pub no_passthrough: bool,
+    /// How FUSE requests reach the daemon: io_uring when the kernel offers it (auto: while
+    /// /sys/module/fuse/parameters/enable_uring is on), io-uring (or fail), or dev-fuse.
+    #[arg(long, value_enum, default_value_t = Transport::Auto)]
+    pub transport: Transport,
     /// Log level (tracing filter syntax); default from RUST_LOG, else "info".
     #[arg(long, value_name = "L")]
     pub log_level: Option<String>,
@@ -360,12 +365,26 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
     };
     session_config.n_threads = Some(worker_threads());
     session_config.clone_fd = true;
+    if args.transport == Transport::IoUring && crate::fuse::transport::enable_uring() != Some(true)
+    {
+        bail!(
+            "--transport io-uring: FUSE over io_uring is off; turn it on with `echo 1 > {}` (root, machine-wide) or mount with --transport auto",
+            crate::fuse::transport::ENABLE_URING
+        );
+    }
+    let negotiated = Arc::new(Negotiated::default());
     let mut session = Session::new(
-        FuseFs::new(fs.clone(), !args.no_passthrough && is_root()),
+        FuseFs::new(fs.clone(), !args.no_passthrough && is_root())
+            .with_transport(args.transport, negotiated.clone()),
         dir,
         &session_config,
     )
     .map_err(|e| anyhow!("cannot mount {}: {e}", dir.display()))?;
+    let rings = if negotiated.io_uring() {
+        Some(start_rings(&session, &fs, &negotiated, args.allow_other))
+    } else {
+        None
+    };
     let pid = std::process::id().to_string();
     let _ = backing::write_atomic(state.as_fd(), c"daemon.pid", pid.as_bytes(), 0o644);
     tracing::info!(
@@ -377,6 +396,8 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
         inode_cache = fds.inode_cache,
         identity_cache = fds.identity_cache,
         reserve = fds.reserve,
+        transport = negotiated.transport_name(),
+        queues = rings.as_ref().map_or(0, |r| r.queues()),
         "mounted"
     );
     let sched = Arc::new(
@@ -420,6 +441,11 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
         detach_stdio();
     }
     let served = session.run().context("FUSE session failed");
+    if let Some(r) = rings {
+        if !r.join(Duration::from_secs(5)) {
+            tracing::warn!("io_uring queue threads still running after unmount");
+        }
+    }
     sched.shutdown();
     if let Err(e) = resolver.shutdown(false) {
         tracing::warn!("identity clean-up: {e}");
@@ -429,6 +455,45 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
     let _ = backing::unlink(state.as_fd(), c"daemon.pid", false);
     tracing::info!(dir = %dir.display(), "unmounted");
     Ok(())
+}
+
+/// Register the io_uring queues of a session whose INIT negotiated FUSE over io_uring. The
+/// kernel holds every request until all queues are registered, so a failure ends the daemon at
+/// once: the connection is aborted and the mount fails closed (ENOTCONN), never hangs.
+fn start_rings(
+    session: &Session<FuseFs>,
+    fs: &Arc<SmithFs>,
+    negotiated: &Negotiated,
+    allow_other: bool,
+) -> crate::fuse::uring::Rings {
+    use std::sync::atomic::Ordering::Relaxed;
+    let fail = |e: &dyn std::fmt::Display| -> ! {
+        tracing::error!("cannot serve FUSE over io_uring: {e}");
+        eprintln!("smithfs: cannot serve FUSE over io_uring: {e}");
+        std::process::exit(1);
+    };
+    let dev = session
+        .as_fd()
+        .try_clone_to_owned()
+        .unwrap_or_else(|e| fail(&e));
+    // SAFETY: geteuid has no preconditions.
+    let owner = (!allow_other).then(|| unsafe { libc::geteuid() });
+    let disp = Arc::new(crate::fuse::dispatch::Dispatcher::new(
+        fs.clone(),
+        negotiated.passthrough.load(Relaxed),
+        owner,
+        dev,
+    ));
+    let payload = crate::fuse::uring::payload_size(
+        negotiated.max_write.load(Relaxed),
+        negotiated.max_pages.load(Relaxed),
+    );
+    let depth = std::env::var("SMITHFS_URING_DEPTH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|d| (1..=64).contains(d))
+        .unwrap_or(crate::fuse::uring::DEPTH);
+    crate::fuse::uring::start(session.as_fd(), disp, payload, depth).unwrap_or_else(|e| fail(&e))
 }
 
 /// Take `flock(LOCK_EX)` on `fd`, retrying until `patience` runs out.
