@@ -10,13 +10,14 @@ use nix::errno::Errno;
 use super::creds::as_caller;
 use super::error::{FsError, FsResult};
 use super::inode::Inode;
-use super::{backing, control, scaffold, scan, Attr, Caller, FsEvent, SmithFs};
+use super::{backing, control, scaffold, scan, Attr, Caller, SmithFs};
 use crate::identity::Identity;
 use crate::policy::{
     check_new_child, decide_link, Area, Decision, Depth, Family, NewKind, Op, Zone,
 };
 use crate::tree::model::SmithIdx;
 use crate::tree::scaffold::plan_smith;
+use crate::trigger::Trigger;
 
 impl SmithFs {
     /// Check a create of `name` in `parent` and return the directory and the C name.
@@ -142,7 +143,7 @@ impl SmithFs {
         }
         self.identities.register_smith(idx, &full_id);
         tracing::info!(smith = %full_id, "smith created");
-        self.emit(FsEvent::SmithCreated {
+        self.emit(Trigger::SmithCreated {
             smith: idx,
             moved: false,
         });

@@ -6,9 +6,10 @@ use nix::errno::Errno;
 
 use super::control::{Command, ControlFile};
 use super::error::{FsError, FsResult};
-use super::{backing, control, Caller, ControlHandle, FsEvent, SmithFs};
+use super::{backing, control, Caller, ControlHandle, SmithFs};
 use crate::identity::Identity;
 use crate::policy::{Area, Ctx, Denial, Depth, Zone};
+use crate::trigger::Trigger;
 
 impl SmithFs {
     pub(super) fn open_control(
@@ -59,8 +60,8 @@ impl SmithFs {
                     format!("no denial recorded for {}\n", self.identity_name(who)).into_bytes()
                 }
             },
-            ControlFile::Status => match self.status.get() {
-                Some(s) => s().into_bytes(),
+            ControlFile::Status => match self.links.sched.status_json() {
+                Some(s) => s.into_bytes(),
                 None => self.plain_status().into_bytes(),
             },
             ControlFile::Events => journal_lines(
@@ -165,7 +166,7 @@ impl SmithFs {
                         alternative: "Cancel your own descendants only.".into(),
                     }));
                 }
-                self.emit(FsEvent::Cancel { smith });
+                self.emit(Trigger::Cancel { smith });
             }
         }
         Ok(())

@@ -4,9 +4,10 @@ use nix::errno::Errno;
 
 use super::error::{FsError, FsResult};
 use super::why::DenialRecord;
-use super::{budget, Caller, FsEvent, SmithFs};
+use super::{budget, Caller, SmithFs};
 use crate::identity::Identity;
 use crate::policy::{Decision, Denial};
+use crate::trigger::Trigger;
 
 impl SmithFs {
     /// Apply a decision: Ok, or record the denial (why + journal) and return its errno.
@@ -55,7 +56,7 @@ impl SmithFs {
             },
             pid: caller.pid,
             uid: caller.uid,
-            time: crate::cli::init::now_rfc3339(),
+            time: crate::time::now_rfc3339(),
             op: op.to_string(),
             path,
             errno: errno as i32,
@@ -66,7 +67,14 @@ impl SmithFs {
         tracing::debug!(?rec, "denied");
         self.why.record(who, rec.clone());
         if journal {
-            self.emit(FsEvent::Denied(Box::new(rec)));
+            self.emit(Trigger::AccessDenied {
+                smith: rec.smith,
+                pid: rec.pid,
+                op: rec.op,
+                path: rec.path,
+                errno: rec.errno,
+                rule: rec.rule,
+            });
         }
         FsError::Denied(errno)
     }

@@ -7,9 +7,10 @@ use std::os::unix::ffi::OsStrExt;
 use nix::errno::Errno;
 
 use super::error::{FsError, FsResult};
-use super::{backing, control, Caller, FsEvent, SmithFs};
+use super::{backing, control, Caller, SmithFs};
 use crate::policy::{Op, Removal};
 use crate::tree::model::SmithIdx;
+use crate::trigger::Trigger;
 
 impl SmithFs {
     /// Remove the name `name` from `parent` (FUSE unlink, or rmdir when `is_dir`).
@@ -72,6 +73,6 @@ impl SmithFs {
             self.identities.unregister_smith(g);
             self.open_limits.forget(g);
         }
-        self.emit(FsEvent::SmithRemoved { smith: idx });
+        self.emit(Trigger::SmithRemoved { smith: idx });
     }
 }

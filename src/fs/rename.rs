@@ -9,12 +9,13 @@ use nix::errno::Errno;
 
 use super::error::{FsError, FsResult};
 use super::inode::Inode;
-use super::{backing, control, scan, Caller, Dest, FsEvent, MovedSmith, SmithFs};
+use super::{backing, control, scan, Caller, Dest, MovedSmith, SmithFs};
 use crate::identity::Identity;
 use crate::policy::{
     decide_linked_rename, decide_rename, decide_smith_dir_move, Area, Decision, Denial, Depth,
     Family, MoveTo, SmithDirMove, Zone,
 };
+use crate::trigger::Trigger;
 
 impl SmithFs {
     /// Rename (FUSE rename; `flags` are `RENAME_NOREPLACE`/`RENAME_EXCHANGE`): delete at the
@@ -298,7 +299,7 @@ impl SmithFs {
             ),
         }
         for s in &registered {
-            self.emit(FsEvent::SmithCreated {
+            self.emit(Trigger::SmithCreated {
                 smith: s.idx,
                 moved: true,
             });
