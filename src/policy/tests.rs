@@ -1510,12 +1510,15 @@ fn rule_ids_are_unique_and_only_in_rule_id() {
     }
 }
 
+/// A refusal as the tables spell it: errno and rule id.
+type Refusal = Option<(Errno, &'static str)>;
+
 /// PROTOCOL.md §7: the control files, cell by cell (identity × file × access).
 #[test]
 fn control_file_opens_cell_by_cell() {
     let smith = Identity::Smith(X);
     #[rustfmt::skip]
-    let table: [(&Identity, bool, bool, Option<(Errno, &str)>); 12] = [
+    let table: [(&Identity, bool, bool, Refusal); 12] = [
         // (identity, is ctl, writing) → refusal
         (&Identity::Operator, false, false, None),
         (&Identity::Operator, false, true,  Some((Errno::EACCES, "control-read-only"))),
@@ -1551,7 +1554,7 @@ fn ctl_commands_cell_by_cell() {
         Identity::Unknown,
     );
     #[rustfmt::skip]
-    let table: [(&Identity, CtlVerb, Option<SmithIdx>, Option<(Errno, &str)>); 12] = [
+    let table: [(&Identity, CtlVerb, Option<SmithIdx>, Refusal); 12] = [
         (&op,      CtlVerb::Bind,   Some(X), None),
         (&p,       CtlVerb::Bind,   Some(X), Some((Errno::EACCES, "ctl-bind-operator-only"))),
         (&x,       CtlVerb::Bind,   Some(X), Some((Errno::EACCES, "ctl-bind-operator-only"))),
