@@ -2165,9 +2165,9 @@ impl SmithFs {
                 Some(s) => s().into_bytes(),
                 None => self.plain_status().into_bytes(),
             },
+            // Across the rotated files, oldest first (PROTOCOL.md §7).
             ControlFile::Events => journal_lines(
-                &backing::read_file(self.state.as_fd(), std::path::Path::new("events.jsonl"))
-                    .unwrap_or_default(),
+                &crate::sched::journal::read_all_bytes(self.state.as_fd()).unwrap_or_default(),
             ),
             ControlFile::Ctl => Vec::new(),
         };

@@ -254,11 +254,12 @@ impl Exec {
         if let Err(e) = crate::fs::scan::scan(self.root.as_fd(), &self.registry, &HashMap::new()) {
             tracing::warn!("cannot scan the smith tree: {e}");
         }
-        let events = Journal::read(self.state.as_fd()).unwrap_or_else(|e| {
-            tracing::error!("cannot read the journal: {e}");
-            Vec::new()
-        });
-        let (hist, open) = journal::replay(&events);
+        // The snapshot of rotated-away lines plus every journal file (PROTOCOL.md §7).
+        let journal::Replay { hist, open } =
+            journal::load(self.state.as_fd()).unwrap_or_else(|e| {
+                tracing::error!("cannot read the journal: {e}");
+                journal::Replay::default()
+            });
         let all = self.registry.all();
         for info in &all {
             self.queue.add(info.idx, info.parent);
@@ -421,6 +422,10 @@ impl Exec {
                 }
             }
         }
+        if self.shared.denials.lock().pending() {
+            // A suppressed count is journaled soon after its second ends.
+            consider(now + Duration::from_millis(250));
+        }
         next.map(|t| t.saturating_duration_since(now))
     }
 
@@ -453,6 +458,14 @@ impl Exec {
     }
 
     fn tick(&mut self) {
+        let done = self
+            .shared
+            .denials
+            .lock()
+            .flush(super::denials::now_second());
+        for d in done {
+            self.record_suppressed(d);
+        }
         let now = Instant::now();
         let smiths: Vec<SmithIdx> = self.live.keys().copied().collect();
         for s in smiths {
@@ -605,7 +618,18 @@ impl Exec {
                 ev.rule = Some(rule);
                 self.record(ev);
             }
+            Trigger::DenialsSuppressed(d) => self.record_suppressed(d),
         }
+    }
+
+    /// Journal one `access.denied.suppressed` line (PROTOCOL.md §7).
+    fn record_suppressed(&self, d: super::denials::Suppressed) {
+        let mut ev = Event::new(
+            "access.denied.suppressed",
+            d.smith.and_then(|s| self.full_id(s)),
+        );
+        ev.count = Some(d.count);
+        self.record(ev);
     }
 
     fn on_cancel(&mut self, s: SmithIdx) {

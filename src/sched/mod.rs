@@ -13,6 +13,7 @@
 //! `ctl`'s `cancel` through [`Scheduler::cancel`], and call [`Scheduler::shutdown`] before
 //! unmounting.
 
+pub mod denials;
 mod exec;
 pub mod hooks;
 pub mod journal;
@@ -112,6 +113,8 @@ pub(crate) struct Shared {
     /// A trigger was dropped since the last rescan.
     overflow: AtomicBool,
     journal: Arc<Journal>,
+    /// The `access.denied` rate limit (PROTOCOL.md §7).
+    denials: Mutex<denials::DenialLimiter>,
     /// Smiths with a live run. Leaf lock; written by the scheduler thread when a run starts or
     /// ends.
     live: Mutex<std::collections::HashSet<SmithIdx>>,
@@ -150,7 +153,7 @@ impl Scheduler {
     pub fn start(ctx: SchedCtx, resume: bool) -> std::io::Result<Scheduler> {
         let name = std::ffi::CString::new(crate::fs::STATE_DIR)?;
         let state = backing::ensure_dir(ctx.root.as_fd(), &name, 0o700)?;
-        let journal = Arc::new(Journal::open(state.as_fd())?);
+        let journal = Arc::new(Journal::open(state.as_fd(), ctx.config.journal.rotation())?);
         let shared = Arc::new(Shared {
             // Until the scheduler thread's first publication (the journal's history, before it
             // kills a dead daemon's leftovers), which `start` waits for.
@@ -159,6 +162,7 @@ impl Scheduler {
             )),
             overflow: AtomicBool::new(false),
             journal,
+            denials: Mutex::new(denials::DenialLimiter::default()),
             live: Mutex::new(Default::default()),
         });
         let (tx, rx) = sync_channel(QUEUE_CAPACITY);
@@ -228,14 +232,32 @@ impl Scheduler {
             FsEvent::ResultCompleted { smith } => Trigger::ResultPublished { smith },
             FsEvent::SmithCreated { smith, moved } => Trigger::SmithCreated { smith, moved },
             FsEvent::SmithRemoved { smith } => Trigger::SmithRemoved { smith },
-            FsEvent::Denied(d) => Trigger::AccessDenied {
-                smith: d.smith,
-                pid: d.pid,
-                op: d.op,
-                path: d.path,
-                errno: d.errno,
-                rule: d.rule,
-            },
+            FsEvent::Denied(d) => {
+                // The rate limit comes before the bounded queue, which a storm would fill.
+                let key = match d.smith {
+                    Some(_) => d.who.clone(),
+                    None => format!("{} uid {}", d.who, d.uid),
+                };
+                let (admit, done) =
+                    self.shared
+                        .denials
+                        .lock()
+                        .admit(&key, d.smith, denials::now_second());
+                if let Some(done) = done {
+                    self.trigger(Trigger::DenialsSuppressed(done));
+                }
+                if !admit {
+                    return;
+                }
+                Trigger::AccessDenied {
+                    smith: d.smith,
+                    pid: d.pid,
+                    op: d.op,
+                    path: d.path,
+                    errno: d.errno,
+                    rule: d.rule,
+                }
+            }
             FsEvent::Cancel { smith } => {
                 if self.cancel_smith(smith).is_err() {
                     self.shared.overflow.store(true, Ordering::SeqCst);

@@ -49,6 +49,9 @@ pub enum Trigger {
         /// The rule that denied it.
         rule: String,
     },
+    /// Denials of one identity and second beyond the rate limit (PROTOCOL.md §7); journaled
+    /// as `access.denied.suppressed` with `count`.
+    DenialsSuppressed(super::denials::Suppressed),
 }
 
 impl Trigger {
@@ -60,6 +63,7 @@ impl Trigger {
             Trigger::SmithCreated { .. } => "smith.created",
             Trigger::SmithRemoved { .. } => "smith.removed",
             Trigger::AccessDenied { .. } => "access.denied",
+            Trigger::DenialsSuppressed(_) => "access.denied.suppressed",
         }
     }
 }
