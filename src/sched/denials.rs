@@ -20,7 +20,6 @@ struct Window {
     second: u64,
     full: u32,
     suppressed: u64,
-    smith: Option<SmithIdx>,
 }
 
 /// The suppressed denials of one identity in one second: one `access.denied.suppressed` line.
@@ -28,8 +27,6 @@ struct Window {
 pub struct Suppressed {
     /// The identity's smith; `None` for the operator or Unknown.
     pub smith: Option<SmithIdx>,
-    /// The identity as `why` names it (`smith-root/smith-001`, `operator (uid 1000)`, `unknown`).
-    pub who: String,
     /// The second (Unix time) they happened in.
     pub second: u64,
     /// How many were not written in full.
@@ -39,31 +36,25 @@ pub struct Suppressed {
 /// Per identity key, the denials of its current second.
 #[derive(Debug, Default)]
 pub struct DenialLimiter {
-    windows: HashMap<String, Window>,
+    windows: HashMap<Option<SmithIdx>, Window>,
 }
 
 impl DenialLimiter {
-    /// Account one denial of identity `key` (its smith `smith`) in Unix second `second`.
+    /// Account one denial of the smith `smith` (`None`: the operator or Unknown, which share one
+    /// allowance as they share `"smith": null` in the journal) in Unix second `second`.
     /// Returns whether to journal it in full, and the previous second's suppressed count of
     /// that identity when this denial is the first of a new second.
-    pub fn admit(
-        &mut self,
-        key: &str,
-        smith: Option<SmithIdx>,
-        second: u64,
-    ) -> (bool, Option<Suppressed>) {
-        let w = self.windows.entry(key.to_string()).or_insert(Window {
+    pub fn admit(&mut self, smith: Option<SmithIdx>, second: u64) -> (bool, Option<Suppressed>) {
+        let w = self.windows.entry(smith).or_insert(Window {
             second,
             full: 0,
             suppressed: 0,
-            smith,
         });
         let mut done = None;
         if w.second != second {
             if w.suppressed > 0 {
                 done = Some(Suppressed {
-                    smith: w.smith,
-                    who: key.to_string(),
+                    smith,
                     second: w.second,
                     count: w.suppressed,
                 });
@@ -72,7 +63,6 @@ impl DenialLimiter {
                 second,
                 full: 0,
                 suppressed: 0,
-                smith,
             };
         }
         if w.full < FULL_PER_SECOND {
@@ -88,21 +78,20 @@ impl DenialLimiter {
     /// older than that, so memory stays bounded by the identities denied in the last second.
     pub fn flush(&mut self, now: u64) -> Vec<Suppressed> {
         let mut out = Vec::new();
-        self.windows.retain(|key, w| {
+        self.windows.retain(|smith, w| {
             if w.second >= now {
                 return true;
             }
             if w.suppressed > 0 {
                 out.push(Suppressed {
-                    smith: w.smith,
-                    who: key.clone(),
+                    smith: *smith,
                     second: w.second,
                     count: w.suppressed,
                 });
             }
             false
         });
-        out.sort_by(|a, b| (a.second, &a.who).cmp(&(b.second, &b.who)));
+        out.sort_by_key(|d| (d.second, d.smith.map(|s| s.0)));
         out
     }
 
@@ -129,28 +118,27 @@ mod tests {
         let a = Some(SmithIdx(1));
         let mut full = 0;
         for _ in 0..100 {
-            let (admit, done) = l.admit("A", a, 10);
+            let (admit, done) = l.admit(a, 10);
             assert_eq!(done, None);
             full += usize::from(admit);
         }
         assert_eq!(full, FULL_PER_SECOND as usize);
         // Another identity in the same second has its own allowance.
-        assert!(l.admit("B", None, 10).0);
+        assert!(l.admit(None, 10).0);
         assert!(l.pending());
         // The first denial of the next second reports the last one's count.
-        let (admit, done) = l.admit("A", a, 11);
+        let (admit, done) = l.admit(a, 11);
         assert!(admit);
         assert_eq!(
             done,
             Some(Suppressed {
                 smith: a,
-                who: "A".into(),
                 second: 10,
                 count: 80
             })
         );
         for _ in 0..30 {
-            l.admit("A", a, 11);
+            l.admit(a, 11);
         }
         // Flushing in second 11 reports nothing of second 11 yet; in 12 it does, once.
         assert_eq!(l.flush(11), vec![]);

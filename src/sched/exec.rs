@@ -619,6 +619,7 @@ impl Exec {
                 self.record(ev);
             }
             Trigger::DenialsSuppressed(d) => self.record_suppressed(d),
+            Trigger::Cancel { smith } => self.on_cancel(smith),
         }
     }
 

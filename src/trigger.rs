@@ -1,6 +1,9 @@
-//! What the filesystem tells the scheduler (PROTOCOL.md §5). The fs detects completions (a
-//! handle released after write access, `O_TRUNC` or `O_CREAT`; a rename or link onto the name)
-//! and hands one of these to [`crate::sched::Scheduler::trigger`], which never blocks.
+//! What the filesystem tells the scheduler (PROTOCOL.md §5, §6, §7): the one message type on
+//! the scheduler's queue from outside it. The fs detects completions (a handle released after
+//! write access, `O_TRUNC` or `O_CREAT`; a rename or link onto the name), registry changes,
+//! denials and `ctl`'s `cancel`, and hands one of these to its scheduler link
+//! ([`crate::fs::Scheduling::trigger`], implemented by [`crate::sched::Link`]), which never
+//! blocks. A leaf: it names only tree types.
 
 use crate::tree::model::SmithIdx;
 
@@ -51,7 +54,13 @@ pub enum Trigger {
     },
     /// Denials of one identity and second beyond the rate limit (PROTOCOL.md §7); journaled
     /// as `access.denied.suppressed` with `count`.
-    DenialsSuppressed(super::denials::Suppressed),
+    DenialsSuppressed(crate::sched::denials::Suppressed),
+    /// `cancel <full-id>` was written to `ctl` by an authorised identity (PROTOCOL.md §6): the
+    /// smith and its subtree are cancelled (journaled by the scheduler as `run.cancelled`).
+    Cancel {
+        /// The smith to cancel (with its subtree).
+        smith: SmithIdx,
+    },
 }
 
 impl Trigger {
@@ -64,6 +73,7 @@ impl Trigger {
             Trigger::SmithRemoved { .. } => "smith.removed",
             Trigger::AccessDenied { .. } => "access.denied",
             Trigger::DenialsSuppressed(_) => "access.denied.suppressed",
+            Trigger::Cancel { .. } => "cancel",
         }
     }
 }
