@@ -54,8 +54,8 @@ impl SmithFs {
         }
         let data = match f {
             ControlFile::Whoami => self.whoami_text(caller, who).into_bytes(),
-            ControlFile::Why => match self.why.latest(who, caller.uid) {
-                Some(r) => r.render().into_bytes(),
+            ControlFile::Why => match self.why.render(who, caller.uid) {
+                Some(text) => text.into_bytes(),
                 None => {
                     format!("no denial recorded for {}\n", self.identity_name(who)).into_bytes()
                 }

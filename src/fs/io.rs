@@ -6,7 +6,6 @@ use std::sync::atomic::Ordering;
 
 use nix::errno::Errno;
 
-use super::completion::completion;
 use super::control::ControlFile;
 use super::creds::{as_caller, caller_groups};
 use super::error::{FsError, FsResult};
@@ -47,6 +46,8 @@ impl SmithFs {
             fd,
             inode,
             opener: who,
+            opener_pid: caller.pid,
+            opener_uid: caller.uid,
             flags,
             may_write,
             // Opened with write access or O_TRUNC: its release completes the file (§5).
@@ -79,6 +80,8 @@ impl SmithFs {
             fd,
             inode,
             opener: who,
+            opener_pid: caller.pid,
+            opener_uid: caller.uid,
             flags,
             may_write,
             dirty: std::sync::atomic::AtomicBool::new(true),
@@ -243,9 +246,7 @@ impl SmithFs {
                 (p.parent, p.name.clone())
             };
             if let Some(dir) = self.inodes.find(parent) {
-                if let Some(e) = completion(self.zone(&dir), &name) {
-                    self.emit(e);
-                }
+                self.completed_name_by(&dir, &name, (h.opener, h.opener_pid, h.opener_uid));
             }
         }
         Ok(())

@@ -92,6 +92,8 @@ pub(crate) struct Exec {
     /// Told once the first status (the journal's history) is published; taken then.
     ready: Option<SyncSender<()>>,
     shutting_down: bool,
+    /// Inbox paths journaled as `task.ignored` (each once per daemon).
+    ignored: std::collections::HashSet<String>,
 }
 
 fn signal_group(pgid: i32, sig: i32) {
@@ -152,6 +154,7 @@ impl Exec {
             tx,
             ready: Some(ready),
             shutting_down: false,
+            ignored: Default::default(),
         })
     }
 
@@ -619,6 +622,24 @@ impl Exec {
                 self.record(ev);
             }
             Trigger::DenialsSuppressed(d) => self.record_suppressed(d),
+            Trigger::TaskIgnored {
+                smith,
+                file,
+                reason,
+            } => {
+                let Some(info) = self.registry.get(smith) else {
+                    return;
+                };
+                let path = format!("{}/inbox/{file}", info.rel_dir());
+                // Once per name (PROTOCOL.md §5): rewriting it says nothing new.
+                if !self.ignored.insert(path.clone()) {
+                    return;
+                }
+                let mut ev = self.ev("task.ignored", smith);
+                ev.path = Some(path);
+                ev.reason = Some(format!("the name {reason}"));
+                self.record(ev);
+            }
             Trigger::Cancel { smith } => self.on_cancel(smith),
         }
     }
