@@ -224,6 +224,10 @@ pub enum HookEvent {
     RunInterrupted,
     /// `access.denied`
     AccessDenied,
+    /// `task.ignored` (a `task-*.md` that breaks the name rule, PROTOCOL.md §5)
+    TaskIgnored,
+    /// `access.denied.suppressed` (denials beyond the rate limit, PROTOCOL.md §7)
+    AccessDeniedSuppressed,
 }
 
 /// A smith's own `config.json` (PROTOCOL.md §8): only `agent`, merged key by key over the mount-wide one.
@@ -423,7 +427,7 @@ impl SmithConfig {
 
 impl HookEvent {
     /// Every event a hook may be attached to, in §5 order.
-    pub const ALL: [HookEvent; 10] = [
+    pub const ALL: [HookEvent; 12] = [
         HookEvent::SmithCreated,
         HookEvent::TaskAssigned,
         HookEvent::ResultPublished,
@@ -434,6 +438,8 @@ impl HookEvent {
         HookEvent::RunCancelled,
         HookEvent::RunInterrupted,
         HookEvent::AccessDenied,
+        HookEvent::TaskIgnored,
+        HookEvent::AccessDeniedSuppressed,
     ];
 
     /// The journal name, e.g. `result.published`.
@@ -449,6 +455,8 @@ impl HookEvent {
             HookEvent::RunCancelled => "run.cancelled",
             HookEvent::RunInterrupted => "run.interrupted",
             HookEvent::AccessDenied => "access.denied",
+            HookEvent::TaskIgnored => "task.ignored",
+            HookEvent::AccessDeniedSuppressed => "access.denied.suppressed",
         }
     }
 }
