@@ -316,6 +316,7 @@ fn denial_storm_keeps_the_journal_bounded_and_resume_knows_who_failed() {
                      "journal": {"max_bytes": "48K", "keep": 3}}"#;
     let mut m = mount_with(config, "cgroup");
     m.sh_ok("for i in 1 2 3 4 5; do mkdir smiths/smith-root/children/smith-00$i; done");
+    m.sh_ok("echo secret > smiths/smith-root/private/secret");
     m.sh_ok("echo 'fail' > smiths/smith-root/children/smith-005/inbox/task-1.md");
     let status = |m: &TestMount| {
         let text = std::fs::read_to_string(m.path().join(".smithfs/status.json")).expect("status");
