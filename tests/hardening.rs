@@ -58,8 +58,16 @@ fn hook_config(log: &Path) -> String {
         log.display()
     );
     let hook = serde_json::json!([
-        "sh", "-c", script, "hook", "{mount}", "{smith_dir}", "{task_file}", "{smith_id}",
-        "{full_id}", "{level}"
+        "sh",
+        "-c",
+        script,
+        "hook",
+        "{mount}",
+        "{smith_dir}",
+        "{task_file}",
+        "{smith_id}",
+        "{full_id}",
+        "{level}"
     ]);
     serde_json::json!({
         "hooks": {
@@ -127,8 +135,17 @@ fn hostile_names(mode: &'static str) {
     for e in &ignored {
         assert_eq!(e["smith"], "smith-root/smith-001");
         let path = e["path"].as_str().expect("path");
-        assert!(path.starts_with("smiths/smith-root/children/smith-001/inbox/task-"), "{path}");
-        assert!(e["reason"].as_str().expect("reason").starts_with("the name "), "{e}");
+        assert!(
+            path.starts_with("smiths/smith-root/children/smith-001/inbox/task-"),
+            "{path}"
+        );
+        assert!(
+            e["reason"]
+                .as_str()
+                .expect("reason")
+                .starts_with("the name "),
+            "{e}"
+        );
     }
     let assigned = of(&evs, "task.assigned");
     assert_eq!(assigned.len(), 1, "{assigned:#?}");
@@ -356,9 +373,15 @@ fn denial_storm_keeps_the_journal_bounded_and_resume_knows_who_failed() {
     let denied = of(&evs, "access.denied").len();
     let suppressed = of(&evs, "access.denied.suppressed");
     assert!(!suppressed.is_empty(), "no access.denied.suppressed");
-    let counted: u64 = suppressed.iter().map(|e| e["count"].as_u64().unwrap_or(0)).sum();
+    let counted: u64 = suppressed
+        .iter()
+        .map(|e| e["count"].as_u64().unwrap_or(0))
+        .sum();
     assert!(counted > 1000, "only {counted} suppressed");
-    assert!(of(&evs, "trigger.dropped").is_empty(), "a trigger was dropped");
+    assert!(
+        of(&evs, "trigger.dropped").is_empty(),
+        "a trigger was dropped"
+    );
     // Per identity and second, at most 20 in full.
     let mut per: std::collections::HashMap<(String, String), u32> = Default::default();
     for e in of(&evs, "access.denied") {
@@ -371,7 +394,10 @@ fn denial_storm_keeps_the_journal_bounded_and_resume_knows_who_failed() {
         .filter_map(|e| e["smith"].as_str())
         .collect();
     for id in &made {
-        assert!(created.contains(&id.as_str()), "{id} missing from the journal");
+        assert!(
+            created.contains(&id.as_str()),
+            "{id} missing from the journal"
+        );
     }
     eprintln!("storm: {denied} access.denied in full, {counted} suppressed");
     // After the unmount the store shows the files: bounded, rotated, with the snapshot.
@@ -384,8 +410,14 @@ fn denial_storm_keeps_the_journal_bounded_and_resume_knows_who_failed() {
         .map(|(_, l)| *l)
         .sum();
     assert!(journal <= 4 * 48 * 1024, "journal is {journal} bytes");
-    assert!(files.iter().any(|(n, _)| n == "events.jsonl.3"), "{files:?}");
-    assert!(files.iter().any(|(n, _)| n == "journal-state.json"), "{files:?}");
+    assert!(
+        files.iter().any(|(n, _)| n == "events.jsonl.3"),
+        "{files:?}"
+    );
+    assert!(
+        files.iter().any(|(n, _)| n == "journal-state.json"),
+        "{files:?}"
+    );
     // The run.exited of smith-005's failure was rotated away …
     let kept: String = files
         .iter()
@@ -453,13 +485,19 @@ fn a_100_gib_sparse_result_costs_nothing() {
         hwm_before,
         hwm_after
     );
-    assert!(md.blocks() * 512 < 1 << 20, "final.md uses {} blocks", md.blocks());
+    assert!(
+        md.blocks() * 512 < 1 << 20,
+        "final.md uses {} blocks",
+        md.blocks()
+    );
     assert!(
         hwm_after < hwm_before + 64 * 1024,
         "the daemon grew from {hwm_before} to {hwm_after} KiB"
     );
-    poll_until(Duration::from_secs(60), "the data at the end of final.md", || {
-        m.sh_ok("tail -c 4 results/final.md") == "tail"
-    });
+    poll_until(
+        Duration::from_secs(60),
+        "the data at the end of final.md",
+        || m.sh_ok("tail -c 4 results/final.md") == "tail",
+    );
     assert!(std::fs::metadata(&result).is_ok());
 }
