@@ -127,7 +127,9 @@ fn hostile_names(mode: &'static str) {
     )
     .expect_ok("write a good task");
     poll_until(Duration::from_secs(20), "hooks of every name", || {
-        std::fs::read_to_string(&log).map_or(0, |t| t.lines().count()) > names.len()
+        std::fs::read_to_string(&log).is_ok_and(|t| {
+            t.contains("task.assigned|") && t.matches("task.ignored|").count() == names.len()
+        })
     });
     let evs = events(&m);
     let ignored = of(&evs, "task.ignored");
@@ -247,7 +249,7 @@ fn keeper_survives_every_catchable_signal() {
         let file = out.path().join(format!("whoami-{sig}"));
         // The command's background child outlives it (and the signal) and then reads whoami.
         let script = format!(
-            "(sleep 2; cat \"$SMITH_MOUNT/.smithfs/whoami\" > '{}') & sleep 30",
+            "(sleep 2; cat \"$SMITH_MOUNT/.smithfs/whoami\" > '{}') & exec sleep 30",
             file.display()
         );
         let child = Command::new(SMITHFS)
@@ -264,14 +266,19 @@ fn keeper_survives_every_catchable_signal() {
     // Signal each keeper once its command runs (the keeper has forked it).
     for (sig, child, _) in &keepers {
         let pid = child.id();
-        poll_until(Duration::from_secs(10), "the keeper's command", || {
+        // The command has forked its background child and exec'd `sleep` (a signal that killed
+        // `sh` before the fork would leave nothing to check).
+        poll_until(Duration::from_secs(60), "the keeper's command", || {
             std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-                .is_ok_and(|c| !c.trim().is_empty())
+                .ok()
+                .and_then(|c| c.split_whitespace().next().map(str::to_owned))
+                .and_then(|c| std::fs::read_to_string(format!("/proc/{c}/comm")).ok())
+                .is_some_and(|comm| comm.trim() == "sleep")
         });
         // SAFETY: signalling our own child process.
         assert_eq!(unsafe { libc::kill(pid as i32, *sig) }, 0, "kill {sig}");
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(90);
     for (sig, mut child, file) in keepers {
         poll_until(
             deadline.saturating_duration_since(Instant::now()),
@@ -283,8 +290,10 @@ fn keeper_survives_every_catchable_signal() {
             text.contains("full id: smith-root\n"),
             "signal {sig}: the background child is not smith-root:\n{text}"
         );
-        // The keeper is alive until its last descendant is gone.
-        let _ = child.kill();
+        // The keeper is still there: TERM is forwarded to the command, and the keeper exits
+        // with its status once nothing of it is left.
+        // SAFETY: signalling our own child process.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         let _ = child.wait();
     }
 }
