@@ -140,7 +140,7 @@ impl SmithFs {
     }
 
     /// Rename the registered smith dir `m` (`name` in `from`) to `dst` (docs/PROTOCOL-NOTES.md,
-    /// note 35): allowed to the operator alone, never for the root, while no run in its subtree
+    /// C35): allowed to the operator alone, never for the root, while no run in its subtree
     /// is live (else EBUSY). Directly into a smith's `children/` it is admitted as a mkdir there
     /// would be (PROTOCOL.md §4) and stays a smith dir: the old subtree is unregistered and the
     /// new location registered by scanning it, under new full ids. Anywhere else it becomes
