@@ -152,9 +152,11 @@ struct AgentMount {
 
 impl AgentMount {
     fn init(agent: &str) -> Self {
+        // Under target/tmp, not /tmp: Codex's workspace-write sandbox always lets it write /tmp,
+        // which would hide what its sandbox blocks on a mount anywhere else.
         let tmp = tempfile::Builder::new()
             .prefix("smithfs-agent-")
-            .tempdir()
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
             .expect("tempdir");
         std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755))
             .expect("chmod tempdir");
@@ -360,6 +362,8 @@ fn refused(result: &str) -> bool {
         "not allowed",
         "blocked",
         "not in workspace",
+        "rejected",
+        "read-only file system",
     ]
     .iter()
     .any(|w| r.contains(w))
@@ -402,16 +406,28 @@ fn wait_final(m: &AgentMount, server: &ModelServer, what: &str) -> Duration {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    start.elapsed()
+    let took = start.elapsed();
+    // the root's last run publishes and then still has to exit: let it, before any unmount
+    poll_until(Duration::from_secs(60), "every run to exit", || {
+        let ev = m.events();
+        let count = |name: &str| ev.iter().filter(|e| e["event"] == name).count();
+        count("run.started") == count("run.exited")
+    });
+    took
 }
 
-/// Which layer refused a child's write into `path` (mount-relative): smithfs when its `why`
-/// output names it, else the CLI's own sandbox or permission check.
-fn refused_by(why: &str, path: &str) -> &'static str {
-    if why.contains(path) {
-        "smithfs (EACCES, in why)"
+/// Which layer refused smith `who`'s write into `path` (store-relative): smithfs when the
+/// journal has its `access.denied`, else the CLI's own sandbox or permission check.
+fn refused_by(events: &[Value], who: &str, path: &str) -> &'static str {
+    let by_smithfs = events.iter().any(|e| {
+        e["event"] == "access.denied"
+            && e["smith"] == who
+            && e["path"].as_str().is_some_and(|p| p.starts_with(path))
+    });
+    if by_smithfs {
+        "smithfs (EACCES)"
     } else {
-        "the CLI itself (never reached smithfs)"
+        "the CLI itself"
     }
 }
 
@@ -481,10 +497,25 @@ fn tree_with(cli: &str) {
         "{cli}: the child's copy into its parent's private/ was not reported as refused: {}",
         child[4]
     );
-    let by_outbox = refused_by(&child[5], "outbox/intrusion.md");
-    let by_private = refused_by(&child[5], "private/intrusion.md");
     // the root was woken for its children and published
     let ev = m.events();
+    let by_outbox = refused_by(
+        &ev,
+        "smith-root/smith-001",
+        &format!("{ROOT}/outbox/intrusion.md"),
+    );
+    let by_private = refused_by(
+        &ev,
+        "smith-root/smith-001",
+        &format!("{ROOT}/private/intrusion.md"),
+    );
+    if by_outbox.starts_with("smithfs") || by_private.starts_with("smithfs") {
+        assert!(
+            child[5].contains("intrusion.md"),
+            "{cli}: the child's .smithfs/why does not explain its refused write: {}",
+            child[5]
+        );
+    }
     let woken = ev.iter().any(|e| {
         e["event"] == "run.started" && e["smith"] == "smith-root" && e["wake"] == "children"
     });
@@ -497,6 +528,9 @@ fn tree_with(cli: &str) {
         .filter(|e| e["event"] == "run.started" && e["smith"] == "smith-root/smith-001")
         .count();
     assert_eq!(child_runs, 1, "{cli}: the child ran {child_runs} times");
+    for e in ev.iter().filter(|e| e["event"] == "run.exited") {
+        assert_eq!(e["exit_code"], 0, "{cli}: a run did not exit 0: {e}");
+    }
     assert_eq!(
         m.read("config.json"),
         config,
