@@ -24,7 +24,7 @@ use common::{find_daemon, is_smithfs_mounted, poll_until, process_gone, smithfs,
 use serde_json::Value;
 
 /// How long one tree (root, child, root again) may take from the task to `results/final.md`.
-const TREE_DEADLINE: Duration = Duration::from_secs(150);
+const TREE_DEADLINE: Duration = Duration::from_secs(240);
 
 /// The marker the child publishes and the root passes on (`model_server.py`'s CHILD_MARKER).
 const CHILD_MARKER: &str = "smith-001-marker-7f3a9c";
