@@ -157,7 +157,7 @@ pub struct SchedulerConfig {
 }
 
 /// `limits` in `config.json`: the scaffold's limits (PROTOCOL.md §4, §8) and the open files a
-/// smith may hold in the daemon (docs/PROTOCOL-NOTES.md, note 26).
+/// smith may hold in the daemon (docs/PROTOCOL-NOTES.md, C26).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {

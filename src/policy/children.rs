@@ -1,7 +1,7 @@
 //! The scaffold's admission check for a new child (PROTOCOL.md §4): who may make one, how deep, under
 //! which name, how many. Pure; the caller serialises concurrent mkdirs of one parent and remembers the
 //! highest number used across restarts. The same check admits an idle smith dir the operator moves into
-//! a `children/` (docs/PROTOCOL-NOTES.md, note 35), with the depth of the subtree it brings.
+//! a `children/` (docs/PROTOCOL-NOTES.md, C35), with the depth of the subtree it brings.
 
 use std::ffi::OsStr;
 
@@ -9,7 +9,7 @@ use crate::config::OperatorMode;
 use crate::identity::Identity;
 use crate::policy::rules::{full_id, short, smith_path, Ctx, Denial, Rule};
 use crate::tree::model::SmithIdx;
-use crate::tree::scaffold::{child_name, parse_child_name};
+use crate::tree::scaffold_plan::{child_name, parse_child_name};
 
 /// What the check needs to know of S, the smith a child is made for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -970,7 +970,7 @@ fn section_4_step_4_count() {
 }
 
 /// A smith dir moved into a `children/` brings its subtree: its deepest smith must stay within
-/// max_level (docs/PROTOCOL-NOTES.md, note 35).
+/// max_level (docs/PROTOCOL-NOTES.md, C35).
 #[test]
 fn section_4_step_2_depth_of_a_moved_subtree() {
     let c = rw();
@@ -997,7 +997,7 @@ fn section_4_step_2_depth_of_a_moved_subtree() {
     );
 }
 
-/// PROTOCOL.md §3 structure bullet, the rename of a smith dir (docs/PROTOCOL-NOTES.md, note 35):
+/// PROTOCOL.md §3 structure bullet, the rename of a smith dir (docs/PROTOCOL-NOTES.md, C35):
 /// the operator alone, never the root, while nothing in the subtree is live; into a `children/`
 /// as a mkdir there, elsewhere with the create right; no exchange, no replaced smith dir.
 #[test]

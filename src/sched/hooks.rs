@@ -25,7 +25,7 @@ use crate::sched::runner::{self, BindTo, Launch, Placeholders, RunBinder};
 /// At most this many hooks *of one event* run at once; beyond it a hook is not started and
 /// `hook.exited` says so (a storm of `access.denied` must not fork-bomb the machine). The cap is
 /// per event, so such a storm never keeps the hooks of `result.published` or `run.exited` from
-/// running (docs/PROTOCOL-NOTES-sched.md).
+/// running (docs/PROTOCOL-NOTES.md, part S).
 pub const MAX_LIVE_HOOKS: usize = 32;
 
 /// The configured hooks and what they need to run.
