@@ -63,6 +63,19 @@ fn switches(pid: i32, prefix: &str) -> u64 {
         .sum()
 }
 
+/// `argv` run in the mount bound to smith-root (`smithfs run --smith smith-root`).
+fn as_root_smith(m: &TestMount, argv: &[&str]) -> Run {
+    run(std::process::Command::new(SMITHFS)
+        .args([
+            OsStr::new("run"),
+            OsStr::new("--mount"),
+            m.path().as_os_str(),
+        ])
+        .args(["--smith", "smith-root", "--"])
+        .args(argv)
+        .current_dir(m.path()))
+}
+
 fn uring_mount() -> Option<TestMount> {
     if !is_root() || !UringSwitch::available() {
         eprintln!("skipped: needs root and a kernel with CONFIG_FUSE_IO_URING");
@@ -111,33 +124,11 @@ fn identity_policy_and_passthrough_over_io_uring() {
     // The operator, and a process bound to smith-root: the caller's pid reaches the daemon.
     let who = m.sh_ok("cat .smithfs/whoami");
     assert!(who.contains("operator"), "{who}");
-    let r = run(std::process::Command::new(SMITHFS)
-        .args([
-            OsStr::new("run"),
-            OsStr::new("--mount"),
-            m.path().as_os_str(),
-        ])
-        .args(["--smith", "smith-root", "--", "cat", ".smithfs/whoami"])
-        .current_dir(m.path()));
-    let out = r.expect_ok("whoami as smith-root");
+    let out = as_root_smith(&m, &["cat", ".smithfs/whoami"]).expect_ok("whoami as smith-root");
     assert!(out.contains("smith-root"), "{out}");
     // Policy: a smith cannot write the operator's config (PROTOCOL.md §3) — same errno as on
     // /dev/fuse, and `why` explains it.
-    let r = run(std::process::Command::new(SMITHFS)
-        .args([
-            OsStr::new("run"),
-            OsStr::new("--mount"),
-            m.path().as_os_str(),
-        ])
-        .args([
-            "--smith",
-            "smith-root",
-            "--",
-            "sh",
-            "-c",
-            "echo x >> config.json; cat .smithfs/why",
-        ])
-        .current_dir(m.path()));
+    let r = as_root_smith(&m, &["sh", "-c", "echo x >> config.json; cat .smithfs/why"]);
     assert!(r.stderr.contains("Permission denied"), "{r:?}");
     assert!(
         r.stdout.contains("identity: smith-root") && r.stdout.contains("errno: EACCES"),
@@ -179,18 +170,7 @@ fn sigkilled_daemon_fails_closed() {
     });
     // Requests caught in the rings' teardown end with ECONNABORTED or ECANCELED; then every access
     // is ENOTCONN, as on /dev/fuse. Nothing ever succeeds.
-    poll_until(Duration::from_secs(10), "ENOTCONN", || {
-        let err = std::fs::metadata(m.path().join("config.json")).unwrap_err();
-        let e = err.raw_os_error();
-        assert!(
-            matches!(
-                e,
-                Some(libc::ENOTCONN | libc::ECONNABORTED | libc::ECANCELED)
-            ),
-            "{err}"
-        );
-        e == Some(libc::ENOTCONN)
-    });
+    wait_enotconn(|| std::fs::metadata(m.path().join("config.json")).map(|_| ()));
     let err = std::fs::File::create(m.path().join("new")).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::ENOTCONN), "{err}");
     assert!(is_smithfs_mounted(m.path()));

@@ -303,42 +303,8 @@ impl Dispatcher {
                 Ok(fh) => Reply::Open(fh, 0, 0),
                 Err(e) => err(&e),
             },
-            Request::Readdir { fh, offset, size } => {
-                let mut buf = vec![0u8; size as usize];
-                let mut out = Out::new(&mut buf);
-                let r = fs.readdir(ino, fh, offset, false, |e| {
-                    out.dirent(size as usize, e.ino, e.offset, e.kind, e.name.as_bytes())
-                });
-                let n = out.len();
-                match r {
-                    Ok(()) => {
-                        buf.truncate(n);
-                        Reply::Data(buf)
-                    }
-                    Err(e) => err(&e),
-                }
-            }
-            Request::Readdirplus { fh, offset, size } => {
-                let mut buf = vec![0u8; size as usize];
-                let mut out = Out::new(&mut buf);
-                let r = fs.readdir(ino, fh, offset, true, |e| {
-                    // `SmithFs::readdir` gives every entry its attributes when asked for `plus`.
-                    let Some(a) = e.attr else {
-                        return false;
-                    };
-                    let mut entry = entry_out(&a, ttl_secs(cache_of(e.ino)));
-                    entry.nodeid = e.ino;
-                    out.direntplus(size as usize, &entry, e.offset, e.name.as_bytes())
-                });
-                let n = out.len();
-                match r {
-                    Ok(()) => {
-                        buf.truncate(n);
-                        Reply::Data(buf)
-                    }
-                    Err(e) => err(&e),
-                }
-            }
+            Request::Readdir { fh, offset, size } => listing(fs, ino, fh, offset, size, false),
+            Request::Readdirplus { fh, offset, size } => listing(fs, ino, fh, offset, size, true),
             Request::Releasedir { fh } => empty(fs.releasedir(ino, fh)),
             Request::Fsyncdir { fh, datasync } => empty(fs.fsyncdir(ino, fh, datasync)),
             // With `default_permissions` the kernel checks mode bits itself (PROTOCOL.md §3).
@@ -382,6 +348,33 @@ impl Dispatcher {
             Request::Destroy => Reply::Empty,
             Request::Other(_) => Reply::Error(libc::ENOSYS),
         }
+    }
+}
+
+/// A READDIR (`plus` false) or READDIRPLUS body of at most `size` bytes from `offset`.
+fn listing(fs: &SmithFs, ino: u64, fh: u64, offset: u64, size: u32, plus: bool) -> Reply {
+    let mut buf = vec![0u8; size as usize];
+    let mut out = Out::new(&mut buf);
+    let r = fs.readdir(ino, fh, offset, plus, |e| {
+        let name = e.name.as_bytes();
+        if !plus {
+            return out.dirent(size as usize, e.ino, e.offset, e.kind, name);
+        }
+        // `SmithFs::readdir` gives every entry its attributes when asked for `plus`.
+        let Some(a) = e.attr else {
+            return false;
+        };
+        let mut entry = entry_out(&a, ttl_secs(cache_of(e.ino)));
+        entry.nodeid = e.ino;
+        out.direntplus(size as usize, &entry, e.offset, name)
+    });
+    let n = out.len();
+    match r {
+        Ok(()) => {
+            buf.truncate(n);
+            Reply::Data(buf)
+        }
+        Err(e) => err(&e),
     }
 }
 

@@ -552,18 +552,26 @@ pub struct DevFuseLock {
 
 impl DevFuseLock {
     pub fn acquire() -> Self {
-        use std::os::fd::AsRawFd;
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open("/tmp/smithfs-tests-dev-fuse.lock")
-            .expect("open lock file");
-        // SAFETY: flock on a descriptor we own; blocks until granted, released when `f` closes.
-        let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
-        assert_eq!(rc, 0, "flock: {}", std::io::Error::last_os_error());
-        DevFuseLock { _file: f }
+        DevFuseLock {
+            _file: lock_file("/tmp/smithfs-tests-dev-fuse.lock"),
+        }
     }
+}
+
+/// `flock(LOCK_EX)` on the file at `path` (created if missing), blocking until granted; the lock
+/// lasts as long as the returned file. Serialises tests across nextest processes and threads.
+pub fn lock_file(path: &str) -> std::fs::File {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .expect("open lock file");
+    // SAFETY: flock on a descriptor we own; blocks until granted, released when `f` closes.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(rc, 0, "flock {path}: {}", std::io::Error::last_os_error());
+    f
 }
 
 /// Grants world read/write on `/dev/fuse` while alive and restores the original mode on drop.
@@ -614,6 +622,24 @@ pub fn test_transport() -> Option<&'static str> {
     }
 }
 
+/// After the daemon behind `path` was killed, wait (bounded) until `probe` fails with ENOTCONN;
+/// before that it may fail with ECONNABORTED or ECANCELED (over io_uring, while the kernel
+/// tears the rings down: docs/PROTOCOL-NOTES.md U3), never succeed or fail otherwise.
+pub fn wait_enotconn(mut probe: impl FnMut() -> std::io::Result<()>) {
+    poll_until(Duration::from_secs(10), "ENOTCONN", || {
+        let err = probe().expect_err("a dead mount answered");
+        let e = err.raw_os_error();
+        assert!(
+            matches!(
+                e,
+                Some(libc::ENOTCONN | libc::ECONNABORTED | libc::ECANCELED)
+            ),
+            "{err}"
+        );
+        e == Some(libc::ENOTCONN)
+    });
+}
+
 /// `/sys/module/fuse/parameters/enable_uring`, machine-wide.
 pub const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
 
@@ -636,16 +662,7 @@ impl UringSwitch {
     }
 
     fn set(value: &str) -> Self {
-        use std::os::fd::AsRawFd;
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open("/tmp/smithfs-tests-enable-uring.lock")
-            .expect("open lock file");
-        // SAFETY: flock on a descriptor we own; blocks until granted, released when `f` closes.
-        let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
-        assert_eq!(rc, 0, "flock: {}", std::io::Error::last_os_error());
+        let f = lock_file("/tmp/smithfs-tests-enable-uring.lock");
         let original = std::fs::read_to_string(ENABLE_URING)
             .map(|s| s.trim().to_string())
             .unwrap_or_else(|e| {
