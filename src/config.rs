@@ -144,6 +144,9 @@ pub enum HookEvent {
     RunInterrupted,
     /// `access.denied`
     AccessDenied,
+    /// `fleet.done`: `results/final.md` was written while no run of the tree is live or queued
+    /// (smith `smith-root`, PROTOCOL.md §5).
+    FleetDone,
 }
 
 /// A smith's own `config.json` (PROTOCOL.md §8): only `agent`, merged key by key over the mount-wide one.
@@ -333,7 +336,7 @@ impl SmithConfig {
 
 impl HookEvent {
     /// Every event a hook may be attached to, in §5 order.
-    pub const ALL: [HookEvent; 10] = [
+    pub const ALL: [HookEvent; 11] = [
         HookEvent::SmithCreated,
         HookEvent::TaskAssigned,
         HookEvent::ResultPublished,
@@ -344,6 +347,7 @@ impl HookEvent {
         HookEvent::RunCancelled,
         HookEvent::RunInterrupted,
         HookEvent::AccessDenied,
+        HookEvent::FleetDone,
     ];
 
     /// The journal name, e.g. `result.published`.
@@ -359,6 +363,7 @@ impl HookEvent {
             HookEvent::RunCancelled => "run.cancelled",
             HookEvent::RunInterrupted => "run.interrupted",
             HookEvent::AccessDenied => "access.denied",
+            HookEvent::FleetDone => "fleet.done",
         }
     }
 }

@@ -156,6 +156,11 @@ pub enum FsEvent {
         /// The smith to cancel (with its subtree).
         smith: SmithIdx,
     },
+    /// `retry <full-id>` was written to `ctl` by an authorised identity.
+    Retry {
+        /// The failed or cancelled smith to run again.
+        smith: SmithIdx,
+    },
 }
 
 /// Who resolves identities and binds processes (PROTOCOL.md §2); implemented by the identity
@@ -2126,6 +2131,10 @@ impl SmithFs {
                 "unknown-control",
                 "A process of unknown identity may not open the control files.",
             )),
+            _ if f == ControlFile::DaemonLog && who != Identity::Operator => Some((
+                "control-operator-only",
+                "Only the operator may read .smithfs/daemon.log.",
+            )),
             _ if writing && f != ControlFile::Ctl => Some((
                 "control-read-only",
                 "Only .smithfs/ctl is writable in the control directory.",
@@ -2169,6 +2178,10 @@ impl SmithFs {
                 &backing::read_file(self.state.as_fd(), std::path::Path::new("events.jsonl"))
                     .unwrap_or_default(),
             ),
+            ControlFile::DaemonLog => {
+                backing::read_file(self.state.as_fd(), std::path::Path::new("daemon.log"))
+                    .unwrap_or_default()
+            }
             ControlFile::Ctl => Vec::new(),
         };
         Ok(self.controls.insert(ControlHandle { file: f, data }))
@@ -2202,7 +2215,7 @@ impl SmithFs {
                         errno: Errno::EINVAL,
                         rule: "ctl-syntax",
                         why: format!("{msg}."),
-                        alternative: "Write `bind <full-id>` or `cancel <full-id>`, one per line."
+                        alternative: "Write `bind <full-id>`, `cancel <full-id>` or `retry <full-id>`, one per line."
                             .into(),
                     },
                 ))
@@ -2211,6 +2224,7 @@ impl SmithFs {
         let (verb, full_id) = match &cmd {
             Command::Bind(f) => ("bind", f.clone()),
             Command::Cancel(f) => ("cancel", f.clone()),
+            Command::Retry(f) => ("retry", f.clone()),
         };
         let deny = |d: Denial| self.denied(caller, who, verb, path(), d);
         let Some(smith) = self.registry.by_full_id(&full_id) else {
@@ -2250,7 +2264,7 @@ impl SmithFs {
                 }
                 tracing::info!(pid = caller.pid, smith = %full_id, "process bound");
             }
-            Command::Cancel(_) => {
+            Command::Cancel(_) | Command::Retry(_) => {
                 let allowed = match who {
                     Identity::Operator => true,
                     Identity::Smith(s) => self.registry.is_ancestor(s, smith),
@@ -2261,13 +2275,21 @@ impl SmithFs {
                         errno: Errno::EACCES,
                         rule: "ctl-cancel-ancestor-only",
                         why: format!(
-                            "{} may not cancel {full_id}: only the operator or an ancestor may.",
+                            "{} may not {verb} {full_id}: only the operator or an ancestor may.",
                             self.identity_name(who)
                         ),
-                        alternative: "Cancel your own descendants only.".into(),
+                        alternative: if verb == "retry" {
+                            "Retry your own descendants only.".into()
+                        } else {
+                            "Cancel your own descendants only.".into()
+                        },
                     }));
                 }
-                self.emit(FsEvent::Cancel { smith });
+                self.emit(if verb == "retry" {
+                    FsEvent::Retry { smith }
+                } else {
+                    FsEvent::Cancel { smith }
+                });
             }
         }
         Ok(())

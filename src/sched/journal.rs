@@ -75,6 +75,10 @@ pub struct Event {
     /// Whether a run was scheduled (`task.assigned`, `children.settled`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduled: Option<bool>,
+    /// Why a run ended, for `run.exited` (PROTOCOL.md §5): `exit`, `signal`, `timeout`,
+    /// `cancelled`, `oom`, `spawn_error` or `bad_config`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// What went wrong, in one sentence (a bad smith config, a spawn error, a hook failure).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -191,6 +195,13 @@ pub struct LastRun {
     pub exit_code: Option<i32>,
     /// The signal that killed it, if any.
     pub signal: Option<i32>,
+    /// Why it ended (`run.exited`'s `reason`, PROTOCOL.md §5); null while live or when the
+    /// journal does not say (an interrupted run).
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Its output, `conversations/RUN_ID/messages.log` relative to the mount root (§7).
+    #[serde(default)]
+    pub log: Option<String>,
 }
 
 /// What the journal says about one smith.
@@ -260,8 +271,7 @@ pub fn replay(events: &[Event]) -> (HashMap<String, History>, Vec<OpenRun>) {
                     wake: ev.wake.clone().unwrap_or_default(),
                     started: ev.ts.clone(),
                     ended: None,
-                    exit_code: None,
-                    signal: None,
+                    ..LastRun::default()
                 });
                 open.push(OpenRun {
                     smith: smith.clone(),
@@ -290,6 +300,7 @@ pub fn replay(events: &[Event]) -> (HashMap<String, History>, Vec<OpenRun>) {
                     if ev.event == "run.exited" {
                         lr.exit_code = ev.exit_code;
                         lr.signal = ev.signal;
+                        lr.reason = ev.reason.clone();
                     }
                 }
                 match ev.outcome.as_deref() {

@@ -101,6 +101,7 @@ pub(crate) enum Msg {
         status: Result<std::process::ExitStatus, String>,
     },
     Cancel(SmithIdx),
+    Retry(SmithIdx),
     Shutdown,
 }
 
@@ -220,6 +221,15 @@ impl Scheduler {
         })
     }
 
+    /// Run smith `s` again on its newest task with `SMITH_WAKE=retry` if it is failed or
+    /// cancelled (`smithfs retry`, PROTOCOL.md §6); any other state is left alone. Never blocks.
+    pub fn retry_smith(&self, s: SmithIdx) -> Result<(), CancelError> {
+        self.tx.try_send(Msg::Retry(s)).map_err(|e| match e {
+            TrySendError::Full(_) => CancelError::Busy,
+            TrySendError::Disconnected(_) => CancelError::Stopped,
+        })
+    }
+
     /// Hand an event of the filesystem to the scheduler (never blocks): completions become
     /// triggers, `ctl`'s `cancel` a cancel. For `SmithFs`'s event sink.
     pub fn fs_event(&self, e: FsEvent) {
@@ -238,6 +248,12 @@ impl Scheduler {
             },
             FsEvent::Cancel { smith } => {
                 if self.cancel_smith(smith).is_err() {
+                    self.shared.overflow.store(true, Ordering::SeqCst);
+                }
+                return;
+            }
+            FsEvent::Retry { smith } => {
+                if self.retry_smith(smith).is_err() {
                     self.shared.overflow.store(true, Ordering::SeqCst);
                 }
                 return;
