@@ -449,11 +449,6 @@ impl Exec {
                 }
             }
             Msg::Cancel(s) => self.on_cancel(s),
-            Msg::Retry(s) => {
-                if self.queue.retry(s) {
-                    tracing::info!(smith = ?self.full_id(s), "retry requested");
-                }
-            }
             Msg::Shutdown => {
                 self.shutting_down = true;
                 let live: Vec<SmithIdx> = self.live.keys().copied().collect();
@@ -616,6 +611,12 @@ impl Exec {
                 ev.errno = Some(errno);
                 ev.rule = Some(rule);
                 self.record(ev);
+            }
+            Trigger::Cancel { smith } => self.on_cancel(smith),
+            Trigger::Retry { smith } => {
+                if self.queue.retry(smith) {
+                    tracing::info!(smith = ?self.full_id(smith), "retry requested");
+                }
             }
         }
     }
