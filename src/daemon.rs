@@ -185,6 +185,8 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
         inode_cache = fds.inode_cache,
         identity_cache = fds.identity_cache,
         reserve = fds.reserve,
+        transport = mounted.transport(),
+        queues = mounted.queues(),
         "mounted"
     );
     // Runs work in the mount: the scheduler starts once it is live.

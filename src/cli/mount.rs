@@ -18,6 +18,7 @@ use super::util::{self, MountState};
 use crate::daemon::DaemonOptions;
 use crate::fs::STATE_DIR;
 use crate::fuse::session::SessionOptions;
+use crate::fuse::transport::Transport;
 
 /// Arguments of `smithfs mount`.
 #[derive(Debug, Args)]
@@ -45,6 +46,10 @@ pub struct MountArgs {
     /// Do not use FUSE passthrough for regular files.
     #[arg(long)]
     pub no_passthrough: bool,
+    /// How FUSE requests reach the daemon: io_uring when the kernel offers it (auto: while
+    /// /sys/module/fuse/parameters/enable_uring is on), io-uring (or fail), or dev-fuse.
+    #[arg(long, value_enum, default_value_t = Transport::Auto)]
+    pub transport: Transport,
     /// Log level (tracing filter syntax); default from RUST_LOG, else "info".
     #[arg(long, value_name = "L")]
     pub log_level: Option<String>,
@@ -64,6 +69,7 @@ impl MountArgs {
             session: SessionOptions {
                 allow_other: self.allow_other,
                 passthrough: !self.no_passthrough,
+                transport: self.transport,
             },
             log_level: self.log_level.clone(),
         }

@@ -8,6 +8,9 @@ use std::sync::{Arc, OnceLock, Weak};
 use anyhow::{anyhow, bail, Context, Result};
 use fuser::{MountOption, Session, SessionACL};
 
+use super::dispatch::Dispatcher;
+use super::transport::{self, Negotiated, Transport};
+use super::uring::{self, Rings};
 use super::FuseFs;
 use crate::fs::{AttrCache, SmithFs};
 use crate::sched::Invalidate;
@@ -20,6 +23,8 @@ pub struct SessionOptions {
     /// Ask for FUSE passthrough of regular files (not `--no-passthrough`); granted only to
     /// root (CAP_SYS_ADMIN) by a kernel ≥ 6.9.
     pub passthrough: bool,
+    /// How requests reach the daemon (`--transport`).
+    pub transport: Transport,
 }
 
 /// Kernel cache invalidation through the session's notifier: attributes only from the
@@ -84,6 +89,9 @@ impl Invalidate for KernelCache {
 /// A mounted FUSE session, not yet serving.
 pub struct MountedSession {
     session: Session<FuseFs>,
+    negotiated: Arc<Negotiated>,
+    /// The io_uring queues, when INIT negotiated FUSE over io_uring (already serving).
+    rings: Option<Rings>,
 }
 
 /// Ends a session from another thread (the signal thread).
@@ -129,11 +137,71 @@ pub fn mount(
     };
     config.n_threads = Some(worker_threads());
     config.clone_fd = true;
+    if opts.transport == Transport::IoUring && transport::enable_uring() != Some(true) {
+        bail!(
+            "--transport io-uring: FUSE over io_uring is off; turn it on with `echo 1 > {}` (root, machine-wide) or mount with --transport auto",
+            transport::ENABLE_URING
+        );
+    }
     let _ = kernel.fs.set(Arc::downgrade(&fs));
-    let session = Session::new(FuseFs::new(fs, opts.passthrough && is_root()), dir, &config)
-        .map_err(|e| anyhow!("cannot mount {}: {e}", dir.display()))?;
+    let negotiated = Arc::new(Negotiated::default());
+    let session = Session::new(
+        FuseFs::new(fs.clone(), opts.passthrough && is_root())
+            .with_transport(opts.transport, negotiated.clone()),
+        dir,
+        &config,
+    )
+    .map_err(|e| anyhow!("cannot mount {}: {e}", dir.display()))?;
     let _ = kernel.notifier.set(session.notifier());
-    Ok(MountedSession { session })
+    let rings = negotiated
+        .io_uring()
+        .then(|| start_rings(&session, fs, &negotiated, opts.allow_other));
+    Ok(MountedSession {
+        session,
+        negotiated,
+        rings,
+    })
+}
+
+/// Register the io_uring queues of a session whose INIT negotiated FUSE over io_uring. The
+/// kernel holds every request until all queues are registered, so a failure ends the daemon at
+/// once: the connection is aborted and the mount fails closed (ENOTCONN) instead of hanging.
+fn start_rings(
+    session: &Session<FuseFs>,
+    fs: Arc<SmithFs>,
+    negotiated: &Negotiated,
+    allow_other: bool,
+) -> Rings {
+    use std::os::fd::AsFd;
+    use std::sync::atomic::Ordering::Relaxed;
+    let fail = |e: &dyn std::fmt::Display| -> ! {
+        tracing::error!("cannot serve FUSE over io_uring: {e}");
+        eprintln!("smithfs: cannot serve FUSE over io_uring: {e}");
+        std::process::exit(1);
+    };
+    let dev = session
+        .as_fd()
+        .try_clone_to_owned()
+        .unwrap_or_else(|e| fail(&e));
+    // fuser's SessionACL::Owner, which /dev/fuse requests get, is the daemon's euid.
+    // SAFETY: geteuid has no preconditions.
+    let owner = (!allow_other).then(|| unsafe { libc::geteuid() });
+    let disp = Arc::new(Dispatcher::new(
+        fs,
+        negotiated.passthrough.load(Relaxed),
+        owner,
+        dev,
+    ));
+    let payload = uring::payload_size(
+        negotiated.max_write.load(Relaxed),
+        negotiated.max_pages.load(Relaxed),
+    );
+    let depth = std::env::var("SMITHFS_URING_DEPTH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|d| (1..=64).contains(d))
+        .unwrap_or(uring::DEPTH);
+    uring::start(session.as_fd(), disp, payload, depth).unwrap_or_else(|e| fail(&e))
 }
 
 impl MountedSession {
@@ -147,7 +215,23 @@ impl MountedSession {
     /// # Errors
     /// The session failed (`FUSE session failed: …`).
     pub fn run(self) -> Result<()> {
-        self.session.run().context("FUSE session failed")
+        let served = self.session.run().context("FUSE session failed");
+        if let Some(r) = self.rings {
+            if !r.join(std::time::Duration::from_secs(5)) {
+                tracing::warn!("io_uring queue threads still running after unmount");
+            }
+        }
+        served
+    }
+
+    /// The transport serving requests: `io-uring` or `dev-fuse`.
+    pub fn transport(&self) -> &'static str {
+        self.negotiated.transport_name()
+    }
+
+    /// Number of io_uring queues (0 on `/dev/fuse`).
+    pub fn queues(&self) -> usize {
+        self.rings.as_ref().map_or(0, Rings::queues)
     }
 }
 
