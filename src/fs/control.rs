@@ -24,8 +24,8 @@ pub enum ControlFile {
     Status,
     /// The journal.
     Events,
-    /// The daemon's own log (`.smithfs-state/daemon.log`; operator only): `smithfs logs
-    /// --daemon` while mounted.
+    /// The daemon's own log (`.smithfs-state/daemon.log`): `smithfs logs --daemon` while
+    /// mounted.
     DaemonLog,
 }
 
@@ -78,14 +78,15 @@ impl ControlFile {
     }
 
     /// Permission bits: `ctl` is writable by everyone (each command checks its writer's
-    /// authority), `daemon.log` is the operator's, the rest are read-only.
+    /// authority), the rest are read-only.
     pub fn mode(self) -> u32 {
         match self {
             ControlFile::Ctl => 0o666,
-            ControlFile::DaemonLog => 0o400,
-            ControlFile::Whoami | ControlFile::Why | ControlFile::Status | ControlFile::Events => {
-                0o444
-            }
+            ControlFile::Whoami
+            | ControlFile::Why
+            | ControlFile::Status
+            | ControlFile::Events
+            | ControlFile::DaemonLog => 0o444,
         }
     }
 }
