@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use super::util::{self, MountState};
 use crate::sched::journal::{self, Terminal};
 use crate::sched::view::{SmithRow, StatusDoc};
-use crate::tree::scaffold::{parse_child_name, ROOT_ID};
+use crate::tree::scaffold_plan::{parse_child_name, ROOT_ID};
 
 /// What a reporting command reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
