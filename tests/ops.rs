@@ -5,15 +5,14 @@
 //! unmounted store.
 
 mod common;
-mod msched;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use common::msched::*;
 use common::{poll_until, smithfs, SMITHFS};
-use msched::*;
 use serde_json::{json, Value};
 
 const C1: &str = "smith-root/smith-001";
