@@ -132,9 +132,9 @@ impl SmithFs {
             Some(_) | None => {}
         }
         if let Some(moved) = self.inodes.find(self.inodes.ids.node_id(src_st.st_ino)) {
-            self.completed_at(&to, newname, &moved);
+            self.completed_at(caller, &to, newname, &moved);
         } else if src_st.st_mode & libc::S_IFMT == libc::S_IFREG {
-            self.completed_name(&to, newname);
+            self.completed_name(caller, &to, newname);
         }
         Ok(())
     }

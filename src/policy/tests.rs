@@ -901,6 +901,22 @@ fn section_4_step_3_name() {
             "mkdir smiths/smith-root/children/smith-001/children/smith-002/children/smith-005"
         );
     }
+    // A number beyond every child id (u64 overflow too): `why` says the number is too large.
+    for huge in [
+        "smith-4294967296",
+        "smith-18446744073709551616",
+        "smith-99999999999999999999999",
+    ] {
+        let d = child(sx, f, huge, &c).unwrap_err();
+        assert_eq!(d.errno, Errno::EINVAL, "{huge}");
+        assert!(
+            d.why.contains(
+                "has a number too large for a child id (the largest is smith-4294967295)"
+            ),
+            "{huge}: {}",
+            d.why
+        );
+    }
     for used in ["smith-001", "smith-004", "smith-0004"] {
         let d = child(sx, f, used, &c).unwrap_err();
         assert_eq!(d.errno, Errno::EINVAL, "{used}");
