@@ -51,8 +51,15 @@ pub fn mount_state(dir: &Path) -> MountState {
     match mounted_fs_type(dir) {
         None => MountState::NotMounted,
         // opendir always reaches the daemon (stat may be answered from the kernel's cache).
+        // Over io_uring a request caught while the kernel tears a dead daemon's rings down
+        // ends with ECONNABORTED or ECANCELED instead of ENOTCONN (PROTOCOL-NOTES U3).
         Some(t) if t == FS_TYPE => match std::fs::read_dir(dir) {
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED)) => {
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOTCONN | libc::ECONNABORTED | libc::ECANCELED)
+                ) =>
+            {
                 MountState::Dead
             }
             _ => MountState::Live,
