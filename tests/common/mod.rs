@@ -640,6 +640,15 @@ pub fn wait_enotconn(mut probe: impl FnMut() -> std::io::Result<()>) {
     });
 }
 
+/// The lock every [`UringSwitch`] holds.
+pub const URING_LOCK: &str = "/tmp/smithfs-tests-enable-uring.lock";
+
+/// `enable_uring` as it rests when no test holds the switch (read under its lock).
+pub fn uring_resting_value() -> Option<String> {
+    let _lock = lock_file(URING_LOCK);
+    std::fs::read_to_string(ENABLE_URING).ok()
+}
+
 /// `/sys/module/fuse/parameters/enable_uring`, machine-wide.
 pub const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
 
@@ -662,7 +671,7 @@ impl UringSwitch {
     }
 
     fn set(value: &str) -> Self {
-        let f = lock_file("/tmp/smithfs-tests-enable-uring.lock");
+        let f = lock_file(URING_LOCK);
         let original = std::fs::read_to_string(ENABLE_URING)
             .map(|s| s.trim().to_string())
             .unwrap_or_else(|e| {
