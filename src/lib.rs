@@ -12,3 +12,4 @@ pub mod identity;
 pub mod policy;
 pub mod sched;
 pub mod tree;
+pub mod workspace;

@@ -336,6 +336,7 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
                     .unwrap_or(fds.inode_cache),
                 max_open_per_smith: fds.per_smith,
                 max_open_total: fds.handles,
+                project: config.workspace.enabled(),
             },
             binding.clone(),
         )
@@ -488,6 +489,18 @@ pub fn load_config(
     }
     if let Some(id) = &args.identity {
         config.identity = id.parse().map_err(|e| anyhow!("--identity: {e}"))?;
+    }
+    if config.workspace.enabled() {
+        let project = crate::workspace::PROJECT_GIT;
+        if backing::open_dir_path(root, Path::new(project)).is_err() {
+            bail!(
+                "config.json: workspace: {} has no {project} (`smithfs init --repo PATH` makes it)",
+                dir.display()
+            );
+        }
+        if !is_root() {
+            bail!("config.json: workspace: workspaces need a daemon running as root (it builds a child's workspace in a private mount namespace)");
+        }
     }
     Ok(config)
 }

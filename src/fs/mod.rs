@@ -228,6 +228,9 @@ pub struct FsOptions {
     pub max_open_per_smith: usize,
     /// Open handles everybody together may hold, the operator included (ENFILE beyond).
     pub max_open_total: usize,
+    /// A project exists (PROTOCOL.md §11): every new smith dir gets a `workspace/`, and
+    /// `workspace` is a structure area.
+    pub project: bool,
 }
 
 impl Default for FsOptions {
@@ -241,6 +244,7 @@ impl Default for FsOptions {
             // No practical limit: the daemon sets both from its descriptor plan.
             max_open_per_smith: 1 << 20,
             max_open_total: 1 << 20,
+            project: false,
         }
     }
 }
@@ -433,6 +437,7 @@ impl SmithFs {
             operator: self.opts.operator,
             root: self.registry.root(),
             limits: self.opts.limits,
+            project: self.opts.project,
             names: &names,
         };
         f(&ctx)
@@ -1138,11 +1143,45 @@ impl SmithFs {
             tracing::error!("scaffold of {full_id}: {e}");
             FsError::Backing(Errno::EIO)
         })?;
+        let mut plan = plan;
+        if self.opts.project {
+            plan.entries.extend(
+                crate::workspace::plan_workspace(&full_id).ok_or(FsError::Backing(Errno::EIO))?,
+            );
+        }
+        let children = dir.fd()?;
+        let mount_point = &self.opts.mount_point;
+        let run = crate::workspace::GitRun {
+            cwd: children.as_fd(),
+            detach: (!mount_point.as_os_str().is_empty()).then_some(mount_point.as_path()),
+            creds: Some((caller.uid, caller.gid)),
+        };
+        let started = std::time::Instant::now();
+        let mut finish = |tmp: &CStr| -> backing::SysResult<()> {
+            let ws = std::path::Path::new(OsStr::from_bytes(tmp.to_bytes()))
+                .join(crate::workspace::AREA);
+            let base = crate::workspace::Base::Parent(std::path::Path::new("../workspace"));
+            match crate::workspace::populate(&run, &ws, &full_id, base) {
+                Ok(commit) => {
+                    tracing::info!(smith = %full_id, %commit, ms = started.elapsed().as_millis() as u64, "workspace made");
+                    Ok(())
+                }
+                Err(e) => {
+                    tracing::error!(smith = %full_id, "cannot make the workspace: {e}");
+                    Err(Errno::EIO)
+                }
+            }
+        };
         scaffold::create_smith_dir(
-            dir.fd()?.as_fd(),
+            children.as_fd(),
             &cname,
             &plan,
             Some((caller.uid, caller.gid)),
+            if self.opts.project {
+                Some(&mut finish)
+            } else {
+                None
+            },
         )?;
         let st = backing::stat_at(dir.fd()?.as_fd(), &cname)?;
         let idx = self.registry.register(Some(parent), &id, st.st_ino, None);
@@ -2404,7 +2443,8 @@ pub fn completion(dir: Zone, name: &[u8]) -> Option<FsEvent> {
         | Area::Outbox
         | Area::Conversations
         | Area::Children
-        | Area::Other => None,
+        | Area::Other
+        | Area::Workspace => None,
     }
 }
 
