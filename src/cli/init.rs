@@ -193,9 +193,16 @@ pub fn run(args: InitArgs) -> Result<ExitCode> {
             );
         }
         match project::exclude(p, &dir) {
-            Ok(true) => println!("  added {} to {}/info/exclude", dir.display(), p.git_dir.display()),
+            Ok(true) => println!(
+                "  added {} to {}/info/exclude",
+                dir.display(),
+                p.git_dir.display()
+            ),
             Ok(false) => {}
-            Err(e) => eprintln!("smithfs: warning: cannot add {} to info/exclude: {e}", dir.display()),
+            Err(e) => eprintln!(
+                "smithfs: warning: cannot add {} to info/exclude: {e}",
+                dir.display()
+            ),
         }
     }
     if description.is_some() {
@@ -323,9 +330,8 @@ fn lay_out(
             .map_err(|e| io("smiths/smith-root", e))?;
         return Ok(());
     };
-    plan.entries.extend(
-        workspace::plan_workspace(ROOT_ID).ok_or_else(|| anyhow!("bad root id"))?,
-    );
+    plan.entries
+        .extend(workspace::plan_workspace(ROOT_ID).ok_or_else(|| anyhow!("bad root id"))?);
     let mut failure: Option<String> = None;
     let run = GitRun {
         cwd: smiths.as_fd(),

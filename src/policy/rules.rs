@@ -601,15 +601,27 @@ pub fn decide_linked_rename(id: &Identity, src: &Zone, dst: &Zone, ctx: &Ctx<'_>
 /// zones of its known names allowed it. Fail closed: only the operator and the owner of `zone` —
 /// the zone of the name it was reached by — keep their rights; every other smith gets EACCES
 /// (`links-unseen`), as if the unseen names were in the owner's `private/`. Lookup-class ops stay
-/// free; Unknown gets its usual EACCES.
+/// free; Unknown gets its usual EACCES. Reads in `project.git/` stay allowed to smiths: its
+/// objects share inodes with the user's repository, which no zone holds (PROTOCOL.md §11).
 pub fn decide_unseen_names(id: &Identity, op: Op, zone: &Zone, ctx: &Ctx<'_>) -> Decision {
     match op.class() {
         OpClass::Lookup | OpClass::Getattr | OpClass::Statfs => return Decision::Allow,
         OpClass::Read | OpClass::Write | OpClass::Create | OpClass::Delete => {}
     }
+    let project_read = op.class() == OpClass::Read
+        && matches!(
+            zone,
+            Zone::Outside {
+                area: RootArea::Project,
+                ..
+            }
+        );
     let rule = match id {
         Identity::Operator => return Decision::Allow,
         Identity::Smith(s) if zone.owner() == Some(*s) => return Decision::Allow,
+        // project.git is written only by the operator and smithfs; its objects are hardlinked
+        // with the user's repository by `git clone --local` (PROTOCOL.md §11), not with a zone.
+        Identity::Smith(_) if project_read => return Decision::Allow,
         Identity::Smith(_) => Rule::UnseenNames,
         Identity::Unknown => Rule::UnknownIdentity,
     };

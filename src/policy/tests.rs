@@ -208,7 +208,10 @@ fn workspace_without_a_project_is_an_ordinary_name() {
         &out(RootArea::Project, Inner),
         &rw(),
     ));
-    assert_eq!((d.errno, d.rule), (Errno::EACCES, "project-operator-writes"));
+    assert_eq!(
+        (d.errno, d.rule),
+        (Errno::EACCES, "project-operator-writes")
+    );
     assert!(d.why.contains("project.git/"), "{}", d.why);
 }
 
@@ -678,6 +681,11 @@ fn unseen_names_fail_closed() {
     let agents = out(RootArea::Agents, Inner);
     assert!(!decide_unseen_names(&Identity::Smith(ROOT), Op::Read, &agents, &c).is_allowed());
     assert!(decide_unseen_names(&Identity::Operator, Op::Read, &agents, &c).is_allowed());
+    // project.git's objects are hardlinked with the user's repository (`clone --local`, §11):
+    // every smith reads them; writing stays the operator's.
+    let objects = out(RootArea::Project, Inner);
+    assert!(decide_unseen_names(&Identity::Smith(X), Op::Read, &objects, &c).is_allowed());
+    assert!(!decide_unseen_names(&Identity::Smith(X), Op::Write, &objects, &c).is_allowed());
 }
 
 /// PROTOCOL.md §3, children/: a mkdir in it is the scaffold's (routed by `is_children_dir`), and

@@ -13,6 +13,7 @@
 //! `ctl`'s `cancel` through [`Scheduler::cancel`], and call [`Scheduler::shutdown`] before
 //! unmounting.
 
+mod commit;
 mod exec;
 pub mod hooks;
 pub mod journal;
@@ -99,6 +100,11 @@ pub(crate) enum Msg {
         smith: SmithIdx,
         run_id: String,
         status: Result<std::process::ExitStatus, String>,
+    },
+    /// The auto-commit after a run's exit is over (PROTOCOL.md §11; `commit.rs`).
+    Committed {
+        smith: SmithIdx,
+        run_id: String,
     },
     Cancel(SmithIdx),
     Shutdown,

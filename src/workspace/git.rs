@@ -74,7 +74,11 @@ pub fn overrides(config_names: &str) -> Vec<String> {
             out.push(s);
         }
     };
-    for name in config_names.lines().map(str::trim).filter(|l| !l.is_empty()) {
+    for name in config_names
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+    {
         let Some((section, rest)) = name.split_once('.') else {
             continue;
         };
@@ -127,7 +131,11 @@ pub fn isolate<S: AsRef<OsStr>>(mut cmd: Command, extra: &[S]) -> Command {
 /// followed by `-c X` for each of `extra`.
 pub fn isolated_args(extra: &[String]) -> Vec<String> {
     let mut v = vec!["--no-pager".to_string()];
-    for f in SAFE_FLAGS.iter().map(|s| s.to_string()).chain(extra.iter().cloned()) {
+    for f in SAFE_FLAGS
+        .iter()
+        .map(|s| s.to_string())
+        .chain(extra.iter().cloned())
+    {
         v.push("-c".into());
         v.push(f);
     }
@@ -192,8 +200,14 @@ mod tests {
             ("diff.Evil.Dots.command", &["diff.Evil.Dots.command="]),
             ("diff.external", &["diff.external="]),
             ("merge.ours.driver", &["merge.ours.driver="]),
-            ("credential.https://x.helper", &["credential.https://x.helper="]),
-            ("gpg.ssh.program\ngpg.program", &["gpg.ssh.program=", "gpg.program="]),
+            (
+                "credential.https://x.helper",
+                &["credential.https://x.helper="],
+            ),
+            (
+                "gpg.ssh.program\ngpg.program",
+                &["gpg.ssh.program=", "gpg.program="],
+            ),
         ];
         for (input, want) in rows {
             assert_eq!(overrides(input), want, "{input}");

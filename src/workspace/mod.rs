@@ -82,7 +82,10 @@ pub fn plan_workspace(full_id: &str) -> Option<Vec<PlanEntry>> {
         mode: FILE_MODE,
         content: content.into_bytes(),
     };
-    v.push(file("HEAD", format!("ref: refs/heads/{}\n", branch(full_id))));
+    v.push(file(
+        "HEAD",
+        format!("ref: refs/heads/{}\n", branch(full_id)),
+    ));
     v.push(file("config", config));
     v.push(file("objects/info/alternates", format!("{alt}\n")));
     Some(v)
@@ -134,9 +137,9 @@ impl GitRun<'_> {
             .stderr(Stdio::piped());
         let fd = self.cwd.as_raw_fd();
         let detach = match self.detach {
-            Some(p) => Some(
-                CString::new(p.as_os_str().as_bytes()).map_err(|e| fail(e.to_string()))?,
-            ),
+            Some(p) => {
+                Some(CString::new(p.as_os_str().as_bytes()).map_err(|e| fail(e.to_string()))?)
+            }
             None => None,
         };
         let creds = self.creds;
@@ -245,7 +248,12 @@ pub enum Base<'a> {
 /// commit on [`branch`], `smithfs.base`, the index and the work tree. Returns the base commit.
 ///
 /// Errors: a git step failed (the base is unreadable, the parent's workspace has no `HEAD` commit …).
-pub fn populate(run: &GitRun<'_>, ws: &Path, full_id: &str, base: Base<'_>) -> Result<String, GitError> {
+pub fn populate(
+    run: &GitRun<'_>,
+    ws: &Path,
+    full_id: &str,
+    base: Base<'_>,
+) -> Result<String, GitError> {
     let git_dir = ws.join(".git");
     let mut gd = OsString::from("--git-dir=");
     gd.push(&git_dir);
@@ -256,7 +264,10 @@ pub fn populate(run: &GitRun<'_>, ws: &Path, full_id: &str, base: Base<'_>) -> R
     let none: &[String] = &[];
     let commit = match base {
         Base::Commit(c) => {
-            run.run(none, &[gd.clone(), os("update-ref"), os(&branch_ref), os(c)])?;
+            run.run(
+                none,
+                &[gd.clone(), os("update-ref"), os(&branch_ref), os(c)],
+            )?;
             c.to_string()
         }
         Base::Parent(parent) => {
@@ -277,13 +288,21 @@ pub fn populate(run: &GitRun<'_>, ws: &Path, full_id: &str, base: Base<'_>) -> R
             )?;
             run.run(
                 none,
-                &[gd.clone(), os("rev-parse"), os("--verify"), os("HEAD^{commit}")],
+                &[
+                    gd.clone(),
+                    os("rev-parse"),
+                    os("--verify"),
+                    os("HEAD^{commit}"),
+                ],
             )?
             .trim()
             .to_string()
         }
     };
-    run.run(none, &[gd.clone(), os("config"), os("smithfs.base"), os(&commit)])?;
+    run.run(
+        none,
+        &[gd.clone(), os("config"), os("smithfs.base"), os(&commit)],
+    )?;
     run.run(
         none,
         &[gd, wt, os("read-tree"), os("--reset"), os("-u"), os("HEAD")],

@@ -75,7 +75,12 @@ pub fn check(repo: &Path, rev: &str, dir: &Path) -> Result<Checked, String> {
         .map(PathBuf::from);
     let commit = git_in(
         &repo,
-        &["rev-parse", "--verify", "--quiet", &format!("{rev}^{{commit}}")],
+        &[
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("{rev}^{{commit}}"),
+        ],
     )
     .ok()
     .filter(|c| !c.is_empty())
@@ -87,7 +92,13 @@ pub fn check(repo: &Path, rev: &str, dir: &Path) -> Result<Checked, String> {
     })?;
     let dirty = match (&top, rev) {
         (Some(top), "HEAD") => {
-            let mut args = vec!["status", "--porcelain", "--untracked-files=normal", "--", "."];
+            let mut args = vec![
+                "status",
+                "--porcelain",
+                "--untracked-files=normal",
+                "--",
+                ".",
+            ];
             let exclude;
             if let Ok(rel) = dir_real.strip_prefix(top) {
                 exclude = format!(":(exclude){}", rel.display());
@@ -141,7 +152,11 @@ pub fn make_project_git(c: &Checked, dir: &Path) -> Result<(), String> {
             err.lines().last().unwrap_or("failed")
         ));
     }
-    let has = git_in(&dest, &["cat-file", "-e", &format!("{}^{{commit}}", c.commit)]).is_ok();
+    let has = git_in(
+        &dest,
+        &["cat-file", "-e", &format!("{}^{{commit}}", c.commit)],
+    )
+    .is_ok();
     if !has {
         let spec = format!("+{}:refs/smithfs/base", c.rev);
         let src = c.repo.to_string_lossy().into_owned();
