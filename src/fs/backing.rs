@@ -767,6 +767,9 @@ pub fn open_dir_path(dir: BorrowedFd<'_>, path: &std::path::Path) -> SysResult<O
     }
 }
 
+/// What [`build_tree`] calls with the temporary name before renaming it into place.
+pub type Finish<'a> = dyn FnMut(&CStr) -> SysResult<()> + 'a;
+
 /// Build a directory `name` in `dir` holding `nodes` (parents before children), so that it is
 /// never visible half-made: everything is created under a temporary name, fsynced, and renamed
 /// into place with `RENAME_NOREPLACE` (PROTOCOL.md §4, §9). `owner` (uid, gid), when given,
@@ -782,7 +785,7 @@ pub fn build_tree(
     mode: u32,
     nodes: &[Node<'_>],
     owner: Option<(u32, u32)>,
-    finish: Option<&mut dyn FnMut(&CStr) -> SysResult<()>>,
+    finish: Option<&mut Finish<'_>>,
 ) -> SysResult<()> {
     let tmp = CString::new(format!(
         ".smithfs-new.{}.{}",

@@ -18,7 +18,7 @@ pub fn create_smith_dir(
     name: &CStr,
     plan: &Plan,
     owner: Option<(u32, u32)>,
-    finish: Option<&mut dyn FnMut(&CStr) -> SysResult<()>>,
+    finish: Option<&mut backing::Finish<'_>>,
 ) -> SysResult<()> {
     let nodes: Vec<Node<'_>> = plan
         .entries

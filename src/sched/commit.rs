@@ -237,7 +237,7 @@ fn last_line(out: &str, fallback: &str) -> String {
     let lines = || out.lines().map(str::trim).filter(|l| !l.is_empty());
     lines()
         .find(|l| l.starts_with("fatal:") || l.starts_with("error:"))
-        .or_else(|| lines().last())
+        .or_else(|| lines().next_back())
         .map_or_else(|| fallback.to_string(), str::to_string)
 }
 
