@@ -20,7 +20,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use crate::config::Config;
 use crate::fs::{backing, BindError, FsOptions, Identities, Links, SmithFs, STATE_DIR};
 use crate::fuse::session::{self, KernelCache, SessionOptions};
-use crate::identity::resolve::{IdentityError, Resolver};
+use crate::identity::resolve::Resolver;
 use crate::sched::runner::BindTo;
 use crate::sched::{Link, RunBinder, SchedCtx, Scheduler};
 use crate::tree::model::SmithIdx;
@@ -392,18 +392,8 @@ impl Identities for Binding {
     fn bind(&self, pid: u32, smith: SmithIdx) -> Result<(), BindError> {
         self.0.bind(pid, smith).map_err(|e| {
             tracing::warn!("bind of {pid}: {e}");
-            let errno = match e {
-                IdentityError::NoSuchProcess(_) => nix::errno::Errno::ESRCH,
-                IdentityError::UnknownSmith(_) => nix::errno::Errno::ENOENT,
-                IdentityError::AlreadyBound { .. } => nix::errno::Errno::EBUSY,
-                IdentityError::NoCgroup(_)
-                | IdentityError::PidfdUnsupported(_)
-                | IdentityError::Conflict { .. }
-                | IdentityError::BadFullId(_)
-                | IdentityError::Io { .. } => nix::errno::Errno::EIO,
-            };
             BindError {
-                errno,
+                errno: e.errno(),
                 reason: e.to_string(),
             }
         })
@@ -433,15 +423,11 @@ impl RunBinder for Binding {
     }
 
     fn bind_pid(&self, pid: u32, smith: SmithIdx) -> std::io::Result<()> {
-        self.0
-            .bind(pid, smith)
-            .map_err(|e| std::io::Error::other(e.to_string()))
+        self.0.bind(pid, smith).map_err(std::io::Error::other)
     }
 
     fn bind_operator_pid(&self, pid: u32) -> std::io::Result<()> {
-        self.0
-            .bind_operator(pid)
-            .map_err(|e| std::io::Error::other(e.to_string()))
+        self.0.bind_operator(pid).map_err(std::io::Error::other)
     }
 
     fn kill_smith(&self, smith: SmithIdx, sig: i32) {

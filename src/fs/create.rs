@@ -5,8 +5,6 @@ use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
-use nix::errno::Errno;
-
 use super::creds::as_caller;
 use super::error::{FsError, FsResult};
 use super::inode::Inode;
@@ -31,7 +29,7 @@ impl SmithFs {
         label: &str,
     ) -> FsResult<(Arc<Inode>, CString)> {
         if control::is_virtual(parent) || Self::reserved(parent, name) {
-            return Err(self.refuse_reserved(caller, who, label, parent, name, Errno::EPERM));
+            return Err(self.refuse_reserved(caller, who, label, parent, name));
         }
         let dir = self.inodes.get(parent)?;
         let cname = Self::name_in(name)?;
@@ -99,12 +97,9 @@ impl SmithFs {
         let family_lock = self.registry.family(parent);
         let _serial = family_lock.lock();
         if backing::stat_at(dir.fd()?.as_fd(), &cname).is_ok() {
-            return Err(FsError::Backing(Errno::EEXIST));
+            return Err(FsError::Exists);
         }
-        let info = self
-            .registry
-            .get(parent)
-            .ok_or(FsError::Backing(Errno::ENOENT))?;
+        let info = self.registry.get(parent).ok_or(FsError::UnknownSmith)?;
         let family = Family {
             parent,
             parent_level: info.level,
@@ -127,7 +122,7 @@ impl SmithFs {
         )
         .map_err(|e| {
             tracing::error!("scaffold of {full_id}: {e}");
-            FsError::Backing(Errno::EIO)
+            FsError::Scaffold
         })?;
         let mut plan = plan;
         if self.opts.project {
@@ -194,8 +189,7 @@ impl SmithFs {
     ) -> FsResult<Attr> {
         let who = self.identify(caller);
         let (dir, cname) = self.creating(caller, who, parent, name, NewKind::Symlink, "symlink")?;
-        let ctarget =
-            CString::new(target.as_bytes()).map_err(|_| FsError::Backing(Errno::EINVAL))?;
+        let ctarget = CString::new(target.as_bytes()).map_err(|_| FsError::BadName)?;
         {
             let _cred = as_caller(caller)?;
             backing::symlink(&ctarget, dir.fd()?.as_fd(), &cname)?;
@@ -217,14 +211,7 @@ impl SmithFs {
             || control::is_virtual(newparent)
             || Self::reserved(newparent, newname)
         {
-            return Err(self.refuse_reserved(
-                caller,
-                who,
-                "link",
-                newparent,
-                newname,
-                Errno::EPERM,
-            ));
+            return Err(self.refuse_reserved(caller, who, "link", newparent, newname));
         }
         let inode = self.inodes.get(ino)?;
         let dir = self.inodes.get(newparent)?;

@@ -357,7 +357,7 @@ impl SmithFs {
         identities: Arc<dyn Identities>,
         links: Links,
     ) -> FsResult<SmithFs> {
-        let state_name = CString::new(STATE_DIR).map_err(|_| FsError::Backing(Errno::EINVAL))?;
+        let state_name = CString::new(STATE_DIR).map_err(|_| FsError::BadName)?;
         let state = backing::ensure_dir(root.as_fd(), &state_name, 0o700)?;
         let registry = Arc::new(Registry::new());
         let highest = scan::load_highest(state.as_fd());

@@ -4,8 +4,6 @@ use std::ffi::OsStr;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 
-use nix::errno::Errno;
-
 use super::error::{FsError, FsResult};
 use super::{backing, control, Caller, SmithFs};
 use crate::policy::{Op, Removal};
@@ -18,10 +16,10 @@ impl SmithFs {
         if control::is_virtual(parent) {
             let who = self.identify(caller);
             let op = if is_dir { "rmdir" } else { "unlink" };
-            return Err(self.refuse_reserved(caller, who, op, parent, name, Errno::EPERM));
+            return Err(self.refuse_reserved(caller, who, op, parent, name));
         }
         if Self::reserved(parent, name) {
-            return Err(FsError::Reserved(Errno::ENOENT));
+            return Err(FsError::Hidden);
         }
         let who = self.identify(caller);
         let dir = self.inodes.get(parent)?;
