@@ -126,9 +126,8 @@ impl SmithFs {
         })?;
         let mut plan = plan;
         if self.opts.project {
-            plan.entries.extend(
-                crate::workspace::plan_workspace(&full_id).ok_or(FsError::Backing(Errno::EIO))?,
-            );
+            plan.entries
+                .extend(crate::workspace::plan_workspace(&full_id).ok_or(FsError::Scaffold)?);
         }
         let children = dir.fd()?;
         let mount_point = &self.opts.mount_point;
@@ -149,7 +148,7 @@ impl SmithFs {
                 }
                 Err(e) => {
                     tracing::error!(smith = %full_id, "cannot make the workspace: {e}");
-                    Err(Errno::EIO)
+                    Err(nix::errno::Errno::EIO)
                 }
             }
         };
