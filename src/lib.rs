@@ -4,6 +4,8 @@
 //! Layering (see `STYLE.md`): `cli → {fuse, sched}`, `fuse → fs → {policy, identity, tree}`.
 //! The pure modules (`policy`, `identity::procfs`, `tree::model`, `config`) import only types.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod cli;
 pub mod config;
 pub mod daemon;

@@ -1,11 +1,11 @@
 //! User hooks (PROTOCOL.md §5, §8): the event's journal line on stdin, placeholders filled, a
 //! timeout, and never a delay for runs; plus triggers handed in by the fs.
 
-mod sched_common;
+mod common;
 
 use std::time::{Duration, Instant};
 
-use sched_common::*;
+use common::sched::*;
 use smithfs::config::HookEvent;
 use smithfs::sched::Trigger;
 

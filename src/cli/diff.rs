@@ -12,7 +12,7 @@ use anyhow::{anyhow, bail, Result};
 
 use super::util::resolve_mount;
 use crate::config::Config;
-use crate::tree::scaffold::smith_dir_rel;
+use crate::tree::scaffold_plan::smith_dir_rel;
 use crate::workspace::{self, git};
 
 /// Arguments of `smithfs diff`.

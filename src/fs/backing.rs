@@ -150,6 +150,7 @@ const OPEN_FLAGS: i32 = libc::O_ACCMODE
 ///
 /// `flags` are `open(2)` flags; `O_NOFOLLOW | O_CLOEXEC` are always added.
 pub fn open_beneath(dir: BorrowedFd<'_>, name: &CStr, flags: i32, mode: u32) -> SysResult<OwnedFd> {
+    // SAFETY: a plain C struct of integers, for which all-zero bytes are a valid value.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     // openat2 refuses unknown flag bits and mode bits beyond 07777 (FUSE passes both).
     let flags = flags & OPEN_FLAGS;
@@ -198,6 +199,7 @@ pub fn reopen(fd: BorrowedFd<'_>, flags: i32) -> SysResult<OwnedFd> {
 
 /// `fstatat(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)`: the attributes of a held inode.
 pub fn stat(fd: BorrowedFd<'_>) -> SysResult<libc::stat> {
+    // SAFETY: a plain C struct of integers, for which all-zero bytes are a valid value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `st` is a valid out-pointer; the empty path is NUL-terminated.
     cvt(unsafe {
@@ -213,6 +215,7 @@ pub fn stat(fd: BorrowedFd<'_>) -> SysResult<libc::stat> {
 
 /// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`.
 pub fn stat_at(dir: BorrowedFd<'_>, name: &CStr) -> SysResult<libc::stat> {
+    // SAFETY: a plain C struct of integers, for which all-zero bytes are a valid value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: valid out-pointer and NUL-terminated name.
     cvt(unsafe {
@@ -228,6 +231,7 @@ pub fn stat_at(dir: BorrowedFd<'_>, name: &CStr) -> SysResult<libc::stat> {
 
 /// `fstatfs` on a held inode.
 pub fn statfs(fd: BorrowedFd<'_>) -> SysResult<libc::statvfs> {
+    // SAFETY: a plain C struct of integers, for which all-zero bytes are a valid value.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: valid out-pointer.
     cvt(unsafe { libc::fstatvfs(fd.as_raw_fd(), &mut st) })?;

@@ -8,13 +8,13 @@ use std::sync::Arc;
 use super::creds::as_caller;
 use super::error::{FsError, FsResult};
 use super::inode::Inode;
-use super::{backing, control, scaffold, scan, Attr, Caller, SmithFs};
+use super::{backing, control, rebuild, scaffold_write, Attr, Caller, SmithFs};
 use crate::identity::Identity;
 use crate::policy::{
     check_new_child, decide_link, Area, Decision, Depth, Family, NewKind, Op, Zone,
 };
 use crate::tree::model::SmithIdx;
-use crate::tree::scaffold::plan_smith;
+use crate::tree::scaffold_plan::plan_smith;
 use crate::trigger::Trigger;
 
 impl SmithFs {
@@ -152,7 +152,7 @@ impl SmithFs {
                 }
             }
         };
-        scaffold::create_smith_dir(
+        scaffold_write::create_smith_dir(
             children.as_fd(),
             &cname,
             &plan,
@@ -166,7 +166,7 @@ impl SmithFs {
         let st = backing::stat_at(dir.fd()?.as_fd(), &cname)?;
         let idx = self.registry.register(Some(parent), &id, st.st_ino, None);
         self.registry.note_child_number(parent, number);
-        if let Err(e) = scan::save_highest(self.state.as_fd(), &self.registry) {
+        if let Err(e) = rebuild::save_highest(self.state.as_fd(), &self.registry) {
             tracing::error!("cannot remember child numbers: {e}");
         }
         self.identities.register_smith(idx, &full_id);

@@ -12,8 +12,8 @@ pub mod control;
 pub mod error;
 pub mod handle;
 pub mod inode;
-pub mod scaffold;
-pub mod scan;
+pub mod rebuild;
+pub mod scaffold_write;
 mod why;
 
 mod completion;
@@ -360,9 +360,9 @@ impl SmithFs {
         let state_name = CString::new(STATE_DIR).map_err(|_| FsError::BadName)?;
         let state = backing::ensure_dir(root.as_fd(), &state_name, 0o700)?;
         let registry = Arc::new(Registry::new());
-        let highest = scan::load_highest(state.as_fd());
-        scan::scan(root.as_fd(), &registry, &highest)?;
-        let removed = scan::remove_crash_leftovers(root.as_fd(), &registry);
+        let highest = rebuild::load_highest(state.as_fd());
+        rebuild::scan(root.as_fd(), &registry, &highest)?;
+        let removed = rebuild::remove_crash_leftovers(root.as_fd(), &registry);
         if removed > 0 {
             tracing::info!(removed, "removed the temporary names a crash left");
         }

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use super::error::{FsError, FsResult};
 use super::inode::Inode;
-use super::{backing, control, scan, Caller, Dest, MovedSmith, SmithFs};
+use super::{backing, control, rebuild, Caller, Dest, MovedSmith, SmithFs};
 use crate::identity::Identity;
 use crate::policy::{
     self, decide_linked_rename, decide_rename, decide_smith_dir_move, Area, Decision, Depth,
@@ -240,7 +240,7 @@ impl SmithFs {
         let mut registered = Vec::new();
         if let (Some(f), Some(n)) = (&family, number) {
             let scanned = dst.dir.fd().and_then(|fd| {
-                scan::scan_moved(fd.as_fd(), dst.cname, f.parent, &self.registry, &carried)
+                rebuild::scan_moved(fd.as_fd(), dst.cname, f.parent, &self.registry, &carried)
                     .map_err(FsError::Backing)
             });
             match scanned {
@@ -251,7 +251,7 @@ impl SmithFs {
                 ),
             }
             self.registry.note_child_number(f.parent, n);
-            if let Err(e) = scan::save_highest(self.state.as_fd(), &self.registry) {
+            if let Err(e) = rebuild::save_highest(self.state.as_fd(), &self.registry) {
                 tracing::error!("cannot remember child numbers: {e}");
             }
         }

@@ -56,7 +56,7 @@ pub fn own_cgroup_dir(mounts: &[MountInfo], own: &Cgroups) -> Option<PathBuf> {
 /// `smith-root.smith-001`). `None` if `full_id` is not `smith-root(/smith-NNN)*`, so a name can
 /// never be `.`, `..`, contain `/` or collide with [`OPERATOR_CGROUP`].
 pub fn smith_cgroup_name(full_id: &str) -> Option<String> {
-    crate::tree::scaffold::smith_dir_rel(full_id)?;
+    crate::tree::scaffold_plan::smith_dir_rel(full_id)?;
     Some(full_id.replace('/', "."))
 }
 

@@ -9,7 +9,7 @@ use crate::config::OperatorMode;
 use crate::identity::Identity;
 use crate::policy::rules::{full_id, short, smith_path, Ctx, Denial, Rule};
 use crate::tree::model::SmithIdx;
-use crate::tree::scaffold::{child_name, parse_child_name};
+use crate::tree::scaffold_plan::{child_name, parse_child_name};
 
 /// What the check needs to know of S, the smith a child is made for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

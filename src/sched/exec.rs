@@ -20,7 +20,7 @@ use super::hooks::Hooks;
 use super::journal::{self, Event, Journal, LastRun, OpenRun, Terminal};
 use super::queue::{Base, Note, Outcome, Queue, RunEnd, Wake};
 use super::runner::{self, BindTo, Launch, Meta, Placeholders, RunBinder, RunDir};
-use super::{scan, time, Invalidate, Msg, SchedCtx, Shared, Trigger};
+use super::{store_facts, time, Invalidate, Msg, SchedCtx, Shared, Trigger};
 use crate::config::{AgentConfig, Config, SmithConfig};
 use crate::fs::backing;
 use crate::tree::model::SmithIdx;
@@ -222,7 +222,7 @@ impl Exec {
             };
         };
         let rel = info.rel_dir();
-        let task = scan::newest_task(self.root.as_fd(), &rel)
+        let task = store_facts::newest_task(self.root.as_fd(), &rel)
             .map(|(n, _)| self.in_mount(&format!("{rel}/inbox/{n}")))
             .unwrap_or_default();
         Placeholders {
@@ -254,7 +254,8 @@ impl Exec {
     // ----- start-up (§6, §9) -------------------------------------------------------------
 
     fn startup(&mut self, resume: bool) {
-        if let Err(e) = crate::fs::scan::scan(self.root.as_fd(), &self.registry, &HashMap::new()) {
+        if let Err(e) = crate::fs::rebuild::scan(self.root.as_fd(), &self.registry, &HashMap::new())
+        {
             tracing::warn!("cannot scan the smith tree: {e}");
         }
         let events = Journal::read(self.state.as_fd()).unwrap_or_else(|e| {
@@ -268,7 +269,7 @@ impl Exec {
         }
         for info in &all {
             let h = hist.get(&info.full_id).cloned().unwrap_or_default();
-            let has_result = scan::has_result(self.root.as_fd(), &info.rel_dir());
+            let has_result = store_facts::has_result(self.root.as_fd(), &info.rel_dir());
             let base = if has_result {
                 Base::Done
             } else {
@@ -537,7 +538,7 @@ impl Exec {
                     return;
                 };
                 let rel = info.rel_dir();
-                let arrived = scan::task_time(self.root.as_fd(), &rel, &file);
+                let arrived = store_facts::task_time(self.root.as_fd(), &rel, &file);
                 let rec = self.recs.entry(smith).or_default();
                 // The rescan found this very write first (at start-up or after a dropped
                 // trigger) and journaled it: its trigger is the same assignment.
@@ -586,7 +587,7 @@ impl Exec {
                 self.record(ev);
                 // A moved smith has no history under its new full id: its state comes from its
                 // files (done with a result, else idle). The move itself starts no run.
-                if moved && scan::has_result(self.root.as_fd(), &info.rel_dir()) {
+                if moved && store_facts::has_result(self.root.as_fd(), &info.rel_dir()) {
                     self.queue.set_base(smith, Base::Done);
                     if let Some(r) = self.recs.get_mut(&smith) {
                         r.has_result = true;
@@ -645,9 +646,11 @@ impl Exec {
             return false;
         };
         let rel = info.rel_dir();
-        match scan::result_time(self.root.as_fd(), &rel) {
+        match store_facts::result_time(self.root.as_fd(), &rel) {
             None => true,
-            Some(r) => scan::newest_task(self.root.as_fd(), &rel).is_some_and(|(_, t)| t > r),
+            Some(r) => {
+                store_facts::newest_task(self.root.as_fd(), &rel).is_some_and(|(_, t)| t > r)
+            }
         }
     }
 
@@ -656,14 +659,14 @@ impl Exec {
             return;
         };
         let rel = info.rel_dir();
-        let has_result = scan::has_result(self.root.as_fd(), &rel);
+        let has_result = store_facts::has_result(self.root.as_fd(), &rel);
         if let Some(r) = self.recs.get_mut(&s) {
             r.has_result = has_result;
         }
         if has_result {
             return;
         }
-        let Some((name, arrived)) = scan::newest_task(self.root.as_fd(), &rel) else {
+        let Some((name, arrived)) = store_facts::newest_task(self.root.as_fd(), &rel) else {
             return;
         };
         let last = self.recs.get(&s).and_then(|r| r.last_start);
@@ -686,7 +689,7 @@ impl Exec {
 
     /// Re-derive everything from the files after dropped triggers.
     fn rescan_all(&mut self) {
-        let _ = crate::fs::scan::scan(self.root.as_fd(), &self.registry, &HashMap::new());
+        let _ = crate::fs::rebuild::scan(self.root.as_fd(), &self.registry, &HashMap::new());
         let all = self.registry.all();
         for info in &all {
             self.ensure_known(info.idx);
@@ -720,7 +723,7 @@ impl Exec {
         {
             return;
         }
-        match scan::copy_final(self.root.as_fd()) {
+        match store_facts::copy_final(self.root.as_fd()) {
             Ok(Some(results_ino)) => self.invalidate.entry(results_ino, OsStr::new("final.md")),
             Ok(None) => {}
             Err(e) => tracing::error!("cannot copy the root's result to results/final.md: {e}"),
@@ -968,7 +971,7 @@ impl Exec {
             .get(s)
             .map(|i| i.rel_dir())
             .unwrap_or_default();
-        let has_result = scan::has_result(self.root.as_fd(), &rel);
+        let has_result = store_facts::has_result(self.root.as_fd(), &rel);
         let outcome = self
             .queue
             .exited(s, RunEnd::NotStarted, has_result, retries);
@@ -1065,7 +1068,7 @@ impl Exec {
             .get(s)
             .map(|i| i.rel_dir())
             .unwrap_or_default();
-        let has_result = scan::has_result(self.root.as_fd(), &rel);
+        let has_result = store_facts::has_result(self.root.as_fd(), &rel);
         if let Some(r) = self.recs.get_mut(&s) {
             r.has_result = has_result;
         }

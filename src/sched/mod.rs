@@ -19,8 +19,8 @@ pub mod journal;
 pub mod queue;
 pub mod reaper;
 pub mod runner;
-pub mod scan;
 pub mod spawn;
+pub mod store_facts;
 pub mod view;
 
 use std::ffi::OsStr;

@@ -18,7 +18,7 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use crate::tree::scaffold::{smith_dir_rel, PlanEntry, DIR_MODE, FILE_MODE};
+use crate::tree::scaffold_plan::{smith_dir_rel, PlanEntry, DIR_MODE, FILE_MODE};
 
 /// The area's name in a smith dir (PROTOCOL.md §1).
 pub const AREA: &str = "workspace";

@@ -11,7 +11,7 @@ use std::path::Path;
 use super::backing::{self, SysResult};
 use crate::tree::model::SmithIdx;
 use crate::tree::registry::Registry;
-use crate::tree::scaffold::{parse_child_name, ROOT_ID};
+use crate::tree::scaffold_plan::{parse_child_name, ROOT_ID};
 
 /// The file in `.smithfs-state/` that remembers each smith's highest child number.
 pub const CHILDREN_FILE: &str = "children.json";
