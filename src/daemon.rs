@@ -148,7 +148,8 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
     crate::sched::reaper::start();
     tracing::info!(mode = resolver.mode().as_str(), "identity resolution");
     // The scheduler's queue and the kernel cache, before the filesystem that feeds them.
-    let link = Link::open(state.as_fd()).context("cannot start the scheduler")?;
+    let link = Link::open(state.as_fd(), config.journal.rotation())
+        .context("cannot start the scheduler")?;
     let kernel = KernelCache::new();
     let fs = Arc::new(
         SmithFs::with_links(

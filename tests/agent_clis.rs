@@ -676,3 +676,19 @@ fn init_agent_command_runs_any_program_with_its_placeholders() {
     assert_eq!(m.read("results/final.md"), "smith-root level 0 wake task\n");
     m.umount();
 }
+
+/// `tests/agent_configs.sh`: every shipped config against stand-ins that accept only the flags
+/// each CLI documents (docs/AGENTS.md §3), so a config change the real tests above do not
+/// exercise (an undocumented flag, an unknown placeholder) still fails in CI.
+#[test]
+fn shipped_configs_pass_the_stand_in_checks() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agent_configs.sh");
+    let r = common::run(Command::new("bash").arg(&script));
+    assert!(
+        r.ok() && r.stdout.contains("0 failed"),
+        "tests/agent_configs.sh: exit {:?}\n{}\n{}",
+        r.code,
+        r.stdout,
+        r.stderr
+    );
+}

@@ -464,7 +464,7 @@ fn cancel_stops_the_subtree_and_settles_it() {
 }
 
 /// §3: the operator may rename a smith dir only while no run in its subtree is live — EBUSY
-/// otherwise, as for `rm -rf` — and then it moves (docs/PROTOCOL-NOTES.md, note 35). Moved into
+/// otherwise, as for `rm -rf` — and then it moves (docs/PROTOCOL-NOTES.md, C35). Moved into
 /// a `children/`, it is shown under its new full id with its state from its files.
 #[test]
 fn smith_dir_move_is_ebusy_while_a_run_in_its_subtree_is_live() {

@@ -229,7 +229,7 @@ impl SmithFs {
         self.enforce(caller, who, d, "link", || self.child_path(&dir, newname))?;
         backing::link(inode.fd()?.as_fd(), dir.fd()?.as_fd(), &cname)?;
         let (linked, attr) = self.lookup_in(&dir, &cname)?;
-        self.completed_at(&dir, newname, &linked);
+        self.completed_at(caller, &dir, newname, &linked);
         Ok(attr)
     }
 }

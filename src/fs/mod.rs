@@ -2,9 +2,12 @@
 //! `FsResult<…>`. The FUSE glue (`crate::fuse`) translates requests into these calls, so every
 //! operation can be exercised without a kernel.
 //!
-//! Every operation that reaches the daemon calls [`SmithFs::check`] exactly once per object it
-//! touches (PROTOCOL.md §3); requests that carry a file handle are judged by the handle's
-//! recorded opener (PROTOCOL.md §2).
+//! Every operation that reaches the daemon is judged once per object it touches by a
+//! `policy::decide*` function (through `zones.rs`, PROTOCOL.md §3) and only enforced here;
+//! requests that carry a file handle are judged by the handle's recorded opener (PROTOCOL.md
+//! §2). One file per job: `zones` (zones, hard-link names), `deny` (denial records, open-file
+//! budgets), `ctl` (control files and commands), `creds` (caller credentials), and one per
+//! family of operations: `entries`, `create`, `remove`, `rename`, `io`, `dir`, `xattr`.
 
 pub mod backing;
 pub mod budget;

@@ -132,15 +132,15 @@ impl SmithFs {
             Some(_) | None => {}
         }
         if let Some(moved) = self.inodes.find(self.inodes.ids.node_id(src_st.st_ino)) {
-            self.completed_at(&to, newname, &moved);
+            self.completed_at(caller, &to, newname, &moved);
         } else if src_st.st_mode & libc::S_IFMT == libc::S_IFREG {
-            self.completed_name(&to, newname);
+            self.completed_name(caller, &to, newname);
         }
         Ok(())
     }
 
     /// Rename the registered smith dir `m` (`name` in `from`) to `dst` (docs/PROTOCOL-NOTES.md,
-    /// note 35): allowed to the operator alone, never for the root, while no run in its subtree
+    /// C35): allowed to the operator alone, never for the root, while no run in its subtree
     /// is live (else EBUSY). Directly into a smith's `children/` it is admitted as a mkdir there
     /// would be (PROTOCOL.md §4) and stays a smith dir: the old subtree is unregistered and the
     /// new location registered by scanning it, under new full ids. Anywhere else it becomes

@@ -2,7 +2,7 @@
 //! the cgroups smithfs creates, and the few operations on them (move a process in, list, signal,
 //! kill, remove).
 //!
-//! Layout (flat; see `docs/PROTOCOL-NOTES-identity.md`):
+//! Layout (flat; see `docs/PROTOCOL-NOTES.md, part I`):
 //! ```text
 //! <cgroup2 mount><the daemon's own cgroup>/smithfs-<daemon pid>/   the parent, created by the daemon
 //!     smith-root/                      one per registered smith: the full id with `/` → `.`

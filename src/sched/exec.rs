@@ -95,6 +95,8 @@ pub(crate) struct Exec {
     /// Told once the first status (the journal's history) is published; taken then.
     ready: Option<SyncSender<()>>,
     shutting_down: bool,
+    /// Inbox paths journaled as `task.ignored` (each once per daemon).
+    ignored: std::collections::HashSet<String>,
 }
 
 fn signal_group(pgid: i32, sig: i32) {
@@ -155,6 +157,7 @@ impl Exec {
             tx,
             ready: Some(ready),
             shutting_down: false,
+            ignored: Default::default(),
         })
     }
 
@@ -258,11 +261,12 @@ impl Exec {
         {
             tracing::warn!("cannot scan the smith tree: {e}");
         }
-        let events = Journal::read(self.state.as_fd()).unwrap_or_else(|e| {
-            tracing::error!("cannot read the journal: {e}");
-            Vec::new()
-        });
-        let (hist, open) = journal::replay(&events);
+        // The snapshot of rotated-away lines plus every journal file (PROTOCOL.md §7).
+        let journal::Replay { hist, open } =
+            journal::load(self.state.as_fd()).unwrap_or_else(|e| {
+                tracing::error!("cannot read the journal: {e}");
+                journal::Replay::default()
+            });
         let all = self.registry.all();
         for info in &all {
             self.queue.add(info.idx, info.parent);
@@ -425,6 +429,10 @@ impl Exec {
                 }
             }
         }
+        if self.shared.denials.lock().pending() {
+            // A suppressed count is journaled soon after its second ends.
+            consider(now + Duration::from_millis(250));
+        }
         next.map(|t| t.saturating_duration_since(now))
     }
 
@@ -462,6 +470,14 @@ impl Exec {
     }
 
     fn tick(&mut self) {
+        let done = self
+            .shared
+            .denials
+            .lock()
+            .flush(super::denials::now_second());
+        for d in done {
+            self.record_suppressed(d);
+        }
         let now = Instant::now();
         let smiths: Vec<SmithIdx> = self.live.keys().copied().collect();
         for s in smiths {
@@ -618,8 +634,37 @@ impl Exec {
                 ev.rule = Some(rule);
                 self.record(ev);
             }
+            Trigger::DenialsSuppressed(d) => self.record_suppressed(d),
+            Trigger::TaskIgnored {
+                smith,
+                file,
+                reason,
+            } => {
+                let Some(info) = self.registry.get(smith) else {
+                    return;
+                };
+                let path = format!("{}/inbox/{file}", info.rel_dir());
+                // Once per name (PROTOCOL.md §5): rewriting it says nothing new.
+                if !self.ignored.insert(path.clone()) {
+                    return;
+                }
+                let mut ev = self.ev("task.ignored", smith);
+                ev.path = Some(path);
+                ev.reason = Some(format!("the name {reason}"));
+                self.record(ev);
+            }
             Trigger::Cancel { smith } => self.on_cancel(smith),
         }
+    }
+
+    /// Journal one `access.denied.suppressed` line (PROTOCOL.md §7).
+    fn record_suppressed(&self, d: super::denials::Suppressed) {
+        let mut ev = Event::new(
+            "access.denied.suppressed",
+            d.smith.and_then(|s| self.full_id(s)),
+        );
+        ev.count = Some(d.count);
+        self.record(ev);
     }
 
     fn on_cancel(&mut self, s: SmithIdx) {

@@ -13,6 +13,7 @@
 //! queue ([`Scheduler::start_on`]).
 
 mod commit;
+pub mod denials;
 mod exec;
 pub mod hooks;
 pub mod journal;
@@ -116,6 +117,9 @@ pub(crate) struct Shared {
     /// A trigger was dropped since the last rescan.
     overflow: AtomicBool,
     journal: Arc<Journal>,
+    /// The `access.denied` rate limit (PROTOCOL.md §7), applied before the bounded queue,
+    /// which a denial storm would otherwise fill.
+    denials: Mutex<denials::DenialLimiter>,
     /// Smiths with a live run. Leaf lock; written by the scheduler thread when a run starts or
     /// ends.
     live: Mutex<std::collections::HashSet<SmithIdx>>,
@@ -141,16 +145,21 @@ impl std::fmt::Debug for Link {
 }
 
 impl Link {
-    /// Open the queue and the journal in the state directory `state` (`.smithfs-state/`).
+    /// Open the queue and the journal in the state directory `state` (`.smithfs-state/`),
+    /// rotating at `rotation` (config.json `journal`).
     ///
     /// # Errors
     /// The journal cannot be opened.
-    pub fn open(state: std::os::fd::BorrowedFd<'_>) -> std::io::Result<Arc<Link>> {
-        let journal = Arc::new(Journal::open(state)?);
+    pub fn open(
+        state: std::os::fd::BorrowedFd<'_>,
+        rotation: journal::Rotation,
+    ) -> std::io::Result<Arc<Link>> {
+        let journal = Arc::new(Journal::open(state, rotation)?);
         let shared = Arc::new(Shared {
             status: Mutex::new(Arc::new(serde_json::Value::Null)),
             overflow: AtomicBool::new(false),
             journal,
+            denials: Mutex::new(denials::DenialLimiter::default()),
             live: Mutex::new(Default::default()),
             registry: OnceLock::new(),
             started: AtomicBool::new(false),
@@ -174,6 +183,23 @@ impl Link {
             }
             return;
         }
+        if let Trigger::AccessDenied { smith, .. } = &t {
+            let (admit, done) = self
+                .shared
+                .denials
+                .lock()
+                .admit(*smith, denials::now_second());
+            if let Some(done) = done {
+                self.send(Trigger::DenialsSuppressed(done));
+            }
+            if !admit {
+                return;
+            }
+        }
+        self.send(t);
+    }
+
+    fn send(&self, t: Trigger) {
         match self.tx.try_send(Msg::Trigger(t)) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
@@ -253,7 +279,7 @@ impl Scheduler {
     pub fn start(ctx: SchedCtx, resume: bool) -> std::io::Result<Scheduler> {
         let name = std::ffi::CString::new(crate::fs::STATE_DIR)?;
         let state = backing::ensure_dir(ctx.root.as_fd(), &name, 0o700)?;
-        let link = Link::open(state.as_fd())?;
+        let link = Link::open(state.as_fd(), ctx.config.journal.rotation())?;
         Scheduler::start_on(link, ctx, resume)
     }
 
