@@ -18,3 +18,4 @@ pub mod sched;
 pub mod time;
 pub mod tree;
 pub mod trigger;
+pub mod workspace;
