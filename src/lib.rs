@@ -20,3 +20,4 @@ pub mod sched;
 pub mod time;
 pub mod tree;
 pub mod trigger;
+pub mod workspace;

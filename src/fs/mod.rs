@@ -258,6 +258,9 @@ pub struct FsOptions {
     pub max_open_per_smith: usize,
     /// Open handles everybody together may hold, the operator included (ENFILE beyond).
     pub max_open_total: usize,
+    /// A project exists (PROTOCOL.md §11): every new smith dir gets a `workspace/`, and
+    /// `workspace` is a structure area.
+    pub project: bool,
 }
 
 impl Default for FsOptions {
@@ -271,6 +274,7 @@ impl Default for FsOptions {
             // No practical limit: the daemon sets both from its descriptor plan.
             max_open_per_smith: 1 << 20,
             max_open_total: 1 << 20,
+            project: false,
         }
     }
 }
@@ -432,6 +436,7 @@ impl SmithFs {
             operator: self.opts.operator,
             root: self.registry.root(),
             limits: self.opts.limits,
+            project: self.opts.project,
             names: &names,
         };
         f(&ctx)

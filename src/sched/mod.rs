@@ -12,6 +12,7 @@
 //! FUSE session is mounted (runs work in the mount) it starts the scheduler thread on that
 //! queue ([`Scheduler::start_on`]).
 
+mod commit;
 pub mod denials;
 mod exec;
 pub mod hooks;
@@ -98,6 +99,11 @@ pub(crate) enum Msg {
         smith: SmithIdx,
         run_id: String,
         status: Result<std::process::ExitStatus, String>,
+    },
+    /// The auto-commit after a run's exit is over (PROTOCOL.md §11; `commit.rs`).
+    Committed {
+        smith: SmithIdx,
+        run_id: String,
     },
     Cancel(SmithIdx),
     Shutdown,

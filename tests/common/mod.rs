@@ -264,6 +264,36 @@ impl TestMount {
         m
     }
 
+    /// Init with more `smithfs init` arguments and mount with `opts`. `prepare` gets the scratch
+    /// dir before `init` runs (to make a repository there) and returns the extra arguments
+    /// (e.g. `--repo PATH`).
+    pub fn with_init(
+        opts: MountOpts,
+        prepare: impl FnOnce(&Path) -> Vec<std::ffi::OsString>,
+    ) -> Self {
+        let tmp = tempfile::Builder::new()
+            .prefix("smithfs-test-")
+            .tempdir()
+            .expect("tempdir");
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let dir = tmp.path().join("m");
+        let extra = prepare(tmp.path());
+        let mut args = vec![
+            OsStr::new("init").to_os_string(),
+            dir.clone().into_os_string(),
+        ];
+        args.extend(extra);
+        smithfs(&args).expect_ok("smithfs init");
+        let mut m = TestMount {
+            tmp,
+            dir,
+            opts,
+            child: None,
+        };
+        m.mount();
+        m
+    }
+
     /// The mount point (also the backing store while unmounted).
     pub fn path(&self) -> &Path {
         &self.dir
