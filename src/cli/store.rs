@@ -3,6 +3,7 @@
 //! journal in `.smithfs-state/` (with its rotated files) and the smith dirs under `smiths/`.
 
 use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -51,39 +52,30 @@ pub fn source(dir: &Path) -> Result<Source> {
     )
 }
 
-/// The journal files of a store, oldest first: `events.jsonl.N` … `events.jsonl.1`, then
-/// `events.jsonl` (PROTOCOL.md §7: rotation keeps `journal.keep` old files).
-pub fn journal_files(dir: &Path) -> Vec<PathBuf> {
-    let state = dir.join(crate::fs::STATE_DIR);
-    let mut rotated: Vec<(u32, PathBuf)> = std::fs::read_dir(&state)
-        .map(|d| {
-            d.flatten()
-                .filter_map(|e| {
-                    let name = e.file_name();
-                    let n = name.to_str()?.strip_prefix("events.jsonl.")?.parse().ok()?;
-                    Some((n, e.path()))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    rotated.sort_by_key(|r| std::cmp::Reverse(r.0));
-    let mut out: Vec<PathBuf> = rotated.into_iter().map(|(_, p)| p).collect();
-    out.push(state.join("events.jsonl"));
-    out
+/// The store's `.smithfs-state/` directory, opened (`None` if there is none).
+fn state_dir(dir: &Path) -> Option<std::fs::File> {
+    std::fs::File::open(dir.join(crate::fs::STATE_DIR)).ok()
 }
 
-/// Every complete line of the store's journal across its rotated files, oldest first.
+/// The journal files of a store, oldest first, as [`journal::files`] lists them (PROTOCOL.md
+/// §7: rotation keeps `journal.keep` old files).
+pub fn journal_files(dir: &Path) -> Vec<PathBuf> {
+    let state = dir.join(crate::fs::STATE_DIR);
+    let names = state_dir(dir)
+        .and_then(|d| journal::files(std::os::fd::AsFd::as_fd(&d)).ok())
+        .unwrap_or_else(|| vec![journal::JOURNAL_NAME.to_owned()]);
+    names
+        .iter()
+        .map(|n| state.join(OsStr::from_bytes(n.as_bytes())))
+        .collect()
+}
+
+/// Every complete line of the store's journal across its rotated files, oldest first
+/// ([`journal::read_all_bytes`]).
 pub fn journal_bytes(dir: &Path) -> Vec<u8> {
-    let mut out = Vec::new();
-    for f in journal_files(dir) {
-        if let Ok(b) = std::fs::read(&f) {
-            // A torn last line of one file is ignored, as the journal's reader does.
-            if let Some(i) = b.iter().rposition(|c| *c == b'\n') {
-                out.extend_from_slice(&b[..=i]);
-            }
-        }
-    }
-    out
+    state_dir(dir)
+        .and_then(|d| journal::read_all_bytes(std::os::fd::AsFd::as_fd(&d)).ok())
+        .unwrap_or_default()
 }
 
 /// The smiths of a store by walking `smiths/smith-root` and the `children/smith-NNN` below it:
@@ -136,7 +128,10 @@ pub fn rel_dir(full_id: &str) -> String {
 /// last journaled event.
 pub fn status_doc(dir: &Path) -> StatusDoc {
     let events = journal::parse(&journal_bytes(dir));
-    let (hist, _) = journal::replay(&events);
+    // The snapshot of rotated-away lines too, as a mount rebuilds it (PROTOCOL.md §7).
+    let hist = state_dir(dir)
+        .and_then(|d| journal::load(std::os::fd::AsFd::as_fd(&d)).ok())
+        .map_or_else(|| journal::replay(&events).0, |r| r.hist);
     let mut last_ts: std::collections::HashMap<&str, &str> = Default::default();
     for ev in &events {
         if let Some(s) = &ev.smith {

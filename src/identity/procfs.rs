@@ -7,6 +7,8 @@
 //! arbitrary bytes in command names and paths), never reads the filesystem, never panics on any
 //! input, and reports a malformed file as a [`ParseError`] naming the file, the line where it
 //! applies, the field and the offending value.
+//!
+//! Long on purpose: half of it is the table and property tests of the parsers.
 
 use std::ffi::OsString;
 use std::fmt;

@@ -246,6 +246,11 @@ pub fn format_event(v: &serde_json::Value) -> String {
                 continue;
             }
             let text = match val {
+                // A path a smith named may hold a newline or a terminal escape: shown quoted
+                // and escaped, so it can neither fake a journal line nor drive the terminal.
+                serde_json::Value::String(t) if t.chars().any(char::is_control) => {
+                    serde_json::Value::String(t.clone()).to_string()
+                }
                 serde_json::Value::String(t) => t.clone(),
                 other => other.to_string(),
             };
@@ -462,6 +467,11 @@ mod tests {
         assert_eq!(
             format_event(&v),
             "T run.exited        smith-root exit_code=0 run_id=run-0001"
+        );
+        assert_eq!(
+            format_event(&serde_json::json!({"ts": "T", "event": "task.ignored", "smith": "smith-root",
+                "path": "smiths/smith-root/inbox/task-a\nT run.exited x\u{1b}[2J.md"})),
+            "T task.ignored      smith-root path=\"smiths/smith-root/inbox/task-a\\nT run.exited x\\u001b[2J.md\""
         );
         assert_eq!(
             format_event(&serde_json::json!({"ts": "T", "event": "access.denied", "smith": null})),
