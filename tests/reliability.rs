@@ -1209,7 +1209,8 @@ fn task_deleted_while_its_run_starts() {
 }
 
 /// `smithfs run` errors: a smith that does not exist, no mount at all, a directory that is not
-/// a mount. Each exits 1 with one clear line and runs nothing.
+/// a mount. Each exits with one clear line and runs nothing: 2 for the unknown smith (PROTOCOL.md
+/// §6: "2 usage errors and unknown smiths"), 1 for the others.
 #[test]
 fn run_refusals_are_clear() {
     let m = TestMount::new();
@@ -1226,7 +1227,7 @@ fn run_refusals_are_clear() {
         os("-c"),
         os(&cmd),
     ]);
-    assert_eq!(r.code, Some(1), "{r:?}");
+    assert_eq!(r.code, Some(2), "{r:?}");
     assert!(
         r.stderr.contains("smith-root/smith-099") && r.stderr.contains("no such smith"),
         "{}",

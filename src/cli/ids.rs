@@ -87,11 +87,11 @@ pub fn resolve<'a>(known: &[&'a str], query: &str) -> Result<&'a str, UsageError
     }
     if known.is_empty() {
         return Err(UsageError(format!(
-            "no smith `{query}`: the tree has no smiths"
+            "no such smith `{query}`: the tree has no smiths"
         )));
     }
     Err(UsageError(format!(
-        "no smith `{query}`; smiths: {}",
+        "no such smith `{query}`; smiths: {}",
         list(known)
     )))
 }
@@ -125,7 +125,7 @@ mod tests {
             ("root", Ok("smith-root")),
             ("smith-001", Err("ambiguous")),
             ("1", Err("ambiguous")),
-            ("smith-009", Err("no smith")),
+            ("smith-009", Err("no such smith")),
             ("", Err("empty")),
         ];
         for (q, want) in rows {

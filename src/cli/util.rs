@@ -208,7 +208,7 @@ pub fn ctl(dir: &Path, line: &str, verb: &str, full: &str) -> Result<()> {
             dir.display()
         ),
         Some(libc::ENOENT) if ctl.exists() => {
-            super::ids::usage!("no smith {full} in {}", dir.display())
+            super::ids::usage!("no such smith {full} in {}", dir.display())
         }
         Some(libc::ENOENT) => bail!(
             "cannot open {} (is {} a live smithfs mount?)",
