@@ -5,7 +5,8 @@
 #   fmt        cargo fmt --check
 #   clippy     cargo clippy --all-targets -- -D warnings
 #   build      cargo build --release
-#   tests      cargo nextest run --release (cargo test --release without nextest), plus doctests;
+#   tests      cargo nextest run --release (cargo test --release without nextest), plus doctests
+#              and tests/agent_reference.sh;
 #              .config/nextest.toml retries a failed integration test once and reports it FLAKY
 #   pjdfstest  smithfs init + mount --allow-other on a temp dir, scripts/pjdfstest.sh as root in
 #              DIR/pjdfstest through the mount, smithfs umount (a trap unmounts on any failure)
@@ -146,6 +147,15 @@ stage_tests() {
         tests_passed="$(sum_counts "$log" '^test result:' passed)"
         tests_failed="$(sum_counts "$log" '^test result:' failed)"
         tests_skipped="$(sum_counts "$log" '^test result:' ignored)"
+    fi
+    # The agents' shell tests: tests/agent_configs.sh runs inside tests/agent_clis.rs; the
+    # reference agent's own test runs here (a plain directory, no mount).
+    if bash tests/agent_reference.sh >"$log.agent_reference" 2>&1; then
+        tests_passed=$((tests_passed + 1))
+    else
+        rc=1
+        tests_failed=$((tests_failed + 1))
+        echo "tests/agent_reference.sh failed: see $log.agent_reference"
     fi
     return "$rc"
 }

@@ -17,8 +17,9 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use crate::backing;
 use crate::config::Config;
-use crate::fs::{backing, BindError, FsOptions, Identities, Links, SmithFs, STATE_DIR};
+use crate::fs::{BindError, FsOptions, Identities, Links, SmithFs, STATE_DIR};
 use crate::fuse::session::{self, KernelCache, SessionOptions};
 use crate::identity::resolve::Resolver;
 use crate::sched::runner::BindTo;

@@ -10,7 +10,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 
 use super::util::{self, MountState};
-use crate::fs::{backing, scaffold_write::create_smith_dir};
+use crate::backing;
+use crate::fs::scaffold_write::create_smith_dir;
 use crate::tree::scaffold_plan::{
     plan_smith, plan_task, PlanEntry, TaskSpec, FILE_MODE, ROOT_ID, ROOT_TASK_PATH,
 };

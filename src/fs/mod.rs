@@ -9,7 +9,8 @@
 //! budgets), `ctl` (control files and commands), `creds` (caller credentials), and one per
 //! family of operations: `entries`, `create`, `remove`, `rename`, `io`, `dir`, `xattr`.
 
-pub mod backing;
+/// The store layer, re-exported under its former path.
+pub use crate::backing;
 pub mod budget;
 pub mod control;
 pub mod error;

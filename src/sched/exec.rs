@@ -21,8 +21,8 @@ use super::journal::{self, Event, Journal, LastRun, OpenRun, Terminal};
 use super::queue::{Base, Note, Outcome, Queue, RunEnd, State, Wake};
 use super::runner::{self, BindTo, Launch, Meta, Placeholders, RunBinder, RunDir};
 use super::{store_facts, time, Invalidate, Msg, SchedCtx, Shared, Trigger};
+use crate::backing;
 use crate::config::{AgentConfig, Config, SmithConfig};
-use crate::fs::backing;
 use crate::tree::model::SmithIdx;
 use crate::tree::registry::{Registry, SmithInfo};
 

@@ -13,7 +13,7 @@ use std::time::SystemTime;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use crate::fs::backing::{self, SysResult};
+use crate::backing::{self, SysResult};
 
 /// The journal's file name in the state directory.
 pub const JOURNAL_NAME: &CStr = c"events.jsonl";

@@ -5,7 +5,7 @@
 //! the files). One scheduler thread owns the pure model ([`queue::Queue`]) and handles
 //! triggers, run exits and cancels in one ordered queue; the executor around it (`exec`) starts
 //! runs ([`runner`]), journals ([`journal`]), fires user hooks ([`hooks`]) and makes the
-//! daemon's own writes through `fs::backing`, each followed by an [`Invalidate`] call.
+//! daemon's own writes through `crate::backing`, each followed by an [`Invalidate`] call.
 //!
 //! The daemon (`crate::daemon`) opens the queue ([`Link::open`]) before the filesystem, which
 //! sends its triggers through it and reads `status.json` and run liveness from it; once the
@@ -34,8 +34,8 @@ use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
 
+use crate::backing;
 use crate::config::Config;
-use crate::fs::backing;
 use crate::tree::model::SmithIdx;
 use crate::tree::registry::Registry;
 
