@@ -9,6 +9,7 @@ pub mod config;
 pub mod fs;
 pub mod fuse;
 pub mod identity;
+pub mod limits;
 pub mod policy;
 pub mod sched;
 pub mod tree;

@@ -302,10 +302,19 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
             "limits.max_open_files_per_smith is above the mount's share of descriptors for open files: one smith can use all of it"
         );
     }
+    let (limits, clamped) =
+        crate::limits::CgroupPlan::new(config.limits.per_smith, config.limits.per_subtree);
     let resolver = Arc::new(
-        Resolver::new(config.identity, std::process::id())
-            .map_err(|e| anyhow!("cannot set up identity resolution: {e}"))?,
+        Resolver::with_limits(config.identity, std::process::id(), &limits).map_err(|e| match e {
+            crate::identity::IdentityError::Limits(e) => anyhow!("{e}"),
+            e => anyhow!("cannot set up identity resolution: {e}"),
+        })?,
     );
+    for key in clamped {
+        tracing::warn!(
+            "limits.per_smith.{key} is above limits.per_subtree.{key}: clamped to it (a smith's own processes are part of its subtree)"
+        );
+    }
     resolver.set_cache_capacity(fds.identity_cache);
     reap_previous_daemon(state.as_fd(), resolver.cgroup_parent());
     let binding = Arc::new(Binding(resolver.clone()));
@@ -595,6 +604,7 @@ impl Identities for Binding {
                 IdentityError::UnknownSmith(_) => nix::errno::Errno::ENOENT,
                 IdentityError::AlreadyBound { .. } => nix::errno::Errno::EBUSY,
                 IdentityError::NoCgroup(_)
+                | IdentityError::Limits(_)
                 | IdentityError::PidfdUnsupported(_)
                 | IdentityError::Conflict { .. }
                 | IdentityError::BadFullId(_)
@@ -640,6 +650,20 @@ impl RunBinder for Binding {
         self.0
             .bind_operator(pid)
             .map_err(|e| std::io::Error::other(e.to_string()))
+    }
+
+    fn needs_placing(&self, to: BindTo) -> bool {
+        matches!(to, BindTo::Smith(_)) && self.0.needs_placing()
+    }
+
+    fn place_pid(&self, pid: u32, smith: SmithIdx) -> std::io::Result<()> {
+        self.0
+            .place(pid, smith)
+            .map_err(|e| std::io::Error::other(e.to_string()))
+    }
+
+    fn oom_kills(&self, smith: SmithIdx) -> Option<u64> {
+        self.0.oom_kills(smith)
     }
 
     fn kill_smith(&self, smith: SmithIdx, sig: i32) {
