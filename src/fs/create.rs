@@ -1,0 +1,214 @@
+//! Creating entries: mknod, mkdir (with the child scaffold), symlink, link.
+
+use std::ffi::{CString, OsStr};
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
+
+use nix::errno::Errno;
+
+use super::creds::as_caller;
+use super::error::{FsError, FsResult};
+use super::inode::Inode;
+use super::{backing, control, scaffold, scan, Attr, Caller, FsEvent, SmithFs};
+use crate::identity::Identity;
+use crate::policy::{
+    check_new_child, decide_link, Area, Decision, Depth, Family, NewKind, Op, Zone,
+};
+use crate::tree::model::SmithIdx;
+use crate::tree::scaffold::plan_smith;
+
+impl SmithFs {
+    /// Check a create of `name` in `parent` and return the directory and the C name.
+    pub(super) fn creating(
+        &self,
+        caller: &Caller,
+        who: Identity,
+        parent: u64,
+        name: &OsStr,
+        kind: NewKind,
+        label: &str,
+    ) -> FsResult<(Arc<Inode>, CString)> {
+        if control::is_virtual(parent) || Self::reserved(parent, name) {
+            return Err(self.refuse_reserved(caller, who, label, parent, name, Errno::EPERM));
+        }
+        let dir = self.inodes.get(parent)?;
+        let cname = Self::name_in(name)?;
+        let zone = self.new_zone(&dir, name);
+        let d = self.decide_zone(who, Op::Create(kind), &zone);
+        self.enforce(caller, who, d, label, || self.child_path(&dir, name))?;
+        Ok((dir, cname))
+    }
+
+    /// Create a node (FUSE mknod): regular file, FIFO, socket or device, owned by the caller.
+    pub fn mknod(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        rdev: u32,
+    ) -> FsResult<Attr> {
+        let kind = match mode & libc::S_IFMT {
+            libc::S_IFIFO => NewKind::Fifo,
+            libc::S_IFSOCK => NewKind::Socket,
+            libc::S_IFCHR | libc::S_IFBLK => NewKind::Device,
+            _ => NewKind::File,
+        };
+        let who = self.identify(caller);
+        let (dir, cname) = self.creating(caller, who, parent, name, kind, "mknod")?;
+        {
+            let _cred = as_caller(caller)?;
+            backing::mknod(dir.fd()?.as_fd(), &cname, mode, u64::from(rdev))?;
+        }
+        self.lookup_in(&dir, &cname).map(|(_, a)| a)
+    }
+
+    /// Create a directory owned by the caller (FUSE mkdir). In a smith's `children/` this is
+    /// the scaffold (PROTOCOL.md §4).
+    pub fn mkdir(&self, caller: &Caller, parent: u64, name: &OsStr, mode: u32) -> FsResult<Attr> {
+        let who = self.identify(caller);
+        if !control::is_virtual(parent) && !Self::reserved(parent, name) {
+            let dir = self.inodes.get(parent)?;
+            if let Zone::Smith(z) = self.zone(&dir) {
+                if z.area == Area::Children && z.depth == Depth::Top {
+                    return self.make_child(caller, who, &dir, z.owner, name);
+                }
+            }
+        }
+        let (dir, cname) = self.creating(caller, who, parent, name, NewKind::Dir, "mkdir")?;
+        {
+            let _cred = as_caller(caller)?;
+            backing::mkdir(dir.fd()?.as_fd(), &cname, mode)?;
+        }
+        self.lookup_in(&dir, &cname).map(|(_, a)| a)
+    }
+
+    /// The scaffold: check §4 in order, build the child under a temporary name, rename it into
+    /// place, register it — serialised per parent so the limits hold under races.
+    pub(super) fn make_child(
+        &self,
+        caller: &Caller,
+        who: Identity,
+        dir: &Arc<Inode>,
+        parent: SmithIdx,
+        name: &OsStr,
+    ) -> FsResult<Attr> {
+        let cname = Self::name_in(name)?;
+        let family_lock = self.registry.family(parent);
+        let _serial = family_lock.lock();
+        if backing::stat_at(dir.fd()?.as_fd(), &cname).is_ok() {
+            return Err(FsError::Backing(Errno::EEXIST));
+        }
+        let info = self
+            .registry
+            .get(parent)
+            .ok_or(FsError::Backing(Errno::ENOENT))?;
+        let family = Family {
+            parent,
+            parent_level: info.level,
+            highest_used: info.highest_child,
+            n_children: info.children.len(),
+            subtree_depth: 0,
+        };
+        let number = match self.with_ctx(|ctx| check_new_child(&who, &family, name, ctx)) {
+            Ok(n) => n,
+            Err(d) => return Err(self.denied(caller, who, "mkdir", self.child_path(dir, name), d)),
+        };
+        let id = name.to_string_lossy().into_owned();
+        let full_id = format!("{}/{id}", info.full_id);
+        let plan = plan_smith(
+            &self.opts.templates,
+            &id,
+            &full_id,
+            Some(&info.full_id),
+            info.level + 1,
+        )
+        .map_err(|e| {
+            tracing::error!("scaffold of {full_id}: {e}");
+            FsError::Backing(Errno::EIO)
+        })?;
+        scaffold::create_smith_dir(
+            dir.fd()?.as_fd(),
+            &cname,
+            &plan,
+            Some((caller.uid, caller.gid)),
+        )?;
+        let st = backing::stat_at(dir.fd()?.as_fd(), &cname)?;
+        let idx = self.registry.register(Some(parent), &id, st.st_ino, None);
+        self.registry.note_child_number(parent, number);
+        if let Err(e) = scan::save_highest(self.state.as_fd(), &self.registry) {
+            tracing::error!("cannot remember child numbers: {e}");
+        }
+        self.identities.register_smith(idx, &full_id);
+        tracing::info!(smith = %full_id, "smith created");
+        self.emit(FsEvent::SmithCreated {
+            smith: idx,
+            moved: false,
+        });
+        self.lookup_in(dir, &cname).map(|(_, a)| a)
+    }
+
+    /// Create a symlink owned by the caller (FUSE symlink).
+    pub fn symlink(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &OsStr,
+        target: &OsStr,
+    ) -> FsResult<Attr> {
+        let who = self.identify(caller);
+        let (dir, cname) = self.creating(caller, who, parent, name, NewKind::Symlink, "symlink")?;
+        let ctarget =
+            CString::new(target.as_bytes()).map_err(|_| FsError::Backing(Errno::EINVAL))?;
+        {
+            let _cred = as_caller(caller)?;
+            backing::symlink(&ctarget, dir.fd()?.as_fd(), &cname)?;
+        }
+        self.lookup_in(&dir, &cname).map(|(_, a)| a)
+    }
+
+    /// Add the name `newname` in `newparent` for `ino` (FUSE link): only within one zone, else
+    /// EXDEV (PROTOCOL.md §3).
+    pub fn link(
+        &self,
+        caller: &Caller,
+        ino: u64,
+        newparent: u64,
+        newname: &OsStr,
+    ) -> FsResult<Attr> {
+        let who = self.identify(caller);
+        if control::is_virtual(ino)
+            || control::is_virtual(newparent)
+            || Self::reserved(newparent, newname)
+        {
+            return Err(self.refuse_reserved(
+                caller,
+                who,
+                "link",
+                newparent,
+                newname,
+                Errno::EPERM,
+            ));
+        }
+        let inode = self.inodes.get(ino)?;
+        let dir = self.inodes.get(newparent)?;
+        let cname = Self::name_in(newname)?;
+        let src = self.zone(&inode);
+        let dst = self.new_zone(&dir, newname);
+        let others = self.other_zones(&inode);
+        // Every zone the file has names in must allow it (the intersection rule).
+        let d = self.with_ctx(|ctx| {
+            std::iter::once(&src)
+                .chain(others.iter())
+                .map(|z| decide_link(&who, z, &dst, ctx))
+                .find(|d| !d.is_allowed())
+                .unwrap_or(Decision::Allow)
+        });
+        self.enforce(caller, who, d, "link", || self.child_path(&dir, newname))?;
+        backing::link(inode.fd()?.as_fd(), dir.fd()?.as_fd(), &cname)?;
+        let (linked, attr) = self.lookup_in(&dir, &cname)?;
+        self.completed_at(&dir, newname, &linked);
+        Ok(attr)
+    }
+}

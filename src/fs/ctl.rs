@@ -1,0 +1,277 @@
+//! The virtual control files under `.smithfs/` and `ctl` commands (PROTOCOL.md §6, §7).
+
+use std::os::fd::AsFd;
+
+use nix::errno::Errno;
+
+use super::control::{Command, ControlFile};
+use super::error::{FsError, FsResult};
+use super::{backing, control, Caller, ControlHandle, FsEvent, SmithFs};
+use crate::identity::Identity;
+use crate::policy::{Area, Ctx, Denial, Depth, Zone};
+
+impl SmithFs {
+    pub(super) fn open_control(
+        &self,
+        caller: &Caller,
+        f: ControlFile,
+        flags: i32,
+    ) -> FsResult<u64> {
+        let who = self.identify(caller);
+        let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let refusal = match () {
+            _ if who == Identity::Unknown => Some((
+                "unknown-control",
+                "A process of unknown identity may not open the control files.",
+            )),
+            _ if writing && f != ControlFile::Ctl => Some((
+                "control-read-only",
+                "Only .smithfs/ctl is writable in the control directory.",
+            )),
+            _ => None,
+        };
+        if let Some((rule, why)) = refusal {
+            let path = format!("{}/{}", control::DIR_NAME, f.name());
+            return Err(self.denied(
+                caller,
+                who,
+                if writing {
+                    "open for writing"
+                } else {
+                    "open for reading"
+                },
+                path,
+                Denial {
+                    errno: Errno::EACCES,
+                    rule,
+                    why: why.into(),
+                    alternative: "Read whoami, why, status.json and events.jsonl; write commands \
+                                  to ctl."
+                        .into(),
+                },
+            ));
+        }
+        let data = match f {
+            ControlFile::Whoami => self.whoami_text(caller, who).into_bytes(),
+            ControlFile::Why => match self.why.latest(who, caller.uid) {
+                Some(r) => r.render().into_bytes(),
+                None => {
+                    format!("no denial recorded for {}\n", self.identity_name(who)).into_bytes()
+                }
+            },
+            ControlFile::Status => match self.status.get() {
+                Some(s) => s().into_bytes(),
+                None => self.plain_status().into_bytes(),
+            },
+            ControlFile::Events => journal_lines(
+                &backing::read_file(self.state.as_fd(), std::path::Path::new("events.jsonl"))
+                    .unwrap_or_default(),
+            ),
+            ControlFile::Ctl => Vec::new(),
+        };
+        Ok(self.controls.insert(ControlHandle { file: f, data }))
+    }
+
+    pub(super) fn write_control(&self, caller: &Caller, fh: u64, data: &[u8]) -> FsResult<u32> {
+        let h = self.controls.get(fh)?;
+        if h.file != ControlFile::Ctl {
+            return Err(FsError::Backing(Errno::EBADF));
+        }
+        let who = self.identify(caller);
+        let text = std::str::from_utf8(data).map_err(|_| FsError::Backing(Errno::EINVAL))?;
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            self.run_command(caller, who, line)?;
+        }
+        Ok(data.len() as u32)
+    }
+
+    /// Run one `ctl` command as `who` (PROTOCOL.md §7).
+    pub(super) fn run_command(&self, caller: &Caller, who: Identity, line: &str) -> FsResult<()> {
+        let path = || format!("{}/{}", control::DIR_NAME, ControlFile::Ctl.name());
+        let cmd = match control::parse_command(line) {
+            Ok(c) => c,
+            Err(msg) => {
+                return Err(self.denied(
+                    caller,
+                    who,
+                    "ctl",
+                    path(),
+                    Denial {
+                        errno: Errno::EINVAL,
+                        rule: "ctl-syntax",
+                        why: format!("{msg}."),
+                        alternative: "Write `bind <full-id>` or `cancel <full-id>`, one per line."
+                            .into(),
+                    },
+                ))
+            }
+        };
+        let (verb, full_id) = match &cmd {
+            Command::Bind(f) => ("bind", f.clone()),
+            Command::Cancel(f) => ("cancel", f.clone()),
+        };
+        let deny = |d: Denial| self.denied(caller, who, verb, path(), d);
+        let Some(smith) = self.registry.by_full_id(&full_id) else {
+            return Err(deny(Denial {
+                errno: Errno::ENOENT,
+                rule: "ctl-no-such-smith",
+                why: format!("There is no smith {full_id}."),
+                alternative: "Name an existing smith by its full id (see `smithfs status`).".into(),
+            }));
+        };
+        match cmd {
+            Command::Bind(_) => {
+                if who != Identity::Operator {
+                    return Err(deny(Denial {
+                        errno: Errno::EACCES,
+                        rule: "ctl-bind-operator-only",
+                        why: format!(
+                            "Only the operator may bind a process; {} may not.",
+                            self.identity_name(who)
+                        ),
+                        alternative: "Smiths start children by writing their inboxes.".into(),
+                    }));
+                }
+                if let Err(e) = self.identities.bind(caller.pid, smith) {
+                    return Err(deny(Denial {
+                        errno: e.errno,
+                        rule: "ctl-bind-failed",
+                        why: format!(
+                            "Process {} could not be bound to {full_id}: {}.",
+                            caller.pid, e.reason
+                        ),
+                        alternative: "Retry `smithfs run`; if it keeps failing, see \
+                                          `smithfs doctor` and the daemon log \
+                                          (.smithfs-state/daemon.log)."
+                            .into(),
+                    }));
+                }
+                tracing::info!(pid = caller.pid, smith = %full_id, "process bound");
+            }
+            Command::Cancel(_) => {
+                let allowed = match who {
+                    Identity::Operator => true,
+                    Identity::Smith(s) => self.registry.is_ancestor(s, smith),
+                    Identity::Unknown => false,
+                };
+                if !allowed {
+                    return Err(deny(Denial {
+                        errno: Errno::EACCES,
+                        rule: "ctl-cancel-ancestor-only",
+                        why: format!(
+                            "{} may not cancel {full_id}: only the operator or an ancestor may.",
+                            self.identity_name(who)
+                        ),
+                        alternative: "Cancel your own descendants only.".into(),
+                    }));
+                }
+                self.emit(FsEvent::Cancel { smith });
+            }
+        }
+        Ok(())
+    }
+
+    /// `.smithfs/whoami`: key: value lines (PROTOCOL.md §7).
+    pub(super) fn whoami_text(&self, caller: &Caller, who: Identity) -> String {
+        self.with_ctx(|ctx| self.whoami_lines(caller, who, ctx))
+    }
+
+    pub(super) fn whoami_lines(&self, caller: &Caller, who: Identity, ctx: &Ctx<'_>) -> String {
+        let mut out = String::new();
+        let kind = match who {
+            Identity::Smith(_) => "smith",
+            Identity::Operator => "operator",
+            Identity::Unknown => "unknown",
+        };
+        out.push_str(&format!("identity: {kind}\n"));
+        match who {
+            Identity::Smith(s) => {
+                if let Some(info) = self.registry.get(s) {
+                    let parent = info
+                        .parent
+                        .and_then(|p| self.registry.full_id(p))
+                        .unwrap_or_default();
+                    out.push_str(&format!("full id: {}\n", info.full_id));
+                    out.push_str(&format!("smith id: {}\n", info.id));
+                    out.push_str(&format!("level: {}\n", info.level));
+                    out.push_str(&format!("parent: {parent}\n"));
+                    out.push_str(&format!(
+                        "smith dir: {}\n",
+                        self.opts.mount_point.join(info.rel_dir()).display()
+                    ));
+                    let z = |area| {
+                        Zone::Smith(crate::policy::SmithZone {
+                            owner: s,
+                            owner_parent: info.parent,
+                            owner_level: info.level,
+                            area,
+                            depth: Depth::Inner,
+                        })
+                    };
+                    for (label, area) in [
+                        ("smith.md", Area::SmithMd),
+                        ("config.json", Area::Config),
+                        ("inbox", Area::Inbox),
+                        ("private", Area::Private),
+                        ("outbox", Area::Outbox),
+                        ("conversations", Area::Conversations),
+                        ("children", Area::Children),
+                    ] {
+                        let r = crate::policy::rights(&who, &z(area), ctx);
+                        out.push_str(&format!("rights {label}: {r}\n"));
+                    }
+                    if let Some(p) = info.parent {
+                        if let Some(pi) = self.registry.get(p) {
+                            let pz = Zone::Smith(crate::policy::SmithZone {
+                                owner: p,
+                                owner_parent: pi.parent,
+                                owner_level: pi.level,
+                                area: Area::Outbox,
+                                depth: Depth::Inner,
+                            });
+                            let r = crate::policy::rights(&who, &pz, ctx);
+                            out.push_str(&format!("rights parent outbox: {r}\n"));
+                        }
+                    }
+                    out.push_str(&format!(
+                        "limits: max_level {}, max_children {}\n",
+                        self.opts.limits.max_level, self.opts.limits.max_children
+                    ));
+                    let (_, mine) = self.open_limits.open_now(Some(s));
+                    out.push_str(&format!(
+                        "open files: {} (limit {})\n",
+                        mine.unwrap_or(0),
+                        self.open_limits.per_smith()
+                    ));
+                }
+            }
+            Identity::Operator => {
+                out.push_str(&format!("operator mode: {}\n", self.opts.operator.as_str()));
+            }
+            Identity::Unknown => {}
+        }
+        out.push_str(&format!("identity mode: {}\n", self.identities.mode_name()));
+        out.push_str(&format!("pid: {}\nuid: {}\n", caller.pid, caller.uid));
+        out.push_str(&format!("mount: {}\n", self.opts.mount_point.display()));
+        out.push_str(&format!("daemon pid: {}\n", std::process::id()));
+        out
+    }
+
+    pub(super) fn plain_status(&self) -> String {
+        self.registry.idle_status(false).to_string() + "\n"
+    }
+}
+
+/// The journal as served in `.smithfs/events.jsonl`: complete lines that are JSON objects; a
+/// torn line left by a crash is dropped (PROTOCOL.md §7).
+pub(super) fn journal_lines(raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(raw.len());
+    for line in raw.split_inclusive(|b| *b == b'\n') {
+        if line.ends_with(b"\n")
+            && serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(line).is_ok()
+        {
+            out.extend_from_slice(line);
+        }
+    }
+    out
+}

@@ -1,0 +1,160 @@
+//! Directories: opendir, readdir(plus), releasedir, fsyncdir; statfs.
+
+use std::ffi::{CString, OsStr};
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+
+use nix::errno::Errno;
+
+use super::control::ControlFile;
+use super::error::{FsError, FsResult};
+use super::handle::DirHandle;
+use super::inode::ROOT_ID;
+use super::{backing, control, Attr, Caller, DirEntryOut, SmithFs};
+use crate::identity::Identity;
+use crate::policy::Op;
+
+impl SmithFs {
+    /// Open the directory `ino` for reading (FUSE opendir).
+    pub fn opendir(&self, caller: &Caller, ino: u64) -> FsResult<u64> {
+        let who = self.identify(caller);
+        if ino == control::DIR_ID {
+            if who == Identity::Unknown {
+                return Err(FsError::Backing(Errno::EACCES));
+            }
+            return Ok(0);
+        }
+        let inode = self.inodes.get(ino)?;
+        self.check_inode(caller, who, Op::Read, "list", &inode)?;
+        let slot = self.charge(caller, who, "list", || self.path_of(&inode))?;
+        let stream = backing::DirStream::open(inode.fd()?.as_fd())?;
+        Ok(self.dirs.insert(DirHandle {
+            stream: parking_lot::Mutex::new(stream),
+            inode,
+            opener: who,
+            slot,
+        }))
+    }
+
+    /// List the directory behind handle `fh` from cookie `offset`, feeding entries to `add`
+    /// until it returns `true` (buffer full). With `plus`, each entry but `.`/`..` is looked up;
+    /// an entry that does not fit is forgotten again. The root also lists `.smithfs`.
+    pub fn readdir(
+        &self,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        plus: bool,
+        mut add: impl FnMut(&DirEntryOut<'_>) -> bool,
+    ) -> FsResult<()> {
+        if ino == control::DIR_ID {
+            let names: Vec<(u64, u32, &str)> = [
+                (control::DIR_ID, libc::S_IFDIR, "."),
+                (ROOT_ID, libc::S_IFDIR, ".."),
+            ]
+            .into_iter()
+            .chain(
+                ControlFile::ALL
+                    .iter()
+                    .map(|f| (f.id(), libc::S_IFREG, f.name())),
+            )
+            .collect();
+            for (i, (id, kind, name)) in names.into_iter().enumerate().skip(offset as usize) {
+                let e = DirEntryOut {
+                    ino: id,
+                    offset: i as u64 + 1,
+                    kind,
+                    name: OsStr::new(name),
+                    attr: plus.then(|| self.control_attr(id)),
+                };
+                if add(&e) {
+                    break;
+                }
+            }
+            return Ok(());
+        }
+        let h = self.dirs.get(fh)?;
+        let at_root = h.inode.id == ROOT_ID;
+        let mut stream = h.stream.lock();
+        stream.seek(offset);
+        while let Some(ent) = stream.next_entry()? {
+            let name = OsStr::from_bytes(&ent.name);
+            if Self::reserved(h.inode.id, name) {
+                continue;
+            }
+            let dot = ent.name == b"." || ent.name == b"..";
+            let kind = u32::from(ent.kind) << 12;
+            let mut out = DirEntryOut {
+                ino: self.inodes.ids.node_id(ent.ino),
+                offset: ent.next_offset,
+                kind,
+                name,
+                attr: None,
+            };
+            if plus {
+                if dot {
+                    // SAFETY: an all-zero stat is a valid value.
+                    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                    st.st_ino = ent.ino;
+                    st.st_mode = kind;
+                    out.attr = Some(Attr(st));
+                } else {
+                    let cname = CString::new(ent.name.clone())
+                        .map_err(|_| FsError::Backing(Errno::EINVAL))?;
+                    match self.lookup_in(&h.inode, &cname) {
+                        Ok((_, attr)) => {
+                            out.ino = attr.0.st_ino;
+                            out.attr = Some(attr);
+                        }
+                        // Removed since it was listed: skip it.
+                        Err(_) => continue,
+                    }
+                }
+            }
+            if add(&out) {
+                if plus && !dot {
+                    self.inodes.forget(out.ino, 1);
+                }
+                return Ok(());
+            }
+        }
+        if at_root {
+            // `.smithfs` after the real entries; its cookie is past every telldir value.
+            let e = DirEntryOut {
+                ino: control::DIR_ID,
+                offset: i64::MAX as u64,
+                kind: libc::S_IFDIR,
+                name: OsStr::new(control::DIR_NAME),
+                attr: plus.then(|| self.control_attr(control::DIR_ID)),
+            };
+            if offset != i64::MAX as u64 {
+                add(&e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Close the directory handle `fh` (FUSE releasedir).
+    pub fn releasedir(&self, ino: u64, fh: u64) -> FsResult<()> {
+        if ino == control::DIR_ID {
+            return Ok(());
+        }
+        self.dirs.remove(fh).map(drop).ok_or(FsError::Stale)
+    }
+
+    /// Flush a directory (FUSE fsyncdir).
+    pub fn fsyncdir(&self, ino: u64, fh: u64, datasync: bool) -> FsResult<()> {
+        if ino == control::DIR_ID {
+            return Ok(());
+        }
+        let h = self.dirs.get(fh)?;
+        let stream = h.stream.lock();
+        Ok(backing::fsync(stream.fd(), datasync)?)
+    }
+
+    /// Filesystem statistics of the store (FUSE statfs).
+    pub fn statfs(&self, ino: u64) -> FsResult<libc::statvfs> {
+        let inode = self.inodes.get(ino).unwrap_or_else(|_| self.inodes.root());
+        Ok(backing::statfs(inode.fd()?.as_fd())?)
+    }
+}

@@ -1,0 +1,234 @@
+//! Entries: lookup, forget, getattr, setattr, readlink; reserved names.
+
+use std::ffi::{CStr, CString, OsStr};
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use nix::errno::Errno;
+
+use super::control::ControlFile;
+use super::error::{FsError, FsResult};
+use super::inode::{Inode, ROOT_ID};
+use super::io::kill_suid_sgid;
+use super::{backing, control, Attr, Cache, Caller, SetAttr, SmithFs, STATE_DIR};
+use crate::identity::Identity;
+use crate::policy::{Denial, Op};
+
+impl SmithFs {
+    pub(super) fn attr_of(&self, st: libc::stat) -> Attr {
+        let mut st = st;
+        st.st_ino = self.inodes.ids.node_id(st.st_ino);
+        Attr(st)
+    }
+
+    /// Names in the store's root that the mount never shows or lets anyone create.
+    pub(super) fn reserved(parent: u64, name: &OsStr) -> bool {
+        let n = name.as_bytes();
+        (parent == ROOT_ID && (n == STATE_DIR.as_bytes() || n == control::DIR_NAME.as_bytes()))
+            || backing::is_daemon_temp(n)
+    }
+
+    /// Refuse a change to the control directory `.smithfs/` or to a name the mount never shows
+    /// (`.smithfs-state`, the daemon's temporary names), recording the reason like any denial
+    /// (PROTOCOL.md §3, §7). `parent`/`name` name the entry the caller tried to change.
+    pub(super) fn refuse_reserved(
+        &self,
+        caller: &Caller,
+        who: Identity,
+        op: &str,
+        parent: u64,
+        name: &OsStr,
+        errno: Errno,
+    ) -> FsError {
+        let path = if control::is_virtual(parent) {
+            format!("{}/{}", control::DIR_NAME, name.to_string_lossy())
+        } else if parent == ROOT_ID {
+            name.to_string_lossy().into_owned()
+        } else {
+            self.inodes.get(parent).map_or_else(
+                |_| name.to_string_lossy().into_owned(),
+                |d| self.child_path(&d, name),
+            )
+        };
+        let _ = self.denied(
+            caller,
+            who,
+            op,
+            path,
+            Denial {
+                errno,
+                rule: "reserved-name",
+                why: format!(
+                    "`{}` is the control directory, and the daemon's own names are not part of \
+                     the mount: neither can be changed through it.",
+                    control::DIR_NAME
+                ),
+                alternative: "Use another name; write commands to .smithfs/ctl.".into(),
+            },
+        );
+        FsError::Reserved(errno)
+    }
+
+    pub(super) fn name_in(name: &OsStr) -> FsResult<CString> {
+        Ok(backing::component(name)?)
+    }
+
+    /// Resolve `name` in `parent`, raising its lookup count (FUSE lookup). Allowed to every
+    /// identity (PROTOCOL.md §3).
+    pub fn lookup(&self, parent: u64, name: &OsStr) -> FsResult<(Attr, Cache)> {
+        if parent == ROOT_ID && name.as_bytes() == control::DIR_NAME.as_bytes() {
+            return Ok((self.control_attr(control::DIR_ID), Cache::Never));
+        }
+        if parent == control::DIR_ID {
+            let f = ControlFile::by_name(name).ok_or(FsError::Backing(Errno::ENOENT))?;
+            return Ok((self.control_attr(f.id()), Cache::Never));
+        }
+        if Self::reserved(parent, name) {
+            return Err(FsError::Reserved(Errno::ENOENT));
+        }
+        let dir = self.inodes.get(parent)?;
+        let cname = Self::name_in(name)?;
+        self.lookup_in(&dir, &cname)
+            .map(|(_, a)| (a, Cache::Normal))
+    }
+
+    pub(super) fn lookup_in(&self, dir: &Inode, cname: &CStr) -> FsResult<(Arc<Inode>, Attr)> {
+        let fd = backing::lookup(dir.fd()?.as_fd(), cname)?;
+        let st = backing::stat(fd.as_fd())?;
+        let inode = self.inodes.remember(fd, &st);
+        self.place(&inode, dir, cname.to_bytes(), st.st_nlink);
+        Ok((inode, self.attr_of(st)))
+    }
+
+    /// Drop `n` kernel references to `ino` (FUSE forget).
+    pub fn forget(&self, ino: u64, n: u64) {
+        if !control::is_virtual(ino) {
+            self.inodes.forget(ino, n);
+        }
+    }
+
+    pub(super) fn control_attr(&self, id: u64) -> Attr {
+        let root = self
+            .inodes
+            .root()
+            .fd()
+            .ok()
+            .and_then(|f| backing::stat(f.as_fd()).ok());
+        // SAFETY: an all-zero stat is a valid value.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if let Some(r) = root {
+            st.st_atime = r.st_atime;
+            st.st_mtime = r.st_mtime;
+            st.st_ctime = r.st_ctime;
+            st.st_uid = r.st_uid;
+            st.st_gid = r.st_gid;
+            st.st_blksize = r.st_blksize;
+        }
+        st.st_ino = id;
+        match ControlFile::by_id(id) {
+            Some(f) => {
+                st.st_mode = libc::S_IFREG | f.mode();
+                st.st_nlink = 1;
+            }
+            None => {
+                st.st_mode = libc::S_IFDIR | 0o555;
+                st.st_nlink = 2;
+            }
+        }
+        Attr(st)
+    }
+
+    /// Attributes of `ino`, through the handle `fh` if given (FUSE getattr).
+    pub fn getattr(&self, ino: u64, fh: Option<u64>) -> FsResult<Attr> {
+        if control::is_virtual(ino) {
+            return Ok(self.control_attr(ino));
+        }
+        if let Some(fh) = fh {
+            if let Ok(h) = self.files.get(fh) {
+                let st = backing::stat(h.fd.as_fd())?;
+                h.inode.note_links(st.st_nlink);
+                return Ok(self.attr_of(st));
+            }
+        }
+        let inode = self.inodes.get(ino)?;
+        let st = backing::stat(inode.fd()?.as_fd())?;
+        inode.note_links(st.st_nlink);
+        Ok(self.attr_of(st))
+    }
+
+    /// Change attributes (FUSE setattr): mode, owner, size, times, in that order.
+    /// Truncation through a handle is judged by the handle's opener; everything else by the
+    /// caller (PROTOCOL.md §2).
+    pub fn setattr(&self, caller: &Caller, ino: u64, set: &SetAttr) -> FsResult<Attr> {
+        if control::is_virtual(ino) {
+            // Truncating ctl on open (`echo … > ctl`) is harmless; nothing else changes.
+            if ino == ControlFile::Ctl.id()
+                && set.mode.is_none()
+                && set.uid.is_none()
+                && set.gid.is_none()
+            {
+                return Ok(self.control_attr(ino));
+            }
+            return Err(FsError::Backing(Errno::EPERM));
+        }
+        let inode = self.inodes.get(ino)?;
+        let handle = set.fh.and_then(|fh| self.files.get(fh).ok());
+        let who = self.identify(caller);
+        let by_caller = set.mode.is_some()
+            || set.uid.is_some()
+            || set.gid.is_some()
+            || set.atime.is_some()
+            || set.mtime.is_some();
+        if by_caller {
+            self.check_inode(caller, who, Op::Write, "setattr", &inode)?;
+        }
+        if let Some(mode) = set.mode {
+            backing::chmod(inode.fd()?.as_fd(), mode & 0o7777)?;
+        }
+        if set.uid.is_some() || set.gid.is_some() {
+            backing::chown(
+                inode.fd()?.as_fd(),
+                set.uid.unwrap_or(u32::MAX),
+                set.gid.unwrap_or(u32::MAX),
+            )?;
+        }
+        if let Some(size) = set.size {
+            match &handle {
+                Some(h) => {
+                    if !h.may_write {
+                        return Err(FsError::Backing(Errno::EBADF));
+                    }
+                    backing::ftruncate(h.fd.as_fd(), size)?;
+                    h.dirty.store(true, Ordering::Relaxed);
+                }
+                None => {
+                    self.check_inode(caller, who, Op::Write, "truncate", &inode)?;
+                    let fd = backing::reopen(inode.fd()?.as_fd(), libc::O_WRONLY)?;
+                    backing::ftruncate(fd.as_fd(), size)?;
+                }
+            }
+            if caller.uid != 0 && set.mode.is_none() {
+                // The reply carries the new attributes.
+                kill_suid_sgid(&inode, caller)?;
+            }
+        }
+        if set.atime.is_some() || set.mtime.is_some() {
+            let omit = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: libc::UTIME_OMIT,
+            };
+            let times = [set.atime.unwrap_or(omit), set.mtime.unwrap_or(omit)];
+            backing::utimens(inode.fd()?.as_fd(), &times)?;
+        }
+        Ok(self.attr_of(backing::stat(inode.fd()?.as_fd())?))
+    }
+
+    /// The target of the symlink `ino` (FUSE readlink).
+    pub fn readlink(&self, caller: &Caller, ino: u64) -> FsResult<Vec<u8>> {
+        let inode = self.inodes.get(ino)?;
+        self.check_inode(caller, self.identify(caller), Op::Read, "readlink", &inode)?;
+        Ok(backing::readlink(inode.fd()?.as_fd())?)
+    }
+}

@@ -1,0 +1,329 @@
+//! File I/O: open, create, passthrough, read, write, flush, release, fsync, fallocate, lseek, copy_file_range.
+
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::Ordering;
+
+use nix::errno::Errno;
+
+use super::completion::completion;
+use super::control::ControlFile;
+use super::creds::{as_caller, caller_groups};
+use super::error::{FsError, FsResult};
+use super::handle::FileHandle;
+use super::inode::BackingRef;
+use super::inode::{Inode, Passthrough};
+use super::{backing, control, Attr, Cache, Caller, SmithFs};
+use crate::policy::{NewKind, Op};
+
+impl SmithFs {
+    /// Open `ino` with `flags` (FUSE open); returns the handle number and how to cache it.
+    pub fn open(&self, caller: &Caller, ino: u64, flags: i32) -> FsResult<(u64, Cache)> {
+        if let Some(f) = ControlFile::by_id(ino) {
+            return self
+                .open_control(caller, f, flags)
+                .map(|fh| (fh, Cache::Never));
+        }
+        if control::is_virtual(ino) {
+            return Err(FsError::Backing(Errno::EISDIR));
+        }
+        let inode = self.inodes.get(ino)?;
+        let who = self.identify(caller);
+        let acc = flags & libc::O_ACCMODE;
+        let may_write = acc != libc::O_RDONLY;
+        let truncates = flags & libc::O_TRUNC != 0;
+        if acc != libc::O_WRONLY {
+            self.check_inode(caller, who, Op::Read, "open for reading", &inode)?;
+        }
+        if may_write || truncates {
+            self.check_inode(caller, who, Op::Write, "open for writing", &inode)?;
+        }
+        let slot = self.charge(caller, who, "open", || self.path_of(&inode))?;
+        let fd = backing::reopen(inode.fd()?.as_fd(), flags)?;
+        if truncates && caller.uid != 0 && kill_suid_sgid(&inode, caller)? {
+            self.attrs_changed(inode.id);
+        }
+        let fh = self.files.insert(FileHandle {
+            fd,
+            inode,
+            opener: who,
+            flags,
+            may_write,
+            // Opened with write access or O_TRUNC: its release completes the file (§5).
+            dirty: std::sync::atomic::AtomicBool::new(may_write || truncates),
+            passthrough: std::sync::atomic::AtomicBool::new(false),
+            slot,
+        });
+        Ok((fh, Cache::Normal))
+    }
+
+    /// Create and open `name` in `parent` (FUSE create); the new file belongs to the caller.
+    pub fn create(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+    ) -> FsResult<(Attr, u64)> {
+        let who = self.identify(caller);
+        let (dir, cname) = self.creating(caller, who, parent, name, NewKind::File, "create")?;
+        let slot = self.charge(caller, who, "create", || self.child_path(&dir, name))?;
+        let fd = {
+            let _cred = as_caller(caller)?;
+            backing::open_beneath(dir.fd()?.as_fd(), &cname, flags | libc::O_CREAT, mode)?
+        };
+        let (inode, attr) = self.lookup_in(&dir, &cname)?;
+        let may_write = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let fh = self.files.insert(FileHandle {
+            fd,
+            inode,
+            opener: who,
+            flags,
+            may_write,
+            dirty: std::sync::atomic::AtomicBool::new(true),
+            passthrough: std::sync::atomic::AtomicBool::new(false),
+            slot,
+        });
+        Ok((attr, fh))
+    }
+
+    /// The passthrough backing for the freshly opened handle `fh` of a regular file: the inode's
+    /// shared registration, or a new one made by `register` from an `O_RDWR` descriptor. `None`
+    /// when this inode cannot be passed through (its opens then go through the daemon).
+    ///
+    /// The inode's passthrough lock is held across the reopen and `register` (one ioctl), so
+    /// concurrent opens of one file share one registration.
+    pub fn passthrough(
+        &self,
+        fh: u64,
+        register: impl FnOnce(std::os::fd::BorrowedFd<'_>) -> std::io::Result<BackingRef>,
+    ) -> Option<BackingRef> {
+        let h = self.files.get(fh).ok()?;
+        if h.inode.kind != libc::S_IFREG {
+            return None;
+        }
+        let mut pt = h.inode.passthrough.lock();
+        let backing = match &mut *pt {
+            Passthrough::Never => return None,
+            Passthrough::Cached { users } => {
+                *users += 1;
+                h.passthrough.store(true, Ordering::Relaxed);
+                return None;
+            }
+            Passthrough::Active { backing, users } => {
+                *users += 1;
+                backing.clone()
+            }
+            Passthrough::Idle if setid(&h.fd) => {
+                *pt = Passthrough::Cached { users: 1 };
+                h.passthrough.store(true, Ordering::Relaxed);
+                return None;
+            }
+            Passthrough::Idle => {
+                let made = h
+                    .inode
+                    .fd()
+                    .map_err(|e| std::io::Error::from(e.errno()))
+                    .and_then(|f| {
+                        backing::reopen(f.as_fd(), libc::O_RDWR).map_err(std::io::Error::from)
+                    })
+                    .and_then(|fd| register(fd.as_fd()));
+                match made {
+                    Ok(backing) => {
+                        *pt = Passthrough::Active {
+                            backing: backing.clone(),
+                            users: 1,
+                        };
+                        backing
+                    }
+                    Err(e) => {
+                        tracing::debug!(ino = h.inode.id, "no passthrough: {e}");
+                        *pt = Passthrough::Never;
+                        return None;
+                    }
+                }
+            }
+        };
+        h.passthrough.store(true, Ordering::Relaxed);
+        Some(backing)
+    }
+
+    /// Read up to `size` bytes at `offset` through handle `fh` (FUSE read).
+    pub fn read(&self, ino: u64, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        if control::is_virtual(ino) {
+            let h = self.controls.get(fh)?;
+            let start = (offset as usize).min(h.data.len());
+            let end = (start + size as usize).min(h.data.len());
+            return Ok(h.data[start..end].to_vec());
+        }
+        let h = self.files.get(fh)?;
+        let mut buf = vec![0u8; size as usize];
+        let mut done = 0usize;
+        while done < buf.len() {
+            let n = backing::pread(h.fd.as_fd(), &mut buf[done..], offset + done as u64)?;
+            if n == 0 {
+                break;
+            }
+            done += n;
+        }
+        buf.truncate(done);
+        Ok(buf)
+    }
+
+    /// Write `data` at `offset` through handle `fh` (FUSE write); `kill_suidgid` is the kernel's
+    /// request to clear setuid/setgid (`FUSE_WRITE_KILL_SUIDGID`, with `HANDLE_KILLPRIV_V2`).
+    /// A write to `.smithfs/ctl` runs its commands as the writing process (PROTOCOL.md §7).
+    pub fn write(
+        &self,
+        caller: &Caller,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        data: &[u8],
+        kill_suidgid: bool,
+    ) -> FsResult<u32> {
+        if control::is_virtual(ino) {
+            return self.write_control(caller, fh, data);
+        }
+        let h = self.files.get(fh)?;
+        if !h.may_write {
+            return Err(FsError::Backing(Errno::EBADF));
+        }
+        if kill_suidgid && kill_suid_sgid(&h.inode, caller)? {
+            self.attrs_changed(h.inode.id);
+        }
+        let mut done = 0usize;
+        while done < data.len() {
+            let n = if h.flags & libc::O_APPEND != 0 {
+                backing::write(h.fd.as_fd(), &data[done..])?
+            } else {
+                backing::pwrite(h.fd.as_fd(), &data[done..], offset + done as u64)?
+            };
+            if n == 0 {
+                break;
+            }
+            done += n;
+        }
+        h.dirty.store(true, Ordering::Relaxed);
+        Ok(done as u32)
+    }
+
+    /// Flush (FUSE flush, at each close of a descriptor): nothing is buffered in the daemon.
+    pub fn flush(&self, ino: u64, fh: u64) -> FsResult<()> {
+        if control::is_virtual(ino) {
+            return Ok(());
+        }
+        self.files.get(fh).map(drop)
+    }
+
+    /// Release the handle `fh` (FUSE release, at the last close). Releasing a handle that wrote
+    /// completes the file (PROTOCOL.md §5).
+    pub fn release(&self, ino: u64, fh: u64) -> FsResult<()> {
+        if control::is_virtual(ino) {
+            return self.controls.remove(fh).map(drop).ok_or(FsError::Stale);
+        }
+        let h = self.files.remove(fh).ok_or(FsError::Stale)?;
+        if h.passthrough.load(Ordering::Relaxed) {
+            let mut pt = h.inode.passthrough.lock();
+            match &mut *pt {
+                Passthrough::Active { users, .. } | Passthrough::Cached { users } => {
+                    *users -= 1;
+                    if *users == 0 {
+                        // Dropping the last reference closes the kernel registration.
+                        *pt = Passthrough::Idle;
+                    }
+                }
+                Passthrough::Idle | Passthrough::Never => {}
+            }
+        }
+        if h.dirty.load(Ordering::Relaxed) && h.inode.kind == libc::S_IFREG {
+            let (parent, name) = {
+                let p = h.inode.place.lock();
+                (p.parent, p.name.clone())
+            };
+            if let Some(dir) = self.inodes.find(parent) {
+                if let Some(e) = completion(self.zone(&dir), &name) {
+                    self.emit(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Flush a file to stable storage (FUSE fsync).
+    pub fn fsync(&self, ino: u64, fh: u64, datasync: bool) -> FsResult<()> {
+        if control::is_virtual(ino) {
+            return Ok(());
+        }
+        let h = self.files.get(fh)?;
+        Ok(backing::fsync(h.fd.as_fd(), datasync)?)
+    }
+
+    /// Allocate or punch space through handle `fh` (FUSE fallocate), judged by its opener.
+    pub fn fallocate(&self, fh: u64, offset: u64, length: u64, mode: i32) -> FsResult<()> {
+        let h = self.files.get(fh)?;
+        if !h.may_write {
+            return Err(FsError::Backing(Errno::EBADF));
+        }
+        backing::fallocate(h.fd.as_fd(), mode, offset, length)?;
+        h.dirty.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Seek for data or holes through handle `fh` (FUSE lseek).
+    pub fn lseek(&self, fh: u64, offset: i64, whence: i32) -> FsResult<i64> {
+        let h = self.files.get(fh)?;
+        Ok(backing::lseek(h.fd.as_fd(), offset, whence)?)
+    }
+
+    /// Copy a range between two handles (FUSE copy_file_range), judged by their openers.
+    pub fn copy_file_range(
+        &self,
+        fh_in: u64,
+        off_in: u64,
+        fh_out: u64,
+        off_out: u64,
+        len: u64,
+        flags: u32,
+    ) -> FsResult<u32> {
+        let hin = self.files.get(fh_in)?;
+        let hout = self.files.get(fh_out)?;
+        if !hout.may_write {
+            return Err(FsError::Backing(Errno::EBADF));
+        }
+        let len = len.min(u64::from(u32::MAX >> 1)) as usize;
+        let n =
+            backing::copy_file_range(hin.fd.as_fd(), off_in, hout.fd.as_fd(), off_out, len, flags)?;
+        hout.dirty.store(true, Ordering::Relaxed);
+        Ok(n as u32)
+    }
+}
+
+/// Does the open file carry setuid or setgid (bits a write may have to clear)?
+pub(super) fn setid(fd: &OwnedFd) -> bool {
+    backing::stat(fd.as_fd()).is_ok_and(|st| st.st_mode & (libc::S_ISUID | libc::S_ISGID) != 0)
+}
+
+/// Clear setuid and setgid as a write or truncate by a caller without CAP_FSETID must on Linux
+/// (the kernel leaves this to us under `FUSE_HANDLE_KILLPRIV_V2`): setuid always; setgid when
+/// group-executable, or when the caller is not in the file's group (`setattr_should_drop_sgid`).
+/// Returns whether the mode changed (the kernel's cached attributes are then stale).
+pub(super) fn kill_suid_sgid(inode: &Inode, caller: &Caller) -> FsResult<bool> {
+    if inode.kind != libc::S_IFREG {
+        return Ok(false);
+    }
+    let st = backing::stat(inode.fd()?.as_fd())?;
+    let before = st.st_mode & 0o7777;
+    let mut mode = before & !libc::S_ISUID;
+    if mode & libc::S_ISGID != 0 {
+        let in_group = caller.gid == st.st_gid || caller_groups(caller.pid).contains(&st.st_gid);
+        if mode & libc::S_IXGRP != 0 || !in_group {
+            mode &= !libc::S_ISGID;
+        }
+    }
+    if mode != before {
+        backing::chmod(inode.fd()?.as_fd(), mode)?;
+    }
+    Ok(mode != before)
+}

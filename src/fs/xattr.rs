@@ -1,0 +1,109 @@
+//! Extended attributes: set, get, list, remove.
+
+use std::ffi::OsStr;
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+
+use nix::errno::Errno;
+
+use super::error::{FsError, FsResult};
+use super::{backing, control, Caller, SmithFs};
+use crate::policy::Op;
+
+impl SmithFs {
+    /// Set an extended attribute (FUSE setxattr), judged by the caller.
+    pub fn setxattr(
+        &self,
+        caller: &Caller,
+        ino: u64,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+    ) -> FsResult<()> {
+        if control::is_virtual(ino) {
+            return Err(FsError::Backing(Errno::EPERM));
+        }
+        let inode = self.inodes.get(ino)?;
+        self.check_inode(caller, self.identify(caller), Op::Write, "setxattr", &inode)?;
+        let cname = xattr_name(name)?;
+        Ok(backing::setxattr(
+            inode.fd()?.as_fd(),
+            &cname,
+            value,
+            flags,
+        )?)
+    }
+
+    /// Get an extended attribute (FUSE getxattr): with `size == 0`, its size.
+    pub fn getxattr(
+        &self,
+        caller: &Caller,
+        ino: u64,
+        name: &OsStr,
+        size: u32,
+    ) -> FsResult<XattrReply> {
+        if control::is_virtual(ino) {
+            return Err(FsError::Backing(Errno::ENODATA));
+        }
+        let inode = self.inodes.get(ino)?;
+        self.check_inode(caller, self.identify(caller), Op::Read, "getxattr", &inode)?;
+        let cname = xattr_name(name)?;
+        let fd = inode.fd()?;
+        xattr_reply(size, |buf| backing::getxattr(fd.as_fd(), &cname, buf))
+    }
+
+    /// List extended attribute names (FUSE listxattr).
+    pub fn listxattr(&self, caller: &Caller, ino: u64, size: u32) -> FsResult<XattrReply> {
+        if control::is_virtual(ino) {
+            return Ok(XattrReply::Size(0));
+        }
+        let inode = self.inodes.get(ino)?;
+        self.check_inode(caller, self.identify(caller), Op::Read, "listxattr", &inode)?;
+        let fd = inode.fd()?;
+        xattr_reply(size, |buf| backing::listxattr(fd.as_fd(), buf))
+    }
+
+    /// Remove an extended attribute (FUSE removexattr).
+    pub fn removexattr(&self, caller: &Caller, ino: u64, name: &OsStr) -> FsResult<()> {
+        if control::is_virtual(ino) {
+            return Err(FsError::Backing(Errno::EPERM));
+        }
+        let inode = self.inodes.get(ino)?;
+        self.check_inode(
+            caller,
+            self.identify(caller),
+            Op::Write,
+            "removexattr",
+            &inode,
+        )?;
+        let cname = xattr_name(name)?;
+        Ok(backing::removexattr(inode.fd()?.as_fd(), &cname)?)
+    }
+}
+
+/// Reply to a getxattr/listxattr: the needed size (when asked with size 0) or the data.
+#[derive(Debug)]
+pub enum XattrReply {
+    /// The value's size in bytes.
+    Size(u32),
+    /// The value.
+    Data(Vec<u8>),
+}
+
+pub(super) fn xattr_reply(
+    size: u32,
+    get: impl Fn(&mut [u8]) -> backing::SysResult<usize>,
+) -> FsResult<XattrReply> {
+    if size == 0 {
+        let n = get(&mut [])?;
+        return Ok(XattrReply::Size(n as u32));
+    }
+    let mut buf = vec![0u8; size as usize];
+    let n = get(&mut buf)?;
+    buf.truncate(n);
+    Ok(XattrReply::Data(buf))
+}
+
+pub(super) fn xattr_name(name: &OsStr) -> FsResult<std::ffi::CString> {
+    std::ffi::CString::new(name.as_bytes()).map_err(|_| FsError::Backing(Errno::EINVAL))
+}
