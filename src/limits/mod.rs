@@ -463,7 +463,7 @@ mod tests {
     fn validation_names_the_key() {
         assert_eq!(
             lim(Some(4096), None, None).validate("limits.per_smith"),
-            Err(("limits.per_smith.memory_max".into(), "4096 is below the smallest memory limit, 1M".into()))
+            Err(("limits.per_smith.memory_max".into(), "4K is below the smallest memory limit, 1M".into()))
         );
         assert_eq!(
             lim(None, Some(0), None).validate("limits.per_subtree"),
