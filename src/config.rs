@@ -1114,7 +1114,10 @@ mod tests {
         assert_eq!(c.limits.per_smith.pids_max, Some(32));
         assert_eq!(
             c.limits.per_smith.cpu_max,
-            Some(CpuMax { quota_us: Some(50_000), period_us: 100_000 })
+            Some(CpuMax {
+                quota_us: Some(50_000),
+                period_us: 100_000
+            })
         );
         assert_eq!(c.limits.per_subtree.memory_max, Some(Size(1 << 30)));
         assert_eq!(c.limits.per_subtree.pids_max, None);

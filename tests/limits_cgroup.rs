@@ -119,8 +119,9 @@ macro_rules! skip_unless_limits {
 /// The cgroup directory of `controller` for smith `full` (`leaf`: its `self/`, else its node)
 /// of the daemon `pid`, on whichever backend holds that controller.
 fn limit_dir(pid: i32, controller: Controller, full: &str, leaf: bool) -> PathBuf {
-    let mounts = procfs::parse_mountinfo(&std::fs::read("/proc/self/mountinfo").expect("mountinfo"))
-        .expect("parse mountinfo");
+    let mounts =
+        procfs::parse_mountinfo(&std::fs::read("/proc/self/mountinfo").expect("mountinfo"))
+            .expect("parse mountinfo");
     let own = procfs::parse_cgroup(&std::fs::read(format!("/proc/{pid}/cgroup")).expect("cgroup"))
         .expect("parse cgroup");
     let a = detect(&mounts, &own, &|p| std::fs::read_to_string(p).ok());
@@ -136,7 +137,9 @@ fn limit_dir(pid: i32, controller: Controller, full: &str, leaf: bool) -> PathBu
 
 fn is_v1(controller: Controller) -> bool {
     matches!(
-        smithfs::limits::cgroup::detect_here().controllers.get(&controller),
+        smithfs::limits::cgroup::detect_here()
+            .controllers
+            .get(&controller),
         Some(Place::V1 { .. })
     )
 }
@@ -222,25 +225,32 @@ fn hog_bomb_and_busy_loop_stay_in_their_limits_while_a_sibling_works() {
     assert!(peak <= MEM, "peak {peak} above the limit {MEM}");
     assert!(peak > MEM / 2, "the hog reached its limit: peak {peak}");
 
-    let bomb = s.read(&format!("{}/outbox/result.md", rel(BOMB))).expect("bomb result");
+    let bomb = s
+        .read(&format!("{}/outbox/result.md", rel(BOMB)))
+        .expect("bomb result");
     let n: u32 = bomb
         .trim()
         .strip_prefix("bomb: EAGAIN after ")
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("fork failed with EAGAIN: {bomb}"));
     // The agent's sh and python count too.
-    assert!(n <= 14 && n >= 8, "forks before EAGAIN: {n}");
+    assert!((8..=14).contains(&n), "forks before EAGAIN: {n}");
     let bomb_pids = limit_dir(pid, Controller::Pids, BOMB, true);
     assert!(keyed(&bomb_pids, "pids.events", "max ").unwrap_or(0) >= 1);
 
-    let busy = s.read(&format!("{}/outbox/result.md", rel(BUSY))).expect("busy result");
+    let busy = s
+        .read(&format!("{}/outbox/result.md", rel(BUSY)))
+        .expect("busy result");
     let cpu: f64 = busy
         .trim()
         .strip_prefix("busy: ")
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("cpu seconds: {busy}"));
     // 0.2 CPU for 2 s of wall time is 0.4 s; a bit more for the period boundaries.
-    assert!(cpu <= 0.6, "the busy loop got {cpu} s of CPU in 2 s at 0.2 CPU");
+    assert!(
+        cpu <= 0.6,
+        "the busy loop got {cpu} s of CPU in 2 s at 0.2 CPU"
+    );
     let busy_cpu = limit_dir(pid, Controller::Cpu, BUSY, true);
     assert!(
         keyed(&busy_cpu, "cpu.stat", "nr_throttled ").unwrap_or(0) >= 1,
@@ -302,4 +312,25 @@ fn limits_in_ancestry_mode_refuse_the_mount() {
     poll_until(Duration::from_secs(5), "no mount left", || {
         !common::is_smithfs_mounted(&dir)
     });
+}
+
+/// A per-smith limit above the subtree's is clamped to it (a smith's own processes are part of
+/// its subtree), and the clamp is journaled as `limits.clamped` naming the key.
+#[test]
+fn per_smith_limits_above_the_subtree_are_clamped_and_journaled() {
+    skip_unless_limits!();
+    let s = Sm::new(json!({
+        "limits": {
+            "per_smith": {"pids_max": 500, "memory_max": "64M"},
+            "per_subtree": {"pids_max": 50}
+        }
+    }));
+    let pid = s.m.daemon_pid().expect("daemon");
+    let leaf = limit_dir(pid, Controller::Pids, "smith-root", true);
+    assert_eq!(read_num(&leaf, "pids.max"), Some(50));
+    let node = limit_dir(pid, Controller::Pids, "smith-root", false);
+    assert_eq!(read_num(&node, "pids.max"), Some(50));
+    let clamped = s.of("limits.clamped", None);
+    assert_eq!(clamped.len(), 1, "{clamped:#?}");
+    assert_eq!(clamped[0]["rule"], "limits.per_smith.pids_max");
 }

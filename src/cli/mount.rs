@@ -305,16 +305,14 @@ fn serve(dir: &Path, args: &MountArgs, mut report: Option<&mut File>) -> Result<
     let (limits, clamped) =
         crate::limits::CgroupPlan::new(config.limits.per_smith, config.limits.per_subtree);
     let resolver = Arc::new(
-        Resolver::with_limits(config.identity, std::process::id(), &limits).map_err(|e| match e {
-            crate::identity::IdentityError::Limits(e) => anyhow!("{e}"),
-            e => anyhow!("cannot set up identity resolution: {e}"),
-        })?,
+        Resolver::with_limits(config.identity, std::process::id(), &limits).map_err(
+            |e| match e {
+                crate::identity::IdentityError::Limits(e) => anyhow!("{e}"),
+                e => anyhow!("cannot set up identity resolution: {e}"),
+            },
+        )?,
     );
-    for key in clamped {
-        tracing::warn!(
-            "limits.per_smith.{key} is above limits.per_subtree.{key}: clamped to it (a smith's own processes are part of its subtree)"
-        );
-    }
+    journal_clamped(state.as_fd(), &clamped);
     resolver.set_cache_capacity(fds.identity_cache);
     reap_previous_daemon(state.as_fd(), resolver.cgroup_parent());
     let binding = Arc::new(Binding(resolver.clone()));
@@ -554,6 +552,29 @@ fn raise_nofile() -> u64 {
         ORIGINAL_NOFILE_MAX.store(start.rlim_max, std::sync::atomic::Ordering::Relaxed);
     }
     get_nofile().map_or(start.rlim_cur, |l| l.rlim_cur)
+}
+
+/// Journal `limits.clamped` for each `limits.per_smith` key above its `limits.per_subtree`
+/// (docs/PROTOCOL-NOTES.md, L3): a smith's own processes are part of its subtree, so the leaf
+/// gets the subtree's value.
+fn journal_clamped(state: BorrowedFd<'_>, clamped: &[&str]) {
+    if clamped.is_empty() {
+        return;
+    }
+    let journal = crate::sched::Journal::open(state);
+    for key in clamped {
+        let msg = format!(
+            "limits.per_smith.{key} is above limits.per_subtree.{key}: clamped to it (a smith's own processes are part of its subtree)"
+        );
+        tracing::warn!("{msg}");
+        if let Ok(j) = &journal {
+            let mut ev = crate::sched::Event::new("limits.clamped", None);
+            ev.path = Some("config.json".into());
+            ev.rule = Some(format!("limits.per_smith.{key}"));
+            ev.error = Some(msg);
+            let _ = j.append(&ev);
+        }
+    }
 }
 
 /// The file in `.smithfs-state/` naming the parent cgroup of the daemon serving the directory.

@@ -605,7 +605,10 @@ impl Resolver {
 
     /// Creates the node of `rel` (and its missing ancestors, top-down, each with the subtree
     /// limits) and its `self/` leaf with the per-smith limits; returns the leaf.
-    fn create_smith_cgroups(c: &CgroupState, rel: &std::path::Path) -> Result<Cgroup, IdentityError> {
+    fn create_smith_cgroups(
+        c: &CgroupState,
+        rel: &std::path::Path,
+    ) -> Result<Cgroup, IdentityError> {
         let limit_err = |e: String| IdentityError::Io {
             what: e,
             source: io::Error::from_raw_os_error(libc::EIO),
@@ -628,8 +631,9 @@ impl Resolver {
         let leaf = match Cgroup::create(&path) {
             Ok(l) => l,
             // Left by a smith of that id that was removed while its processes lived.
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Cgroup::open_existing(&path)
-                .map_err(io_err(format!("open {}", path.display())))?,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                Cgroup::open_existing(&path).map_err(io_err(format!("open {}", path.display())))?
+            }
             Err(e) => return Err(io_err(format!("mkdir {}", path.display()))(e)),
         };
         if let Some(l) = &c.limits {
@@ -653,13 +657,14 @@ impl Resolver {
             return Ok(());
         };
         let full_id = self.full_id(idx).ok_or(IdentityError::UnknownSmith(idx))?;
-        l.place(std::path::Path::new(&full_id), pid).map_err(|e| match e.raw_os_error() {
-            Some(libc::ESRCH) => IdentityError::NoSuchProcess(pid),
-            _ => IdentityError::Io {
-                what: format!("placing {pid} in the limit cgroups of {full_id}"),
-                source: e,
-            },
-        })
+        l.place(std::path::Path::new(&full_id), pid)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ESRCH) => IdentityError::NoSuchProcess(pid),
+                _ => IdentityError::Io {
+                    what: format!("placing {pid} in the limit cgroups of {full_id}"),
+                    source: e,
+                },
+            })
     }
 
     /// True when runs must be [`Resolver::place`]d before exec (some limit is on cgroup v1).

@@ -93,8 +93,7 @@ pub fn detect(
         .unwrap_or_default();
     for c in Controller::ALL {
         if let (Some(base), true) = (&out.v2_base, v2_listed.iter().any(|n| n == c.as_str())) {
-            out.controllers
-                .insert(c, Place::V2 { base: base.clone() });
+            out.controllers.insert(c, Place::V2 { base: base.clone() });
             continue;
         }
         let Some(h) = own
@@ -105,8 +104,8 @@ pub fn detect(
             continue;
         };
         let Some(base) = mounts.iter().find_map(|m| {
-            let bound = m.fs_type == "cgroup"
-                && m.super_options.split(',').any(|o| o == c.as_str());
+            let bound =
+                m.fs_type == "cgroup" && m.super_options.split(',').any(|o| o == c.as_str());
             if !bound || h.path.components().any(|p| p.as_os_str() == "..") {
                 return None;
             }
@@ -145,7 +144,8 @@ fn err_at(dir: &Path, file: &str, text: &str, e: io::Error) -> String {
 
 /// Writes `limits` of controller `c` into the cgroup directory `dir` of version `v2`.
 fn apply(dir: &Path, v2: bool, c: Controller, limits: &CgroupLimits) -> Result<(), String> {
-    let put = |file: &str, text: String| write(dir, file, &text).map_err(|e| err_at(dir, file, &text, e));
+    let put =
+        |file: &str, text: String| write(dir, file, &text).map_err(|e| err_at(dir, file, &text, e));
     match (c, v2) {
         (Controller::Memory, true) => {
             if let Some(m) = limits.memory_max {
@@ -251,7 +251,11 @@ impl LimitTree {
     /// One line naming what is missing: a controller the host lacks, or one the daemon's cgroup
     /// cannot delegate (v2: its `cgroup.subtree_control` refuses, e.g. `EBUSY` because it holds
     /// processes and is not the root cgroup), or a v1 directory that cannot be made.
-    pub fn setup(plan: CgroupPlan, v2_parent: &Path, avail: &Availability) -> Result<LimitTree, String> {
+    pub fn setup(
+        plan: CgroupPlan,
+        v2_parent: &Path,
+        avail: &Availability,
+    ) -> Result<LimitTree, String> {
         if let Some(e) = unavailable(&plan, avail) {
             return Err(e);
         }
@@ -302,7 +306,10 @@ impl LimitTree {
                             ));
                         }
                     }
-                    tree.v1.push(V1Tree { controller: c, parent });
+                    tree.v1.push(V1Tree {
+                        controller: c,
+                        parent,
+                    });
                 }
                 None => {}
             }
@@ -317,8 +324,16 @@ impl LimitTree {
 
     /// One line for the log: `memory on v1, pids on v1, cpu on v2`.
     pub fn describe(&self) -> String {
-        let mut parts: Vec<String> = self.v2.iter().map(|c| format!("{} on v2", c.as_str())).collect();
-        parts.extend(self.v1.iter().map(|t| format!("{} on v1", t.controller.as_str())));
+        let mut parts: Vec<String> = self
+            .v2
+            .iter()
+            .map(|c| format!("{} on v2", c.as_str()))
+            .collect();
+        parts.extend(
+            self.v1
+                .iter()
+                .map(|t| format!("{} on v1", t.controller.as_str())),
+        );
         parts.join(", ")
     }
 
@@ -356,7 +371,10 @@ impl LimitTree {
             apply(v2_leaf, true, *c, &self.plan.per_smith)?;
         }
         for t in &self.v1 {
-            let leaf = t.parent.join(rel).join(crate::identity::cgroup::SELF_CGROUP);
+            let leaf = t
+                .parent
+                .join(rel)
+                .join(crate::identity::cgroup::SELF_CGROUP);
             match fs::create_dir(&leaf) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
@@ -381,7 +399,10 @@ impl LimitTree {
     /// The write that failed (`ESRCH` gone, `ENOENT` no such cgroup).
     pub fn place(&self, rel: &Path, pid: u32) -> io::Result<()> {
         for t in &self.v1 {
-            let leaf = t.parent.join(rel).join(crate::identity::cgroup::SELF_CGROUP);
+            let leaf = t
+                .parent
+                .join(rel)
+                .join(crate::identity::cgroup::SELF_CGROUP);
             write(&leaf, "cgroup.procs", &pid.to_string()).map_err(|e| {
                 io::Error::new(
                     e.kind(),
@@ -400,8 +421,14 @@ impl LimitTree {
                 .as_deref()
                 .and_then(parse_oom_kill);
         }
-        let t = self.v1.iter().find(|t| t.controller == Controller::Memory)?;
-        let leaf = t.parent.join(rel).join(crate::identity::cgroup::SELF_CGROUP);
+        let t = self
+            .v1
+            .iter()
+            .find(|t| t.controller == Controller::Memory)?;
+        let leaf = t
+            .parent
+            .join(rel)
+            .join(crate::identity::cgroup::SELF_CGROUP);
         fs::read_to_string(leaf.join("memory.oom_control"))
             .ok()
             .as_deref()
@@ -412,7 +439,11 @@ impl LimitTree {
     pub fn v1_leaves(&self, rel: &Path) -> Vec<PathBuf> {
         self.v1
             .iter()
-            .map(|t| t.parent.join(rel).join(crate::identity::cgroup::SELF_CGROUP))
+            .map(|t| {
+                t.parent
+                    .join(rel)
+                    .join(crate::identity::cgroup::SELF_CGROUP)
+            })
             .collect()
     }
 
@@ -492,7 +523,9 @@ mod tests {
         );
         assert_eq!(
             a.controllers.get(&Controller::Cpu),
-            Some(&Place::V1 { base: "/sys/fs/cgroup/cpu/".into() })
+            Some(&Place::V1 {
+                base: "/sys/fs/cgroup/cpu/".into()
+            })
         );
         assert_eq!(a.describe(), "v1 (memory, pids, cpu)");
         // A unified hierarchy that has memory wins for memory only.
@@ -502,7 +535,10 @@ mod tests {
         let v2 = parse_mountinfo(PURE_V2).expect("fixture");
         let own = parse_cgroup(b"0::/system.slice/x.service\n").expect("fixture");
         let a = detect(&v2, &own, &|p| {
-            assert_eq!(p, Path::new("/sys/fs/cgroup/system.slice/x.service/cgroup.controllers"));
+            assert_eq!(
+                p,
+                Path::new("/sys/fs/cgroup/system.slice/x.service/cgroup.controllers")
+            );
             Some("cpuset cpu io memory pids".into())
         });
         assert_eq!(a.describe(), "v2 (memory, pids, cpu)");
@@ -516,7 +552,10 @@ mod tests {
             CgroupLimits::default(),
         );
         let why = unavailable(&plan, &a).expect("no pids");
-        assert!(why.starts_with("limits.per_smith.pids_max cannot be enforced: no pids controller"), "{why}");
+        assert!(
+            why.starts_with("limits.per_smith.pids_max cannot be enforced: no pids controller"),
+            "{why}"
+        );
         assert_eq!(detect(&[], &own, &|_| None).describe(), "none");
     }
 

@@ -132,7 +132,9 @@ impl FromStr for CpuMax {
     type Err = String;
 
     fn from_str(s: &str) -> Result<CpuMax, String> {
-        let bad = || format!("{s:?} is not a cpu.max value (\"QUOTA PERIOD\" in microseconds, e.g. \"50000 100000\", or \"max\")");
+        let bad = || {
+            format!("{s:?} is not a cpu.max value (\"QUOTA PERIOD\" in microseconds, e.g. \"50000 100000\", or \"max\")")
+        };
         let mut parts = s.split_whitespace();
         let quota = parts.next().ok_or_else(bad)?;
         let period = match parts.next() {
@@ -152,7 +154,9 @@ impl FromStr for CpuMax {
             ));
         }
         if quota_us.is_some_and(|q| q < 1000) {
-            return Err(format!("{s:?}: the quota must be at least 1000 microseconds"));
+            return Err(format!(
+                "{s:?}: the quota must be at least 1000 microseconds"
+            ));
         }
         Ok(CpuMax {
             quota_us,
@@ -317,7 +321,10 @@ pub struct CgroupPlan {
 impl CgroupPlan {
     /// The plan of `per_smith` and `per_subtree` (the per-smith limits clamped to the subtree's:
     /// the leaf is inside the node). Returns the keys of `per_smith` that were clamped.
-    pub fn new(per_smith: CgroupLimits, per_subtree: CgroupLimits) -> (CgroupPlan, Vec<&'static str>) {
+    pub fn new(
+        per_smith: CgroupLimits,
+        per_subtree: CgroupLimits,
+    ) -> (CgroupPlan, Vec<&'static str>) {
         let (own, clamped) = per_smith.clamped_to(&per_subtree);
         (
             CgroupPlan {
@@ -398,7 +405,12 @@ mod tests {
 
     #[test]
     fn cpu_max_values() {
-        let ok = |q: Option<u64>, p: u64| Ok(CpuMax { quota_us: q, period_us: p });
+        let ok = |q: Option<u64>, p: u64| {
+            Ok(CpuMax {
+                quota_us: q,
+                period_us: p,
+            })
+        };
         for (text, want) in [
             ("50000 100000", ok(Some(50_000), 100_000)),
             ("50000", ok(Some(50_000), 100_000)),
@@ -432,7 +444,12 @@ mod tests {
     #[test]
     fn clamping_to_the_enclosing_limits() {
         let rows = [
-            (lim(None, None, None), lim(Some(1 << 30), None, None), lim(None, None, None), vec![]),
+            (
+                lim(None, None, None),
+                lim(Some(1 << 30), None, None),
+                lim(None, None, None),
+                vec![],
+            ),
             (
                 lim(Some(2 << 30), Some(10), Some("50000 100000")),
                 lim(Some(1 << 30), Some(20), Some("25000 100000")),
@@ -463,17 +480,34 @@ mod tests {
     fn validation_names_the_key() {
         assert_eq!(
             lim(Some(4096), None, None).validate("limits.per_smith"),
-            Err(("limits.per_smith.memory_max".into(), "4K is below the smallest memory limit, 1M".into()))
+            Err((
+                "limits.per_smith.memory_max".into(),
+                "4K is below the smallest memory limit, 1M".into()
+            ))
         );
         assert_eq!(
             lim(None, Some(0), None).validate("limits.per_subtree"),
-            Err(("limits.per_subtree.pids_max".into(), "must be at least 1".into()))
+            Err((
+                "limits.per_subtree.pids_max".into(),
+                "must be at least 1".into()
+            ))
         );
-        assert!(lim(Some(1 << 20), Some(1), Some("max")).validate("x").is_ok());
+        assert!(lim(Some(1 << 20), Some(1), Some("max"))
+            .validate("x")
+            .is_ok());
         let (plan, _) = CgroupPlan::new(lim(None, Some(5), None), lim(Some(1 << 30), None, None));
-        assert_eq!(plan.controllers(), vec![Controller::Memory, Controller::Pids]);
-        assert_eq!(plan.key_needing(Controller::Memory), "limits.per_subtree.memory_max");
-        assert_eq!(plan.key_needing(Controller::Pids), "limits.per_smith.pids_max");
+        assert_eq!(
+            plan.controllers(),
+            vec![Controller::Memory, Controller::Pids]
+        );
+        assert_eq!(
+            plan.key_needing(Controller::Memory),
+            "limits.per_subtree.memory_max"
+        );
+        assert_eq!(
+            plan.key_needing(Controller::Pids),
+            "limits.per_smith.pids_max"
+        );
         assert!(lim(None, None, Some("max")).controllers().is_empty());
     }
 }

@@ -657,7 +657,11 @@ fn attempt(
         let mut clone = || -> io::Result<(libc::pid_t, Option<OwnedFd>)> {
             if let Some(cg) = cgroup {
                 // Held before exec only if it must be placed.
-                plan.go = if place.is_some() { go_rd.as_raw_fd() } else { -1 };
+                plan.go = if place.is_some() {
+                    go_rd.as_raw_fd()
+                } else {
+                    -1
+                };
                 // SAFETY: the child branch below only runs `child`, which keeps the contract.
                 match unsafe { clone3(Some(cg.as_raw_fd())) } {
                     Ok(r) => return Ok(r),
