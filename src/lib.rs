@@ -6,10 +6,13 @@
 
 pub mod cli;
 pub mod config;
+pub mod daemon;
 pub mod fs;
 pub mod fuse;
 pub mod identity;
 pub mod limits;
 pub mod policy;
 pub mod sched;
+pub mod time;
 pub mod tree;
+pub mod trigger;

@@ -146,14 +146,17 @@ fn check_limits() {
         .map(|c| c.as_str())
         .collect();
     let mut detail = format!("cgroup limits backend: {}", a.describe());
-    if a.controllers.values().any(|p| matches!(p, Place::V1 { .. })) {
+    if a.controllers
+        .values()
+        .any(|p| matches!(p, Place::V1 { .. }))
+    {
         detail.push_str("; hybrid host: runs are placed in the v1 hierarchies before exec");
     }
-    if let Some(base) = a
-        .v2_base
-        .as_ref()
-        .filter(|_| a.controllers.values().any(|p| matches!(p, Place::V2 { .. })))
-    {
+    if let Some(base) = a.v2_base.as_ref().filter(|_| {
+        a.controllers
+            .values()
+            .any(|p| matches!(p, Place::V2 { .. }))
+    }) {
         detail.push_str(&format!(
             "; v2 controllers are delegated from {} (the root cgroup, or a delegated scope)",
             base.display()
@@ -170,6 +173,36 @@ fn check_limits() {
                 missing.join(", ")
             ),
         );
+    }
+}
+
+/// FUSE over io_uring: the kernel (≥ 6.14 with `CONFIG_FUSE_IO_URING`) and the machine-wide
+/// `enable_uring` switch that `mount --transport auto` follows.
+fn check_uring(version: Option<(u32, u32)>) {
+    use crate::fuse::transport::{enable_uring, ENABLE_URING};
+    match enable_uring() {
+        Some(true) => report(
+            Level::Ok,
+            "io_uring",
+            &format!("{ENABLE_URING} is on: mounts use FUSE over io_uring (transport auto)"),
+        ),
+        Some(false) => report(
+            Level::Ok,
+            "io_uring",
+            &format!(
+                "available but off: mounts use /dev/fuse; turn on with `echo 1 > {ENABLE_URING}` (root, machine-wide) before mounting"
+            ),
+        ),
+        None if version.is_some_and(|v| v < (6, 14)) => report(
+            Level::Ok,
+            "io_uring",
+            "no FUSE over io_uring before kernel 6.14: mounts use /dev/fuse",
+        ),
+        None => report(
+            Level::Ok,
+            "io_uring",
+            "kernel built without CONFIG_FUSE_IO_URING (or fuse not loaded): mounts use /dev/fuse",
+        ),
     }
 }
 
@@ -212,6 +245,7 @@ pub fn run(_args: DoctorArgs) -> Result<ExitCode> {
             &format!("cannot read the version from `{release}`"),
         ),
     }
+    check_uring(kernel_version(&release));
     check_cgroups();
     check_limits();
     if root {

@@ -105,7 +105,7 @@ pub fn run(args: InitArgs) -> Result<ExitCode> {
             dir.display()
         );
     }
-    let templates = load_templates(root)?;
+    let templates = crate::daemon::load_templates(root)?;
     // SAFETY: umask has no preconditions; the scaffold's modes are meant literally.
     let old_umask = unsafe { libc::umask(0o022) };
     let config = match &args.agent {
@@ -139,16 +139,6 @@ pub fn run(args: InitArgs) -> Result<ExitCode> {
 
 fn cstr(s: &str) -> Result<CString> {
     Ok(CString::new(s)?)
-}
-
-/// The templates, with `DIR/templates/` overrides.
-pub fn load_templates(root: BorrowedFd<'_>) -> Result<Templates> {
-    let read = |name: &str| {
-        backing::read_file(root, &Path::new("templates").join(name))
-            .ok()
-            .and_then(|b| String::from_utf8(b).ok())
-    };
-    Templates::with_overrides(read).map_err(|e| anyhow!("{e}"))
 }
 
 fn lay_out(
@@ -218,7 +208,7 @@ fn lay_out(
         } else {
             first_line
         });
-        let now = now_rfc3339();
+        let now = crate::time::now_rfc3339();
         let content = plan_task(
             t,
             &TaskSpec {
@@ -246,51 +236,4 @@ fn lay_out(
     create_smith_dir(smiths.as_fd(), &cstr(ROOT_ID)?, &plan, Some(owner))
         .map_err(|e| io("smiths/smith-root", e))?;
     Ok(())
-}
-
-/// The current time as RFC 3339 UTC with seconds (`2026-11-30T07:31:13Z`).
-pub fn now_rfc3339() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    rfc3339(secs)
-}
-
-/// Format seconds since the epoch as RFC 3339 UTC.
-pub fn rfc3339(secs: i64) -> String {
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Civil-from-days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::rfc3339;
-
-    #[test]
-    fn formats_rfc3339() {
-        for (secs, want) in [
-            (0, "1970-01-01T00:00:00Z"),
-            (951_782_400, "2000-02-29T00:00:00Z"),
-            (1_795_930_273, "2026-11-29T05:31:13Z"),
-        ] {
-            assert_eq!(rfc3339(secs), want);
-        }
-    }
 }

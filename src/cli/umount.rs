@@ -5,7 +5,6 @@
 //! daemon stops its runs — their working directories are inside the mount, so a plain unmount
 //! would be refused as busy — and unmounts itself. A dead mount is detached.
 
-use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -15,6 +14,7 @@ use clap::Args;
 
 use super::util::{self, MountState};
 use crate::fs::STATE_DIR;
+use crate::fuse::session::kernel_unmount;
 
 /// Arguments of `smithfs umount`.
 #[derive(Debug, Args)]
@@ -67,41 +67,6 @@ fn stop_daemon(dir: &std::path::Path) -> Result<(), ()> {
     Err(())
 }
 
-/// Unmount `dir` in the kernel: `umount2` as root (`MNT_DETACH` for a dead mount), else
-/// `fusermount3 -u` (`-uz`).
-pub(crate) fn kernel_unmount(dir: &std::path::Path, detach: bool) -> Result<()> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        let c = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
-        let flags = if detach { libc::MNT_DETACH } else { 0 };
-        // SAFETY: NUL-terminated path.
-        if unsafe { libc::umount2(c.as_ptr(), flags) } != 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EBUSY) {
-                bail!(
-                    "{} is busy: a process has its working directory or open files in it",
-                    dir.display()
-                );
-            }
-            bail!("cannot unmount {}: {e}", dir.display());
-        }
-        return Ok(());
-    }
-    let status = std::process::Command::new("fusermount3")
-        .arg(if detach { "-uz" } else { "-u" })
-        .arg(dir)
-        .stderr(std::process::Stdio::null())
-        .status();
-    match status {
-        Ok(s) if s.success() => Ok(()),
-        Ok(_) => bail!(
-            "{} is busy or not yours: fusermount3 -u failed",
-            dir.display()
-        ),
-        Err(e) => bail!("cannot run fusermount3: {e}"),
-    }
-}
-
 /// The pid of the daemon serving the live mount `dir`, from `.smithfs/whoami`.
 fn daemon_pid(dir: &std::path::Path) -> Option<i32> {
     let text = std::fs::read_to_string(dir.join(".smithfs/whoami")).ok()?;
@@ -115,5 +80,5 @@ fn daemon_pid(dir: &std::path::Path) -> Option<i32> {
 /// reader of the store finds everything settled.
 fn wait_for_daemon(dir: &std::path::Path) {
     let lock = dir.join(STATE_DIR).join("daemon.lock");
-    let _ = crate::cli::mount::wait_for_lock(&lock, Duration::from_secs(10));
+    let _ = crate::daemon::wait_for_lock(&lock, Duration::from_secs(10));
 }

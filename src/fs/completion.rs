@@ -4,8 +4,9 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
 use super::inode::Inode;
-use super::{FsEvent, SmithFs};
+use super::SmithFs;
 use crate::policy::{Area, Depth, Zone};
+use crate::trigger::Trigger;
 
 impl SmithFs {
     /// If `inode` (a regular file now named `name` in `dir`) is a protocol file, report its
@@ -25,7 +26,7 @@ impl SmithFs {
 
 /// The completion event for a regular file named `name` in a directory of zone `dir`
 /// (PROTOCOL.md §5): `task-*.md` directly in an inbox, `result.md` directly in an outbox.
-pub fn completion(dir: Zone, name: &[u8]) -> Option<FsEvent> {
+pub fn completion(dir: Zone, name: &[u8]) -> Option<Trigger> {
     let Zone::Smith(z) = dir else {
         return None;
     };
@@ -34,12 +35,12 @@ pub fn completion(dir: Zone, name: &[u8]) -> Option<FsEvent> {
     }
     match z.area {
         Area::Inbox if name.starts_with(b"task-") && name.ends_with(b".md") => {
-            Some(FsEvent::TaskCompleted {
+            Some(Trigger::TaskAssigned {
                 smith: z.owner,
-                name: String::from_utf8_lossy(name).into_owned(),
+                file: String::from_utf8_lossy(name).into_owned(),
             })
         }
-        Area::Outbox if name == b"result.md" => Some(FsEvent::ResultCompleted { smith: z.owner }),
+        Area::Outbox if name == b"result.md" => Some(Trigger::ResultPublished { smith: z.owner }),
         Area::SmithDir
         | Area::SmithMd
         | Area::Config

@@ -5,18 +5,17 @@ use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
-use nix::errno::Errno;
-
 use super::creds::as_caller;
 use super::error::{FsError, FsResult};
 use super::inode::Inode;
-use super::{backing, control, scaffold, scan, Attr, Caller, FsEvent, SmithFs};
+use super::{backing, control, scaffold, scan, Attr, Caller, SmithFs};
 use crate::identity::Identity;
 use crate::policy::{
     check_new_child, decide_link, Area, Decision, Depth, Family, NewKind, Op, Zone,
 };
 use crate::tree::model::SmithIdx;
 use crate::tree::scaffold::plan_smith;
+use crate::trigger::Trigger;
 
 impl SmithFs {
     /// Check a create of `name` in `parent` and return the directory and the C name.
@@ -30,7 +29,7 @@ impl SmithFs {
         label: &str,
     ) -> FsResult<(Arc<Inode>, CString)> {
         if control::is_virtual(parent) || Self::reserved(parent, name) {
-            return Err(self.refuse_reserved(caller, who, label, parent, name, Errno::EPERM));
+            return Err(self.refuse_reserved(caller, who, label, parent, name));
         }
         let dir = self.inodes.get(parent)?;
         let cname = Self::name_in(name)?;
@@ -98,12 +97,9 @@ impl SmithFs {
         let family_lock = self.registry.family(parent);
         let _serial = family_lock.lock();
         if backing::stat_at(dir.fd()?.as_fd(), &cname).is_ok() {
-            return Err(FsError::Backing(Errno::EEXIST));
+            return Err(FsError::Exists);
         }
-        let info = self
-            .registry
-            .get(parent)
-            .ok_or(FsError::Backing(Errno::ENOENT))?;
+        let info = self.registry.get(parent).ok_or(FsError::UnknownSmith)?;
         let family = Family {
             parent,
             parent_level: info.level,
@@ -126,7 +122,7 @@ impl SmithFs {
         )
         .map_err(|e| {
             tracing::error!("scaffold of {full_id}: {e}");
-            FsError::Backing(Errno::EIO)
+            FsError::Scaffold
         })?;
         scaffold::create_smith_dir(
             dir.fd()?.as_fd(),
@@ -142,7 +138,7 @@ impl SmithFs {
         }
         self.identities.register_smith(idx, &full_id);
         tracing::info!(smith = %full_id, "smith created");
-        self.emit(FsEvent::SmithCreated {
+        self.emit(Trigger::SmithCreated {
             smith: idx,
             moved: false,
         });
@@ -159,8 +155,7 @@ impl SmithFs {
     ) -> FsResult<Attr> {
         let who = self.identify(caller);
         let (dir, cname) = self.creating(caller, who, parent, name, NewKind::Symlink, "symlink")?;
-        let ctarget =
-            CString::new(target.as_bytes()).map_err(|_| FsError::Backing(Errno::EINVAL))?;
+        let ctarget = CString::new(target.as_bytes()).map_err(|_| FsError::BadName)?;
         {
             let _cred = as_caller(caller)?;
             backing::symlink(&ctarget, dir.fd()?.as_fd(), &cname)?;
@@ -182,14 +177,7 @@ impl SmithFs {
             || control::is_virtual(newparent)
             || Self::reserved(newparent, newname)
         {
-            return Err(self.refuse_reserved(
-                caller,
-                who,
-                "link",
-                newparent,
-                newname,
-                Errno::EPERM,
-            ));
+            return Err(self.refuse_reserved(caller, who, "link", newparent, newname));
         }
         let inode = self.inodes.get(ino)?;
         let dir = self.inodes.get(newparent)?;

@@ -2,13 +2,12 @@
 
 use std::os::fd::AsFd;
 
-use nix::errno::Errno;
-
 use super::control::{Command, ControlFile};
 use super::error::{FsError, FsResult};
-use super::{backing, control, Caller, ControlHandle, FsEvent, SmithFs};
+use super::{backing, control, Caller, ControlHandle, SmithFs};
 use crate::identity::Identity;
-use crate::policy::{Area, Ctx, Denial, Depth, Zone};
+use crate::policy::{self, Area, CtlVerb, Ctx, Depth, Zone};
+use crate::trigger::Trigger;
 
 impl SmithFs {
     pub(super) fn open_control(
@@ -19,38 +18,15 @@ impl SmithFs {
     ) -> FsResult<u64> {
         let who = self.identify(caller);
         let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
-        let refusal = match () {
-            _ if who == Identity::Unknown => Some((
-                "unknown-control",
-                "A process of unknown identity may not open the control files.",
-            )),
-            _ if writing && f != ControlFile::Ctl => Some((
-                "control-read-only",
-                "Only .smithfs/ctl is writable in the control directory.",
-            )),
-            _ => None,
+        let decision = policy::decide_control_open(&who, f == ControlFile::Ctl, writing);
+        let op = if writing {
+            "open for writing"
+        } else {
+            "open for reading"
         };
-        if let Some((rule, why)) = refusal {
-            let path = format!("{}/{}", control::DIR_NAME, f.name());
-            return Err(self.denied(
-                caller,
-                who,
-                if writing {
-                    "open for writing"
-                } else {
-                    "open for reading"
-                },
-                path,
-                Denial {
-                    errno: Errno::EACCES,
-                    rule,
-                    why: why.into(),
-                    alternative: "Read whoami, why, status.json and events.jsonl; write commands \
-                                  to ctl."
-                        .into(),
-                },
-            ));
-        }
+        self.enforce(caller, who, decision, op, || {
+            format!("{}/{}", control::DIR_NAME, f.name())
+        })?;
         let data = match f {
             ControlFile::Whoami => self.whoami_text(caller, who).into_bytes(),
             ControlFile::Why => match self.why.latest(who, caller.uid) {
@@ -59,8 +35,8 @@ impl SmithFs {
                     format!("no denial recorded for {}\n", self.identity_name(who)).into_bytes()
                 }
             },
-            ControlFile::Status => match self.status.get() {
-                Some(s) => s().into_bytes(),
+            ControlFile::Status => match self.links.sched.status_json() {
+                Some(s) => s.into_bytes(),
                 None => self.plain_status().into_bytes(),
             },
             ControlFile::Events => journal_lines(
@@ -75,10 +51,10 @@ impl SmithFs {
     pub(super) fn write_control(&self, caller: &Caller, fh: u64, data: &[u8]) -> FsResult<u32> {
         let h = self.controls.get(fh)?;
         if h.file != ControlFile::Ctl {
-            return Err(FsError::Backing(Errno::EBADF));
+            return Err(FsError::NotCtl);
         }
         let who = self.identify(caller);
-        let text = std::str::from_utf8(data).map_err(|_| FsError::Backing(Errno::EINVAL))?;
+        let text = std::str::from_utf8(data).map_err(|_| FsError::BadName)?;
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
             self.run_command(caller, who, line)?;
         }
@@ -91,82 +67,35 @@ impl SmithFs {
         let cmd = match control::parse_command(line) {
             Ok(c) => c,
             Err(msg) => {
-                return Err(self.denied(
-                    caller,
-                    who,
-                    "ctl",
-                    path(),
-                    Denial {
-                        errno: Errno::EINVAL,
-                        rule: "ctl-syntax",
-                        why: format!("{msg}."),
-                        alternative: "Write `bind <full-id>` or `cancel <full-id>`, one per line."
-                            .into(),
-                    },
-                ))
+                return Err(self.denied(caller, who, "ctl", path(), policy::ctl_syntax(&msg)))
             }
         };
-        let (verb, full_id) = match &cmd {
-            Command::Bind(f) => ("bind", f.clone()),
-            Command::Cancel(f) => ("cancel", f.clone()),
+        let (verb, name, full_id) = match &cmd {
+            Command::Bind(f) => (CtlVerb::Bind, "bind", f.clone()),
+            Command::Cancel(f) => (CtlVerb::Cancel, "cancel", f.clone()),
         };
-        let deny = |d: Denial| self.denied(caller, who, verb, path(), d);
-        let Some(smith) = self.registry.by_full_id(&full_id) else {
-            return Err(deny(Denial {
-                errno: Errno::ENOENT,
-                rule: "ctl-no-such-smith",
-                why: format!("There is no smith {full_id}."),
-                alternative: "Name an existing smith by its full id (see `smithfs status`).".into(),
-            }));
+        let target = self.registry.by_full_id(&full_id);
+        let decision = policy::decide_ctl(
+            &who,
+            &self.identity_name(who),
+            verb,
+            &full_id,
+            target,
+            |a, d| self.registry.is_ancestor(a, d),
+        );
+        self.enforce(caller, who, decision, name, path)?;
+        let Some(smith) = target else {
+            return Ok(());
         };
-        match cmd {
-            Command::Bind(_) => {
-                if who != Identity::Operator {
-                    return Err(deny(Denial {
-                        errno: Errno::EACCES,
-                        rule: "ctl-bind-operator-only",
-                        why: format!(
-                            "Only the operator may bind a process; {} may not.",
-                            self.identity_name(who)
-                        ),
-                        alternative: "Smiths start children by writing their inboxes.".into(),
-                    }));
-                }
+        match verb {
+            CtlVerb::Bind => {
                 if let Err(e) = self.identities.bind(caller.pid, smith) {
-                    return Err(deny(Denial {
-                        errno: e.errno,
-                        rule: "ctl-bind-failed",
-                        why: format!(
-                            "Process {} could not be bound to {full_id}: {}.",
-                            caller.pid, e.reason
-                        ),
-                        alternative: "Retry `smithfs run`; if it keeps failing, see \
-                                          `smithfs doctor` and the daemon log \
-                                          (.smithfs-state/daemon.log)."
-                            .into(),
-                    }));
+                    let d = policy::bind_failed(e.errno, caller.pid, &full_id, &e.reason);
+                    return Err(self.denied(caller, who, name, path(), d));
                 }
                 tracing::info!(pid = caller.pid, smith = %full_id, "process bound");
             }
-            Command::Cancel(_) => {
-                let allowed = match who {
-                    Identity::Operator => true,
-                    Identity::Smith(s) => self.registry.is_ancestor(s, smith),
-                    Identity::Unknown => false,
-                };
-                if !allowed {
-                    return Err(deny(Denial {
-                        errno: Errno::EACCES,
-                        rule: "ctl-cancel-ancestor-only",
-                        why: format!(
-                            "{} may not cancel {full_id}: only the operator or an ancestor may.",
-                            self.identity_name(who)
-                        ),
-                        alternative: "Cancel your own descendants only.".into(),
-                    }));
-                }
-                self.emit(FsEvent::Cancel { smith });
-            }
+            CtlVerb::Cancel => self.emit(Trigger::Cancel { smith }),
         }
         Ok(())
     }

@@ -1,12 +1,11 @@
 //! Denial recording (`.smithfs/why` and the journal) and the open-handle budgets charged per smith.
 
-use nix::errno::Errno;
-
 use super::error::{FsError, FsResult};
 use super::why::DenialRecord;
-use super::{budget, Caller, FsEvent, SmithFs};
+use super::{budget, Caller, SmithFs};
 use crate::identity::Identity;
-use crate::policy::{Decision, Denial};
+use crate::policy::{self, Decision, Denial, OpenBudget};
+use crate::trigger::Trigger;
 
 impl SmithFs {
     /// Apply a decision: Ok, or record the denial (why + journal) and return its errno.
@@ -55,7 +54,7 @@ impl SmithFs {
             },
             pid: caller.pid,
             uid: caller.uid,
-            time: crate::cli::init::now_rfc3339(),
+            time: crate::time::now_rfc3339(),
             op: op.to_string(),
             path,
             errno: errno as i32,
@@ -66,7 +65,14 @@ impl SmithFs {
         tracing::debug!(?rec, "denied");
         self.why.record(who, rec.clone());
         if journal {
-            self.emit(FsEvent::Denied(Box::new(rec)));
+            self.emit(Trigger::AccessDenied {
+                smith: rec.smith,
+                pid: rec.pid,
+                op: rec.op,
+                path: rec.path,
+                errno: rec.errno,
+                rule: rec.rule,
+            });
         }
         FsError::Denied(errno)
     }
@@ -87,25 +93,11 @@ impl SmithFs {
             Ok(slot) => return Ok(slot),
             Err(r) => r,
         };
-        let d = match refused.why {
-            budget::Refusal::Smith { limit } => Denial {
-                errno: Errno::EMFILE,
-                rule: "open-files-per-smith",
-                why: format!(
-                    "{} already holds {limit} open files in this mount, the limit per smith (limits.max_open_files_per_smith): each open file or directory costs the daemon a descriptor, and its descriptors are shared by every smith.",
-                    self.identity_name(who)
-                ),
-                alternative: "close files that are no longer needed (a memory mapping keeps its file open until it is unmapped), or ask the operator to raise limits.max_open_files_per_smith in config.json".into(),
-            },
-            budget::Refusal::Mount { limit } => Denial {
-                errno: Errno::ENFILE,
-                rule: "open-files-mount",
-                why: format!(
-                    "All {limit} open files the mount allows are in use (every smith and the operator together); the daemon keeps its other descriptors for its own work."
-                ),
-                alternative: "close files that are no longer needed, or run the daemon with a higher RLIMIT_NOFILE (as root it raises its own to fs.nr_open)".into(),
-            },
+        let budget = match refused.why {
+            budget::Refusal::Smith { limit } => OpenBudget::PerSmith { limit },
+            budget::Refusal::Mount { limit } => OpenBudget::Mount { limit },
         };
+        let d = policy::open_budget_denial(&self.identity_name(who), budget);
         Err(self.record_denial(caller, who, op, path(), d, refused.first))
     }
 

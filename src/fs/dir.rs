@@ -4,8 +4,6 @@ use std::ffi::{CString, OsStr};
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 
-use nix::errno::Errno;
-
 use super::control::ControlFile;
 use super::error::{FsError, FsResult};
 use super::handle::DirHandle;
@@ -20,7 +18,7 @@ impl SmithFs {
         let who = self.identify(caller);
         if ino == control::DIR_ID {
             if who == Identity::Unknown {
-                return Err(FsError::Backing(Errno::EACCES));
+                return Err(FsError::ControlUnknown);
             }
             return Ok(0);
         }
@@ -99,8 +97,7 @@ impl SmithFs {
                     st.st_mode = kind;
                     out.attr = Some(Attr(st));
                 } else {
-                    let cname = CString::new(ent.name.clone())
-                        .map_err(|_| FsError::Backing(Errno::EINVAL))?;
+                    let cname = CString::new(ent.name.clone()).map_err(|_| FsError::BadName)?;
                     match self.lookup_in(&h.inode, &cname) {
                         Ok((_, attr)) => {
                             out.ino = attr.0.st_ino;

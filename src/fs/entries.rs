@@ -6,15 +6,13 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use nix::errno::Errno;
-
 use super::control::ControlFile;
 use super::error::{FsError, FsResult};
 use super::inode::{Inode, ROOT_ID};
 use super::io::kill_suid_sgid;
 use super::{backing, control, Attr, Cache, Caller, SetAttr, SmithFs, STATE_DIR};
 use crate::identity::Identity;
-use crate::policy::{Denial, Op};
+use crate::policy::{self, Op};
 
 impl SmithFs {
     pub(super) fn attr_of(&self, st: libc::stat) -> Attr {
@@ -40,7 +38,6 @@ impl SmithFs {
         op: &str,
         parent: u64,
         name: &OsStr,
-        errno: Errno,
     ) -> FsError {
         let path = if control::is_virtual(parent) {
             format!("{}/{}", control::DIR_NAME, name.to_string_lossy())
@@ -52,22 +49,9 @@ impl SmithFs {
                 |d| self.child_path(&d, name),
             )
         };
-        let _ = self.denied(
-            caller,
-            who,
-            op,
-            path,
-            Denial {
-                errno,
-                rule: "reserved-name",
-                why: format!(
-                    "`{}` is the control directory, and the daemon's own names are not part of \
-                     the mount: neither can be changed through it.",
-                    control::DIR_NAME
-                ),
-                alternative: "Use another name; write commands to .smithfs/ctl.".into(),
-            },
-        );
+        let d = policy::reserved_name();
+        let errno = d.errno;
+        let _ = self.denied(caller, who, op, path, d);
         FsError::Reserved(errno)
     }
 
@@ -82,11 +66,11 @@ impl SmithFs {
             return Ok((self.control_attr(control::DIR_ID), Cache::Never));
         }
         if parent == control::DIR_ID {
-            let f = ControlFile::by_name(name).ok_or(FsError::Backing(Errno::ENOENT))?;
+            let f = ControlFile::by_name(name).ok_or(FsError::NoSuchControlFile)?;
             return Ok((self.control_attr(f.id()), Cache::Never));
         }
         if Self::reserved(parent, name) {
-            return Err(FsError::Reserved(Errno::ENOENT));
+            return Err(FsError::Hidden);
         }
         let dir = self.inodes.get(parent)?;
         let cname = Self::name_in(name)?;
@@ -171,7 +155,7 @@ impl SmithFs {
             {
                 return Ok(self.control_attr(ino));
             }
-            return Err(FsError::Backing(Errno::EPERM));
+            return Err(FsError::ControlFixed);
         }
         let inode = self.inodes.get(ino)?;
         let handle = set.fh.and_then(|fh| self.files.get(fh).ok());
@@ -198,7 +182,7 @@ impl SmithFs {
             match &handle {
                 Some(h) => {
                     if !h.may_write {
-                        return Err(FsError::Backing(Errno::EBADF));
+                        return Err(FsError::NotOpenForWriting);
                     }
                     backing::ftruncate(h.fd.as_fd(), size)?;
                     h.dirty.store(true, Ordering::Relaxed);

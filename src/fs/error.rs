@@ -1,32 +1,103 @@
-//! The filesystem's one error type and its errno table (STYLE.md habit 3).
+//! The filesystem's one error type and its errno table (STYLE.md habit 3): every errno the
+//! daemon chooses itself is a named variant, mapped once in [`FsError::errno`];
+//! [`FsError::Backing`] carries only what a system call on the backing store returned.
 
 use nix::errno::Errno;
 
 /// Why a filesystem operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
-    /// The backing store refused: its errno is echoed unchanged.
+    /// The backing store refused: the system call's errno, echoed unchanged.
     #[error("backing store: {0}")]
     Backing(#[from] Errno),
-    /// The access policy refused (PROTOCOL.md §3); the reason is recorded for `.smithfs/why`.
+    /// The access policy refused (PROTOCOL.md §3); the errno is the rule's
+    /// (`policy::Rule::errno`) and the reason is recorded for `.smithfs/why`.
     #[error("denied: {0}")]
     Denied(Errno),
-    /// The inode or handle number is not known (the kernel raced a forget or release).
+    /// The inode or handle number is not known (the kernel raced a forget or release): ESTALE.
     #[error("stale inode or handle")]
     Stale,
-    /// A name the mount never shows (`.smithfs-state` at the root) or a reserved one.
-    #[error("reserved name")]
+    /// A name the mount never shows (`.smithfs-state` at the root, the daemon's temporary
+    /// names): ENOENT.
+    #[error("no such entry (a name the mount never shows)")]
+    Hidden,
+    /// A change to `.smithfs/` or a reserved name, refused by `policy::reserved_name` and
+    /// recorded: its errno.
+    #[error("reserved name: {0}")]
     Reserved(Errno),
+    /// A write, fallocate or copy into a handle not opened for writing: EBADF.
+    #[error("not open for writing")]
+    NotOpenForWriting,
+    /// A write to a control file other than `ctl`: EBADF.
+    #[error("the control file is not ctl")]
+    NotCtl,
+    /// An entry of that name already exists: EEXIST.
+    #[error("exists")]
+    Exists,
+    /// A name or `ctl` text the daemon cannot take (a NUL byte, not UTF-8): EINVAL.
+    #[error("bad name or text")]
+    BadName,
+    /// The smith a request names is not registered (a race with its removal): ENOENT.
+    #[error("unknown smith")]
+    UnknownSmith,
+    /// The scaffold of a new child failed (its templates do not render): EIO, logged at error.
+    #[error("scaffold failed")]
+    Scaffold,
+    /// `.smithfs/` has no file of that name: ENOENT.
+    #[error("no such control file")]
+    NoSuchControlFile,
+    /// `.smithfs/` itself opened as a file: EISDIR.
+    #[error("the control directory is a directory")]
+    ControlIsDir,
+    /// Attributes or extended attributes of `.smithfs/` changed: EPERM.
+    #[error("control files have fixed attributes")]
+    ControlFixed,
+    /// `.smithfs/` listed by a process of unknown identity (PROTOCOL.md §7): EACCES.
+    #[error("control directory closed to unknown processes")]
+    ControlUnknown,
+    /// The control files carry no extended attributes: ENODATA.
+    #[error("no such extended attribute")]
+    NoSuchXattr,
 }
 
 impl FsError {
     /// The errno to reply with.
     pub fn errno(&self) -> Errno {
         match self {
-            FsError::Backing(e) => *e,
-            FsError::Denied(e) => *e,
+            FsError::Backing(e) | FsError::Denied(e) | FsError::Reserved(e) => *e,
             FsError::Stale => Errno::ESTALE,
-            FsError::Reserved(e) => *e,
+            FsError::Hidden | FsError::UnknownSmith | FsError::NoSuchControlFile => Errno::ENOENT,
+            FsError::NotOpenForWriting | FsError::NotCtl => Errno::EBADF,
+            FsError::Exists => Errno::EEXIST,
+            FsError::BadName => Errno::EINVAL,
+            FsError::Scaffold => Errno::EIO,
+            FsError::ControlIsDir => Errno::EISDIR,
+            FsError::ControlFixed => Errno::EPERM,
+            FsError::ControlUnknown => Errno::EACCES,
+            FsError::NoSuchXattr => Errno::ENODATA,
+        }
+    }
+
+    /// The level the failure is logged at: denials and missing names are ordinary (debug), a
+    /// failed scaffold is the daemon's own fault (error).
+    pub fn level(&self) -> tracing::Level {
+        match self {
+            FsError::Scaffold => tracing::Level::ERROR,
+            FsError::Backing(_)
+            | FsError::Denied(_)
+            | FsError::Stale
+            | FsError::Hidden
+            | FsError::Reserved(_)
+            | FsError::NotOpenForWriting
+            | FsError::NotCtl
+            | FsError::Exists
+            | FsError::BadName
+            | FsError::UnknownSmith
+            | FsError::NoSuchControlFile
+            | FsError::ControlIsDir
+            | FsError::ControlFixed
+            | FsError::ControlUnknown
+            | FsError::NoSuchXattr => tracing::Level::DEBUG,
         }
     }
 }

@@ -4,8 +4,6 @@ use std::ffi::OsStr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
 
-use nix::errno::Errno;
-
 use super::completion::completion;
 use super::control::ControlFile;
 use super::creds::{as_caller, caller_groups};
@@ -25,7 +23,7 @@ impl SmithFs {
                 .map(|fh| (fh, Cache::Never));
         }
         if control::is_virtual(ino) {
-            return Err(FsError::Backing(Errno::EISDIR));
+            return Err(FsError::ControlIsDir);
         }
         let inode = self.inodes.get(ino)?;
         let who = self.identify(caller);
@@ -188,7 +186,7 @@ impl SmithFs {
         }
         let h = self.files.get(fh)?;
         if !h.may_write {
-            return Err(FsError::Backing(Errno::EBADF));
+            return Err(FsError::NotOpenForWriting);
         }
         if kill_suidgid && kill_suid_sgid(&h.inode, caller)? {
             self.attrs_changed(h.inode.id);
@@ -264,7 +262,7 @@ impl SmithFs {
     pub fn fallocate(&self, fh: u64, offset: u64, length: u64, mode: i32) -> FsResult<()> {
         let h = self.files.get(fh)?;
         if !h.may_write {
-            return Err(FsError::Backing(Errno::EBADF));
+            return Err(FsError::NotOpenForWriting);
         }
         backing::fallocate(h.fd.as_fd(), mode, offset, length)?;
         h.dirty.store(true, Ordering::Relaxed);
@@ -290,7 +288,7 @@ impl SmithFs {
         let hin = self.files.get(fh_in)?;
         let hout = self.files.get(fh_out)?;
         if !hout.may_write {
-            return Err(FsError::Backing(Errno::EBADF));
+            return Err(FsError::NotOpenForWriting);
         }
         let len = len.min(u64::from(u32::MAX >> 1)) as usize;
         let n =

@@ -32,7 +32,7 @@ mod zones;
 use std::ffi::{CStr, CString, OsStr};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use nix::errno::Errno;
 
@@ -51,6 +51,7 @@ use crate::policy::{Ctx, Zone};
 use crate::tree::model::SmithIdx;
 use crate::tree::registry::Registry;
 use crate::tree::template::Templates;
+use crate::trigger::Trigger;
 
 /// The name of smithfs's own state directory in the store's root, never visible through the
 /// mount (PROTOCOL.md §1).
@@ -126,44 +127,61 @@ pub struct DirEntryOut<'a> {
     pub attr: Option<Attr>,
 }
 
-/// What the filesystem tells the rest of the daemon (the scheduler and the journal). Sent
-/// without waiting: the sink must not block (STYLE.md habit 7).
-#[derive(Clone, Debug)]
-pub enum FsEvent {
-    /// A `task-*.md` directly in a smith's inbox was completed (PROTOCOL.md §5).
-    TaskCompleted {
-        /// The inbox's owner.
-        smith: SmithIdx,
-        /// The file's name.
-        name: String,
-    },
-    /// A smith's `outbox/result.md` was completed.
-    ResultCompleted {
-        /// The outbox's owner.
-        smith: SmithIdx,
-    },
-    /// A child dir was scaffolded, or a smith dir moved into a `children/` was registered (once
-    /// for each smith of the moved subtree, parents first).
-    SmithCreated {
-        /// The new smith.
-        smith: SmithIdx,
-        /// It was moved into place by the operator (its files are not new: the scheduler derives
-        /// its state from them, as at mount), not scaffolded.
-        moved: bool,
-    },
-    /// A smith dir was removed (rmdir, replaced) or moved out of every `children/` by the
-    /// operator; it and its subtree are unregistered.
-    SmithRemoved {
-        /// The top of the removed subtree.
-        smith: SmithIdx,
-    },
-    /// An operation was denied.
-    Denied(Box<DenialRecord>),
-    /// `cancel <full-id>` was written to `ctl` by an authorised identity.
-    Cancel {
-        /// The smith to cancel (with its subtree).
-        smith: SmithIdx,
-    },
+/// What the filesystem needs from the scheduler: the queue its triggers go to (never
+/// blocking, STYLE.md habit 7), `.smithfs/status.json`, and whether runs are live. Implemented
+/// by [`crate::sched::Link`], made before the filesystem (`crate::daemon`).
+pub trait Scheduling: Send + Sync {
+    /// Queue `t` for the scheduler without waiting.
+    fn trigger(&self, t: Trigger);
+    /// The current `status.json` (pretty, newline-terminated); `None` until the scheduler
+    /// runs (the registry's idle status is served then).
+    fn status_json(&self) -> Option<String>;
+    /// Is a run of `smith` or of one of its descendants live?
+    fn subtree_live(&self, smith: SmithIdx) -> bool;
+}
+
+/// Tells the kernel that a node's cached attributes are stale (implemented by the FUSE
+/// session). Must only invalidate attributes: it is called from FUSE threads.
+pub trait AttrCache: Send + Sync {
+    /// The attributes of node id `node` changed.
+    fn attrs_changed(&self, node: u64);
+}
+
+/// No scheduler and no kernel (a filesystem without a mount, as in tests): triggers are
+/// dropped, no run is live.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Unlinked;
+
+impl Scheduling for Unlinked {
+    fn trigger(&self, _t: Trigger) {}
+    fn status_json(&self) -> Option<String> {
+        None
+    }
+    fn subtree_live(&self, _smith: SmithIdx) -> bool {
+        false
+    }
+}
+
+impl AttrCache for Unlinked {
+    fn attrs_changed(&self, _node: u64) {}
+}
+
+/// The rest of the daemon as the filesystem sees it, given at construction.
+#[derive(Clone)]
+pub struct Links {
+    /// The scheduler's queue and view.
+    pub sched: Arc<dyn Scheduling>,
+    /// Kernel attribute-cache invalidation.
+    pub kernel: Arc<dyn AttrCache>,
+}
+
+impl Default for Links {
+    fn default() -> Self {
+        Links {
+            sched: Arc::new(Unlinked),
+            kernel: Arc::new(Unlinked),
+        }
+    }
 }
 
 /// Who resolves identities and binds processes (PROTOCOL.md §2); implemented by the identity
@@ -279,15 +297,6 @@ struct Dest<'a> {
     replaced: Option<&'a (Zone, libc::stat)>,
 }
 
-/// Produces `.smithfs/status.json` (the scheduler's view); set once by the daemon.
-pub type StatusFn = Box<dyn Fn() -> String + Send + Sync>;
-/// Receives [`FsEvent`]s; set once by the daemon.
-pub type EventFn = Box<dyn Fn(FsEvent) + Send + Sync>;
-/// Invalidates the kernel's cached attributes of a node id; set once by the daemon.
-pub type AttrFn = Box<dyn Fn(u64) + Send + Sync>;
-/// Tells whether a run of a smith or of one of its descendants is live; set once by the daemon.
-pub type LiveFn = Box<dyn Fn(SmithIdx) -> bool + Send + Sync>;
-
 /// The filesystem: the inode table, the handle tables, the smith registry and the access check.
 pub struct SmithFs {
     inodes: InodeTable,
@@ -304,10 +313,7 @@ pub struct SmithFs {
     zone_epoch: AtomicU64,
     state: OwnedFd,
     opts: FsOptions,
-    events: OnceLock<EventFn>,
-    status: OnceLock<StatusFn>,
-    live: OnceLock<LiveFn>,
-    inval_attr: OnceLock<AttrFn>,
+    links: Links,
 }
 
 impl std::fmt::Debug for SmithFs {
@@ -330,13 +336,24 @@ impl crate::policy::Names for RegistryNames<'_> {
 
 impl SmithFs {
     /// A filesystem over the backing store whose root is the `O_PATH` descriptor `root`; its
-    /// smith registry is rebuilt by scanning (PROTOCOL.md §9).
+    /// smith registry is rebuilt by scanning (PROTOCOL.md §9). Connected to no scheduler and
+    /// no kernel ([`Links::default`]).
     pub fn new(
         root: OwnedFd,
         opts: FsOptions,
         identities: Arc<dyn Identities>,
     ) -> FsResult<SmithFs> {
-        let state_name = CString::new(STATE_DIR).map_err(|_| FsError::Backing(Errno::EINVAL))?;
+        SmithFs::with_links(root, opts, identities, Links::default())
+    }
+
+    /// [`SmithFs::new`] connected to the scheduler and the kernel through `links`.
+    pub fn with_links(
+        root: OwnedFd,
+        opts: FsOptions,
+        identities: Arc<dyn Identities>,
+        links: Links,
+    ) -> FsResult<SmithFs> {
+        let state_name = CString::new(STATE_DIR).map_err(|_| FsError::BadName)?;
         let state = backing::ensure_dir(root.as_fd(), &state_name, 0o700)?;
         let registry = Arc::new(Registry::new());
         let highest = scan::load_highest(state.as_fd());
@@ -360,10 +377,7 @@ impl SmithFs {
             zone_epoch: AtomicU64::new(1),
             state,
             opts,
-            events: OnceLock::new(),
-            status: OnceLock::new(),
-            live: OnceLock::new(),
-            inval_attr: OnceLock::new(),
+            links,
         })
     }
 
@@ -387,45 +401,18 @@ impl SmithFs {
         self.inodes.ids.node_id(backing_ino)
     }
 
-    /// Route events to `sink` (once).
-    pub fn set_event_sink(&self, sink: EventFn) {
-        let _ = self.events.set(sink);
-    }
-
-    /// Serve `.smithfs/status.json` from `f` (once).
-    pub fn set_status_source(&self, f: StatusFn) {
-        let _ = self.status.set(f);
-    }
-
-    /// Tell the kernel through `f` that an inode's cached attributes are stale (once). `f` gets
-    /// a node id and must only invalidate attributes (no page cache, no waiting on the inode).
-    pub fn set_attr_invalidator(&self, f: AttrFn) {
-        let _ = self.inval_attr.set(f);
-    }
-
     fn attrs_changed(&self, node: u64) {
-        if let Some(f) = self.inval_attr.get() {
-            f(node);
-        }
-    }
-
-    /// Answer "is a run live in this smith's subtree?" with `f` (once).
-    pub fn set_liveness(&self, f: LiveFn) {
-        let _ = self.live.set(f);
+        self.links.kernel.attrs_changed(node);
     }
 
     /// Is a run of the owner of `zone`, or of one of its descendants, live?
     fn subtree_live(&self, zone: &Zone) -> bool {
-        match (zone.owner(), self.live.get()) {
-            (Some(owner), Some(live)) => live(owner),
-            _ => false,
-        }
+        zone.owner()
+            .is_some_and(|owner| self.links.sched.subtree_live(owner))
     }
 
-    fn emit(&self, e: FsEvent) {
-        if let Some(sink) = self.events.get() {
-            sink(e);
-        }
+    fn emit(&self, t: Trigger) {
+        self.links.sched.trigger(t);
     }
 
     /// The identity a request is judged by (PROTOCOL.md §2).

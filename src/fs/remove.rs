@@ -4,12 +4,11 @@ use std::ffi::OsStr;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 
-use nix::errno::Errno;
-
 use super::error::{FsError, FsResult};
-use super::{backing, control, Caller, FsEvent, SmithFs};
+use super::{backing, control, Caller, SmithFs};
 use crate::policy::{Op, Removal};
 use crate::tree::model::SmithIdx;
+use crate::trigger::Trigger;
 
 impl SmithFs {
     /// Remove the name `name` from `parent` (FUSE unlink, or rmdir when `is_dir`).
@@ -17,10 +16,10 @@ impl SmithFs {
         if control::is_virtual(parent) {
             let who = self.identify(caller);
             let op = if is_dir { "rmdir" } else { "unlink" };
-            return Err(self.refuse_reserved(caller, who, op, parent, name, Errno::EPERM));
+            return Err(self.refuse_reserved(caller, who, op, parent, name));
         }
         if Self::reserved(parent, name) {
-            return Err(FsError::Reserved(Errno::ENOENT));
+            return Err(FsError::Hidden);
         }
         let who = self.identify(caller);
         let dir = self.inodes.get(parent)?;
@@ -72,6 +71,6 @@ impl SmithFs {
             self.identities.unregister_smith(g);
             self.open_limits.forget(g);
         }
-        self.emit(FsEvent::SmithRemoved { smith: idx });
+        self.emit(Trigger::SmithRemoved { smith: idx });
     }
 }

@@ -5,16 +5,15 @@ use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering;
 
-use nix::errno::Errno;
-
 use super::error::{FsError, FsResult};
 use super::inode::Inode;
-use super::{backing, control, scan, Caller, Dest, FsEvent, MovedSmith, SmithFs};
+use super::{backing, control, scan, Caller, Dest, MovedSmith, SmithFs};
 use crate::identity::Identity;
 use crate::policy::{
-    decide_linked_rename, decide_rename, decide_smith_dir_move, Area, Decision, Denial, Depth,
+    self, decide_linked_rename, decide_rename, decide_smith_dir_move, Area, Decision, Depth,
     Family, MoveTo, SmithDirMove, Zone,
 };
+use crate::trigger::Trigger;
 
 impl SmithFs {
     /// Rename (FUSE rename; `flags` are `RENAME_NOREPLACE`/`RENAME_EXCHANGE`): delete at the
@@ -30,44 +29,25 @@ impl SmithFs {
         flags: u32,
     ) -> FsResult<()> {
         if Self::reserved(parent, name) && !control::is_virtual(parent) {
-            return Err(FsError::Reserved(Errno::ENOENT));
+            return Err(FsError::Hidden);
         }
         let who = self.identify(caller);
         if control::is_virtual(parent) {
-            return Err(self.refuse_reserved(caller, who, "rename", parent, name, Errno::EPERM));
+            return Err(self.refuse_reserved(caller, who, "rename", parent, name));
         }
         if control::is_virtual(newparent) || Self::reserved(newparent, newname) {
-            return Err(self.refuse_reserved(
-                caller,
-                who,
-                "rename",
-                newparent,
-                newname,
-                Errno::EPERM,
-            ));
+            return Err(self.refuse_reserved(caller, who, "rename", newparent, newname));
         }
         let from = self.inodes.get(parent)?;
         let to = self.inodes.get(newparent)?;
         let cname = Self::name_in(name)?;
         let cnew = Self::name_in(newname)?;
-        if flags & libc::RENAME_WHITEOUT != 0 && who != Identity::Operator {
-            // The whiteout left at the source is a character device (0, 0): a device node,
-            // which only the operator may create (PROTOCOL.md §3).
-            return Err(self.denied(
-                caller,
-                who,
-                "rename",
-                self.child_path(&from, name),
-                Denial {
-                    errno: Errno::EPERM,
-                    rule: "rename-whiteout",
-                    why: "RENAME_WHITEOUT leaves a device node behind, and only the operator \
-                          may create device nodes."
-                        .into(),
-                    alternative: "Rename without RENAME_WHITEOUT.".into(),
-                },
-            ));
-        }
+        // The whiteout left at the source is a character device (0, 0): a device node,
+        // which only the operator may create (PROTOCOL.md §3).
+        let whiteout = policy::decide_rename_whiteout(&who, flags & libc::RENAME_WHITEOUT != 0);
+        self.enforce(caller, who, whiteout, "rename", || {
+            self.child_path(&from, name)
+        })?;
         let (src_zone, src_st) = self.existing_zone(&from, &cname, name)?;
         let replaced = self.existing_zone(&to, &cnew, newname).ok();
         let exchange = flags & libc::RENAME_EXCHANGE != 0;
@@ -186,10 +166,7 @@ impl SmithFs {
         let _serial = family_lock.as_ref().map(|l| l.lock());
         let family = match into {
             Some(p) => {
-                let info = self
-                    .registry
-                    .get(p)
-                    .ok_or(FsError::Backing(Errno::ENOENT))?;
+                let info = self.registry.get(p).ok_or(FsError::UnknownSmith)?;
                 let subtree = self.registry.subtree(m.smith);
                 let own_level = subtree.first().map_or(0, |s| s.level);
                 let deepest = subtree.iter().map(|s| s.level).max().unwrap_or(own_level);
@@ -298,7 +275,7 @@ impl SmithFs {
             ),
         }
         for s in &registered {
-            self.emit(FsEvent::SmithCreated {
+            self.emit(Trigger::SmithCreated {
                 smith: s.idx,
                 moved: true,
             });

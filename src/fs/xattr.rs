@@ -4,8 +4,6 @@ use std::ffi::OsStr;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 
-use nix::errno::Errno;
-
 use super::error::{FsError, FsResult};
 use super::{backing, control, Caller, SmithFs};
 use crate::policy::Op;
@@ -21,7 +19,7 @@ impl SmithFs {
         flags: i32,
     ) -> FsResult<()> {
         if control::is_virtual(ino) {
-            return Err(FsError::Backing(Errno::EPERM));
+            return Err(FsError::ControlFixed);
         }
         let inode = self.inodes.get(ino)?;
         self.check_inode(caller, self.identify(caller), Op::Write, "setxattr", &inode)?;
@@ -43,7 +41,7 @@ impl SmithFs {
         size: u32,
     ) -> FsResult<XattrReply> {
         if control::is_virtual(ino) {
-            return Err(FsError::Backing(Errno::ENODATA));
+            return Err(FsError::NoSuchXattr);
         }
         let inode = self.inodes.get(ino)?;
         self.check_inode(caller, self.identify(caller), Op::Read, "getxattr", &inode)?;
@@ -66,7 +64,7 @@ impl SmithFs {
     /// Remove an extended attribute (FUSE removexattr).
     pub fn removexattr(&self, caller: &Caller, ino: u64, name: &OsStr) -> FsResult<()> {
         if control::is_virtual(ino) {
-            return Err(FsError::Backing(Errno::EPERM));
+            return Err(FsError::ControlFixed);
         }
         let inode = self.inodes.get(ino)?;
         self.check_inode(
@@ -105,5 +103,5 @@ pub(super) fn xattr_reply(
 }
 
 pub(super) fn xattr_name(name: &OsStr) -> FsResult<std::ffi::CString> {
-    std::ffi::CString::new(name.as_bytes()).map_err(|_| FsError::Backing(Errno::EINVAL))
+    std::ffi::CString::new(name.as_bytes()).map_err(|_| FsError::BadName)
 }

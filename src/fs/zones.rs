@@ -9,7 +9,7 @@ use super::error::FsResult;
 use super::inode::{Inode, Name, Place, ROOT_ID};
 use super::{backing, control, Caller, SmithFs};
 use crate::identity::Identity;
-use crate::policy::{decide, decide_unseen_names, Decision, Op, Zone};
+use crate::policy::{self, decide, decide_unseen_names, Decision, Op, Zone};
 
 impl SmithFs {
     /// Decide `op` on `inode` (PROTOCOL.md §3). A file with one link — nearly every inode — is
@@ -43,13 +43,7 @@ impl SmithFs {
 
     /// Decide `op` on every zone of `zones` (allowed when empty).
     pub(super) fn decide_zones(&self, who: Identity, op: Op, zones: &[Zone]) -> Decision {
-        self.with_ctx(|ctx| {
-            zones
-                .iter()
-                .map(|z| decide(&who, op, z, ctx))
-                .find(|d| !d.is_allowed())
-                .unwrap_or(Decision::Allow)
-        })
+        self.with_ctx(|ctx| policy::decide_all(&who, op, zones, ctx))
     }
 
     /// The zones of the other names of `inode` the daemon has seen, recomputed from their parent

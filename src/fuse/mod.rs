@@ -1,6 +1,8 @@
 //! FUSE glue: the only place that names fuser's request and reply types. Each method builds a
 //! [`Caller`], calls [`SmithFs`], and replies (STYLE.md habit 1).
 
+pub mod session;
+
 use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::Arc;
@@ -16,8 +18,15 @@ use fuser::{
 
 use crate::fs::{Attr, Cache, Caller, FsError, SetAttr, SmithFs, XattrReply};
 
+pub mod dispatch;
+pub mod transport;
+pub mod uring;
+pub mod wire;
+
+use transport::{Negotiated, Transport};
+
 /// How long the kernel may cache entries and attributes of backing-store inodes.
-const TTL: Duration = Duration::from_secs(1);
+const TTL: Duration = Duration::from_secs(dispatch::TTL_SECS);
 
 /// Largest write the kernel sends in one request.
 const MAX_WRITE: u32 = 1 << 20;
@@ -29,13 +38,29 @@ pub struct FuseFs {
     /// Use FUSE passthrough for regular files: asked for by the mount and granted by the kernel
     /// (decided once, at init).
     passthrough: bool,
+    /// The transport asked for (`mount --transport`).
+    transport: Transport,
+    /// What INIT settled, for the mount to read.
+    negotiated: Arc<Negotiated>,
 }
 
 impl FuseFs {
     /// Serve `fs` over FUSE; `passthrough` asks for kernel passthrough of regular files (needs
     /// CAP_SYS_ADMIN and kernel ≥ 6.9).
     pub fn new(fs: Arc<SmithFs>, passthrough: bool) -> FuseFs {
-        FuseFs { fs, passthrough }
+        FuseFs {
+            fs,
+            passthrough,
+            transport: Transport::DevFuse,
+            negotiated: Arc::default(),
+        }
+    }
+
+    /// Ask for `transport` at INIT and record there what was settled in `negotiated`.
+    pub fn with_transport(mut self, transport: Transport, negotiated: Arc<Negotiated>) -> Self {
+        self.transport = transport;
+        self.negotiated = negotiated;
+        self
     }
 
     /// The shared backing registration for handle `fh`, made through `open_backing`.
@@ -137,18 +162,11 @@ fn timespec(t: TimeOrNow) -> libc::timespec {
 }
 
 fn ttl(cache: Cache) -> Duration {
-    match cache {
-        Cache::Normal => TTL,
-        Cache::Never => Duration::ZERO,
-    }
+    Duration::from_secs(dispatch::ttl_secs(cache))
 }
 
 fn fopen(cache: Cache) -> FopenFlags {
-    match cache {
-        // Nothing is buffered in the daemon and locks are the kernel's: a close needs no FLUSH.
-        Cache::Normal => FopenFlags::FOPEN_NOFLUSH,
-        Cache::Never => FopenFlags::FOPEN_DIRECT_IO,
-    }
+    FopenFlags::from_bits_retain(dispatch::fopen_bits(cache))
 }
 
 fn reply_entry(reply: ReplyEntry, r: Result<Attr, FsError>) {
@@ -163,11 +181,7 @@ fn reply_entry_cached(reply: ReplyEntry, r: Result<(Attr, Cache), FsError>) {
 }
 
 fn cache_of(ino: INodeNo) -> Cache {
-    if crate::fs::control::is_virtual(ino.0) {
-        Cache::Never
-    } else {
-        Cache::Normal
-    }
+    dispatch::cache_of(ino.0)
 }
 
 fn reply_empty(reply: ReplyEmpty, r: Result<(), FsError>) {
@@ -204,16 +218,51 @@ impl Filesystem for FuseFs {
                 self.passthrough = false;
             }
         }
+        // The kernel offers io_uring only while the machine-wide `enable_uring` is on.
+        let uring_offered = config
+            .capabilities()
+            .contains(InitFlags::FUSE_OVER_IO_URING);
+        let io_uring = match self.transport {
+            Transport::DevFuse => false,
+            Transport::Auto => uring_offered,
+            Transport::IoUring if uring_offered => true,
+            Transport::IoUring => {
+                tracing::error!(
+                    "--transport io-uring: the kernel does not offer FUSE over io_uring ({} is off, or the kernel lacks CONFIG_FUSE_IO_URING); see `smithfs doctor`",
+                    transport::ENABLE_URING
+                );
+                return Err(std::io::Error::from_raw_os_error(libc::EPROTONOSUPPORT));
+            }
+        };
+        if io_uring {
+            wanted |= InitFlags::FUSE_OVER_IO_URING;
+        }
         let available = config.capabilities() & wanted;
         if let Err(missing) = config.add_capabilities(available) {
             tracing::warn!(?missing, "kernel refused FUSE capabilities");
         }
+        let mut max_write = MAX_WRITE;
         if let Err(max) = config.set_max_write(MAX_WRITE) {
             let _ = config.set_max_write(max);
+            max_write = max;
         }
-        let _ = config.set_max_readahead(MAX_WRITE);
+        let mut readahead = MAX_WRITE;
+        if let Err(max) = config.set_max_readahead(MAX_WRITE) {
+            readahead = max;
+        }
         let _ = config.set_max_background(64);
-        tracing::info!(capabilities = ?available, passthrough = self.passthrough, "FUSE session initialised");
+        // fuser's INIT reply asks for max(max_write, max_readahead) in 4 KiB pages.
+        let max_pages = (max_write.max(readahead).saturating_sub(1) / 4096) + 1;
+        let n = &self.negotiated;
+        n.io_uring
+            .store(io_uring, std::sync::atomic::Ordering::Relaxed);
+        n.passthrough
+            .store(self.passthrough, std::sync::atomic::Ordering::Relaxed);
+        n.max_write
+            .store(max_write, std::sync::atomic::Ordering::Relaxed);
+        n.max_pages
+            .store(max_pages, std::sync::atomic::Ordering::Relaxed);
+        tracing::info!(capabilities = ?available, passthrough = self.passthrough, transport = n.transport_name(), "FUSE session initialised");
         Ok(())
     }
 

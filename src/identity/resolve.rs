@@ -129,6 +129,26 @@ pub enum IdentityError {
     },
 }
 
+impl IdentityError {
+    /// The errno a `ctl bind` that failed with this error returns (PROTOCOL.md §2): ESRCH for
+    /// a gone process, ENOENT for an unregistered smith, EBUSY for a process that is another
+    /// smith already, EIO for what the resolver itself could not do.
+    pub fn errno(&self) -> nix::errno::Errno {
+        use nix::errno::Errno;
+        match self {
+            IdentityError::NoSuchProcess(_) => Errno::ESRCH,
+            IdentityError::UnknownSmith(_) => Errno::ENOENT,
+            IdentityError::AlreadyBound { .. } => Errno::EBUSY,
+            IdentityError::NoCgroup(_)
+            | IdentityError::Limits(_)
+            | IdentityError::PidfdUnsupported(_)
+            | IdentityError::Conflict { .. }
+            | IdentityError::BadFullId(_)
+            | IdentityError::Io { .. } => Errno::EIO,
+        }
+    }
+}
+
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> IdentityError {
     let what = what.into();
     move |source| IdentityError::Io { what, source }

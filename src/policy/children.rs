@@ -5,11 +5,9 @@
 
 use std::ffi::OsStr;
 
-use nix::errno::Errno;
-
 use crate::config::OperatorMode;
 use crate::identity::Identity;
-use crate::policy::rules::{full_id, short, smith_path, Ctx, Denial};
+use crate::policy::rules::{full_id, short, smith_path, Ctx, Denial, Rule};
 use crate::tree::model::SmithIdx;
 use crate::tree::scaffold::{child_name, parse_child_name};
 
@@ -54,12 +52,7 @@ pub fn check_new_child(
         || "no id is left".to_owned(),
         |n| format!("use {}", child_name(n)),
     );
-    let deny = |errno, rule, why: String, alternative: String| Denial {
-        errno,
-        rule,
-        why,
-        alternative,
-    };
+    let deny = |rule: Rule, why: String, alternative: String| rule.deny(why, alternative);
 
     // 1. Who.
     match caller {
@@ -67,8 +60,7 @@ pub fn check_new_child(
         Identity::Operator if ctx.operator == OperatorMode::ReadWrite => {}
         Identity::Operator => {
             return Err(deny(
-                Errno::EACCES,
-                "operator-read-only",
+                Rule::OperatorReadOnly,
                 format!("the operator may not make a child of {parent}: the operator is read-only on this mount."),
                 "remount with --operator read-write".to_owned(),
             ))
@@ -76,8 +68,7 @@ pub fn check_new_child(
         Identity::Smith(s) => {
             let own = smith_path(&full_id(*s, ctx));
             return Err(deny(
-                Errno::EACCES,
-                "scaffold-parent-only",
+                Rule::ScaffoldParentOnly,
                 format!(
                     "{} may not make a child of {parent}: only {} itself and the operator may.",
                     full_id(*s, ctx),
@@ -88,8 +79,7 @@ pub fn check_new_child(
         }
         Identity::Unknown => {
             return Err(deny(
-                Errno::EACCES,
-                "unknown-lookup-only",
+                Rule::UnknownIdentity,
                 format!("an unidentified process may not make a child of {parent}: only {} itself and the operator may.", short(&parent)),
                 "run it as the operator, or bound to a smith with `smithfs run --smith FULL_ID -- CMD`".to_owned(),
             ))
@@ -108,8 +98,7 @@ pub fn check_new_child(
             ),
         };
         return Err(deny(
-            Errno::EPERM,
-            "scaffold-max-level",
+            Rule::ScaffoldMaxLevel,
             format!(
                 "{parent} is at level {} and limits.max_level is {}: {reach}.",
                 family.parent_level, ctx.limits.max_level
@@ -135,8 +124,7 @@ pub fn check_new_child(
             ),
         };
         return Err(deny(
-            Errno::EINVAL,
-            "scaffold-child-name",
+            Rule::ScaffoldChildName,
             format!("`{name_text}` {problem}: {next_name}."),
             match next {
                 Some(n) => format!("mkdir {dir}/children/{}", child_name(n)),
@@ -149,8 +137,7 @@ pub fn check_new_child(
     let max = ctx.limits.max_children;
     if u64::try_from(family.n_children).unwrap_or(u64::MAX) >= u64::from(max) {
         return Err(deny(
-            Errno::EDQUOT,
-            "scaffold-max-children",
+            Rule::ScaffoldMaxChildren,
             format!(
                 "{parent} already has {} children and limits.max_children is {max}.",
                 family.n_children

@@ -7,6 +7,7 @@
 //! filesystem or a process: the module imports only types.
 
 pub mod children;
+pub mod control;
 pub mod moves;
 pub mod rules;
 pub mod zone;
@@ -16,10 +17,14 @@ mod tests;
 
 pub use crate::config::{Limits, OperatorMode};
 pub use children::{check_new_child, Family};
+pub use control::{
+    bind_failed, ctl_syntax, decide_control_open, decide_ctl, decide_rename_whiteout,
+    open_budget_denial, reserved_name, CtlVerb, OpenBudget,
+};
 pub use moves::{decide_smith_dir_move, MoveTo, SmithDirMove};
 pub use rules::{
     decide, decide_all, decide_link, decide_linked_rename, decide_rename, decide_unseen_names,
     relation, rights, Caller, Ctx, Decision, Denial, Names, NewKind, NoNames, Op, OpClass,
-    Relation, Removal, Rights,
+    Relation, Removal, Rights, Rule,
 };
 pub use zone::{classify, Area, Depth, RootArea, SmithRef, SmithZone, Zone};

@@ -9,12 +9,10 @@
 //! smith dir never moves, and neither an exchange nor the replacement of another smith dir is
 //! allowed (docs/PROTOCOL-NOTES.md, note 35).
 
-use nix::errno::Errno;
-
 use crate::identity::Identity;
 use crate::policy::children::{check_new_child, Family};
 use crate::policy::rules::{
-    decide, full_id, smith_path, Ctx, Decision, Denial, NewKind, Op, Removal,
+    decide, full_id, smith_path, Ctx, Decision, Denial, NewKind, Op, Removal, Rule,
 };
 use crate::policy::zone::Zone;
 
@@ -72,7 +70,7 @@ pub fn decide_smith_dir_move(
     };
     if is_root && matches!(id, Identity::Operator) {
         return Err(structure(
-            "structure-root-smith",
+            Rule::StructureRootSmith,
             format!(
                 "the operator may not rename {}: the root smith dir stays where smithfs made it.",
                 root_path(m.src, ctx)
@@ -87,7 +85,7 @@ pub fn decide_smith_dir_move(
     allowed(decide(id, source, m.src, ctx))?;
     if m.exchange {
         return Err(structure(
-            "structure-exchange",
+            Rule::StructureExchange,
             "the operator may not exchange a smith dir with another entry (RENAME_EXCHANGE): smith dirs are moved, never swapped.".to_owned(),
             "rename the two entries one after the other",
         ));
@@ -115,13 +113,8 @@ fn allowed(d: Decision) -> Result<(), Denial> {
     }
 }
 
-fn structure(rule: &'static str, why: String, alternative: &str) -> Denial {
-    Denial {
-        errno: Errno::EPERM,
-        rule,
-        why,
-        alternative: alternative.to_owned(),
-    }
+fn structure(rule: Rule, why: String, alternative: &str) -> Denial {
+    rule.deny(why, alternative.to_owned())
 }
 
 /// `smiths/smith-root` (the smith dir of the zone's owner).

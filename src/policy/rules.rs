@@ -407,49 +407,173 @@ pub enum Caller {
     Operator,
 }
 
-/// Why a decision failed, before it is put into words.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Rule {
+/// Every rule a denial can cite (PROTOCOL.md §3, §4, §6, §7): the one source of rule ids
+/// ([`Rule::id`]) and of the errno each rule returns ([`Rule::errno`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Rule {
+    /// An unidentified process may only look up and stat (§2, §3).
     UnknownIdentity,
+    /// Only the operator creates device nodes (§3, special files).
     DeviceNode,
+    /// Structure is smithfs's (§3).
     Structure,
+    /// The operator's removal or rename of structure with a live run below (§3).
     StructureLive,
+    /// `.smithfs/` holds exactly its files (§7).
     ControlVirtual,
+    /// `.smithfs`, `.smithfs-state` and the daemon's temporary names (§1, §7).
     Reserved,
+    /// The operator is read-only on this mount (§3).
     OperatorReadOnly,
+    /// Only the scaffold creates in `children/` (§4).
     ChildrenScaffoldOnly,
+    /// Only the scaffold creates in `smiths/` (§4).
     SmithsScaffoldOnly,
+    /// Conversation logs are removed only when nothing is live (§3).
     ConversationsLive,
+    /// A "—" cell of the §3 table, by area.
     Area(Area),
+    /// A refusal of the rights outside smith dirs (§3), by root area.
     Outside(RootArea),
+    /// A hard link stays within one zone (§3).
     LinkCrossZone,
+    /// A rename of one name of a multiply-linked file stays within one zone (§3).
     LinkedRenameCrossZone,
+    /// A file with names the daemon has not seen (§3).
     UnseenNames,
-    NoZone,
+    /// `RENAME_WHITEOUT` leaves a device node (§3, special files).
+    RenameWhiteout,
+    /// A process of unknown identity opens a control file (§7).
+    UnknownControl,
+    /// One smith's open files (`limits.max_open_files_per_smith`, §8).
+    OpenFilesPerSmith,
+    /// The mount's share of descriptors for open files (§8).
+    OpenFilesMount,
+    /// A `ctl` line that is not a command (§7).
+    CtlSyntax,
+    /// A `ctl` command naming no smith (§7).
+    CtlNoSuchSmith,
+    /// `bind` is the operator's (§2, §7).
+    CtlBindOperatorOnly,
+    /// The identity resolver could not bind the process (§2); its errno is the resolver's.
+    CtlBindFailed,
+    /// `cancel` is the operator's or an ancestor's (§6).
+    CtlCancelAncestorOnly,
+    /// Only S itself and the operator make S's children (§4).
+    ScaffoldParentOnly,
+    /// `limits.max_level` (§4).
+    ScaffoldMaxLevel,
+    /// A child's name is `smith-NNN` above every number used (§4).
+    ScaffoldChildName,
+    /// `limits.max_children` (§4).
+    ScaffoldMaxChildren,
+    /// The root smith dir never moves (§3).
+    StructureRootSmith,
+    /// A smith dir is never exchanged (§3).
+    StructureExchange,
 }
 
 impl Rule {
-    fn errno(self) -> Errno {
+    /// The errno the rule returns (for [`Rule::CtlBindFailed`] the default; the resolver's own
+    /// errno is used when it gives one).
+    pub const fn errno(self) -> Errno {
         match self {
             Rule::UnknownIdentity
             | Rule::OperatorReadOnly
             | Rule::Area(_)
             | Rule::Outside(_)
             | Rule::UnseenNames
-            | Rule::NoZone => Errno::EACCES,
+            | Rule::UnknownControl
+            | Rule::CtlBindOperatorOnly
+            | Rule::CtlCancelAncestorOnly
+            | Rule::ScaffoldParentOnly => Errno::EACCES,
             Rule::DeviceNode
             | Rule::Structure
             | Rule::ControlVirtual
             | Rule::Reserved
             | Rule::ChildrenScaffoldOnly
-            | Rule::SmithsScaffoldOnly => Errno::EPERM,
+            | Rule::SmithsScaffoldOnly
+            | Rule::RenameWhiteout
+            | Rule::ScaffoldMaxLevel
+            | Rule::StructureRootSmith
+            | Rule::StructureExchange => Errno::EPERM,
             Rule::StructureLive | Rule::ConversationsLive => Errno::EBUSY,
             Rule::LinkCrossZone | Rule::LinkedRenameCrossZone => Errno::EXDEV,
+            Rule::OpenFilesPerSmith => Errno::EMFILE,
+            Rule::OpenFilesMount => Errno::ENFILE,
+            Rule::CtlSyntax | Rule::ScaffoldChildName => Errno::EINVAL,
+            Rule::CtlNoSuchSmith => Errno::ENOENT,
+            Rule::CtlBindFailed => Errno::EIO,
+            Rule::ScaffoldMaxChildren => Errno::EDQUOT,
         }
     }
 
+    /// A denial under this rule with its errno and the two sentences.
+    pub fn deny(self, why: String, alternative: String) -> Denial {
+        Denial {
+            errno: self.errno(),
+            rule: self.id(),
+            why,
+            alternative,
+        }
+    }
+
+    /// One rule per distinct id (the rules outside smith dirs share ids by kind), for tests and
+    /// documentation.
+    pub fn all() -> Vec<Rule> {
+        let mut v = vec![
+            Rule::UnknownIdentity,
+            Rule::DeviceNode,
+            Rule::Structure,
+            Rule::StructureLive,
+            Rule::ControlVirtual,
+            Rule::Reserved,
+            Rule::OperatorReadOnly,
+            Rule::ChildrenScaffoldOnly,
+            Rule::SmithsScaffoldOnly,
+            Rule::ConversationsLive,
+            Rule::Outside(RootArea::Results),
+            Rule::Outside(RootArea::Control),
+            Rule::Outside(RootArea::Other),
+            Rule::LinkCrossZone,
+            Rule::LinkedRenameCrossZone,
+            Rule::UnseenNames,
+            Rule::RenameWhiteout,
+            Rule::UnknownControl,
+            Rule::OpenFilesPerSmith,
+            Rule::OpenFilesMount,
+            Rule::CtlSyntax,
+            Rule::CtlNoSuchSmith,
+            Rule::CtlBindOperatorOnly,
+            Rule::CtlBindFailed,
+            Rule::CtlCancelAncestorOnly,
+            Rule::ScaffoldParentOnly,
+            Rule::ScaffoldMaxLevel,
+            Rule::ScaffoldChildName,
+            Rule::ScaffoldMaxChildren,
+            Rule::StructureRootSmith,
+            Rule::StructureExchange,
+        ];
+        v.extend(
+            [
+                Area::SmithDir,
+                Area::SmithMd,
+                Area::Config,
+                Area::Claude,
+                Area::Inbox,
+                Area::Private,
+                Area::Outbox,
+                Area::Conversations,
+                Area::Children,
+                Area::Other,
+            ]
+            .map(Rule::Area),
+        );
+        v
+    }
+
     /// The stable rule id recorded in `.smithfs/why` and the journal.
-    fn id(self) -> &'static str {
+    pub const fn id(self) -> &'static str {
         match self {
             Rule::UnknownIdentity => "unknown-lookup-only",
             Rule::DeviceNode => "device-operator-only",
@@ -487,7 +611,21 @@ impl Rule {
             Rule::LinkCrossZone => "link-one-zone",
             Rule::LinkedRenameCrossZone => "linked-rename-one-zone",
             Rule::UnseenNames => "links-unseen",
-            Rule::NoZone => "no-zone",
+            Rule::RenameWhiteout => "rename-whiteout",
+            Rule::UnknownControl => "unknown-control",
+            Rule::OpenFilesPerSmith => "open-files-per-smith",
+            Rule::OpenFilesMount => "open-files-mount",
+            Rule::CtlSyntax => "ctl-syntax",
+            Rule::CtlNoSuchSmith => "ctl-no-such-smith",
+            Rule::CtlBindOperatorOnly => "ctl-bind-operator-only",
+            Rule::CtlBindFailed => "ctl-bind-failed",
+            Rule::CtlCancelAncestorOnly => "ctl-cancel-ancestor-only",
+            Rule::ScaffoldParentOnly => "scaffold-parent-only",
+            Rule::ScaffoldMaxLevel => "scaffold-max-level",
+            Rule::ScaffoldChildName => "scaffold-child-name",
+            Rule::ScaffoldMaxChildren => "scaffold-max-children",
+            Rule::StructureRootSmith => "structure-root-smith",
+            Rule::StructureExchange => "structure-exchange",
         }
     }
 }
@@ -505,11 +643,10 @@ pub fn decide(id: &Identity, op: Op, zone: &Zone, ctx: &Ctx<'_>) -> Decision {
 }
 
 /// Decide an operation on an inode with names in several zones: the intersection of their rights
-/// (PROTOCOL.md §3). An empty slice is denied (EACCES, `no-zone`): every inode has a zone.
+/// (PROTOCOL.md §3). An empty slice is allowed (no zone restricts it), as the filesystem has
+/// always decided: it passes the zones of the names it has seen, and the inode's own zone is
+/// checked with them.
 pub fn decide_all(id: &Identity, op: Op, zones: &[Zone], ctx: &Ctx<'_>) -> Decision {
-    if zones.is_empty() {
-        return Decision::Deny(explain(Rule::NoZone, id, op, &Zone::root(), None, ctx));
-    }
     for zone in zones {
         if let Decision::Deny(d) = decide(id, op, zone, ctx) {
             return Decision::Deny(d);
@@ -925,9 +1062,24 @@ fn explain(
                 format!("ask {owner} to publish a copy rather than a hard link, or look up its other names through the mount so their rights apply"),
             )
         }
-        Rule::NoZone => (
-            format!("{who} may not {}: the entry has no zone (an internal error of smithfs).", op.verb()),
-            "report it; retry through a fresh lookup".to_owned(),
+        // Worded where they are decided (`policy::control`, `policy::children`, `policy::moves`).
+        Rule::RenameWhiteout
+        | Rule::UnknownControl
+        | Rule::OpenFilesPerSmith
+        | Rule::OpenFilesMount
+        | Rule::CtlSyntax
+        | Rule::CtlNoSuchSmith
+        | Rule::CtlBindOperatorOnly
+        | Rule::CtlBindFailed
+        | Rule::CtlCancelAncestorOnly
+        | Rule::ScaffoldParentOnly
+        | Rule::ScaffoldMaxLevel
+        | Rule::ScaffoldChildName
+        | Rule::ScaffoldMaxChildren
+        | Rule::StructureRootSmith
+        | Rule::StructureExchange => (
+            format!("{who} may not {what}."),
+            own_work(&home),
         ),
     };
     Denial {

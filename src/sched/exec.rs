@@ -607,6 +607,7 @@ impl Exec {
                 ev.rule = Some(rule);
                 self.record(ev);
             }
+            Trigger::Cancel { smith } => self.on_cancel(smith),
         }
     }
 

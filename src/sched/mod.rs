@@ -7,11 +7,10 @@
 //! runs ([`runner`]), journals ([`journal`]), fires user hooks ([`hooks`]) and makes the
 //! daemon's own writes through `fs::backing`, each followed by an [`Invalidate`] call.
 //!
-//! Wiring for the daemon: build a [`SchedCtx`] after the FUSE session is mounted (runs work in
-//! the mount, so it must be live before the first run's `chdir`), call [`Scheduler::start`],
-//! hand `trigger` to the fs, serve `.smithfs/status.json` from [`Scheduler::status_json`] and
-//! `ctl`'s `cancel` through [`Scheduler::cancel`], and call [`Scheduler::shutdown`] before
-//! unmounting.
+//! The daemon (`crate::daemon`) opens the queue ([`Link::open`]) before the filesystem, which
+//! sends its triggers through it and reads `status.json` and run liveness from it; once the
+//! FUSE session is mounted (runs work in the mount) it starts the scheduler thread on that
+//! queue ([`Scheduler::start_on`]).
 
 mod exec;
 pub mod hooks;
@@ -21,29 +20,28 @@ pub mod reaper;
 pub mod runner;
 pub mod scan;
 pub mod spawn;
-pub mod time;
-pub mod trigger;
 pub mod view;
 
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
-use std::sync::Arc;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
 
 use crate::config::Config;
-use crate::fs::{backing, FsEvent};
+use crate::fs::backing;
 use crate::tree::model::SmithIdx;
 use crate::tree::registry::Registry;
 
 pub use self::journal::{Event, Journal};
 pub use self::queue::{State, Wake};
 pub use self::runner::{NoBinder, RunBinder};
-pub use self::trigger::Trigger;
+pub use crate::time;
+pub use crate::trigger::Trigger;
 
 /// How many messages the scheduler's queue holds before `trigger` starts dropping (and a
 /// rescan re-derives what was dropped).
@@ -115,6 +113,104 @@ pub(crate) struct Shared {
     /// Smiths with a live run. Leaf lock; written by the scheduler thread when a run starts or
     /// ends.
     live: Mutex<std::collections::HashSet<SmithIdx>>,
+    /// The smith registry, known once the scheduler starts (for ancestry in `subtree_live`).
+    registry: OnceLock<Arc<Registry>>,
+    /// The scheduler thread has started: `status.json` is the scheduler's.
+    started: AtomicBool,
+}
+
+/// The scheduler's queue, made before the filesystem (which holds it as its
+/// [`crate::fs::Scheduling`]) and before the scheduler thread that drains it
+/// ([`Scheduler::start_on`]). Every call is cheap and never blocks.
+pub struct Link {
+    tx: SyncSender<Msg>,
+    rx: Mutex<Option<Receiver<Msg>>>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link").finish_non_exhaustive()
+    }
+}
+
+impl Link {
+    /// Open the queue and the journal in the state directory `state` (`.smithfs-state/`).
+    ///
+    /// # Errors
+    /// The journal cannot be opened.
+    pub fn open(state: std::os::fd::BorrowedFd<'_>) -> std::io::Result<Arc<Link>> {
+        let journal = Arc::new(Journal::open(state)?);
+        let shared = Arc::new(Shared {
+            status: Mutex::new(Arc::new(serde_json::Value::Null)),
+            overflow: AtomicBool::new(false),
+            journal,
+            live: Mutex::new(Default::default()),
+            registry: OnceLock::new(),
+            started: AtomicBool::new(false),
+        });
+        let (tx, rx) = sync_channel(QUEUE_CAPACITY);
+        Ok(Arc::new(Link {
+            tx,
+            rx: Mutex::new(Some(rx)),
+            shared,
+        }))
+    }
+
+    /// Hand a trigger to the scheduler. Never blocks: if the queue is full the trigger is
+    /// dropped, `trigger.dropped` is journaled (once until the next rescan) and the scheduler
+    /// re-derives the state from the files. A `cancel` that cannot be queued also makes the
+    /// scheduler rescan.
+    pub fn trigger(&self, t: Trigger) {
+        if let Trigger::Cancel { smith } = t {
+            if self.tx.try_send(Msg::Cancel(smith)).is_err() {
+                self.shared.overflow.store(true, Ordering::SeqCst);
+            }
+            return;
+        }
+        match self.tx.try_send(Msg::Trigger(t)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                if !self.shared.overflow.swap(true, Ordering::SeqCst) {
+                    let mut ev = Event::new("trigger.dropped", None);
+                    ev.error = Some("the scheduler's queue is full; rescanning".into());
+                    let _ = self.shared.journal.append(&ev);
+                }
+            }
+            Err(TrySendError::Disconnected(_)) => {}
+        }
+    }
+
+    /// Is a run of `s` or of one of its descendants live? Answered from a snapshot the
+    /// scheduler thread keeps, without waiting on it.
+    pub fn subtree_live(&self, s: SmithIdx) -> bool {
+        let Some(registry) = self.shared.registry.get() else {
+            return false;
+        };
+        // Copy out first: the registry's lock is never taken under ours.
+        let live: Vec<SmithIdx> = self.shared.live.lock().iter().copied().collect();
+        live.iter().any(|x| *x == s || registry.is_ancestor(s, *x))
+    }
+}
+
+impl crate::fs::Scheduling for Link {
+    fn trigger(&self, t: Trigger) {
+        Link::trigger(self, t);
+    }
+
+    fn status_json(&self) -> Option<String> {
+        if !self.shared.started.load(Ordering::SeqCst) {
+            return None;
+        }
+        let mut v =
+            serde_json::to_vec_pretty(&*self.shared.status.lock().clone()).unwrap_or_default();
+        v.push(b'\n');
+        Some(String::from_utf8(v).unwrap_or_default())
+    }
+
+    fn subtree_live(&self, smith: SmithIdx) -> bool {
+        Link::subtree_live(self, smith)
+    }
 }
 
 /// Why [`Scheduler::cancel`] refused.
@@ -133,6 +229,7 @@ pub enum CancelError {
 
 /// The handle of a running scheduler. Cheap calls, safe from any thread.
 pub struct Scheduler {
+    link: Arc<Link>,
     tx: SyncSender<Msg>,
     shared: Arc<Shared>,
     registry: Arc<Registry>,
@@ -150,18 +247,30 @@ impl Scheduler {
     pub fn start(ctx: SchedCtx, resume: bool) -> std::io::Result<Scheduler> {
         let name = std::ffi::CString::new(crate::fs::STATE_DIR)?;
         let state = backing::ensure_dir(ctx.root.as_fd(), &name, 0o700)?;
-        let journal = Arc::new(Journal::open(state.as_fd())?);
-        let shared = Arc::new(Shared {
-            // Until the scheduler thread's first publication (the journal's history, before it
-            // kills a dead daemon's leftovers), which `start` waits for.
-            status: Mutex::new(Arc::new(
-                ctx.registry.idle_status(ctx.config.agent.command.is_some()),
-            )),
-            overflow: AtomicBool::new(false),
-            journal,
-            live: Mutex::new(Default::default()),
-        });
-        let (tx, rx) = sync_channel(QUEUE_CAPACITY);
+        let link = Link::open(state.as_fd())?;
+        Scheduler::start_on(link, ctx, resume)
+    }
+
+    /// [`Scheduler::start`] on a queue made earlier ([`Link::open`]), which the filesystem
+    /// already sends to.
+    ///
+    /// Errors: the state directory cannot be opened, or the queue already has a scheduler.
+    pub fn start_on(link: Arc<Link>, ctx: SchedCtx, resume: bool) -> std::io::Result<Scheduler> {
+        let name = std::ffi::CString::new(crate::fs::STATE_DIR)?;
+        let state = backing::ensure_dir(ctx.root.as_fd(), &name, 0o700)?;
+        let rx = link
+            .rx
+            .lock()
+            .take()
+            .ok_or_else(|| std::io::Error::other("the scheduler's queue is already drained"))?;
+        let shared = link.shared.clone();
+        // Until the scheduler thread's first publication (the journal's history, before it
+        // kills a dead daemon's leftovers), which `start` waits for.
+        *shared.status.lock() =
+            Arc::new(ctx.registry.idle_status(ctx.config.agent.command.is_some()));
+        let _ = shared.registry.set(ctx.registry.clone());
+        shared.started.store(true, Ordering::SeqCst);
+        let tx = link.tx.clone();
         let registry = ctx.registry.clone();
         let (ready_tx, ready_rx) = sync_channel(1);
         let exec = exec::Exec::new(ctx, state, shared.clone(), tx.clone(), ready_tx)?;
@@ -174,6 +283,7 @@ impl Scheduler {
             tracing::warn!("the scheduler has not published its first status yet");
         }
         Ok(Scheduler {
+            link,
             tx,
             shared,
             registry,
@@ -185,17 +295,7 @@ impl Scheduler {
     /// dropped, `trigger.dropped` is journaled (once until the next rescan) and the scheduler
     /// re-derives the state from the files.
     pub fn trigger(&self, t: Trigger) {
-        match self.tx.try_send(Msg::Trigger(t)) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) => {
-                if !self.shared.overflow.swap(true, Ordering::SeqCst) {
-                    let mut ev = Event::new("trigger.dropped", None);
-                    ev.error = Some("the scheduler's queue is full; rescanning".into());
-                    let _ = self.shared.journal.append(&ev);
-                }
-            }
-            Err(TrySendError::Disconnected(_)) => {}
-        }
+        self.link.trigger(t);
     }
 
     /// Cancel `full_id` and its subtree: their runs are stopped (TERM, KILL after
@@ -220,39 +320,10 @@ impl Scheduler {
         })
     }
 
-    /// Hand an event of the filesystem to the scheduler (never blocks): completions become
-    /// triggers, `ctl`'s `cancel` a cancel. For `SmithFs`'s event sink.
-    pub fn fs_event(&self, e: FsEvent) {
-        let t = match e {
-            FsEvent::TaskCompleted { smith, name } => Trigger::TaskAssigned { smith, file: name },
-            FsEvent::ResultCompleted { smith } => Trigger::ResultPublished { smith },
-            FsEvent::SmithCreated { smith, moved } => Trigger::SmithCreated { smith, moved },
-            FsEvent::SmithRemoved { smith } => Trigger::SmithRemoved { smith },
-            FsEvent::Denied(d) => Trigger::AccessDenied {
-                smith: d.smith,
-                pid: d.pid,
-                op: d.op,
-                path: d.path,
-                errno: d.errno,
-                rule: d.rule,
-            },
-            FsEvent::Cancel { smith } => {
-                if self.cancel_smith(smith).is_err() {
-                    self.shared.overflow.store(true, Ordering::SeqCst);
-                }
-                return;
-            }
-        };
-        self.trigger(t);
-    }
-
     /// Is a run of `s` or of one of its descendants live? Answered from a snapshot the
-    /// scheduler thread keeps, without waiting on it (for `SmithFs`'s liveness hook).
+    /// scheduler thread keeps, without waiting on it.
     pub fn subtree_live(&self, s: SmithIdx) -> bool {
-        // Copy out first: the registry's lock is never taken under ours.
-        let live: Vec<SmithIdx> = self.shared.live.lock().iter().copied().collect();
-        live.iter()
-            .any(|x| *x == s || self.registry.is_ancestor(s, *x))
+        self.link.subtree_live(s)
     }
 
     /// The current `status.json` content as a string (for `SmithFs`'s status source).

@@ -219,12 +219,29 @@ impl TestMount {
             a.push(OsStr::new("-f"));
         }
         a.extend(self.opts.extra.iter().map(OsStr::new));
+        if let Some(t) = test_transport() {
+            if !self.opts.extra.iter().any(|e| e.starts_with("--transport")) {
+                a.push(OsStr::new("--transport"));
+                a.push(OsStr::new(t));
+            }
+        }
         a
+    }
+
+    /// Whether this mount asks for io_uring (then `enable_uring` must be on during its INIT).
+    fn wants_uring(&self) -> bool {
+        self.mount_args()
+            .windows(2)
+            .any(|w| w[0] == "--transport" && w[1] == "io-uring")
+            || self.opts.extra.contains(&"--transport=io-uring")
     }
 
     /// Mount (again). Daemon mode returns once the mount is live; foreground mode polls for it.
     pub fn mount(&mut self) {
         assert!(!is_smithfs_mounted(&self.dir), "already mounted");
+        // io_uring is offered at INIT only while the machine-wide switch is on: hold it on
+        // (under its lock) until this mount is live, then put it back.
+        let _uring = self.wants_uring().then(UringSwitch::on);
         if self.opts.foreground {
             let child = Command::new(SMITHFS)
                 .args(self.mount_args())
@@ -531,6 +548,82 @@ impl Drop for DevFuseGrant {
                 "DevFuseGrant: cannot restore /dev/fuse mode {:o}: {e}",
                 self.original
             );
+        }
+    }
+}
+
+/// The transport the suite runs its mounts over: `SMITHFS_TEST_TRANSPORT` (`io-uring`,
+/// `dev-fuse`, `auto`), or the mount's default when unset.
+pub fn test_transport() -> Option<&'static str> {
+    match std::env::var("SMITHFS_TEST_TRANSPORT").ok()?.as_str() {
+        "io-uring" => Some("io-uring"),
+        "dev-fuse" => Some("dev-fuse"),
+        "auto" => Some("auto"),
+        other => panic!("SMITHFS_TEST_TRANSPORT={other}: expected io-uring, dev-fuse or auto"),
+    }
+}
+
+/// `/sys/module/fuse/parameters/enable_uring`, machine-wide.
+pub const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Turns the machine-wide `enable_uring` on while alive and restores the value it found on
+/// drop, under a file lock so that two holders (across nextest processes) never overlap.
+pub struct UringSwitch {
+    original: Option<String>,
+    _file: std::fs::File,
+}
+
+impl UringSwitch {
+    /// Take the lock and switch io_uring on; panics when the kernel has no such parameter.
+    pub fn on() -> Self {
+        Self::set("1")
+    }
+
+    /// Take the lock and switch io_uring off.
+    pub fn off() -> Self {
+        Self::set("0")
+    }
+
+    fn set(value: &str) -> Self {
+        use std::os::fd::AsRawFd;
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open("/tmp/smithfs-tests-enable-uring.lock")
+            .expect("open lock file");
+        // SAFETY: flock on a descriptor we own; blocks until granted, released when `f` closes.
+        let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+        assert_eq!(rc, 0, "flock: {}", std::io::Error::last_os_error());
+        let original = std::fs::read_to_string(ENABLE_URING)
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|e| {
+                panic!("{ENABLE_URING}: {e} (kernel without CONFIG_FUSE_IO_URING?)")
+            });
+        std::fs::write(ENABLE_URING, value).expect("set enable_uring");
+        UringSwitch {
+            original: Some(original),
+            _file: f,
+        }
+    }
+
+    /// Whether the kernel can do FUSE over io_uring at all.
+    pub fn available() -> bool {
+        std::path::Path::new(ENABLE_URING).exists()
+    }
+}
+
+impl Drop for UringSwitch {
+    fn drop(&mut self) {
+        if let Some(v) = self.original.take() {
+            let v = if matches!(v.as_str(), "Y" | "y" | "1") {
+                "1"
+            } else {
+                "0"
+            };
+            if let Err(e) = std::fs::write(ENABLE_URING, v) {
+                eprintln!("UringSwitch: cannot restore {ENABLE_URING} to {v}: {e}");
+            }
         }
     }
 }

@@ -1,6 +1,9 @@
-//! What the filesystem tells the scheduler (PROTOCOL.md §5). The fs detects completions (a
-//! handle released after write access, `O_TRUNC` or `O_CREAT`; a rename or link onto the name)
-//! and hands one of these to [`crate::sched::Scheduler::trigger`], which never blocks.
+//! What the filesystem tells the scheduler (PROTOCOL.md §5, §6, §7): the one message type on
+//! the scheduler's queue from outside it. The fs detects completions (a handle released after
+//! write access, `O_TRUNC` or `O_CREAT`; a rename or link onto the name), registry changes,
+//! denials and `ctl`'s `cancel`, and hands one of these to its scheduler link
+//! ([`crate::fs::Scheduling::trigger`], implemented by [`crate::sched::Link`]), which never
+//! blocks. A leaf: it names only tree types.
 
 use crate::tree::model::SmithIdx;
 
@@ -49,6 +52,12 @@ pub enum Trigger {
         /// The rule that denied it.
         rule: String,
     },
+    /// `cancel <full-id>` was written to `ctl` by an authorised identity (PROTOCOL.md §6): the
+    /// smith and its subtree are cancelled (journaled by the scheduler as `run.cancelled`).
+    Cancel {
+        /// The smith to cancel (with its subtree).
+        smith: SmithIdx,
+    },
 }
 
 impl Trigger {
@@ -60,6 +69,7 @@ impl Trigger {
             Trigger::SmithCreated { .. } => "smith.created",
             Trigger::SmithRemoved { .. } => "smith.removed",
             Trigger::AccessDenied { .. } => "access.denied",
+            Trigger::Cancel { .. } => "cancel",
         }
     }
 }

@@ -1,0 +1,509 @@
+//! The composition root: the whole daemon wired in one place (PROTOCOL.md §6, §9).
+//!
+//! [`serve`] opens the store once, builds the identity resolver, the scheduler's queue (one
+//! channel, made before the filesystem), the kernel cache invalidator, the filesystem, then
+//! mounts the FUSE session, starts the scheduler on the queue and serves until unmounted. Every
+//! connection is given at construction; nothing is installed afterwards. `cli/mount.rs` keeps
+//! argument parsing, preflight and daemonizing.
+
+use std::ffi::{CStr, OsStr};
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+
+use crate::config::Config;
+use crate::fs::{backing, BindError, FsOptions, Identities, Links, SmithFs, STATE_DIR};
+use crate::fuse::session::{self, KernelCache, SessionOptions};
+use crate::identity::resolve::Resolver;
+use crate::sched::runner::BindTo;
+use crate::sched::{Link, RunBinder, SchedCtx, Scheduler};
+use crate::tree::model::SmithIdx;
+use crate::tree::template::Templates;
+
+/// What `smithfs mount` asks of the daemon.
+#[derive(Clone, Debug)]
+pub struct DaemonOptions {
+    /// Read the configuration from this file instead of DIR/config.json (`--config`).
+    pub config: Option<PathBuf>,
+    /// `--operator` (`read-write` or `read-only`), overriding the configuration.
+    pub operator: Option<String>,
+    /// `--identity` (`auto`, `cgroup` or `ancestry`), overriding the configuration.
+    pub identity: Option<String>,
+    /// Re-queue runs interrupted by a dead daemon (`--resume`).
+    pub resume: bool,
+    /// How the FUSE session is set up.
+    pub session: SessionOptions,
+    /// Log level (tracing filter syntax); default from RUST_LOG, else "info".
+    pub log_level: Option<String>,
+}
+
+/// Log to `file` (the daemon's log) or to stderr, at `level` (tracing filter syntax; default
+/// from RUST_LOG, else "info").
+pub fn init_logging(level: Option<&str>, file: Option<File>) {
+    use tracing_subscriber::EnvFilter;
+    let filter = match level {
+        Some(l) => EnvFilter::new(l),
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+    };
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let _ = match file {
+        Some(f) => builder
+            .with_ansi(false)
+            .with_writer(std::sync::Mutex::new(f))
+            .try_init(),
+        None => builder.with_writer(std::io::stderr).try_init(),
+    };
+}
+
+/// Mount `dir` over itself and serve requests until it is unmounted. `report` (daemon mode)
+/// receives "ready" once the mount is live; stdio is then detached.
+///
+/// # Errors
+/// One line naming what could not be set up (the store, the lock, the configuration, the
+/// identity resolver, the mount, the scheduler) or that the session failed.
+pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) -> Result<()> {
+    // SAFETY: umask and prctl have no memory-safety preconditions. A zero umask lets created
+    // modes be exactly what the caller asked (the kernel already applied the caller's umask);
+    // a non-dumpable daemon keeps same-uid processes out of its descriptors (PROTOCOL.md §10).
+    unsafe {
+        libc::umask(0);
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
+    // Before any thread exists, so that every thread inherits the mask and only the signal
+    // thread ever takes SIGTERM/SIGINT/SIGHUP.
+    let signals = session::block_signals()?;
+    let nofile = raise_nofile();
+    // The store, opened once; the scheduler gets a duplicate of the descriptor.
+    let root =
+        backing::open_store_root(dir).map_err(|e| anyhow!("cannot open {}: {e}", dir.display()))?;
+    let sched_root = root
+        .try_clone()
+        .map_err(|e| anyhow!("cannot open {}: {e}", dir.display()))?;
+    // Never keep a working directory inside the mount point: it would see the backing store.
+    std::env::set_current_dir("/").context("cannot chdir to /")?;
+    let state_name = std::ffi::CString::new(STATE_DIR)?;
+    let state = backing::ensure_dir(root.as_fd(), &state_name, 0o700)
+        .map_err(|e| anyhow!("cannot create {}/{STATE_DIR}: {e}", dir.display()))?;
+    // One daemon per directory: a second `mount` racing this one fails here, before mounting.
+    let lock = backing::open_file(
+        state.as_fd(),
+        c"daemon.lock",
+        libc::O_RDWR | libc::O_CREAT,
+        0o600,
+    )
+    .map_err(|e| anyhow!("cannot open the daemon lock: {e}"))?;
+    // A daemon that was just unmounted may still be finishing: give it a moment.
+    if !try_lock(&lock, Duration::from_secs(10)) {
+        bail!(
+            "another smithfs daemon is serving {}; unmount it first with `smithfs umount {}`",
+            dir.display(),
+            dir.display()
+        );
+    }
+    if report.is_some() {
+        let log = backing::open_file(
+            state.as_fd(),
+            c"daemon.log",
+            libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND,
+            0o600,
+        )
+        .map_err(|e| anyhow!("cannot open the daemon log: {e}"))?;
+        init_logging(opts.log_level.as_deref(), Some(File::from(log)));
+    }
+    let config = load_config(dir, root.as_fd(), opts)?;
+    let templates = load_templates(root.as_fd())?;
+    let fds = crate::fs::budget::plan(nofile, config.limits.max_open_files_per_smith);
+    if fds.per_smith > fds.handles {
+        tracing::warn!(
+            per_smith = fds.per_smith,
+            handles = fds.handles,
+            "limits.max_open_files_per_smith is above the mount's share of descriptors for open files: one smith can use all of it"
+        );
+    }
+    // Identity.
+    let (limits, clamped) =
+        crate::limits::CgroupPlan::new(config.limits.per_smith, config.limits.per_subtree);
+    let resolver = Arc::new(
+        Resolver::with_limits(config.identity, std::process::id(), &limits).map_err(
+            |e| match e {
+                crate::identity::IdentityError::Limits(e) => anyhow!("{e}"),
+                e => anyhow!("cannot set up identity resolution: {e}"),
+            },
+        )?,
+    );
+    journal_clamped(state.as_fd(), &clamped);
+    resolver.set_cache_capacity(fds.identity_cache);
+    reap_previous_daemon(state.as_fd(), resolver.cgroup_parent());
+    let binding = Arc::new(Binding(resolver.clone()));
+    {
+        // Descriptors track live processes: the resolver drops what it holds for exited ones
+        // (and removes emptied cgroups of removed smiths) once a second.
+        let weak = Arc::downgrade(&resolver);
+        crate::sched::reaper::every_second(move || {
+            if let Some(r) = weak.upgrade() {
+                r.housekeep();
+            }
+        });
+    }
+    // The resolver made the daemon a subreaper: orphans of runs land here and are reaped.
+    crate::sched::reaper::start();
+    tracing::info!(mode = resolver.mode().as_str(), "identity resolution");
+    // The scheduler's queue and the kernel cache, before the filesystem that feeds them.
+    let link = Link::open(state.as_fd()).context("cannot start the scheduler")?;
+    let kernel = KernelCache::new();
+    let fs = Arc::new(
+        SmithFs::with_links(
+            root,
+            FsOptions {
+                mount_point: dir.to_path_buf(),
+                operator: config.operator,
+                limits: config.limits,
+                templates,
+                max_fds: std::env::var("SMITHFS_MAX_FDS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(fds.inode_cache),
+                max_open_per_smith: fds.per_smith,
+                max_open_total: fds.handles,
+            },
+            binding.clone(),
+            Links {
+                sched: link.clone(),
+                kernel: kernel.clone(),
+            },
+        )
+        .map_err(|e| anyhow!("cannot read {}: {e}", dir.display()))?,
+    );
+    let mut mounted = session::mount(fs.clone(), dir, opts.session, &kernel)?;
+    let pid = std::process::id().to_string();
+    let _ = backing::write_atomic(state.as_fd(), c"daemon.pid", pid.as_bytes(), 0o644);
+    tracing::info!(
+        dir = %dir.display(),
+        pid,
+        nofile,
+        open_files_per_smith = fds.per_smith,
+        open_files = fds.handles,
+        inode_cache = fds.inode_cache,
+        identity_cache = fds.identity_cache,
+        reserve = fds.reserve,
+        transport = mounted.transport(),
+        queues = mounted.queues(),
+        "mounted"
+    );
+    // Runs work in the mount: the scheduler starts once it is live.
+    let sched = Arc::new(
+        Scheduler::start_on(
+            link,
+            SchedCtx {
+                root: sched_root,
+                mount: dir.to_path_buf(),
+                config,
+                registry: fs.registry().clone(),
+                binder: binding.clone(),
+                invalidate: kernel.clone(),
+                original_nofile: (
+                    ORIGINAL_NOFILE.load(std::sync::atomic::Ordering::Relaxed),
+                    ORIGINAL_NOFILE_MAX.load(std::sync::atomic::Ordering::Relaxed),
+                ),
+            },
+            opts.resume,
+        )
+        .context("cannot start the scheduler")?,
+    );
+    let stopping = sched.clone();
+    session::spawn_signal_thread(dir.to_path_buf(), signals, mounted.unmounter(), move || {
+        stopping.shutdown()
+    })?;
+    if let Some(r) = report.take() {
+        r.write_all(b"ready\n")?;
+        detach_stdio();
+    }
+    let served = mounted.run();
+    sched.shutdown();
+    if let Err(e) = resolver.shutdown(false) {
+        tracing::warn!("identity clean-up: {e}");
+    }
+    served?;
+    drop(lock);
+    let _ = backing::unlink(state.as_fd(), c"daemon.pid", false);
+    tracing::info!(dir = %dir.display(), "unmounted");
+    Ok(())
+}
+
+/// Take `flock(LOCK_EX)` on `fd`, retrying until `patience` runs out.
+fn try_lock(fd: &OwnedFd, patience: Duration) -> bool {
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        // SAFETY: flock on a descriptor we own.
+        let got = unsafe {
+            libc::flock(
+                std::os::fd::AsRawFd::as_raw_fd(fd),
+                libc::LOCK_EX | libc::LOCK_NB,
+            )
+        } == 0;
+        if got || std::time::Instant::now() >= deadline {
+            return got;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Wait until no daemon holds the lock file `path` (or `patience` runs out); true when free.
+/// Used by `umount` to return only once the daemon is done with the store.
+pub fn wait_for_lock(path: &Path, patience: Duration) -> bool {
+    match std::fs::OpenOptions::new().read(true).open(path) {
+        Ok(f) => try_lock(&OwnedFd::from(f), patience),
+        Err(_) => true,
+    }
+}
+
+/// The mount's configuration: `--config F` or `DIR/config.json` (absent: defaults), with
+/// `--operator` and `--identity` overriding it. A malformed file is refused with the key's path
+/// (PROTOCOL.md §8).
+pub fn load_config(
+    dir: &Path,
+    root: std::os::fd::BorrowedFd<'_>,
+    opts: &DaemonOptions,
+) -> Result<Config> {
+    let text = match &opts.config {
+        Some(f) => Some(
+            std::fs::read_to_string(f).with_context(|| format!("cannot read {}", f.display()))?,
+        ),
+        None => match backing::read_file(root, Path::new("config.json")) {
+            Ok(b) => Some(
+                String::from_utf8(b)
+                    .map_err(|_| anyhow!("{}/config.json is not UTF-8", dir.display()))?,
+            ),
+            Err(nix::errno::Errno::ENOENT) => None,
+            Err(e) => bail!("cannot read {}/config.json: {e}", dir.display()),
+        },
+    };
+    let mut config = match text {
+        Some(t) => Config::parse(&t).map_err(|e| anyhow!("{e}"))?,
+        None => Config::default(),
+    };
+    if let Some(op) = &opts.operator {
+        config.operator = op.parse().map_err(|e| anyhow!("--operator: {e}"))?;
+    }
+    if let Some(id) = &opts.identity {
+        config.identity = id.parse().map_err(|e| anyhow!("--identity: {e}"))?;
+    }
+    Ok(config)
+}
+
+fn get_nofile() -> Option<libc::rlimit> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid out-pointer for one `struct rlimit`.
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0).then_some(lim)
+}
+
+fn set_nofile(lim: &libc::rlimit) -> bool {
+    // SAFETY: `lim` is a valid `struct rlimit` for the duration of the call.
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, lim) == 0 }
+}
+
+/// Raise `RLIMIT_NOFILE` as far as allowed: soft and hard to `fs.nr_open` (the kernel's
+/// ceiling; needs `CAP_SYS_RESOURCE`, normally root), else the soft limit to the hard one. Every
+/// open handle, cached inode and cached caller costs a descriptor (see [`crate::fs::budget`]).
+/// The limits it started with are kept for the runs it starts. Returns the soft limit now.
+fn raise_nofile() -> u64 {
+    let Some(start) = get_nofile() else {
+        return 1024;
+    };
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok());
+    let mut raised = false;
+    if let Some(n) = nr_open.filter(|n| *n > start.rlim_max) {
+        raised = set_nofile(&libc::rlimit {
+            rlim_cur: n,
+            rlim_max: n,
+        });
+    }
+    if !raised && start.rlim_cur < start.rlim_max {
+        raised = set_nofile(&libc::rlimit {
+            rlim_cur: start.rlim_max,
+            rlim_max: start.rlim_max,
+        });
+    }
+    if raised {
+        ORIGINAL_NOFILE.store(start.rlim_cur, std::sync::atomic::Ordering::Relaxed);
+        ORIGINAL_NOFILE_MAX.store(start.rlim_max, std::sync::atomic::Ordering::Relaxed);
+    }
+    get_nofile().map_or(start.rlim_cur, |l| l.rlim_cur)
+}
+
+/// Journal `limits.clamped` for each `limits.per_smith` key above its `limits.per_subtree`
+/// (docs/PROTOCOL-NOTES.md, L3): a smith's own processes are part of its subtree, so the leaf
+/// gets the subtree's value.
+fn journal_clamped(state: BorrowedFd<'_>, clamped: &[&str]) {
+    if clamped.is_empty() {
+        return;
+    }
+    let journal = crate::sched::Journal::open(state);
+    for key in clamped {
+        let msg = format!(
+            "limits.per_smith.{key} is above limits.per_subtree.{key}: clamped to it (a smith's own processes are part of its subtree)"
+        );
+        tracing::warn!("{msg}");
+        if let Ok(j) = &journal {
+            let mut ev = crate::sched::Event::new("limits.clamped", None);
+            ev.path = Some("config.json".into());
+            ev.rule = Some(format!("limits.per_smith.{key}"));
+            ev.error = Some(msg);
+            let _ = j.append(&ev);
+        }
+    }
+}
+
+/// The file in `.smithfs-state/` naming the parent cgroup of the daemon serving the directory.
+const DAEMON_CGROUP: &CStr = c"daemon.cgroup";
+
+/// Kill what a killed predecessor left in its cgroups (its runs, also one it started but had
+/// not journaled yet: the journal alone cannot name it), then record this daemon's parent
+/// cgroup for its successor (PROTOCOL.md §6, §9).
+fn reap_previous_daemon(state: BorrowedFd<'_>, own: Option<&Path>) {
+    if let Ok(prev) =
+        backing::read_file(state, Path::new(DAEMON_CGROUP.to_str().unwrap_or_default()))
+    {
+        let prev = PathBuf::from(OsStr::from_bytes(prev.trim_ascii()));
+        if own != Some(prev.as_path()) {
+            let killed = crate::identity::cgroup::kill_dead_parent(&prev, Duration::from_secs(5));
+            if killed > 0 {
+                tracing::warn!(cgroup = %prev.display(), killed, "killed the runs a dead daemon left");
+            }
+        }
+    }
+    let text = own
+        .map(|p| p.as_os_str().as_bytes().to_vec())
+        .unwrap_or_default();
+    let _ = backing::write_atomic(state, DAEMON_CGROUP, &text, 0o644);
+}
+
+/// The soft `RLIMIT_NOFILE` the daemon started with, restored for the runs it starts (0: it
+/// was not changed).
+pub static ORIGINAL_NOFILE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The hard `RLIMIT_NOFILE` the daemon started with, restored for the runs it starts (0: it
+/// was not changed).
+pub static ORIGINAL_NOFILE_MAX: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The identity resolver as the filesystem's identity source and the scheduler's run binder.
+struct Binding(Arc<Resolver>);
+
+impl Identities for Binding {
+    fn resolve(&self, pid: u32) -> crate::identity::Identity {
+        self.0.resolve(pid)
+    }
+
+    fn bind(&self, pid: u32, smith: SmithIdx) -> Result<(), BindError> {
+        self.0.bind(pid, smith).map_err(|e| {
+            tracing::warn!("bind of {pid}: {e}");
+            BindError {
+                errno: e.errno(),
+                reason: e.to_string(),
+            }
+        })
+    }
+
+    fn register_smith(&self, smith: SmithIdx, full_id: &str) {
+        if let Err(e) = self.0.register_smith(smith, full_id) {
+            tracing::error!("cannot register {full_id}: {e}");
+        }
+    }
+
+    fn unregister_smith(&self, smith: SmithIdx) {
+        self.0.unregister_smith(smith);
+    }
+
+    fn mode_name(&self) -> &'static str {
+        self.0.mode().as_str()
+    }
+}
+
+impl RunBinder for Binding {
+    fn cgroup_dir(&self, to: BindTo) -> Option<OwnedFd> {
+        match to {
+            BindTo::Smith(smith) => self.0.smith_cgroup(smith)?.dir.try_clone().ok(),
+            BindTo::Operator => self.0.operator_cgroup_fd()?.try_clone_to_owned().ok(),
+        }
+    }
+
+    fn bind_pid(&self, pid: u32, smith: SmithIdx) -> std::io::Result<()> {
+        self.0.bind(pid, smith).map_err(std::io::Error::other)
+    }
+
+    fn bind_operator_pid(&self, pid: u32) -> std::io::Result<()> {
+        self.0.bind_operator(pid).map_err(std::io::Error::other)
+    }
+
+    fn needs_placing(&self, to: BindTo) -> bool {
+        matches!(to, BindTo::Smith(_)) && self.0.needs_placing()
+    }
+
+    fn place_pid(&self, pid: u32, smith: SmithIdx) -> std::io::Result<()> {
+        self.0.place(pid, smith).map_err(std::io::Error::other)
+    }
+
+    fn oom_kills(&self, smith: SmithIdx) -> Option<u64> {
+        self.0.oom_kills(smith)
+    }
+
+    fn kill_smith(&self, smith: SmithIdx, sig: i32) {
+        if let Err(e) = self.0.kill_smith(smith, sig) {
+            tracing::warn!("kill of smith #{}: {e}", smith.0);
+        }
+    }
+
+    fn cgroup_path(&self, smith: SmithIdx) -> Option<String> {
+        self.0
+            .smith_cgroup_path(smith)
+            .map(|p| p.display().to_string())
+    }
+
+    fn smith_has_processes(&self, smith: SmithIdx) -> Option<bool> {
+        self.0
+            .smith_cgroup_path(smith)
+            .map(|_| !self.0.live_pids(smith).is_empty())
+    }
+}
+
+/// Point stdin/stdout/stderr at /dev/null once the daemon no longer reports to a terminal.
+fn detach_stdio() {
+    let devnull = OsStr::new("/dev/null");
+    if let Ok(f) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(devnull)
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: dup2 onto the standard descriptors with a valid source descriptor.
+        unsafe {
+            libc::dup2(f.as_raw_fd(), 0);
+            libc::dup2(f.as_raw_fd(), 1);
+            libc::dup2(f.as_raw_fd(), 2);
+        }
+    }
+}
+
+/// The templates, with `DIR/templates/` overrides (PROTOCOL.md §1).
+///
+/// # Errors
+/// An override that does not render (its placeholder errors, one line).
+pub fn load_templates(root: BorrowedFd<'_>) -> Result<Templates> {
+    let read = |name: &str| {
+        backing::read_file(root, &Path::new("templates").join(name))
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+    };
+    Templates::with_overrides(read).map_err(|e| anyhow!("{e}"))
+}

@@ -1,0 +1,440 @@
+//! One dispatcher from decoded FUSE requests ([`wire::Request`]) to [`SmithFs`] operations,
+//! for the transports that smithfs drives itself (io_uring, [`super::uring`]). It makes the
+//! same `SmithFs` calls with the same arguments, cache lifetimes and open flags as the fuser
+//! adapter in [`super::FuseFs`] (which keeps serving `/dev/fuse`), so identity, policy and
+//! passthrough behave alike on both transports.
+
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
+
+use super::wire::{self, fattr, EntryOut, FuseAttr, InHeader, Out, Request};
+use crate::fs::{Attr, Cache, Caller, FsError, SetAttr, SmithFs, XattrReply};
+
+/// What a request's reply carries, built after the request's borrowed buffer is done with (a
+/// transport may reuse one buffer for the request and its reply).
+#[derive(Debug)]
+pub enum Reply {
+    /// `-errno` only (positive errno here).
+    Error(i32),
+    /// An empty success.
+    Empty,
+    /// `fuse_entry_out`.
+    Entry(EntryOut),
+    /// `fuse_attr_out`.
+    Attr(u64, u32, FuseAttr),
+    /// `fuse_open_out`: handle, `FOPEN_*` flags, backing id.
+    Open(u64, u32, u32),
+    /// CREATE: `fuse_entry_out` then `fuse_open_out`.
+    Create(EntryOut, u64, u32, u32),
+    /// Raw bytes: READ data, READLINK target, an xattr value or list, a READDIR body.
+    Data(Vec<u8>),
+    /// `fuse_write_out`.
+    Written(u32),
+    /// `fuse_getxattr_out`.
+    XattrSize(u32),
+    /// `fuse_lseek_out`.
+    Lseek(i64),
+    /// `fuse_statfs_out`.
+    Statfs(Box<libc::statvfs>),
+    /// No reply is sent (FORGET, INTERRUPT).
+    None,
+}
+
+impl Reply {
+    /// Write the reply body into `out`; returns the error to put in `fuse_out_header` (0 or a
+    /// negative errno). A body that does not fit becomes `-EIO` with no body.
+    pub fn encode(&self, out: &mut Out<'_>) -> i32 {
+        out.clear();
+        match self {
+            Reply::Error(e) => return -e,
+            Reply::Empty | Reply::None => {}
+            Reply::Entry(e) => out.entry(e),
+            Reply::Attr(s, ns, a) => out.attr(*s, *ns, a),
+            Reply::Open(fh, fl, b) => out.open(*fh, *fl, *b),
+            Reply::Create(e, fh, fl, b) => {
+                out.entry(e);
+                out.open(*fh, *fl, *b);
+            }
+            Reply::Data(d) => out.bytes(d),
+            Reply::Written(n) => out.write(*n),
+            Reply::XattrSize(n) => out.xattr_size(*n),
+            Reply::Lseek(o) => out.lseek(*o),
+            Reply::Statfs(s) => out.statfs(s),
+        }
+        if out.overflowed() {
+            out.clear();
+            return -libc::EIO;
+        }
+        0
+    }
+}
+
+/// Validity, in the kernel's caches, of entries and attributes of backing-store inodes
+/// (seconds); `.smithfs/` is never cached.
+pub const TTL_SECS: u64 = 1;
+
+/// Entry/attribute validity for `cache`, in seconds.
+pub fn ttl_secs(cache: Cache) -> u64 {
+    match cache {
+        Cache::Normal => TTL_SECS,
+        Cache::Never => 0,
+    }
+}
+
+/// How node `ino`'s attributes may be cached.
+pub fn cache_of(ino: u64) -> Cache {
+    if crate::fs::control::is_virtual(ino) {
+        Cache::Never
+    } else {
+        Cache::Normal
+    }
+}
+
+/// `FOPEN_*` flags for an open whose data may be cached as `cache`.
+pub fn fopen_bits(cache: Cache) -> u32 {
+    match cache {
+        // Nothing is buffered in the daemon and locks are the kernel's: a close needs no FLUSH.
+        Cache::Normal => wire::fopen::NOFLUSH,
+        Cache::Never => wire::fopen::DIRECT_IO,
+    }
+}
+
+/// A passthrough registration made on the FUSE device (`FUSE_DEV_IOC_BACKING_OPEN`), closed
+/// when the last handle sharing it is released.
+#[derive(Debug)]
+struct RingBacking {
+    dev: Arc<OwnedFd>,
+    id: u32,
+}
+
+/// `FUSE_DEV_IOC_BACKING_CLOSE` = `_IOW(229, 2, uint32_t)` (`include/uapi/linux/fuse.h`).
+const FUSE_DEV_IOC_BACKING_CLOSE: libc::c_ulong = (1 << 30) | (4 << 16) | (229 << 8) | 2;
+
+impl Drop for RingBacking {
+    fn drop(&mut self) {
+        // SAFETY: the ioctl reads one u32 from a valid pointer; `dev` is an open /dev/fuse fd.
+        let r = unsafe {
+            libc::ioctl(
+                self.dev.as_raw_fd(),
+                FUSE_DEV_IOC_BACKING_CLOSE,
+                &self.id as *const u32,
+            )
+        };
+        if r < 0 {
+            tracing::debug!(
+                "FUSE_DEV_IOC_BACKING_CLOSE {}: {}",
+                self.id,
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}
+
+/// Routes decoded requests to [`SmithFs`].
+#[derive(Debug)]
+pub struct Dispatcher {
+    fs: Arc<SmithFs>,
+    /// Passthrough was granted at INIT.
+    passthrough: bool,
+    /// `Some(uid)`: only this uid (the daemon's) may issue requests other than the ones the
+    /// kernel sends without a caller (fuser's `SessionACL::Owner`, which `/dev/fuse` applies).
+    owner: Option<u32>,
+    /// The FUSE device, for passthrough registrations.
+    dev: Arc<OwnedFd>,
+}
+
+impl Dispatcher {
+    /// A dispatcher into `fs` for the connection on `dev`.
+    pub fn new(fs: Arc<SmithFs>, passthrough: bool, owner: Option<u32>, dev: OwnedFd) -> Self {
+        Dispatcher {
+            fs,
+            passthrough,
+            owner,
+            dev: Arc::new(dev),
+        }
+    }
+
+    fn entry(&self, r: Result<(Attr, Cache), FsError>) -> Reply {
+        match r {
+            Ok((a, c)) => Reply::Entry(entry_out(&a, ttl_secs(c))),
+            Err(e) => err(&e),
+        }
+    }
+
+    fn backing(&self, fh: u64) -> u32 {
+        if !self.passthrough {
+            return 0;
+        }
+        let dev = self.dev.clone();
+        let made = self.fs.passthrough(fh, |fd: BorrowedFd<'_>| {
+            let id = fuser::BackingId::create_raw(dev.as_ref(), fd)?;
+            Ok(Arc::new(RingBacking { dev, id }) as crate::fs::BackingRef)
+        });
+        made.and_then(|b| b.downcast::<RingBacking>().ok())
+            .map_or(0, |b| b.id)
+    }
+
+    /// Serve one request from `h` with body `req`.
+    pub fn dispatch(&self, h: &InHeader, req: Request<'_>) -> Reply {
+        let c = Caller {
+            pid: h.pid,
+            uid: h.uid,
+            gid: h.gid,
+        };
+        let ino = h.nodeid;
+        if let Some(owner) = self.owner {
+            let kernel_only = matches!(
+                req,
+                Request::Destroy
+                    | Request::Read { .. }
+                    | Request::Readdir { .. }
+                    | Request::Readdirplus { .. }
+                    | Request::Forget { .. }
+                    | Request::Write { .. }
+                    | Request::Fsync { .. }
+                    | Request::Fsyncdir { .. }
+                    | Request::Release { .. }
+                    | Request::Releasedir { .. }
+            );
+            if h.uid != owner && !kernel_only {
+                return Reply::Error(libc::EACCES);
+            }
+        }
+        let fs = &self.fs;
+        match req {
+            Request::Lookup { name } => self.entry(fs.lookup(ino, name)),
+            Request::Forget { nlookup } => {
+                fs.forget(ino, nlookup);
+                Reply::None
+            }
+            Request::Getattr { fh } => match fs.getattr(ino, fh) {
+                Ok(a) => attr(&a, ttl_secs(cache_of(ino))),
+                Err(e) => err(&e),
+            },
+            Request::Setattr(s) => {
+                let time = |now: u32, set: u32, sec: u64, nsec: u32| {
+                    if s.valid & now != 0 {
+                        Some(libc::timespec {
+                            tv_sec: 0,
+                            tv_nsec: libc::UTIME_NOW,
+                        })
+                    } else if s.valid & set != 0 {
+                        Some(libc::timespec {
+                            tv_sec: sec as i64,
+                            tv_nsec: i64::from(nsec),
+                        })
+                    } else {
+                        None
+                    }
+                };
+                let set = SetAttr {
+                    mode: (s.valid & fattr::MODE != 0).then_some(s.mode),
+                    uid: (s.valid & fattr::UID != 0).then_some(s.uid),
+                    gid: (s.valid & fattr::GID != 0).then_some(s.gid),
+                    size: (s.valid & fattr::SIZE != 0).then_some(s.size),
+                    atime: time(fattr::ATIME_NOW, fattr::ATIME, s.atime, s.atimensec),
+                    mtime: time(fattr::MTIME_NOW, fattr::MTIME, s.mtime, s.mtimensec),
+                    fh: (s.valid & fattr::FH != 0).then_some(s.fh),
+                };
+                match fs.setattr(&c, ino, &set) {
+                    Ok(a) => attr(&a, ttl_secs(cache_of(ino))),
+                    Err(e) => err(&e),
+                }
+            }
+            Request::Readlink => data(fs.readlink(&c, ino)),
+            Request::Symlink { name, target } => {
+                self.entry(normal(fs.symlink(&c, ino, name, target)))
+            }
+            Request::Mknod {
+                mode, rdev, name, ..
+            } => self.entry(normal(fs.mknod(&c, ino, name, mode, rdev))),
+            Request::Mkdir { mode, name, .. } => self.entry(normal(fs.mkdir(&c, ino, name, mode))),
+            Request::Unlink { name } => empty(fs.remove(&c, ino, name, false)),
+            Request::Rmdir { name } => empty(fs.remove(&c, ino, name, true)),
+            Request::Rename {
+                newdir,
+                flags,
+                name,
+                newname,
+            } => empty(fs.rename(&c, ino, name, newdir, newname, flags)),
+            Request::Link { oldnodeid, newname } => {
+                self.entry(normal(fs.link(&c, oldnodeid, ino, newname)))
+            }
+            Request::Open { flags } => match fs.open(&c, ino, flags as i32) {
+                Ok((fh, cache)) => {
+                    let backing = match cache {
+                        Cache::Normal => self.backing(fh),
+                        Cache::Never => 0,
+                    };
+                    Reply::Open(fh, open_flags(cache, backing), backing)
+                }
+                Err(e) => err(&e),
+            },
+            Request::Read {
+                fh, offset, size, ..
+            } => data(fs.read(ino, fh, offset, size)),
+            Request::Write {
+                fh,
+                offset,
+                write_flags,
+                data,
+            } => {
+                let kill = write_flags & wire::WRITE_KILL_SUIDGID != 0;
+                match fs.write(&c, ino, fh, offset, data, kill) {
+                    Ok(n) => Reply::Written(n),
+                    Err(e) => err(&e),
+                }
+            }
+            Request::Statfs => match fs.statfs(ino) {
+                Ok(s) => Reply::Statfs(Box::new(s)),
+                Err(e) => err(&e),
+            },
+            Request::Release { fh, .. } => empty(fs.release(ino, fh)),
+            Request::Fsync { fh, datasync } => empty(fs.fsync(ino, fh, datasync)),
+            Request::Setxattr { flags, name, value } => {
+                empty(fs.setxattr(&c, ino, name, value, flags as i32))
+            }
+            Request::Getxattr { size, name } => xattr(fs.getxattr(&c, ino, name, size)),
+            Request::Listxattr { size } => xattr(fs.listxattr(&c, ino, size)),
+            Request::Removexattr { name } => empty(fs.removexattr(&c, ino, name)),
+            Request::Flush { fh } => empty(fs.flush(ino, fh)),
+            Request::Opendir { .. } => match fs.opendir(&c, ino) {
+                Ok(fh) => Reply::Open(fh, 0, 0),
+                Err(e) => err(&e),
+            },
+            Request::Readdir { fh, offset, size } => {
+                let mut buf = vec![0u8; size as usize];
+                let mut out = Out::new(&mut buf);
+                let r = fs.readdir(ino, fh, offset, false, |e| {
+                    out.dirent(size as usize, e.ino, e.offset, e.kind, e.name.as_bytes())
+                });
+                let n = out.len();
+                match r {
+                    Ok(()) => {
+                        buf.truncate(n);
+                        Reply::Data(buf)
+                    }
+                    Err(e) => err(&e),
+                }
+            }
+            Request::Readdirplus { fh, offset, size } => {
+                let mut buf = vec![0u8; size as usize];
+                let mut out = Out::new(&mut buf);
+                let r = fs.readdir(ino, fh, offset, true, |e| {
+                    // `SmithFs::readdir` gives every entry its attributes when asked for `plus`.
+                    let Some(a) = e.attr else {
+                        return false;
+                    };
+                    let mut entry = entry_out(&a, ttl_secs(cache_of(e.ino)));
+                    entry.nodeid = e.ino;
+                    out.direntplus(size as usize, &entry, e.offset, e.name.as_bytes())
+                });
+                let n = out.len();
+                match r {
+                    Ok(()) => {
+                        buf.truncate(n);
+                        Reply::Data(buf)
+                    }
+                    Err(e) => err(&e),
+                }
+            }
+            Request::Releasedir { fh } => empty(fs.releasedir(ino, fh)),
+            Request::Fsyncdir { fh, datasync } => empty(fs.fsyncdir(ino, fh, datasync)),
+            // With `default_permissions` the kernel checks mode bits itself (PROTOCOL.md §3).
+            Request::Access { .. } => Reply::Empty,
+            Request::Create {
+                flags, mode, name, ..
+            } => match fs.create(&c, ino, name, mode, flags as i32) {
+                Ok((a, fh)) => {
+                    let backing = self.backing(fh);
+                    Reply::Create(
+                        entry_out(&a, TTL_SECS),
+                        fh,
+                        open_flags(Cache::Normal, backing),
+                        backing,
+                    )
+                }
+                Err(e) => err(&e),
+            },
+            Request::Interrupt { .. } => Reply::None,
+            Request::Fallocate {
+                fh,
+                offset,
+                length,
+                mode,
+            } => empty(fs.fallocate(fh, offset, length, mode as i32)),
+            Request::Lseek { fh, offset, whence } => match fs.lseek(fh, offset, whence as i32) {
+                Ok(o) => Reply::Lseek(o),
+                Err(e) => err(&e),
+            },
+            Request::CopyFileRange {
+                fh_in,
+                off_in,
+                fh_out,
+                off_out,
+                len,
+                ..
+            } => match fs.copy_file_range(fh_in, off_in, fh_out, off_out, len, 0) {
+                Ok(n) => Reply::Written(n),
+                Err(e) => err(&e),
+            },
+            Request::Destroy => Reply::Empty,
+            Request::Other(_) => Reply::Error(libc::ENOSYS),
+        }
+    }
+}
+
+fn open_flags(cache: Cache, backing: u32) -> u32 {
+    let mut f = fopen_bits(cache);
+    if backing != 0 {
+        f |= wire::fopen::PASSTHROUGH;
+    }
+    f
+}
+
+fn err(e: &FsError) -> Reply {
+    Reply::Error(e.errno() as i32)
+}
+
+fn normal(r: Result<Attr, FsError>) -> Result<(Attr, Cache), FsError> {
+    r.map(|a| (a, Cache::Normal))
+}
+
+fn entry_out(a: &Attr, ttl: u64) -> EntryOut {
+    EntryOut {
+        nodeid: a.0.st_ino,
+        generation: 0,
+        entry_valid: ttl,
+        attr_valid: ttl,
+        entry_valid_nsec: 0,
+        attr_valid_nsec: 0,
+        attr: FuseAttr::from_stat(&a.0),
+    }
+}
+
+fn attr(a: &Attr, ttl: u64) -> Reply {
+    Reply::Attr(ttl, 0, FuseAttr::from_stat(&a.0))
+}
+
+fn empty(r: Result<(), FsError>) -> Reply {
+    match r {
+        Ok(()) => Reply::Empty,
+        Err(e) => err(&e),
+    }
+}
+
+fn data(r: Result<Vec<u8>, FsError>) -> Reply {
+    match r {
+        Ok(d) => Reply::Data(d),
+        Err(e) => err(&e),
+    }
+}
+
+fn xattr(r: Result<XattrReply, FsError>) -> Reply {
+    match r {
+        Ok(XattrReply::Size(n)) => Reply::XattrSize(n),
+        Ok(XattrReply::Data(d)) => Reply::Data(d),
+        Err(e) => err(&e),
+    }
+}

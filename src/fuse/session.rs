@@ -1,0 +1,340 @@
+//! The FUSE session: mount options, worker threads, `clone_fd`, passthrough, kernel cache
+//! invalidation, and the signal thread that stops the daemon (PROTOCOL.md §6, §9). The daemon
+//! (`crate::daemon`) composes it; nothing outside `fuse/` names fuser.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock, Weak};
+
+use anyhow::{anyhow, bail, Context, Result};
+use fuser::{MountOption, Session, SessionACL};
+
+use super::dispatch::Dispatcher;
+use super::transport::{self, Negotiated, Transport};
+use super::uring::{self, Rings};
+use super::FuseFs;
+use crate::fs::{AttrCache, SmithFs};
+use crate::sched::Invalidate;
+
+/// How the session is set up (from `smithfs mount`'s flags).
+#[derive(Clone, Copy, Debug)]
+pub struct SessionOptions {
+    /// Let other users (not only the mounting one) use the mount (`--allow-other`).
+    pub allow_other: bool,
+    /// Ask for FUSE passthrough of regular files (not `--no-passthrough`); granted only to
+    /// root (CAP_SYS_ADMIN) by a kernel ≥ 6.9.
+    pub passthrough: bool,
+    /// How requests reach the daemon (`--transport`).
+    pub transport: Transport,
+}
+
+/// Kernel cache invalidation through the session's notifier: attributes only from the
+/// filesystem (safe from a FUSE thread: no inode lock, no waiting), entries and inodes for the
+/// scheduler's own writes (from the scheduler's threads, never a FUSE thread: the kernel may
+/// wait on us). Made before the filesystem and connected to the session by [`mount`]; until
+/// then (and without a mount) it does nothing.
+#[derive(Debug, Default)]
+pub struct KernelCache {
+    notifier: OnceLock<fuser::Notifier>,
+    fs: OnceLock<Weak<SmithFs>>,
+}
+
+impl std::fmt::Debug for MountedSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MountedSession").finish_non_exhaustive()
+    }
+}
+
+impl KernelCache {
+    /// A cache invalidator not yet connected to a session.
+    pub fn new() -> Arc<KernelCache> {
+        Arc::new(KernelCache::default())
+    }
+
+    fn node_id(&self, backing_ino: u64) -> Option<fuser::INodeNo> {
+        let fs = self.fs.get()?.upgrade()?;
+        Some(fuser::INodeNo(fs.node_id(backing_ino)))
+    }
+}
+
+impl AttrCache for KernelCache {
+    fn attrs_changed(&self, node: u64) {
+        if let Some(n) = self.notifier.get() {
+            // Attributes only (negative offset): takes no inode lock, safe from a FUSE thread.
+            let _ = n.inval_inode(fuser::INodeNo(node), -1, 0);
+        }
+    }
+}
+
+impl Invalidate for KernelCache {
+    fn entry(&self, parent_backing_ino: u64, name: &std::ffi::OsStr) {
+        let (Some(n), Some(parent)) = (self.notifier.get(), self.node_id(parent_backing_ino))
+        else {
+            return;
+        };
+        if let Err(e) = n.inval_entry(parent, name) {
+            tracing::debug!("inval_entry: {e}");
+        }
+    }
+
+    fn inode(&self, backing_ino: u64) {
+        let (Some(n), Some(ino)) = (self.notifier.get(), self.node_id(backing_ino)) else {
+            return;
+        };
+        if let Err(e) = n.inval_inode(ino, 0, 0) {
+            tracing::debug!("inval_inode: {e}");
+        }
+    }
+}
+
+/// A mounted FUSE session, not yet serving.
+pub struct MountedSession {
+    session: Session<FuseFs>,
+    negotiated: Arc<Negotiated>,
+    /// The io_uring queues, when INIT negotiated FUSE over io_uring (already serving).
+    rings: Option<Rings>,
+}
+
+/// Ends a session from another thread (the signal thread).
+pub struct Unmounter(fuser::SessionUnmounter);
+
+impl Unmounter {
+    /// Unmount the session.
+    ///
+    /// # Errors
+    /// The unmount failed (busy).
+    pub fn unmount(&mut self) -> std::io::Result<()> {
+        self.0.unmount()
+    }
+}
+
+/// Mount `fs` at `dir` over itself and connect `kernel` to the session. The mount is live (and
+/// requests queue) when this returns; [`MountedSession::run`] serves them.
+///
+/// # Errors
+/// The mount failed (`cannot mount DIR: …`).
+pub fn mount(
+    fs: Arc<SmithFs>,
+    dir: &Path,
+    opts: SessionOptions,
+    kernel: &KernelCache,
+) -> Result<MountedSession> {
+    let mut options = vec![
+        MountOption::FSName("smithfs".into()),
+        MountOption::Subtype("smithfs".into()),
+        MountOption::DefaultPermissions,
+        MountOption::NoDev,
+        MountOption::RW,
+    ];
+    if !opts.allow_other {
+        options.push(MountOption::NoSuid);
+    }
+    let mut config = fuser::Config::default();
+    config.mount_options = options;
+    config.acl = if opts.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    config.n_threads = Some(worker_threads());
+    config.clone_fd = true;
+    if opts.transport == Transport::IoUring && transport::enable_uring() != Some(true) {
+        bail!(
+            "--transport io-uring: FUSE over io_uring is off; turn it on with `echo 1 > {}` (root, machine-wide) or mount with --transport auto",
+            transport::ENABLE_URING
+        );
+    }
+    let _ = kernel.fs.set(Arc::downgrade(&fs));
+    let negotiated = Arc::new(Negotiated::default());
+    let session = Session::new(
+        FuseFs::new(fs.clone(), opts.passthrough && is_root())
+            .with_transport(opts.transport, negotiated.clone()),
+        dir,
+        &config,
+    )
+    .map_err(|e| anyhow!("cannot mount {}: {e}", dir.display()))?;
+    let _ = kernel.notifier.set(session.notifier());
+    let rings = negotiated
+        .io_uring()
+        .then(|| start_rings(&session, fs, &negotiated, opts.allow_other));
+    Ok(MountedSession {
+        session,
+        negotiated,
+        rings,
+    })
+}
+
+/// Register the io_uring queues of a session whose INIT negotiated FUSE over io_uring. The
+/// kernel holds every request until all queues are registered, so a failure ends the daemon at
+/// once: the connection is aborted and the mount fails closed (ENOTCONN) instead of hanging.
+fn start_rings(
+    session: &Session<FuseFs>,
+    fs: Arc<SmithFs>,
+    negotiated: &Negotiated,
+    allow_other: bool,
+) -> Rings {
+    use std::os::fd::AsFd;
+    use std::sync::atomic::Ordering::Relaxed;
+    let fail = |e: &dyn std::fmt::Display| -> ! {
+        tracing::error!("cannot serve FUSE over io_uring: {e}");
+        eprintln!("smithfs: cannot serve FUSE over io_uring: {e}");
+        std::process::exit(1);
+    };
+    let dev = session
+        .as_fd()
+        .try_clone_to_owned()
+        .unwrap_or_else(|e| fail(&e));
+    // fuser's SessionACL::Owner, which /dev/fuse requests get, is the daemon's euid.
+    // SAFETY: geteuid has no preconditions.
+    let owner = (!allow_other).then(|| unsafe { libc::geteuid() });
+    let disp = Arc::new(Dispatcher::new(
+        fs,
+        negotiated.passthrough.load(Relaxed),
+        owner,
+        dev,
+    ));
+    let payload = uring::payload_size(
+        negotiated.max_write.load(Relaxed),
+        negotiated.max_pages.load(Relaxed),
+    );
+    let depth = std::env::var("SMITHFS_URING_DEPTH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|d| (1..=64).contains(d))
+        .unwrap_or(uring::DEPTH);
+    uring::start(session.as_fd(), disp, payload, depth).unwrap_or_else(|e| fail(&e))
+}
+
+impl MountedSession {
+    /// What the signal thread ends the session with.
+    pub fn unmounter(&mut self) -> Unmounter {
+        Unmounter(self.session.unmount_callable())
+    }
+
+    /// Serve requests until the filesystem is unmounted.
+    ///
+    /// # Errors
+    /// The session failed (`FUSE session failed: …`).
+    pub fn run(self) -> Result<()> {
+        let served = self.session.run().context("FUSE session failed");
+        if let Some(r) = self.rings {
+            if !r.join(std::time::Duration::from_secs(5)) {
+                tracing::warn!("io_uring queue threads still running after unmount");
+            }
+        }
+        served
+    }
+
+    /// The transport serving requests: `io-uring` or `dev-fuse`.
+    pub fn transport(&self) -> &'static str {
+        self.negotiated.transport_name()
+    }
+
+    /// Number of io_uring queues (0 on `/dev/fuse`).
+    pub fn queues(&self) -> usize {
+        self.rings.as_ref().map_or(0, Rings::queues)
+    }
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn worker_threads() -> usize {
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    (cpus * 2).clamp(4, 16)
+}
+
+/// Block SIGTERM/SIGINT/SIGHUP in this thread (and every thread it starts afterwards). Call
+/// before any thread exists, so that only the signal thread ever takes them.
+///
+/// # Errors
+/// The mask or a disposition cannot be set.
+pub fn block_signals() -> Result<nix::sys::signal::SigSet> {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTERM);
+    set.add(Signal::SIGINT);
+    set.add(Signal::SIGHUP);
+    set.thread_block().context("cannot block signals")?;
+    // An inherited SIG_IGN (nohup, some supervisors) would discard these signals before
+    // sigwait could take them: restore the default disposition now that they are blocked.
+    for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        // SAFETY: SIG_DFL is a valid disposition; the signal is blocked in this thread.
+        unsafe { nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigDfl) }
+            .context("cannot reset a signal disposition")?;
+    }
+    Ok(set)
+}
+
+/// Wait for one of the blocked signals `set`; when one arrives, call `stop` (which stops the
+/// runs, journaled `run.interrupted`), then unmount `dir` cleanly.
+///
+/// # Errors
+/// The thread cannot be started.
+pub fn spawn_signal_thread(
+    dir: PathBuf,
+    set: nix::sys::signal::SigSet,
+    mut unmounter: Unmounter,
+    stop: impl FnOnce() + Send + 'static,
+) -> Result<()> {
+    std::thread::Builder::new()
+        .name("smithfs-signals".into())
+        .spawn(move || {
+            if let Ok(sig) = set.wait() {
+                tracing::info!(?sig, "signal received: stopping runs and unmounting");
+                stop();
+                if let Err(e) = unmounter.unmount() {
+                    // A process that just left the mount may still be exiting: retry a busy
+                    // unmount for a moment before giving up.
+                    let retried = (0..30).any(|_| {
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                        kernel_unmount(&dir, false).is_ok()
+                    });
+                    if !retried {
+                        tracing::error!("unmount failed: {e}");
+                    }
+                }
+            }
+        })
+        .context("cannot start the signal thread")?;
+    Ok(())
+}
+
+/// Unmount `dir` in the kernel: `umount2` as root (`MNT_DETACH` for a dead mount), else
+/// `fusermount3 -u` (`-uz`).
+///
+/// # Errors
+/// One line: busy, not ours, or fusermount3 missing.
+pub fn kernel_unmount(dir: &Path, detach: bool) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    if is_root() {
+        let c = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
+        let flags = if detach { libc::MNT_DETACH } else { 0 };
+        // SAFETY: NUL-terminated path.
+        if unsafe { libc::umount2(c.as_ptr(), flags) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EBUSY) {
+                bail!(
+                    "{} is busy: a process has its working directory or open files in it",
+                    dir.display()
+                );
+            }
+            bail!("cannot unmount {}: {e}", dir.display());
+        }
+        return Ok(());
+    }
+    let status = std::process::Command::new("fusermount3")
+        .arg(if detach { "-uz" } else { "-u" })
+        .arg(dir)
+        .stderr(std::process::Stdio::null())
+        .status();
+    match status {
+        Ok(s) if s.success() => Ok(()),
+        Ok(_) => bail!(
+            "{} is busy or not yours: fusermount3 -u failed",
+            dir.display()
+        ),
+        Err(e) => bail!("cannot run fusermount3: {e}"),
+    }
+}

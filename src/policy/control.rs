@@ -1,0 +1,169 @@
+//! The decisions the filesystem used to word inline (PROTOCOL.md §3, §6, §7, §8): opening the
+//! control files, `ctl` commands by identity and ancestry, the open-file budgets, reserved
+//! names and `RENAME_WHITEOUT`. Pure: the caller passes what it knows (names, limits, ancestry)
+//! and enforces the answer.
+
+use nix::errno::Errno;
+
+use crate::identity::Identity;
+use crate::policy::rules::{Decision, Denial, Rule};
+use crate::tree::model::SmithIdx;
+
+/// The control directory's name, for sentences.
+const CONTROL_DIR: &str = ".smithfs";
+
+/// Open a control file (PROTOCOL.md §7): every identified process may read them; only `ctl`
+/// is written; an unidentified process may open none (EACCES).
+pub fn decide_control_open(id: &Identity, is_ctl: bool, writing: bool) -> Decision {
+    let (rule, why) = match () {
+        _ if *id == Identity::Unknown => (
+            Rule::UnknownControl,
+            "A process of unknown identity may not open the control files.",
+        ),
+        _ if writing && !is_ctl => (
+            Rule::Outside(crate::policy::RootArea::Control),
+            "Only .smithfs/ctl is writable in the control directory.",
+        ),
+        _ => return Decision::Allow,
+    };
+    Decision::Deny(rule.deny(
+        why.into(),
+        "Read whoami, why, status.json and events.jsonl; write commands to ctl.".into(),
+    ))
+}
+
+/// A `ctl` line that does not parse (EINVAL); `msg` is the parser's reason.
+pub fn ctl_syntax(msg: &str) -> Denial {
+    Rule::CtlSyntax.deny(
+        format!("{msg}."),
+        "Write `bind <full-id>` or `cancel <full-id>`, one per line.".into(),
+    )
+}
+
+/// A `ctl` command's verb.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CtlVerb {
+    /// `bind <full-id>`: bind the writing process to the smith (PROTOCOL.md §2).
+    Bind,
+    /// `cancel <full-id>`: cancel the smith and its subtree (PROTOCOL.md §6).
+    Cancel,
+}
+
+/// Decide a parsed `ctl` command of `id` (named `who` in sentences) on `full_id`, which is
+/// registered as `target` (`None`: no such smith, ENOENT). `bind` is the operator's (EACCES);
+/// `cancel` the operator's or an ancestor's of the target (`is_ancestor(a, d)`; EACCES).
+pub fn decide_ctl(
+    id: &Identity,
+    who: &str,
+    verb: CtlVerb,
+    full_id: &str,
+    target: Option<SmithIdx>,
+    is_ancestor: impl Fn(SmithIdx, SmithIdx) -> bool,
+) -> Decision {
+    let Some(target) = target else {
+        return Decision::Deny(Rule::CtlNoSuchSmith.deny(
+            format!("There is no smith {full_id}."),
+            "Name an existing smith by its full id (see `smithfs status`).".into(),
+        ));
+    };
+    match verb {
+        CtlVerb::Bind if *id != Identity::Operator => {
+            Decision::Deny(Rule::CtlBindOperatorOnly.deny(
+                format!("Only the operator may bind a process; {who} may not."),
+                "Smiths start children by writing their inboxes.".into(),
+            ))
+        }
+        CtlVerb::Bind => Decision::Allow,
+        CtlVerb::Cancel => {
+            let allowed = match id {
+                Identity::Operator => true,
+                Identity::Smith(s) => is_ancestor(*s, target),
+                Identity::Unknown => false,
+            };
+            if allowed {
+                Decision::Allow
+            } else {
+                Decision::Deny(Rule::CtlCancelAncestorOnly.deny(
+                    format!(
+                        "{who} may not cancel {full_id}: only the operator or an ancestor may."
+                    ),
+                    "Cancel your own descendants only.".into(),
+                ))
+            }
+        }
+    }
+}
+
+/// The identity resolver could not bind process `pid` to `full_id`: `errno` and `reason` are
+/// the resolver's (`crate::identity::IdentityError::errno`).
+pub fn bind_failed(errno: Errno, pid: u32, full_id: &str, reason: &str) -> Denial {
+    let mut d = Rule::CtlBindFailed.deny(
+        format!("Process {pid} could not be bound to {full_id}: {reason}."),
+        "Retry `smithfs run`; if it keeps failing, see `smithfs doctor` and the daemon log \
+         (.smithfs-state/daemon.log)."
+            .into(),
+    );
+    d.errno = errno;
+    d
+}
+
+/// Which open-file budget an open exceeds (PROTOCOL.md §8, `limits.max_open_files_per_smith`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenBudget {
+    /// The smith already holds `limit` open files (EMFILE).
+    PerSmith {
+        /// `limits.max_open_files_per_smith`.
+        limit: usize,
+    },
+    /// The mount's `limit` open files are all in use (ENFILE).
+    Mount {
+        /// The mount's share of the daemon's descriptors.
+        limit: usize,
+    },
+}
+
+/// The denial of an open beyond `budget`, by `who` (a full id, `operator` or `unknown`).
+pub fn open_budget_denial(who: &str, budget: OpenBudget) -> Denial {
+    match budget {
+        OpenBudget::PerSmith { limit } => Rule::OpenFilesPerSmith.deny(
+            format!(
+                "{who} already holds {limit} open files in this mount, the limit per smith (limits.max_open_files_per_smith): each open file or directory costs the daemon a descriptor, and its descriptors are shared by every smith."
+            ),
+            "close files that are no longer needed (a memory mapping keeps its file open until it is unmapped), or ask the operator to raise limits.max_open_files_per_smith in config.json".into(),
+        ),
+        OpenBudget::Mount { limit } => Rule::OpenFilesMount.deny(
+            format!(
+                "All {limit} open files the mount allows are in use (every smith and the operator together); the daemon keeps its other descriptors for its own work."
+            ),
+            "close files that are no longer needed, or run the daemon with a higher RLIMIT_NOFILE (as root it raises its own to fs.nr_open)".into(),
+        ),
+    }
+}
+
+/// A change to the control directory or to a name the mount never shows (`.smithfs-state`,
+/// the daemon's temporary names): EPERM for everyone (PROTOCOL.md §1, §7).
+pub fn reserved_name() -> Denial {
+    Rule::Reserved.deny(
+        format!(
+            "`{CONTROL_DIR}` is the control directory, and the daemon's own names are not part of \
+             the mount: neither can be changed through it."
+        ),
+        "Use another name; write commands to .smithfs/ctl.".into(),
+    )
+}
+
+/// A rename with `RENAME_WHITEOUT` (`whiteout`): it leaves a character device (0, 0) at the
+/// source, a device node only the operator may create (PROTOCOL.md §3, EPERM).
+pub fn decide_rename_whiteout(id: &Identity, whiteout: bool) -> Decision {
+    if !whiteout || *id == Identity::Operator {
+        return Decision::Allow;
+    }
+    Decision::Deny(
+        Rule::RenameWhiteout.deny(
+            "RENAME_WHITEOUT leaves a device node behind, and only the operator may create device \
+         nodes."
+                .into(),
+            "Rename without RENAME_WHITEOUT.".into(),
+        ),
+    )
+}

@@ -1,0 +1,240 @@
+//! FUSE over io_uring (issue 14): `mount --transport io-uring` registers one queue per possible
+//! CPU and serves every request through them with the same identity, policy and passthrough as
+//! `/dev/fuse`; unmount ends the queue threads; a SIGKILLed daemon leaves the mount failing
+//! closed (ENOTCONN); `--transport dev-fuse` and `auto` with the switch off never use io_uring.
+//!
+//! The kernel offers io_uring at INIT only while the machine-wide
+//! `/sys/module/fuse/parameters/enable_uring` is on: every mount here takes [`UringSwitch`]
+//! (a file lock, so no two tests flip it at once) and restores the value it found as soon as
+//! its INIT is done. The whole suite runs over io_uring with `SMITHFS_TEST_TRANSPORT=io-uring`.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::time::Duration;
+
+use common::*;
+
+/// Names of the daemon's threads.
+fn thread_names(pid: i32) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .map(|s| s.trim().to_string())
+        .collect()
+}
+
+fn uring_threads(pid: i32) -> usize {
+    thread_names(pid)
+        .iter()
+        .filter(|n| n.starts_with("smithfs-uring-"))
+        .count()
+}
+
+fn possible_cpus() -> usize {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/possible").expect("possible CPUs");
+    s.trim()
+        .split(',')
+        .map(|p| match p.split_once('-') {
+            Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
+            None => 1,
+        })
+        .sum()
+}
+
+/// Voluntary context switches of the daemon's threads whose name starts with `prefix`.
+fn switches(pid: i32, prefix: &str) -> u64 {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    dir.flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm"))
+                .is_ok_and(|n| n.trim().starts_with(prefix))
+        })
+        .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
+        .filter_map(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        })
+        .sum()
+}
+
+fn uring_mount() -> Option<TestMount> {
+    if !is_root() || !UringSwitch::available() {
+        eprintln!("skipped: needs root and a kernel with CONFIG_FUSE_IO_URING");
+        return None;
+    }
+    Some(TestMount::with(MountOpts {
+        allow_other: true,
+        extra: vec!["--transport", "io-uring"],
+        ..MountOpts::default()
+    }))
+}
+
+#[test]
+fn io_uring_serves_every_queue_and_the_switch_is_restored() {
+    let before = std::fs::read_to_string(ENABLE_URING).ok();
+    let Some(m) = uring_mount() else { return };
+    // The switch is back as found once the mount is live (other mounts keep /dev/fuse).
+    assert_eq!(std::fs::read_to_string(ENABLE_URING).ok(), before);
+    let pid = m.daemon_pid().expect("daemon");
+    assert_eq!(
+        uring_threads(pid),
+        possible_cpus(),
+        "{:?}",
+        thread_names(pid)
+    );
+    // Requests go through the rings: the queue threads wake for them, /dev/fuse readers don't.
+    let dev_before = switches(pid, "fuser-");
+    let ring_before = switches(pid, "smithfs-uring-");
+    m.sh_ok(
+        "mkdir -p results/d && for i in $(seq 1 200); do echo $i > results/d/f$i; done; \
+         ls results/d | wc -l; cat results/d/f7; rm -r results/d",
+    );
+    let ring = switches(pid, "smithfs-uring-") - ring_before;
+    let dev = switches(pid, "fuser-") - dev_before;
+    assert!(ring >= 200, "ring threads woke {ring} times");
+    // FORGETs still come on /dev/fuse; nothing else does.
+    assert!(
+        dev < ring / 2,
+        "/dev/fuse readers woke {dev} times, rings {ring}"
+    );
+}
+
+#[test]
+fn identity_policy_and_passthrough_over_io_uring() {
+    let Some(m) = uring_mount() else { return };
+    // The operator, and a process bound to smith-root: the caller's pid reaches the daemon.
+    let who = m.sh_ok("cat .smithfs/whoami");
+    assert!(who.contains("operator"), "{who}");
+    let r = run(std::process::Command::new(SMITHFS)
+        .args([
+            OsStr::new("run"),
+            OsStr::new("--mount"),
+            m.path().as_os_str(),
+        ])
+        .args(["--smith", "smith-root", "--", "cat", ".smithfs/whoami"])
+        .current_dir(m.path()));
+    let out = r.expect_ok("whoami as smith-root");
+    assert!(out.contains("smith-root"), "{out}");
+    // Policy: a smith cannot write the operator's config (PROTOCOL.md §3) — same errno as on
+    // /dev/fuse, and `why` explains it.
+    let r = run(std::process::Command::new(SMITHFS)
+        .args([
+            OsStr::new("run"),
+            OsStr::new("--mount"),
+            m.path().as_os_str(),
+        ])
+        .args([
+            "--smith",
+            "smith-root",
+            "--",
+            "sh",
+            "-c",
+            "echo x >> config.json; cat .smithfs/why",
+        ])
+        .current_dir(m.path()));
+    assert!(r.stderr.contains("Permission denied"), "{r:?}");
+    assert!(
+        r.stdout.contains("identity: smith-root") && r.stdout.contains("errno: EACCES"),
+        "{r:?}"
+    );
+    // Passthrough: data written and read back through the kernel's backing file.
+    let big = m.py_ok(
+        "import os\n\
+         data = os.urandom(3 << 20)\n\
+         open('results/big', 'wb').write(data)\n\
+         print(open('results/big', 'rb').read() == data)",
+        &[],
+    );
+    assert_eq!(big.trim(), "True");
+}
+
+#[test]
+fn unmount_ends_the_queue_threads() {
+    let Some(mut m) = uring_mount() else { return };
+    let pid = m.daemon_pid().expect("daemon");
+    m.sh_ok("echo kept > results/f");
+    // `umount` waits for the daemon to exit: every queue thread ended.
+    m.umount();
+    assert!(process_gone(pid));
+    assert_eq!(
+        std::fs::read_to_string(m.path().join("results/f")).unwrap(),
+        "kept\n"
+    );
+}
+
+#[test]
+fn sigkilled_daemon_fails_closed() {
+    let Some(m) = uring_mount() else { return };
+    let pid = m.daemon_pid().expect("daemon");
+    // SAFETY: kill of the daemon this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    poll_until(Duration::from_secs(10), "the daemon to die", || {
+        process_gone(pid)
+    });
+    // Requests caught in the rings' teardown end with ECONNABORTED; from then on every access
+    // is ENOTCONN, as on /dev/fuse. Nothing ever succeeds.
+    poll_until(Duration::from_secs(10), "ENOTCONN", || {
+        let err = std::fs::metadata(m.path().join("config.json")).unwrap_err();
+        let e = err.raw_os_error();
+        assert!(
+            e == Some(libc::ENOTCONN) || e == Some(libc::ECONNABORTED),
+            "{err}"
+        );
+        e == Some(libc::ENOTCONN)
+    });
+    let err = std::fs::File::create(m.path().join("new")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENOTCONN), "{err}");
+    assert!(is_smithfs_mounted(m.path()));
+}
+
+#[test]
+fn dev_fuse_transport_never_uses_io_uring() {
+    if !is_root() || !UringSwitch::available() {
+        return;
+    }
+    let _on = UringSwitch::on();
+    let m = TestMount::with(MountOpts {
+        allow_other: true,
+        extra: vec!["--transport", "dev-fuse"],
+        ..MountOpts::default()
+    });
+    let pid = m.daemon_pid().expect("daemon");
+    assert_eq!(uring_threads(pid), 0, "{:?}", thread_names(pid));
+    m.sh_ok("echo ok > results/f && cat results/f");
+}
+
+#[test]
+fn io_uring_asked_while_switched_off_fails_the_mount_clearly() {
+    if !is_root() || !UringSwitch::available() {
+        return;
+    }
+    let _off = UringSwitch::off();
+    let tmp = tempfile::Builder::new()
+        .prefix("smithfs-test-")
+        .tempdir()
+        .unwrap();
+    let dir = tmp.path().join("m");
+    smithfs([OsStr::new("init"), dir.as_os_str()]).expect_ok("init");
+    let r = smithfs([
+        OsStr::new("mount"),
+        dir.as_os_str(),
+        OsStr::new("--transport"),
+        OsStr::new("io-uring"),
+    ]);
+    assert!(!r.ok(), "{r:?}");
+    assert!(r.stderr.contains("io_uring"), "{r:?}");
+    assert!(!is_smithfs_mounted(&dir));
+    // `auto` with the switch off serves over /dev/fuse.
+    let m = TestMount::with(MountOpts {
+        allow_other: true,
+        extra: vec!["--transport", "auto"],
+        ..MountOpts::default()
+    });
+    assert_eq!(uring_threads(m.daemon_pid().expect("daemon")), 0);
+}
