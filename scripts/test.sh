@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything CI runs, top to bottom (.ci/run execs this):
-#   deps       scripts/install-deps.sh (apt fuse3/libacl1-dev/bindfs..., cargo install pjdfstest, users)
+#   deps       scripts/install-deps.sh (apt fuse3/libacl1-dev/bindfs..., cargo install pjdfstest, users,
+#              the real agent CLIs that tests/agent_clis.rs runs: npm and pip into target/)
 #   fmt        cargo fmt --check
 #   clippy     cargo clippy --all-targets -- -D warnings
 #   build      cargo build --release

@@ -46,6 +46,86 @@ pub struct Config {
     pub hooks: BTreeMap<HookEvent, Vec<Vec<String>>>,
     /// Timeout of one user hook, seconds (default 30, at least 1).
     pub hook_timeout_secs: u64,
+    /// Rotation of the journal (PROTOCOL.md §7, §8).
+    pub journal: JournalConfig,
+}
+
+/// `journal` in `config.json` (PROTOCOL.md §7, §8): rotate `events.jsonl` at `max_bytes`
+/// (default 64 MiB; bytes or a string with a `K`/`M`/`G` suffix, at least 4 KiB), keeping
+/// `keep` rotated files (default 3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct JournalConfig {
+    /// Rotate before a line would take the journal over this many bytes.
+    pub max_bytes: ByteSize,
+    /// Rotated files kept: `events.jsonl.1` … `.keep`.
+    pub keep: u32,
+}
+
+impl Default for JournalConfig {
+    fn default() -> Self {
+        JournalConfig {
+            max_bytes: ByteSize(64 << 20),
+            keep: 3,
+        }
+    }
+}
+
+impl JournalConfig {
+    /// The journal's rotation limits.
+    pub fn rotation(&self) -> crate::sched::journal::Rotation {
+        crate::sched::journal::Rotation {
+            max_bytes: self.max_bytes.0,
+            keep: self.keep,
+        }
+    }
+}
+
+/// A size in bytes as config.json writes it (PROTOCOL.md §8): a number, or a string of digits
+/// with an optional `K`, `M` or `G` suffix (powers of 1024; `KiB`, `MiB`, `GiB` and a lower-case
+/// letter are accepted too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct ByteSize(pub u64);
+
+impl ByteSize {
+    /// Parse `64M`, `512K`, `1G`, `4096` (see the type's docs).
+    ///
+    /// Errors: one clause saying what is wrong (`not a size: "12X" (expected bytes or a number
+    /// with K, M or G)`).
+    pub fn parse(text: &str) -> Result<ByteSize, String> {
+        let t = text.trim();
+        let bad = || format!("not a size: {text:?} (expected bytes or a number with K, M or G)");
+        let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        let (digits, unit) = t.split_at(split);
+        let n: u64 = digits.parse().map_err(|_| bad())?;
+        let shift = match unit.trim().to_ascii_uppercase().as_str() {
+            "" | "B" => 0,
+            "K" | "KB" | "KIB" => 10,
+            "M" | "MB" | "MIB" => 20,
+            "G" | "GB" | "GIB" => 30,
+            _ => return Err(bad()),
+        };
+        n.checked_mul(1u64 << shift).map(ByteSize).ok_or_else(bad)
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ByteSize, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u64),
+            S(String),
+        }
+        match Raw::deserialize(d) {
+            Ok(Raw::N(n)) => Ok(ByteSize(n)),
+            Ok(Raw::S(s)) => ByteSize::parse(&s).map_err(serde::de::Error::custom),
+            Err(_) => Err(serde::de::Error::custom(
+                "expected a size: bytes or a string such as \"64M\"",
+            )),
+        }
+    }
 }
 
 /// `agent` in `config.json` (PROTOCOL.md §8): the command a run executes and its limits.
@@ -77,7 +157,7 @@ pub struct SchedulerConfig {
 }
 
 /// `limits` in `config.json`: the scaffold's limits (PROTOCOL.md §4, §8) and the open files a
-/// smith may hold in the daemon (docs/PROTOCOL-NOTES.md, note 26).
+/// smith may hold in the daemon (docs/PROTOCOL-NOTES.md, C26).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
@@ -154,6 +234,10 @@ pub enum HookEvent {
     RunInterrupted,
     /// `access.denied`
     AccessDenied,
+    /// `task.ignored` (a `task-*.md` that breaks the name rule, PROTOCOL.md §5)
+    TaskIgnored,
+    /// `access.denied.suppressed` (denials beyond the rate limit, PROTOCOL.md §7)
+    AccessDeniedSuppressed,
 }
 
 /// A smith's own `config.json` (PROTOCOL.md §8): only `agent`, merged key by key over the mount-wide one.
@@ -233,6 +317,7 @@ impl Default for Config {
             identity: IdentityMode::Auto,
             hooks: BTreeMap::new(),
             hook_timeout_secs: 30,
+            journal: JournalConfig::default(),
         }
     }
 }
@@ -289,6 +374,15 @@ impl Config {
             "scheduler.max_concurrent",
         )?;
         at_least_one(self.hook_timeout_secs, "hook_timeout_secs")?;
+        if self.journal.max_bytes.0 < 4096 {
+            return Err(ConfigError::Invalid {
+                path: "journal.max_bytes".into(),
+                msg: format!(
+                    "{} bytes is too small (at least 4K)",
+                    self.journal.max_bytes.0
+                ),
+            });
+        }
         if let Some(n) = self.limits.max_open_files_per_smith {
             at_least_one(n.into(), "limits.max_open_files_per_smith")?;
         }
@@ -370,7 +464,7 @@ impl SmithConfig {
 
 impl HookEvent {
     /// Every event a hook may be attached to, in §5 order.
-    pub const ALL: [HookEvent; 10] = [
+    pub const ALL: [HookEvent; 12] = [
         HookEvent::SmithCreated,
         HookEvent::TaskAssigned,
         HookEvent::ResultPublished,
@@ -381,6 +475,8 @@ impl HookEvent {
         HookEvent::RunCancelled,
         HookEvent::RunInterrupted,
         HookEvent::AccessDenied,
+        HookEvent::TaskIgnored,
+        HookEvent::AccessDeniedSuppressed,
     ];
 
     /// The journal name, e.g. `result.published`.
@@ -396,6 +492,8 @@ impl HookEvent {
             HookEvent::RunCancelled => "run.cancelled",
             HookEvent::RunInterrupted => "run.interrupted",
             HookEvent::AccessDenied => "access.denied",
+            HookEvent::TaskIgnored => "task.ignored",
+            HookEvent::AccessDeniedSuppressed => "access.denied.suppressed",
         }
     }
 }
@@ -757,8 +855,9 @@ mod tests {
           "limits":    { "max_level": 3, "max_children": 5 },
           "operator":  "read-write",
           "identity":  "auto",
-          "hooks":     { "result.published": [["sh", "-c", "echo {full_id} >> /tmp/done.log"]] },
-          "hook_timeout_secs": 30
+          "hooks":     { "result.published": [["sh", "-c", "echo \"$SMITH_FULL_ID\" >> /tmp/done.log"]] },
+          "hook_timeout_secs": 30,
+          "journal":   { "max_bytes": 67108864, "keep": 3 }
         }"#;
         let c = Config::parse(text).unwrap();
         assert_eq!(
@@ -769,6 +868,41 @@ mod tests {
         // Round trip: what we serialize we accept.
         let again = Config::parse(&serde_json::to_string(&c).unwrap()).unwrap();
         assert_eq!(again, c);
+    }
+
+    #[test]
+    fn journal_sizes() {
+        let c = Config::parse("{}").unwrap();
+        assert_eq!(c.journal.max_bytes, ByteSize(64 << 20));
+        assert_eq!(c.journal.keep, 3);
+        for (text, want) in [
+            ("4096", Some(4096)),
+            ("\"64M\"", Some(64 << 20)),
+            ("\"512K\"", Some(512 << 10)),
+            ("\"1G\"", Some(1 << 30)),
+            ("\"2GiB\"", Some(2 << 30)),
+            ("\"8k\"", Some(8 << 10)),
+            ("\"12X\"", None),
+            ("\"M\"", None),
+            ("\"1024\"", None),
+            ("100", None),
+            ("true", None),
+            ("\"99999999999999G\"", None),
+        ] {
+            let got = Config::parse(&format!(r#"{{"journal": {{"max_bytes": {text}}}}}"#));
+            match want {
+                Some(n) => assert_eq!(got.map(|c| c.journal.max_bytes.0), Ok(n), "{text}"),
+                None => {
+                    let e = got.expect_err(text).to_string();
+                    assert!(
+                        e.starts_with("config.json: journal.max_bytes: "),
+                        "{text}: {e}"
+                    );
+                }
+            }
+        }
+        let c = Config::parse(r#"{"journal": {"keep": 0}}"#).unwrap();
+        assert_eq!(c.journal.keep, 0);
     }
 
     #[test]

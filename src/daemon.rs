@@ -153,7 +153,7 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
             },
         )?,
     );
-    journal_clamped(state.as_fd(), &clamped);
+    journal_clamped(state.as_fd(), config.journal.rotation(), &clamped);
     resolver.set_cache_capacity(fds.identity_cache);
     reap_previous_daemon(state.as_fd(), resolver.cgroup_parent());
     let binding = Arc::new(Binding(resolver.clone()));
@@ -171,7 +171,8 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
     crate::sched::reaper::start();
     tracing::info!(mode = resolver.mode().as_str(), "identity resolution");
     // The scheduler's queue and the kernel cache, before the filesystem that feeds them.
-    let link = Link::open(state.as_fd()).context("cannot start the scheduler")?;
+    let link = Link::open(state.as_fd(), config.journal.rotation())
+        .context("cannot start the scheduler")?;
     let kernel = KernelCache::new();
     let fs = Arc::new(
         SmithFs::with_links(
@@ -361,11 +362,15 @@ fn raise_nofile() -> u64 {
 /// Journal `limits.clamped` for each `limits.per_smith` key above its `limits.per_subtree`
 /// (docs/PROTOCOL-NOTES.md, L3): a smith's own processes are part of its subtree, so the leaf
 /// gets the subtree's value.
-fn journal_clamped(state: BorrowedFd<'_>, clamped: &[&str]) {
+fn journal_clamped(
+    state: BorrowedFd<'_>,
+    rotation: crate::sched::journal::Rotation,
+    clamped: &[&str],
+) {
     if clamped.is_empty() {
         return;
     }
-    let journal = crate::sched::Journal::open(state);
+    let journal = crate::sched::Journal::open(state, rotation);
     for key in clamped {
         let msg = format!(
             "limits.per_smith.{key} is above limits.per_subtree.{key}: clamped to it (a smith's own processes are part of its subtree)"

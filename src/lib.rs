@@ -1,8 +1,11 @@
 //! smithfs: a FUSE filesystem that enforces the Agent Smith multi-agent protocol
 //! (`PROTOCOL.md`) at the kernel boundary.
 //!
-//! Layering (see `STYLE.md`): `cli → {fuse, sched}`, `fuse → fs → {policy, identity, tree}`.
-//! The pure modules (`policy`, `identity::procfs`, `tree::model`, `config`) import only types.
+//! Layering (see `docs/ARCHITECTURE.md`): `cli → daemon → {fuse, sched, fs}`, `fuse → fs`,
+//! `sched → fs::backing`, `fs → {policy, identity, tree, trigger}`. The pure modules (`policy`,
+//! `identity::procfs`, `tree::model`, `config`) import only types.
+
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod cli;
 pub mod config;

@@ -17,6 +17,16 @@ pub enum Trigger {
         /// The file's name in the inbox (`task-001.md`).
         file: String,
     },
+    /// A `task-*.md` directly in `smith`'s `inbox/` completed but breaks the task-name rule
+    /// (PROTOCOL.md §5): kept as data, journaled once as `task.ignored` (`path`, `reason`).
+    TaskIgnored {
+        /// The smith whose inbox it is.
+        smith: SmithIdx,
+        /// The file's name (lossily UTF-8: it may be any bytes).
+        file: String,
+        /// Which part of the rule it breaks, as a clause (`has a space (0x20) …`).
+        reason: String,
+    },
     /// `smith`'s `outbox/result.md` completed.
     ResultPublished {
         /// The smith that published.
@@ -52,6 +62,9 @@ pub enum Trigger {
         /// The rule that denied it.
         rule: String,
     },
+    /// Denials of one identity and second beyond the rate limit (PROTOCOL.md §7); journaled
+    /// as `access.denied.suppressed` with `count`.
+    DenialsSuppressed(crate::sched::denials::Suppressed),
     /// `cancel <full-id>` was written to `ctl` by an authorised identity (PROTOCOL.md §6): the
     /// smith and its subtree are cancelled (journaled by the scheduler as `run.cancelled`).
     Cancel {
@@ -65,10 +78,12 @@ impl Trigger {
     pub fn event_name(&self) -> &'static str {
         match self {
             Trigger::TaskAssigned { .. } => "task.assigned",
+            Trigger::TaskIgnored { .. } => "task.ignored",
             Trigger::ResultPublished { .. } => "result.published",
             Trigger::SmithCreated { .. } => "smith.created",
             Trigger::SmithRemoved { .. } => "smith.removed",
             Trigger::AccessDenied { .. } => "access.denied",
+            Trigger::DenialsSuppressed(_) => "access.denied.suppressed",
             Trigger::Cancel { .. } => "cancel",
         }
     }

@@ -104,7 +104,7 @@ prompt=$p
 
 # aider: one message, then exit; --yes-always answers confirmations (not shell commands): it
 # writes outbox/result.md with an edit, no mv
-fake aider '--message --msg -m --message-file -f --read --file --model --edit-format --map-tokens' \
+fake aider '--message --msg -m --message-file -f --read --file --model --edit-format --map-tokens --input-history-file --chat-history-file --env-file' \
     '--yes-always --no-git --git --no-auto-commits --no-check-update --no-show-release-notes --no-pretty --no-stream --no-gitignore --no-suggest-shell-commands' '
 m=${opt[--message]:-${opt[--msg]:-${opt[-m]:-}}}
 if [ -n "${opt[--message-file]:-}${opt[-f]:-}" ]; then m=$(cat "${opt[--message-file]:-${opt[-f]}}"); fi

@@ -1,4 +1,4 @@
-//! Hard links and the access check (docs/PROTOCOL-NOTES.md, notes 14 and 24), on a `SmithFs`
+//! Hard links and the access check (docs/PROTOCOL-NOTES.md, C14 and C24), on a `SmithFs`
 //! over a temp dir without a kernel: this test plays the kernel (lookups, forgets, opens) so
 //! that the daemon's knowledge of names is exactly what each case says.
 //!

@@ -1381,7 +1381,7 @@ both_modes!(child_names_and_increasing_numbers, |mode| {
 
 // ---------------------------------------------------------------------------------------------
 // The operator moves idle smith dirs (PROTOCOL.md §3 structure bullet, docs/PROTOCOL-NOTES.md
-// note 35)
+// C35)
 // ---------------------------------------------------------------------------------------------
 
 /// `smithfs run --smith FULL_ID -- true` fails: no such smith any more.

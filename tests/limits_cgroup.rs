@@ -9,13 +9,12 @@
 //! root, no controllers) says so on stderr and returns.
 
 mod common;
-mod msched;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use common::msched::*;
 use common::{is_root, poll_until, smithfs};
-use msched::*;
 use serde_json::{json, Value};
 use smithfs::identity::procfs;
 use smithfs::limits::cgroup::{detect, Place};

@@ -1,16 +1,15 @@
 //! Hooks, scheduling, the CLI, status, events and restarts (PROTOCOL.md §5–§9) on real mounts
 //! driven by real processes: tasks are written with the tools people use (shell redirection,
 //! `cp`, `mv`, `sed -i`, `tee`, an editor's save), the agent is a small sh script in the
-//! mount's `agents/` (`msched::AGENT`), and everything is observed through the mount, the
+//! mount's `agents/` (`common::msched::AGENT`), and everything is observed through the mount, the
 //! journal and the CLI. Each test has its own mount (`TestMount`).
 
 mod common;
-mod msched;
 
 use std::time::{Duration, Instant};
 
+use common::msched::*;
 use common::{poll_until, smithfs};
-use msched::*;
 use serde_json::{json, Value};
 
 const ROOT: &str = "smith-root";
@@ -465,7 +464,7 @@ fn cancel_stops_the_subtree_and_settles_it() {
 }
 
 /// §3: the operator may rename a smith dir only while no run in its subtree is live — EBUSY
-/// otherwise, as for `rm -rf` — and then it moves (docs/PROTOCOL-NOTES.md, note 35). Moved into
+/// otherwise, as for `rm -rf` — and then it moves (docs/PROTOCOL-NOTES.md, C35). Moved into
 /// a `children/`, it is shown under its new full id with its state from its files.
 #[test]
 fn smith_dir_move_is_ebusy_while_a_run_in_its_subtree_is_live() {

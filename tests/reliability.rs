@@ -5,15 +5,14 @@
 //! Short variants run in CI; `SMITHFS_LONG=1` makes the storms longer (see docs/RELIABILITY.md).
 
 mod common;
-mod rel_common;
 
 use std::ffi::OsStr;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::rel::*;
 use common::*;
-use rel_common::*;
 
 fn os(s: &str) -> &OsStr {
     OsStr::new(s)

@@ -2,11 +2,11 @@
 //! plain directory holding the `.smithfs/` files a mount serves, filled from a real scheduler.
 //! Skipped while the subcommands are not wired into the binary.
 
-mod sched_common;
+mod common;
 
 use std::process::{Command, Output};
 
-use sched_common::*;
+use common::sched::*;
 
 fn smithfs(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_smithfs"));

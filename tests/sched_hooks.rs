@@ -1,11 +1,11 @@
 //! User hooks (PROTOCOL.md §5, §8): the event's journal line on stdin, placeholders filled, a
 //! timeout, and never a delay for runs; plus triggers handed in by the fs.
 
-mod sched_common;
+mod common;
 
 use std::time::{Duration, Instant};
 
-use sched_common::*;
+use common::sched::*;
 use smithfs::config::HookEvent;
 use smithfs::sched::Trigger;
 
@@ -146,7 +146,11 @@ fn a_denial_storm_does_not_starve_other_hooks() {
         );
     });
     let s = env.start(cfg);
+    // 20 a second pass the rate limit (PROTOCOL.md §7): 40 hooks over two seconds.
     for pid in 0..40 {
+        if pid == 20 {
+            std::thread::sleep(std::time::Duration::from_millis(1100));
+        }
         s.trigger(Trigger::AccessDenied {
             smith: None,
             pid,

@@ -1,12 +1,12 @@
 //! Stopping runs: timeouts (process group, and the whole cgroup with a cgroup binder), cancel,
 //! unmount (`shutdown`), and a restart that finds runs a dead daemon left behind (§9).
 
-mod sched_common;
+mod common;
 
 use std::process::Command;
 use std::sync::Arc;
 
-use sched_common::*;
+use common::sched::*;
 
 /// The root agent starts a background sleep in its group and a `setsid` one outside it, then
 /// hangs.

@@ -2,9 +2,9 @@
 //! result reaches `results/final.md`, children settle and wake their parent, failures are
 //! retried, bad smith configs fail one run, and `max_concurrent` holds.
 
-mod sched_common;
+mod common;
 
-use sched_common::*;
+use common::sched::*;
 
 /// Root/child agent used by several tests: level 0 dispatches one task to each child and, woken
 /// for children, concatenates their results; a child publishes, or fails when

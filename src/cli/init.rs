@@ -10,8 +10,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 
 use super::util::{self, MountState};
-use crate::fs::{backing, scaffold::create_smith_dir};
-use crate::tree::scaffold::{
+use crate::fs::{backing, scaffold_write::create_smith_dir};
+use crate::tree::scaffold_plan::{
     plan_smith, plan_task, PlanEntry, TaskSpec, FILE_MODE, ROOT_ID, ROOT_TASK_PATH,
 };
 use crate::tree::template::{Templates, BUILTIN_SKILL_NAME};
@@ -34,6 +34,17 @@ pub struct InitArgs {
     /// bundled reference agent as `agents/reference.sh`).
     #[arg(long, value_parser = ["reference", "claude", "codex", "gemini", "aider"])]
     pub agent: Option<String>,
+    /// Run this program as the agent (any other CLI or a script of your own): CMD and every
+    /// argument after it become `agent.command`, with the placeholders `{mount} {smith_dir}
+    /// {task_file} {smith_id} {full_id} {level}` filled in per run. Must be the last option.
+    #[arg(
+        long,
+        value_name = "CMD",
+        num_args = 1..,
+        allow_hyphen_values = true,
+        conflicts_with = "agent"
+    )]
+    pub agent_command: Option<Vec<String>>,
 }
 
 /// The bundled reference agent (PROTOCOL.md §6: installed under the mount's `agents/`).
@@ -59,6 +70,19 @@ fn config_with_agent(agent: &str) -> Result<String> {
     let text = serde_json::to_string_pretty(&config)? + "\n";
     crate::config::Config::parse(&text)
         .map_err(|e| anyhow!("bundled {agent} configuration: {e}"))?;
+    Ok(text)
+}
+
+/// The default config.json with `agent.command` = `command` (`init --agent-command`), checked
+/// like any config.json (unknown placeholders are refused, PROTOCOL.md §5, §8).
+fn config_with_command(command: &[String]) -> Result<String> {
+    if command.first().map_or(true, |c| c.is_empty()) {
+        bail!("--agent-command needs a program to run");
+    }
+    let mut config: serde_json::Value = serde_json::from_str(DEFAULT_CONFIG)?;
+    config["agent"]["command"] = serde_json::json!(command);
+    let text = serde_json::to_string_pretty(&config)? + "\n";
+    crate::config::Config::parse(&text).map_err(|e| anyhow!("--agent-command: {e}"))?;
     Ok(text)
 }
 
@@ -92,6 +116,12 @@ pub fn run(args: InitArgs) -> Result<ExitCode> {
         ),
         (None, None) => None,
     };
+    // checked before anything is created, so a bad --agent-command leaves nothing behind
+    let config = match (&args.agent, &args.agent_command) {
+        (Some(a), _) => config_with_agent(a)?,
+        (None, Some(cmd)) => config_with_command(cmd)?,
+        (None, None) => DEFAULT_CONFIG.to_string(),
+    };
     if dir.exists() && !dir.is_dir() {
         bail!("{} is not a directory", dir.display());
     }
@@ -108,15 +138,16 @@ pub fn run(args: InitArgs) -> Result<ExitCode> {
     let templates = crate::daemon::load_templates(root)?;
     // SAFETY: umask has no preconditions; the scaffold's modes are meant literally.
     let old_umask = unsafe { libc::umask(0o022) };
-    let config = match &args.agent {
-        Some(a) => config_with_agent(a)?,
-        None => DEFAULT_CONFIG.to_string(),
+    let agent = match (&args.agent, &args.agent_command) {
+        (Some(a), _) => Some(a.as_str()),
+        (None, Some(_)) => Some("command"),
+        (None, None) => None,
     };
     let result = lay_out(
         root,
         &templates,
         &config,
-        args.agent.as_deref(),
+        agent,
         description.as_deref(),
         args.title.as_deref(),
     );
@@ -127,9 +158,13 @@ pub fn run(args: InitArgs) -> Result<ExitCode> {
     if description.is_some() {
         println!("  root task: smiths/smith-root/{ROOT_TASK_PATH}");
     }
-    match &args.agent {
-        Some(a) => println!("  agent: {a} (config.json \"agent\")"),
-        None => println!(
+    match (&args.agent, &args.agent_command) {
+        (Some(a), _) => println!("  agent: {a} (config.json \"agent\")"),
+        (None, Some(cmd)) => println!(
+            "  agent: {} (config.json \"agent\".\"command\")",
+            serde_json::to_string(cmd).unwrap_or_default()
+        ),
+        (None, None) => println!(
             "  no agent configured: tasks wait until config.json has an \"agent\" (or use --agent)"
         ),
     }
@@ -236,4 +271,42 @@ fn lay_out(
     create_smith_dir(smiths.as_fd(), &cstr(ROOT_ID)?, &plan, Some(owner))
         .map_err(|e| io("smiths/smith-root", e))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::config_with_command;
+
+    #[test]
+    fn agent_command_becomes_agent_command_with_placeholders_checked() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        for (cmd, ok) in [
+            (s(&["my-agent", "--task", "{task_file}", "-v"]), true),
+            (
+                s(&[
+                    "sh",
+                    "-c",
+                    "echo {full_id} {level} {smith_id}",
+                    "{mount}",
+                    "{smith_dir}",
+                ]),
+                true,
+            ),
+            (s(&["my-agent", "{bogus}"]), false),
+            (s(&["my-agent", "{task}"]), false),
+            (s(&[""]), false),
+            (vec![], false),
+        ] {
+            let got = config_with_command(&cmd);
+            assert_eq!(got.is_ok(), ok, "{cmd:?}: {got:?}");
+            if let Ok(text) = got {
+                let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+                assert_eq!(v["agent"]["command"], serde_json::json!(cmd));
+                assert_eq!(
+                    v["agent"]["retries"], 1,
+                    "the other agent keys keep their defaults"
+                );
+            }
+        }
+    }
 }

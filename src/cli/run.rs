@@ -29,7 +29,7 @@ use clap::Args;
 use super::util;
 use super::whoami::{self, CONTROL_DIR};
 use crate::identity::keeper;
-use crate::tree::scaffold::smith_dir_rel;
+use crate::tree::scaffold_plan::smith_dir_rel;
 
 /// Arguments of `smithfs run`.
 #[derive(Debug, Args)]

@@ -41,7 +41,7 @@ pub fn run(args: WaitArgs) -> Result<ExitCode> {
         let of = std::env::var("SMITH_FULL_ID")
             .ok()
             .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| crate::tree::scaffold::ROOT_ID.to_string());
+            .unwrap_or_else(|| crate::tree::scaffold_plan::ROOT_ID.to_string());
         WaitTarget::Children(of)
     } else if let Some(s) = args.smith {
         WaitTarget::Smith(s)

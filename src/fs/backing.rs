@@ -150,6 +150,7 @@ const OPEN_FLAGS: i32 = libc::O_ACCMODE
 ///
 /// `flags` are `open(2)` flags; `O_NOFOLLOW | O_CLOEXEC` are always added.
 pub fn open_beneath(dir: BorrowedFd<'_>, name: &CStr, flags: i32, mode: u32) -> SysResult<OwnedFd> {
+    // SAFETY: a plain C struct of integers, for which all-zero bytes are a valid value.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     // openat2 refuses unknown flag bits and mode bits beyond 07777 (FUSE passes both).
     let flags = flags & OPEN_FLAGS;
@@ -198,6 +199,7 @@ pub fn reopen(fd: BorrowedFd<'_>, flags: i32) -> SysResult<OwnedFd> {
 
 /// `fstatat(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)`: the attributes of a held inode.
 pub fn stat(fd: BorrowedFd<'_>) -> SysResult<libc::stat> {
+    // SAFETY: a plain C struct of integers, for which all-zero bytes are a valid value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `st` is a valid out-pointer; the empty path is NUL-terminated.
     cvt(unsafe {
@@ -213,6 +215,7 @@ pub fn stat(fd: BorrowedFd<'_>) -> SysResult<libc::stat> {
 
 /// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`.
 pub fn stat_at(dir: BorrowedFd<'_>, name: &CStr) -> SysResult<libc::stat> {
+    // SAFETY: a plain C struct of integers, for which all-zero bytes are a valid value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: valid out-pointer and NUL-terminated name.
     cvt(unsafe {
@@ -228,6 +231,7 @@ pub fn stat_at(dir: BorrowedFd<'_>, name: &CStr) -> SysResult<libc::stat> {
 
 /// `fstatfs` on a held inode.
 pub fn statfs(fd: BorrowedFd<'_>) -> SysResult<libc::statvfs> {
+    // SAFETY: a plain C struct of integers, for which all-zero bytes are a valid value.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: valid out-pointer.
     cvt(unsafe { libc::fstatvfs(fd.as_raw_fd(), &mut st) })?;
@@ -698,12 +702,160 @@ pub fn write_replace(dir: BorrowedFd<'_>, name: &CStr, data: &[u8], mode: u32) -
     write_renamed(dir, name, data, mode, false)
 }
 
+/// Copy the regular file `src` to `dir/name` atomically (PROTOCOL.md §9): streamed with
+/// `copy_file_range` over the data segments that `SEEK_DATA`/`SEEK_HOLE` report, so holes stay
+/// holes and memory use is O(1) (a 100 GiB sparse file costs what its data costs); falls back to
+/// a 64 KiB `pread`/`pwrite` loop where `copy_file_range` is not supported. fsynced, then renamed
+/// over `name`.
+///
+/// Errors: any read, write or rename error; `name` is then untouched.
+pub fn copy_atomic(
+    src: BorrowedFd<'_>,
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    mode: u32,
+) -> SysResult<()> {
+    let size = u64::try_from(stat(src)?.st_size).unwrap_or(0);
+    fill_renamed(dir, name, mode, true, |dst| {
+        ftruncate(dst, size)?;
+        for (start, end) in data_segments(src, size)? {
+            copy_range(src, dst, start, end)?;
+        }
+        Ok(())
+    })
+}
+
+/// The data segments `[start, end)` of the file `fd` of `size` bytes, by `SEEK_DATA` and
+/// `SEEK_HOLE`; the whole file as one segment where the filesystem cannot tell.
+pub fn data_segments(fd: BorrowedFd<'_>, size: u64) -> SysResult<Vec<(u64, u64)>> {
+    let size_i = i64::try_from(size).map_err(|_| Errno::EFBIG)?;
+    let mut out = Vec::new();
+    let mut off = 0i64;
+    while off < size_i {
+        let data = match lseek(fd, off, libc::SEEK_DATA) {
+            Ok(d) => d,
+            Err(Errno::ENXIO) => break, // only a hole is left
+            Err(Errno::EINVAL | Errno::EOPNOTSUPP) => {
+                return Ok(vec![(0, size)]);
+            }
+            Err(e) => return Err(e),
+        };
+        let hole = match lseek(fd, data, libc::SEEK_HOLE) {
+            Ok(h) => h.min(size_i),
+            Err(Errno::ENXIO) => size_i,
+            Err(e) => return Err(e),
+        };
+        if hole <= data {
+            break;
+        }
+        out.push((data as u64, hole as u64));
+        off = hole;
+    }
+    Ok(out)
+}
+
+/// Copy bytes `[start, end)` of `src` to the same offsets of `dst`.
+fn copy_range(src: BorrowedFd<'_>, dst: BorrowedFd<'_>, start: u64, end: u64) -> SysResult<()> {
+    let mut off = start;
+    while off < end {
+        let len = usize::try_from(end - off)
+            .unwrap_or(usize::MAX)
+            .min(1 << 30);
+        match copy_file_range(src, off, dst, off, len, 0) {
+            Ok(0) => return Ok(()), // the source shrank under us
+            Ok(n) => off += n as u64,
+            Err(Errno::EINTR) => {}
+            Err(Errno::EXDEV | Errno::ENOSYS | Errno::EOPNOTSUPP | Errno::EINVAL) => {
+                return copy_range_rw(src, dst, off, end);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// [`copy_range`] by `pread`/`pwrite` through one 64 KiB buffer.
+fn copy_range_rw(src: BorrowedFd<'_>, dst: BorrowedFd<'_>, start: u64, end: u64) -> SysResult<()> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut off = start;
+    while off < end {
+        let want = usize::try_from(end - off)
+            .unwrap_or(usize::MAX)
+            .min(buf.len());
+        let n = pread(src, &mut buf[..want], off)?;
+        if n == 0 {
+            return Ok(());
+        }
+        let mut w = 0;
+        while w < n {
+            w += pwrite(dst, &buf[w..n], off + w as u64)?;
+        }
+        off += n as u64;
+    }
+    Ok(())
+}
+
+/// Do the regular files `a` and `b` have the same content? Compared segment by segment over
+/// their data (holes read as zeros, so a hole matches zeros written as data), through two 64
+/// KiB buffers: O(1) memory, and the holes of sparse files cost nothing.
+pub fn same_content(a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> SysResult<bool> {
+    let size = u64::try_from(stat(a)?.st_size).unwrap_or(0);
+    if u64::try_from(stat(b)?.st_size).unwrap_or(0) != size {
+        return Ok(false);
+    }
+    // Compare where either has data; elsewhere both read as zeros.
+    let mut segs = data_segments(a, size)?;
+    segs.extend(data_segments(b, size)?);
+    segs.sort_unstable();
+    let mut ba = vec![0u8; 64 * 1024];
+    let mut bb = vec![0u8; 64 * 1024];
+    let mut done = 0u64; // everything below was compared
+    for (start, end) in segs {
+        let mut off = start.max(done);
+        while off < end {
+            let want = usize::try_from(end - off)
+                .unwrap_or(usize::MAX)
+                .min(ba.len());
+            let na = pread(a, &mut ba[..want], off)?;
+            let nb = pread(b, &mut bb[..want], off)?;
+            if na != nb || ba[..na] != bb[..nb] {
+                return Ok(false);
+            }
+            if na == 0 {
+                break;
+            }
+            off += na as u64;
+        }
+        done = done.max(end);
+    }
+    Ok(true)
+}
+
 fn write_renamed(
     dir: BorrowedFd<'_>,
     name: &CStr,
     data: &[u8],
     mode: u32,
     sync: bool,
+) -> SysResult<()> {
+    fill_renamed(dir, name, mode, sync, |fd| {
+        let mut off = 0usize;
+        while off < data.len() {
+            off += pwrite(fd, &data[off..], off as u64)?;
+        }
+        Ok(())
+    })
+}
+
+/// Make `dir/name` atomically from what `fill` writes into a fresh temporary file (mode
+/// `mode`), fsynced when `sync`, then renamed over `name`; on any error the temporary file is
+/// removed and `name` is untouched.
+fn fill_renamed(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    mode: u32,
+    sync: bool,
+    fill: impl FnOnce(BorrowedFd<'_>) -> SysResult<()>,
 ) -> SysResult<()> {
     let tmp = CString::new(format!(
         ".smithfs-tmp.{}.{}",
@@ -718,10 +870,7 @@ fn write_renamed(
         mode,
     )?;
     let result = (|| {
-        let mut off = 0usize;
-        while off < data.len() {
-            off += pwrite(fd.as_fd(), &data[off..], off as u64)?;
-        }
+        fill(fd.as_fd())?;
         if sync {
             fsync(fd.as_fd(), false)?;
         }

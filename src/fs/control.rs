@@ -125,10 +125,10 @@ pub fn parse_command(line: &str) -> Result<Command, String> {
 /// Is `s` shaped like a full id: `smith-root` then `/smith-NNN` parts (PROTOCOL.md §1)?
 pub fn valid_full_id(s: &str) -> bool {
     let mut parts = s.split('/');
-    if parts.next() != Some(crate::tree::scaffold::ROOT_ID) {
+    if parts.next() != Some(crate::tree::scaffold_plan::ROOT_ID) {
         return false;
     }
-    parts.all(|p| crate::tree::scaffold::parse_child_name(OsStr::new(p)).is_some())
+    parts.all(|p| crate::tree::scaffold_plan::parse_child_name(OsStr::new(p)).is_some())
 }
 
 #[cfg(test)]

@@ -8,13 +8,13 @@ use std::sync::Arc;
 use super::creds::as_caller;
 use super::error::{FsError, FsResult};
 use super::inode::Inode;
-use super::{backing, control, scaffold, scan, Attr, Caller, SmithFs};
+use super::{backing, control, rebuild, scaffold_write, Attr, Caller, SmithFs};
 use crate::identity::Identity;
 use crate::policy::{
     check_new_child, decide_link, Area, Decision, Depth, Family, NewKind, Op, Zone,
 };
 use crate::tree::model::SmithIdx;
-use crate::tree::scaffold::plan_smith;
+use crate::tree::scaffold_plan::plan_smith;
 use crate::trigger::Trigger;
 
 impl SmithFs {
@@ -124,7 +124,7 @@ impl SmithFs {
             tracing::error!("scaffold of {full_id}: {e}");
             FsError::Scaffold
         })?;
-        scaffold::create_smith_dir(
+        scaffold_write::create_smith_dir(
             dir.fd()?.as_fd(),
             &cname,
             &plan,
@@ -133,7 +133,7 @@ impl SmithFs {
         let st = backing::stat_at(dir.fd()?.as_fd(), &cname)?;
         let idx = self.registry.register(Some(parent), &id, st.st_ino, None);
         self.registry.note_child_number(parent, number);
-        if let Err(e) = scan::save_highest(self.state.as_fd(), &self.registry) {
+        if let Err(e) = rebuild::save_highest(self.state.as_fd(), &self.registry) {
             tracing::error!("cannot remember child numbers: {e}");
         }
         self.identities.register_smith(idx, &full_id);
@@ -196,7 +196,7 @@ impl SmithFs {
         self.enforce(caller, who, d, "link", || self.child_path(&dir, newname))?;
         backing::link(inode.fd()?.as_fd(), dir.fd()?.as_fd(), &cname)?;
         let (linked, attr) = self.lookup_in(&dir, &cname)?;
-        self.completed_at(&dir, newname, &linked);
+        self.completed_at(caller, &dir, newname, &linked);
         Ok(attr)
     }
 }

@@ -4,7 +4,7 @@ use std::os::fd::AsFd;
 
 use super::control::{Command, ControlFile};
 use super::error::{FsError, FsResult};
-use super::{backing, control, Caller, ControlHandle, SmithFs};
+use super::{control, Caller, ControlHandle, SmithFs};
 use crate::identity::Identity;
 use crate::policy::{self, Area, CtlVerb, Ctx, Depth, Zone};
 use crate::trigger::Trigger;
@@ -29,8 +29,8 @@ impl SmithFs {
         })?;
         let data = match f {
             ControlFile::Whoami => self.whoami_text(caller, who).into_bytes(),
-            ControlFile::Why => match self.why.latest(who, caller.uid) {
-                Some(r) => r.render().into_bytes(),
+            ControlFile::Why => match self.why.render(who, caller.uid) {
+                Some(text) => text.into_bytes(),
                 None => {
                     format!("no denial recorded for {}\n", self.identity_name(who)).into_bytes()
                 }
@@ -40,8 +40,8 @@ impl SmithFs {
                 None => self.plain_status().into_bytes(),
             },
             ControlFile::Events => journal_lines(
-                &backing::read_file(self.state.as_fd(), std::path::Path::new("events.jsonl"))
-                    .unwrap_or_default(),
+                // Across the rotated files, oldest first (PROTOCOL.md §7).
+                &crate::sched::journal::read_all_bytes(self.state.as_fd()).unwrap_or_default(),
             ),
             ControlFile::Ctl => Vec::new(),
         };

@@ -24,6 +24,11 @@ pub struct FileHandle {
     pub inode: Arc<Inode>,
     /// Who opened it.
     pub opener: Identity,
+    /// The opener's thread id and uid, for the `why` its release may leave (a refused task
+    /// name, PROTOCOL.md §5).
+    pub opener_pid: u32,
+    /// See `opener_pid`.
+    pub opener_uid: u32,
     /// The `open(2)` flags it was opened with.
     pub flags: i32,
     /// May the opener write through it (decided at open).

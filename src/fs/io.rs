@@ -4,7 +4,6 @@ use std::ffi::OsStr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
 
-use super::completion::completion;
 use super::control::ControlFile;
 use super::creds::{as_caller, caller_groups};
 use super::error::{FsError, FsResult};
@@ -45,6 +44,8 @@ impl SmithFs {
             fd,
             inode,
             opener: who,
+            opener_pid: caller.pid,
+            opener_uid: caller.uid,
             flags,
             may_write,
             // Opened with write access or O_TRUNC: its release completes the file (§5).
@@ -77,6 +78,8 @@ impl SmithFs {
             fd,
             inode,
             opener: who,
+            opener_pid: caller.pid,
+            opener_uid: caller.uid,
             flags,
             may_write,
             dirty: std::sync::atomic::AtomicBool::new(true),
@@ -241,9 +244,7 @@ impl SmithFs {
                 (p.parent, p.name.clone())
             };
             if let Some(dir) = self.inodes.find(parent) {
-                if let Some(e) = completion(self.zone(&dir), &name) {
-                    self.emit(e);
-                }
+                self.completed_name_by(&dir, &name, (h.opener, h.opener_pid, h.opener_uid));
             }
         }
         Ok(())

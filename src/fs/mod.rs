@@ -2,9 +2,12 @@
 //! `FsResult<…>`. The FUSE glue (`crate::fuse`) translates requests into these calls, so every
 //! operation can be exercised without a kernel.
 //!
-//! Every operation that reaches the daemon calls [`SmithFs::check`] exactly once per object it
-//! touches (PROTOCOL.md §3); requests that carry a file handle are judged by the handle's
-//! recorded opener (PROTOCOL.md §2).
+//! Every operation that reaches the daemon is judged once per object it touches by a
+//! `policy::decide*` function (through `zones.rs`, PROTOCOL.md §3) and only enforced here;
+//! requests that carry a file handle are judged by the handle's recorded opener (PROTOCOL.md
+//! §2). One file per job: `zones` (zones, hard-link names), `deny` (denial records, open-file
+//! budgets), `ctl` (control files and commands), `creds` (caller credentials), and one per
+//! family of operations: `entries`, `create`, `remove`, `rename`, `io`, `dir`, `xattr`.
 
 pub mod backing;
 pub mod budget;
@@ -12,8 +15,8 @@ pub mod control;
 pub mod error;
 pub mod handle;
 pub mod inode;
-pub mod scaffold;
-pub mod scan;
+pub mod rebuild;
+pub mod scaffold_write;
 mod why;
 
 mod completion;
@@ -356,9 +359,9 @@ impl SmithFs {
         let state_name = CString::new(STATE_DIR).map_err(|_| FsError::BadName)?;
         let state = backing::ensure_dir(root.as_fd(), &state_name, 0o700)?;
         let registry = Arc::new(Registry::new());
-        let highest = scan::load_highest(state.as_fd());
-        scan::scan(root.as_fd(), &registry, &highest)?;
-        let removed = scan::remove_crash_leftovers(root.as_fd(), &registry);
+        let highest = rebuild::load_highest(state.as_fd());
+        rebuild::scan(root.as_fd(), &registry, &highest)?;
+        let removed = rebuild::remove_crash_leftovers(root.as_fd(), &registry);
         if removed > 0 {
             tracing::info!(removed, "removed the temporary names a crash left");
         }

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use super::error::{FsError, FsResult};
 use super::inode::Inode;
-use super::{backing, control, scan, Caller, Dest, MovedSmith, SmithFs};
+use super::{backing, control, rebuild, Caller, Dest, MovedSmith, SmithFs};
 use crate::identity::Identity;
 use crate::policy::{
     self, decide_linked_rename, decide_rename, decide_smith_dir_move, Area, Decision, Depth,
@@ -132,15 +132,15 @@ impl SmithFs {
             Some(_) | None => {}
         }
         if let Some(moved) = self.inodes.find(self.inodes.ids.node_id(src_st.st_ino)) {
-            self.completed_at(&to, newname, &moved);
+            self.completed_at(caller, &to, newname, &moved);
         } else if src_st.st_mode & libc::S_IFMT == libc::S_IFREG {
-            self.completed_name(&to, newname);
+            self.completed_name(caller, &to, newname);
         }
         Ok(())
     }
 
     /// Rename the registered smith dir `m` (`name` in `from`) to `dst` (docs/PROTOCOL-NOTES.md,
-    /// note 35): allowed to the operator alone, never for the root, while no run in its subtree
+    /// C35): allowed to the operator alone, never for the root, while no run in its subtree
     /// is live (else EBUSY). Directly into a smith's `children/` it is admitted as a mkdir there
     /// would be (PROTOCOL.md §4) and stays a smith dir: the old subtree is unregistered and the
     /// new location registered by scanning it, under new full ids. Anywhere else it becomes
@@ -240,7 +240,7 @@ impl SmithFs {
         let mut registered = Vec::new();
         if let (Some(f), Some(n)) = (&family, number) {
             let scanned = dst.dir.fd().and_then(|fd| {
-                scan::scan_moved(fd.as_fd(), dst.cname, f.parent, &self.registry, &carried)
+                rebuild::scan_moved(fd.as_fd(), dst.cname, f.parent, &self.registry, &carried)
                     .map_err(FsError::Backing)
             });
             match scanned {
@@ -251,7 +251,7 @@ impl SmithFs {
                 ),
             }
             self.registry.note_child_number(f.parent, n);
-            if let Err(e) = scan::save_highest(self.state.as_fd(), &self.registry) {
+            if let Err(e) = rebuild::save_highest(self.state.as_fd(), &self.registry) {
                 tracing::error!("cannot remember child numbers: {e}");
             }
         }

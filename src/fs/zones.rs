@@ -18,7 +18,7 @@ impl SmithFs {
     /// count says it has names the daemon has not seen (hard links made in the store behind the
     /// mount's back), it fails closed — only the operator and the owner of the zone of the name
     /// it is reached by keep their rights — unless a fresh look at the directories of its known
-    /// names finds them all (docs/PROTOCOL-NOTES.md, note 24).
+    /// names finds them all (docs/PROTOCOL-NOTES.md, C24).
     pub(super) fn decide_inode(&self, who: Identity, op: Op, inode: &Inode) -> Decision {
         let zone = self.zone(inode);
         let d = self.decide_zone(who, op, &zone);

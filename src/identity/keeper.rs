@@ -3,18 +3,98 @@
 //! once its last descendant is gone, so that no process of a smith's tree ever re-parents outside
 //! it. `smithfs run` uses it after binding itself.
 //!
-//! Signals: SIGINT and SIGQUIT are ignored by the keeper (a terminal sends them to the command's
-//! process group, which includes the command); SIGTERM and SIGHUP are forwarded to the command.
+//! Signals (PROTOCOL.md §2, issue 10): the keeper must outlive its command's last descendant, so
+//! it survives every signal that can be caught. The terminal's job-control and interrupt signals
+//! (SIGINT, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU) and SIGPIPE are ignored (a terminal sends the
+//! former to the command's process group, which includes the command); SIGCHLD, SIGCONT,
+//! SIGWINCH and SIGURG keep their default (ignore); every other catchable signal — SIGTERM,
+//! SIGHUP, SIGUSR1, SIGUSR2, SIGALRM, the real-time signals … — is forwarded to the command. A
+//! fault signal the kernel raises (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS with a
+//! positive `si_code`) is not forwarded but kills the keeper as usual: that is a bug, not a
+//! signal someone sent. SIGKILL (and SIGSTOP) cannot be caught: the one documented limit.
 
 use std::ffi::{CString, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 
-/// The CMD pid the keeper forwards SIGTERM and SIGHUP to (0: none yet).
+/// The CMD pid the keeper forwards signals to (0: none yet, or CMD was reaped).
 static CHILD: AtomicI32 = AtomicI32::new(0);
 
-extern "C" fn forward(signal: libc::c_int) {
+/// Signals the kernel raises for a fault of the receiving thread.
+const FAULTS: [libc::c_int; 6] = [
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGILL,
+    libc::SIGFPE,
+    libc::SIGTRAP,
+    libc::SIGSYS,
+];
+
+/// Signals the keeper ignores: sent to the whole foreground group by a terminal (the command
+/// gets its own copy), or SIGPIPE (a write to a closed pipe then fails with EPIPE instead).
+const IGNORED: [libc::c_int; 6] = [
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGTSTP,
+    libc::SIGTTIN,
+    libc::SIGTTOU,
+    libc::SIGPIPE,
+];
+
+/// Signals left at their default disposition: SIGKILL and SIGSTOP cannot be caught; SIGCHLD,
+/// SIGCONT, SIGWINCH and SIGURG are ignored by default (SIGCHLD's default keeps `waitpid` simple).
+const DEFAULT: [libc::c_int; 6] = [
+    libc::SIGKILL,
+    libc::SIGSTOP,
+    libc::SIGCHLD,
+    libc::SIGCONT,
+    libc::SIGWINCH,
+    libc::SIGURG,
+];
+
+/// What the keeper does with signal `sig` (1 ..= SIGRTMAX).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Disposition {
+    /// Left as it is (uncatchable, or ignored by default).
+    Default,
+    /// Ignored.
+    Ignore,
+    /// Forwarded to the command.
+    Forward,
+}
+
+/// The keeper's disposition of `sig` (see the module docs).
+pub fn disposition(sig: libc::c_int) -> Disposition {
+    if DEFAULT.contains(&sig) {
+        Disposition::Default
+    } else if IGNORED.contains(&sig) {
+        Disposition::Ignore
+    } else if (32..libc::SIGRTMIN()).contains(&sig) {
+        // glibc's own real-time signals (thread cancellation): not ours to touch.
+        Disposition::Default
+    } else {
+        Disposition::Forward
+    }
+}
+
+extern "C" fn forward(signal: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    let code = if info.is_null() {
+        0
+    } else {
+        // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler.
+        unsafe { (*info).si_code }
+    };
+    if code > 0 && FAULTS.contains(&signal) {
+        // A real fault: take the default action when the faulting instruction runs again.
+        // SAFETY: sigaction is async-signal-safe; a zeroed action with SIG_DFL is valid.
+        unsafe {
+            let mut dfl: libc::sigaction = std::mem::zeroed();
+            dfl.sa_sigaction = libc::SIG_DFL;
+            libc::sigaction(signal, &dfl, std::ptr::null_mut());
+        }
+        return;
+    }
     let pid = CHILD.load(Ordering::Relaxed);
     if pid > 0 {
         // SAFETY: kill is async-signal-safe; `pid` is our unreaped child (a zombie at worst).
@@ -153,19 +233,21 @@ struct Dispositions {
 impl Dispositions {
     fn install() -> std::io::Result<Dispositions> {
         let mut d = Dispositions { old: Vec::new() };
-        let forward_handler = forward as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        for (sig, handler) in [
-            (libc::SIGINT, libc::SIG_IGN),
-            (libc::SIGQUIT, libc::SIG_IGN),
-            (libc::SIGTERM, forward_handler),
-            (libc::SIGHUP, forward_handler),
-        ] {
+        let forward_handler = forward
+            as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)
+            as libc::sighandler_t;
+        for sig in 1..=libc::SIGRTMAX() {
+            let (handler, flags) = match disposition(sig) {
+                Disposition::Default => continue,
+                Disposition::Ignore => (libc::SIG_IGN, libc::SA_RESTART),
+                Disposition::Forward => (forward_handler, libc::SA_RESTART | libc::SA_SIGINFO),
+            };
             // SAFETY: zeroed sigaction is a valid empty action; sigaction reads `new` and writes
             // `old`, both live across the call.
             unsafe {
                 let mut new: libc::sigaction = std::mem::zeroed();
                 new.sa_sigaction = handler;
-                new.sa_flags = libc::SA_RESTART;
+                new.sa_flags = flags;
                 libc::sigemptyset(&mut new.sa_mask);
                 let mut old: libc::sigaction = std::mem::zeroed();
                 if libc::sigaction(sig, &new, &mut old) != 0 {
@@ -200,5 +282,45 @@ mod tests {
         assert_eq!(exit_code(255 << 8), 255);
         assert_eq!(exit_code(libc::SIGTERM), 143);
         assert_eq!(exit_code(libc::SIGKILL), 137);
+    }
+
+    #[test]
+    fn every_catchable_signal_is_handled() {
+        let table = [
+            (libc::SIGHUP, Disposition::Forward),
+            (libc::SIGTERM, Disposition::Forward),
+            (libc::SIGUSR1, Disposition::Forward),
+            (libc::SIGUSR2, Disposition::Forward),
+            (libc::SIGALRM, Disposition::Forward),
+            (libc::SIGSEGV, Disposition::Forward),
+            (libc::SIGRTMIN(), Disposition::Forward),
+            (libc::SIGRTMAX(), Disposition::Forward),
+            (libc::SIGPIPE, Disposition::Ignore),
+            (libc::SIGINT, Disposition::Ignore),
+            (libc::SIGTSTP, Disposition::Ignore),
+            (libc::SIGKILL, Disposition::Default),
+            (libc::SIGCHLD, Disposition::Default),
+        ];
+        for (sig, want) in table {
+            assert_eq!(disposition(sig), want, "signal {sig}");
+        }
+        // Every signal whose default action terminates or stops is handled.
+        for sig in 1..=libc::SIGRTMAX() {
+            if disposition(sig) == Disposition::Default {
+                assert!(
+                    [
+                        libc::SIGKILL,
+                        libc::SIGSTOP,
+                        libc::SIGCHLD,
+                        libc::SIGCONT,
+                        libc::SIGWINCH
+                    ]
+                    .contains(&sig)
+                        || sig == libc::SIGURG
+                        || (32..libc::SIGRTMIN()).contains(&sig),
+                    "signal {sig} left at its default"
+                );
+            }
+        }
     }
 }

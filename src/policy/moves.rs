@@ -7,7 +7,7 @@
 //! §4). Renamed anywhere else it stops being a smith dir and becomes ordinary data of the zone it
 //! lands in, so the destination needs the caller's create right there, as for any rename. The root
 //! smith dir never moves, and neither an exchange nor the replacement of another smith dir is
-//! allowed (docs/PROTOCOL-NOTES.md, note 35).
+//! allowed (docs/PROTOCOL-NOTES.md, C35).
 
 use crate::identity::Identity;
 use crate::policy::children::{check_new_child, Family};

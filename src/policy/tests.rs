@@ -901,6 +901,22 @@ fn section_4_step_3_name() {
             "mkdir smiths/smith-root/children/smith-001/children/smith-002/children/smith-005"
         );
     }
+    // A number beyond every child id (u64 overflow too): `why` says the number is too large.
+    for huge in [
+        "smith-4294967296",
+        "smith-18446744073709551616",
+        "smith-99999999999999999999999",
+    ] {
+        let d = child(sx, f, huge, &c).unwrap_err();
+        assert_eq!(d.errno, Errno::EINVAL, "{huge}");
+        assert!(
+            d.why.contains(
+                "has a number too large for a child id (the largest is smith-4294967295)"
+            ),
+            "{huge}: {}",
+            d.why
+        );
+    }
     for used in ["smith-001", "smith-004", "smith-0004"] {
         let d = child(sx, f, used, &c).unwrap_err();
         assert_eq!(d.errno, Errno::EINVAL, "{used}");
@@ -954,7 +970,7 @@ fn section_4_step_4_count() {
 }
 
 /// A smith dir moved into a `children/` brings its subtree: its deepest smith must stay within
-/// max_level (docs/PROTOCOL-NOTES.md, note 35).
+/// max_level (docs/PROTOCOL-NOTES.md, C35).
 #[test]
 fn section_4_step_2_depth_of_a_moved_subtree() {
     let c = rw();
@@ -981,7 +997,7 @@ fn section_4_step_2_depth_of_a_moved_subtree() {
     );
 }
 
-/// PROTOCOL.md §3 structure bullet, the rename of a smith dir (docs/PROTOCOL-NOTES.md, note 35):
+/// PROTOCOL.md §3 structure bullet, the rename of a smith dir (docs/PROTOCOL-NOTES.md, C35):
 /// the operator alone, never the root, while nothing in the subtree is live; into a `children/`
 /// as a mkdir there, elsewhere with the create right; no exchange, no replaced smith dir.
 #[test]

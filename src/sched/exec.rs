@@ -20,7 +20,7 @@ use super::hooks::Hooks;
 use super::journal::{self, Event, Journal, LastRun, OpenRun, Terminal};
 use super::queue::{Base, Note, Outcome, Queue, RunEnd, Wake};
 use super::runner::{self, BindTo, Launch, Meta, Placeholders, RunBinder, RunDir};
-use super::{scan, time, Invalidate, Msg, SchedCtx, Shared, Trigger};
+use super::{store_facts, time, Invalidate, Msg, SchedCtx, Shared, Trigger};
 use crate::config::{AgentConfig, Config, SmithConfig};
 use crate::fs::backing;
 use crate::tree::model::SmithIdx;
@@ -94,6 +94,8 @@ pub(crate) struct Exec {
     /// Told once the first status (the journal's history) is published; taken then.
     ready: Option<SyncSender<()>>,
     shutting_down: bool,
+    /// Inbox paths journaled as `task.ignored` (each once per daemon).
+    ignored: std::collections::HashSet<String>,
 }
 
 fn signal_group(pgid: i32, sig: i32) {
@@ -154,6 +156,7 @@ impl Exec {
             tx,
             ready: Some(ready),
             shutting_down: false,
+            ignored: Default::default(),
         })
     }
 
@@ -221,7 +224,7 @@ impl Exec {
             };
         };
         let rel = info.rel_dir();
-        let task = scan::newest_task(self.root.as_fd(), &rel)
+        let task = store_facts::newest_task(self.root.as_fd(), &rel)
             .map(|(n, _)| self.in_mount(&format!("{rel}/inbox/{n}")))
             .unwrap_or_default();
         Placeholders {
@@ -253,21 +256,23 @@ impl Exec {
     // ----- start-up (§6, §9) -------------------------------------------------------------
 
     fn startup(&mut self, resume: bool) {
-        if let Err(e) = crate::fs::scan::scan(self.root.as_fd(), &self.registry, &HashMap::new()) {
+        if let Err(e) = crate::fs::rebuild::scan(self.root.as_fd(), &self.registry, &HashMap::new())
+        {
             tracing::warn!("cannot scan the smith tree: {e}");
         }
-        let events = Journal::read(self.state.as_fd()).unwrap_or_else(|e| {
-            tracing::error!("cannot read the journal: {e}");
-            Vec::new()
-        });
-        let (hist, open) = journal::replay(&events);
+        // The snapshot of rotated-away lines plus every journal file (PROTOCOL.md §7).
+        let journal::Replay { hist, open } =
+            journal::load(self.state.as_fd()).unwrap_or_else(|e| {
+                tracing::error!("cannot read the journal: {e}");
+                journal::Replay::default()
+            });
         let all = self.registry.all();
         for info in &all {
             self.queue.add(info.idx, info.parent);
         }
         for info in &all {
             let h = hist.get(&info.full_id).cloned().unwrap_or_default();
-            let has_result = scan::has_result(self.root.as_fd(), &info.rel_dir());
+            let has_result = store_facts::has_result(self.root.as_fd(), &info.rel_dir());
             let base = if has_result {
                 Base::Done
             } else {
@@ -423,6 +428,10 @@ impl Exec {
                 }
             }
         }
+        if self.shared.denials.lock().pending() {
+            // A suppressed count is journaled soon after its second ends.
+            consider(now + Duration::from_millis(250));
+        }
         next.map(|t| t.saturating_duration_since(now))
     }
 
@@ -455,6 +464,14 @@ impl Exec {
     }
 
     fn tick(&mut self) {
+        let done = self
+            .shared
+            .denials
+            .lock()
+            .flush(super::denials::now_second());
+        for d in done {
+            self.record_suppressed(d);
+        }
         let now = Instant::now();
         let smiths: Vec<SmithIdx> = self.live.keys().copied().collect();
         for s in smiths {
@@ -527,7 +544,7 @@ impl Exec {
                     return;
                 };
                 let rel = info.rel_dir();
-                let arrived = scan::task_time(self.root.as_fd(), &rel, &file);
+                let arrived = store_facts::task_time(self.root.as_fd(), &rel, &file);
                 let rec = self.recs.entry(smith).or_default();
                 // The rescan found this very write first (at start-up or after a dropped
                 // trigger) and journaled it: its trigger is the same assignment.
@@ -576,7 +593,7 @@ impl Exec {
                 self.record(ev);
                 // A moved smith has no history under its new full id: its state comes from its
                 // files (done with a result, else idle). The move itself starts no run.
-                if moved && scan::has_result(self.root.as_fd(), &info.rel_dir()) {
+                if moved && store_facts::has_result(self.root.as_fd(), &info.rel_dir()) {
                     self.queue.set_base(smith, Base::Done);
                     if let Some(r) = self.recs.get_mut(&smith) {
                         r.has_result = true;
@@ -607,8 +624,37 @@ impl Exec {
                 ev.rule = Some(rule);
                 self.record(ev);
             }
+            Trigger::DenialsSuppressed(d) => self.record_suppressed(d),
+            Trigger::TaskIgnored {
+                smith,
+                file,
+                reason,
+            } => {
+                let Some(info) = self.registry.get(smith) else {
+                    return;
+                };
+                let path = format!("{}/inbox/{file}", info.rel_dir());
+                // Once per name (PROTOCOL.md §5): rewriting it says nothing new.
+                if !self.ignored.insert(path.clone()) {
+                    return;
+                }
+                let mut ev = self.ev("task.ignored", smith);
+                ev.path = Some(path);
+                ev.reason = Some(format!("the name {reason}"));
+                self.record(ev);
+            }
             Trigger::Cancel { smith } => self.on_cancel(smith),
         }
+    }
+
+    /// Journal one `access.denied.suppressed` line (PROTOCOL.md §7).
+    fn record_suppressed(&self, d: super::denials::Suppressed) {
+        let mut ev = Event::new(
+            "access.denied.suppressed",
+            d.smith.and_then(|s| self.full_id(s)),
+        );
+        ev.count = Some(d.count);
+        self.record(ev);
     }
 
     fn on_cancel(&mut self, s: SmithIdx) {
@@ -635,9 +681,11 @@ impl Exec {
             return false;
         };
         let rel = info.rel_dir();
-        match scan::result_time(self.root.as_fd(), &rel) {
+        match store_facts::result_time(self.root.as_fd(), &rel) {
             None => true,
-            Some(r) => scan::newest_task(self.root.as_fd(), &rel).is_some_and(|(_, t)| t > r),
+            Some(r) => {
+                store_facts::newest_task(self.root.as_fd(), &rel).is_some_and(|(_, t)| t > r)
+            }
         }
     }
 
@@ -646,14 +694,14 @@ impl Exec {
             return;
         };
         let rel = info.rel_dir();
-        let has_result = scan::has_result(self.root.as_fd(), &rel);
+        let has_result = store_facts::has_result(self.root.as_fd(), &rel);
         if let Some(r) = self.recs.get_mut(&s) {
             r.has_result = has_result;
         }
         if has_result {
             return;
         }
-        let Some((name, arrived)) = scan::newest_task(self.root.as_fd(), &rel) else {
+        let Some((name, arrived)) = store_facts::newest_task(self.root.as_fd(), &rel) else {
             return;
         };
         let last = self.recs.get(&s).and_then(|r| r.last_start);
@@ -676,7 +724,7 @@ impl Exec {
 
     /// Re-derive everything from the files after dropped triggers.
     fn rescan_all(&mut self) {
-        let _ = crate::fs::scan::scan(self.root.as_fd(), &self.registry, &HashMap::new());
+        let _ = crate::fs::rebuild::scan(self.root.as_fd(), &self.registry, &HashMap::new());
         let all = self.registry.all();
         for info in &all {
             self.ensure_known(info.idx);
@@ -710,7 +758,7 @@ impl Exec {
         {
             return;
         }
-        match scan::copy_final(self.root.as_fd()) {
+        match store_facts::copy_final(self.root.as_fd()) {
             Ok(Some(results_ino)) => self.invalidate.entry(results_ino, OsStr::new("final.md")),
             Ok(None) => {}
             Err(e) => tracing::error!("cannot copy the root's result to results/final.md: {e}"),
@@ -959,7 +1007,7 @@ impl Exec {
             .get(s)
             .map(|i| i.rel_dir())
             .unwrap_or_default();
-        let has_result = scan::has_result(self.root.as_fd(), &rel);
+        let has_result = store_facts::has_result(self.root.as_fd(), &rel);
         let outcome = self
             .queue
             .exited(s, RunEnd::NotStarted, has_result, retries);
@@ -1024,7 +1072,7 @@ impl Exec {
             .get(s)
             .map(|i| i.rel_dir())
             .unwrap_or_default();
-        let has_result = scan::has_result(self.root.as_fd(), &rel);
+        let has_result = store_facts::has_result(self.root.as_fd(), &rel);
         if let Some(r) = self.recs.get_mut(&s) {
             r.has_result = has_result;
         }

@@ -3,6 +3,12 @@
 //! operator, in its own process group, killed after `hook_timeout_secs`. Each hook lives on a
 //! thread of its own, so the scheduler never waits for one; its end is journaled as
 //! `hook.exited` (exit code or signal, `timed_out`, or `error`).
+//!
+//! Every value a smith can influence is also in the hook's environment ([`hook_env`]:
+//! `SMITH_EVENT`, `SMITH_FULL_ID`, `SMITH_RUN_ID`, `SMITH_TASK_FILE`, `SMITH_EXIT_CODE`,
+//! `SMITH_PATH`), so a shell hook quotes `"$SMITH_TASK_FILE"` instead of splicing a placeholder
+//! into `sh -c` text; placeholders are replaced inside one argument and never re-parsed
+//! (PROTOCOL.md §5).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -19,7 +25,7 @@ use crate::sched::runner::{self, BindTo, Launch, Placeholders, RunBinder};
 /// At most this many hooks *of one event* run at once; beyond it a hook is not started and
 /// `hook.exited` says so (a storm of `access.denied` must not fork-bomb the machine). The cap is
 /// per event, so such a storm never keeps the hooks of `result.published` or `run.exited` from
-/// running (docs/PROTOCOL-NOTES-sched.md).
+/// running (docs/PROTOCOL-NOTES.md, part S).
 pub const MAX_LIVE_HOOKS: usize = 32;
 
 /// The configured hooks and what they need to run.
@@ -96,6 +102,7 @@ impl Hooks {
                 continue;
             }
             let job = HookJob {
+                env: hook_env(ev, ph),
                 argv,
                 input: format!("{line}\n"),
                 timeout: self.timeout,
@@ -119,7 +126,33 @@ impl Hooks {
     }
 }
 
+/// The environment a hook of `ev` gets over the daemon's (PROTOCOL.md §5): `SMITH_EVENT` (the
+/// event name), `SMITH_FULL_ID` (empty for an event of no smith), `SMITH_RUN_ID`,
+/// `SMITH_TASK_FILE` (as `{task_file}`: the smith's newest task, absolute in the mount),
+/// `SMITH_EXIT_CODE` (a run's exit code, 128 + N for signal N, else empty) and `SMITH_PATH` (the
+/// journal line's mount-relative `path`); each is empty when the event has none. Always all six,
+/// so a hook never sees a value left over from the daemon's own environment.
+pub fn hook_env(ev: &Event, ph: &Placeholders) -> BTreeMap<String, String> {
+    let exit = match (ev.exit_code, ev.signal) {
+        (Some(c), _) => c.to_string(),
+        (None, Some(sig)) => (128 + sig).to_string(),
+        (None, None) => String::new(),
+    };
+    [
+        ("SMITH_EVENT", ev.event.clone()),
+        ("SMITH_FULL_ID", ev.smith.clone().unwrap_or_default()),
+        ("SMITH_RUN_ID", ev.run_id.clone().unwrap_or_default()),
+        ("SMITH_TASK_FILE", ph.task_file.clone()),
+        ("SMITH_EXIT_CODE", exit),
+        ("SMITH_PATH", ev.path.clone().unwrap_or_default()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
 struct HookJob {
+    env: BTreeMap<String, String>,
     argv: Vec<String>,
     input: String,
     timeout: Duration,
@@ -138,11 +171,10 @@ impl HookJob {
     }
 
     fn execute(&mut self) {
-        let env = BTreeMap::new();
         let started = runner::launch(
             Launch {
                 argv: &self.argv,
-                env: &env,
+                env: &self.env,
                 // Never the daemon's cwd (which may be at or above the mount): `/`.
                 cwd: Some(std::path::Path::new("/")),
                 stdin_piped: true,
@@ -215,5 +247,42 @@ pub fn wait_pidfd(fd: BorrowedFd<'_>, deadline: Instant) -> bool {
         if n > 0 {
             return true;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hook_env_has_every_variable() {
+        let ph = Placeholders {
+            task_file: "/m/smiths/smith-root/inbox/task-1.md".into(),
+            ..Placeholders::default()
+        };
+        let mut ev = Event::new("run.exited", Some("smith-root".into()));
+        ev.run_id = Some("run-0002".into());
+        ev.signal = Some(9);
+        let env = hook_env(&ev, &ph);
+        let get = |k: &str| env.get(k).map(String::as_str);
+        assert_eq!(get("SMITH_EVENT"), Some("run.exited"));
+        assert_eq!(get("SMITH_FULL_ID"), Some("smith-root"));
+        assert_eq!(get("SMITH_RUN_ID"), Some("run-0002"));
+        assert_eq!(get("SMITH_EXIT_CODE"), Some("137"));
+        assert_eq!(get("SMITH_PATH"), Some(""));
+        assert_eq!(
+            get("SMITH_TASK_FILE"),
+            Some("/m/smiths/smith-root/inbox/task-1.md")
+        );
+        ev.exit_code = Some(3);
+        ev.signal = None;
+        assert_eq!(hook_env(&ev, &ph)["SMITH_EXIT_CODE"], "3");
+        let mut denied = Event::new("access.denied", None);
+        denied.path = Some("smiths/smith-root/private/x".into());
+        let env = hook_env(&denied, &Placeholders::default());
+        assert_eq!(env["SMITH_FULL_ID"], "");
+        assert_eq!(env["SMITH_EXIT_CODE"], "");
+        assert_eq!(env["SMITH_PATH"], "smiths/smith-root/private/x");
+        assert_eq!(env.len(), 6);
     }
 }

@@ -4,8 +4,9 @@
 //! `cancelled` states and to find runs that started but never exited (§9).
 
 use std::collections::HashMap;
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::SystemTime;
 
@@ -78,9 +79,6 @@ pub struct Event {
     /// What went wrong, in one sentence (a bad smith config, a spawn error, a hook failure).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// Why a run ended, for `run.exited` (PROTOCOL.md §5): `oom` when its memory limit killed it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
     /// For `run.exited` of a smith with a memory limit: how many of its own processes the OOM
     /// killer killed during the run (absent when none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -94,6 +92,14 @@ pub struct Event {
     /// For `hook.exited`: it ran over `hook_timeout_secs` and was killed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timed_out: Option<bool>,
+    /// For `access.denied.suppressed`: the denials of that identity and second not written in
+    /// full (PROTOCOL.md §7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
+    /// Why, for `task.ignored` (the name rule it breaks, PROTOCOL.md §5) and, per ops, for
+    /// `run.exited` (`oom` when its memory limit killed it, docs/PROTOCOL-NOTES.md L5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 impl Event {
@@ -114,58 +120,304 @@ impl Event {
     }
 }
 
-/// The open journal. Appends are serialised by a leaf mutex held only across one `write`.
+/// The rotated journals keep this name plus `.1` (newest) … `.N` (PROTOCOL.md §7).
+const JOURNAL_STR: &str = "events.jsonl";
+
+/// A rotated journal on its way out: renamed here by a rotation, folded into the
+/// [`SNAPSHOT_NAME`] snapshot, then removed (a crash in between leaves it for the next start).
+const DROP_NAME: &CStr = c"events.jsonl.drop";
+
+/// The state carried forward from the journals that rotation removed (docs/PROTOCOL-NOTES.md
+/// H5): what a restart rebuilds survives rotation.
+pub const SNAPSHOT_NAME: &CStr = c"journal-state.json";
+
+/// Rotation limits, `journal.max_bytes` and `journal.keep` of config.json (PROTOCOL.md §7, §8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rotation {
+    /// Rotate before a line would take the journal over this many bytes.
+    pub max_bytes: u64,
+    /// Rotated files kept (`events.jsonl.1` … `.keep`); older ones are folded into the snapshot.
+    pub keep: u32,
+}
+
+impl Default for Rotation {
+    fn default() -> Self {
+        Rotation {
+            max_bytes: 64 << 20,
+            keep: 3,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Writer {
+    fd: OwnedFd,
+    /// The current file's size in bytes.
+    size: u64,
+    limits: Rotation,
+}
+
+/// The open journal. Appends are serialised by a leaf mutex held across one `write` (and, at
+/// most once per `max_bytes`, a rotation's renames); folding a removed file into the snapshot
+/// happens after the lock is released, under a mutex of its own.
 #[derive(Debug)]
 pub struct Journal {
-    fd: Mutex<OwnedFd>,
+    state: OwnedFd,
+    w: Mutex<Writer>,
+    fold: Mutex<()>,
 }
 
 impl Journal {
-    /// Open (creating, mode 0600) the journal in the held state directory `state`. If a crash
-    /// left a torn last line, a newline is written first so the next line stands alone.
-    pub fn open(state: BorrowedFd<'_>) -> SysResult<Journal> {
-        let fd = backing::open_file(
-            state,
-            JOURNAL_NAME,
-            libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND,
-            0o600,
-        )?;
+    /// Open (creating, mode 0600) the journal in the held state directory `state`, rotating at
+    /// `limits`. If a crash left a torn last line, a newline is written first so the next line
+    /// stands alone; a removed file a crash left unfolded is folded now.
+    pub fn open(state: BorrowedFd<'_>, limits: Rotation) -> SysResult<Journal> {
+        let fd = open_current(state)?;
         let st = backing::stat(fd.as_fd())?;
-        if st.st_size > 0 {
+        let mut size = st.st_size.max(0) as u64;
+        if size > 0 {
             let rd = backing::open_file(state, JOURNAL_NAME, libc::O_RDONLY, 0)?;
             let mut last = [0u8; 1];
-            let n = backing::pread(rd.as_fd(), &mut last, (st.st_size - 1) as u64)?;
+            let n = backing::pread(rd.as_fd(), &mut last, size - 1)?;
             if n == 1 && last[0] != b'\n' {
                 backing::write(fd.as_fd(), b"\n")?;
+                size += 1;
             }
         }
-        Ok(Journal { fd: Mutex::new(fd) })
+        let j = Journal {
+            state: state
+                .try_clone_to_owned()
+                .map_err(|e| nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?,
+            w: Mutex::new(Writer { fd, size, limits }),
+            fold: Mutex::new(()),
+        };
+        j.fold_dropped();
+        Ok(j)
     }
 
-    /// Append `ev` as one line with one `write` (retried only for a short write). Returns the
-    /// line written (without the newline), for hooks.
+    /// Apply new rotation limits (a reload of config.json); they take effect at the next line.
+    pub fn set_limits(&self, limits: Rotation) {
+        self.w.lock().limits = limits;
+    }
+
+    /// Append `ev` as one line with one `write` (retried only for a short write), rotating first
+    /// when the line would take the file over `max_bytes`. Returns the line written (without
+    /// the newline), for hooks.
     pub fn append(&self, ev: &Event) -> SysResult<String> {
         let line = ev.to_line();
         let mut buf = Vec::with_capacity(line.len() + 1);
         buf.extend_from_slice(line.as_bytes());
         buf.push(b'\n');
-        let fd = self.fd.lock();
-        let mut off = 0;
-        while off < buf.len() {
-            off += backing::write(fd.as_fd(), &buf[off..])?;
+        let rotated = {
+            let mut w = self.w.lock();
+            let mut rotated = false;
+            if w.size > 0 && w.size + buf.len() as u64 > w.limits.max_bytes {
+                match self.rotate(&mut w) {
+                    Ok(()) => rotated = true,
+                    Err(e) => tracing::error!("cannot rotate the journal: {e}"),
+                }
+            }
+            let mut off = 0;
+            while off < buf.len() {
+                off += backing::write(w.fd.as_fd(), &buf[off..])?;
+            }
+            w.size += buf.len() as u64;
+            rotated
+        };
+        if rotated {
+            self.fold_dropped();
         }
         Ok(line)
     }
 
-    /// Read every complete line of the journal in the held state directory `state` (missing
-    /// journal: none).
-    pub fn read(state: BorrowedFd<'_>) -> SysResult<Vec<Event>> {
-        match backing::read_file(state, Path::new("events.jsonl")) {
-            Ok(bytes) => Ok(parse(&bytes)),
-            Err(nix::errno::Errno::ENOENT) => Ok(Vec::new()),
-            Err(e) => Err(e),
+    /// Rename `events.jsonl.keep` to the drop name, shift `.i` to `.i+1`, the current file to
+    /// `.1`, and start a new current file. Renames only: readers see every line in some file.
+    fn rotate(&self, w: &mut Writer) -> SysResult<()> {
+        let st = self.state.as_fd();
+        if backing::stat_at(st, DROP_NAME).is_ok() {
+            // A fold that failed before: it must not be overwritten.
+            self.fold_dropped_locked();
+        }
+        let keep = w.limits.keep;
+        if keep == 0 {
+            backing::rename(st, JOURNAL_NAME, st, DROP_NAME, 0)?;
+        } else {
+            let last = rotated_name(keep);
+            match backing::rename(st, &last, st, DROP_NAME, 0) {
+                Ok(()) | Err(nix::errno::Errno::ENOENT) => {}
+                Err(e) => return Err(e),
+            }
+            for i in (1..keep).rev() {
+                match backing::rename(st, &rotated_name(i), st, &rotated_name(i + 1), 0) {
+                    Ok(()) | Err(nix::errno::Errno::ENOENT) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            backing::rename(st, JOURNAL_NAME, st, &rotated_name(1), 0)?;
+        }
+        w.fd = open_current(st)?;
+        w.size = 0;
+        Ok(())
+    }
+
+    /// Fold the drop file, if any, into the snapshot and remove it.
+    fn fold_dropped(&self) {
+        let _g = self.fold.lock();
+        self.fold_dropped_locked();
+    }
+
+    fn fold_dropped_locked(&self) {
+        if let Err(e) = fold_drop(self.state.as_fd()) {
+            tracing::error!("cannot fold a rotated journal into the state snapshot: {e}");
         }
     }
+
+    /// Every complete line of the journal in the held state directory `state`, across the
+    /// rotated files, oldest first (see [`read_all`]).
+    pub fn read(state: BorrowedFd<'_>) -> SysResult<Vec<Event>> {
+        read_all(state)
+    }
+}
+
+fn open_current(state: BorrowedFd<'_>) -> SysResult<OwnedFd> {
+    backing::open_file(
+        state,
+        JOURNAL_NAME,
+        libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND,
+        0o600,
+    )
+}
+
+/// `events.jsonl.N`.
+fn rotated_name(n: u32) -> CString {
+    CString::new(format!("{JOURNAL_STR}.{n}")).unwrap_or_default()
+}
+
+/// A file's identity for "was this drop file folded already" (inode numbers alone are reused).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct FileId {
+    ino: u64,
+    size: i64,
+    mtime: i64,
+    mtime_nsec: i64,
+}
+
+impl FileId {
+    fn of(st: &libc::stat) -> FileId {
+        FileId {
+            ino: st.st_ino,
+            size: st.st_size,
+            mtime: st.st_mtime,
+            mtime_nsec: st.st_mtime_nsec,
+        }
+    }
+}
+
+/// `.smithfs-state/journal-state.json`: the replay of every journal line rotation removed.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Snapshot {
+    /// The replayed state.
+    replay: Replay,
+    /// The drop file folded last, so that a crash between folding and removing it does not
+    /// fold it twice.
+    #[serde(default)]
+    folded: Option<FileId>,
+}
+
+fn load_snapshot(state: BorrowedFd<'_>) -> SysResult<Snapshot> {
+    match backing::read_file(state, Path::new("journal-state.json")) {
+        Ok(bytes) => Ok(serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+            tracing::error!("journal-state.json is not a state snapshot ({e}); ignored");
+            Snapshot::default()
+        })),
+        Err(nix::errno::Errno::ENOENT) => Ok(Snapshot::default()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The drop file's identity, if it exists and is not in the snapshot yet.
+fn unfolded_drop(state: BorrowedFd<'_>, snap: &Snapshot) -> Option<FileId> {
+    let st = backing::stat_at(state, DROP_NAME).ok()?;
+    let id = FileId::of(&st);
+    (snap.folded != Some(id)).then_some(id)
+}
+
+fn fold_drop(state: BorrowedFd<'_>) -> SysResult<()> {
+    if backing::stat_at(state, DROP_NAME).is_err() {
+        return Ok(());
+    }
+    let mut snap = load_snapshot(state)?;
+    if let Some(id) = unfolded_drop(state, &snap) {
+        let bytes = backing::read_file(state, Path::new("events.jsonl.drop"))?;
+        for ev in parse(&bytes) {
+            snap.replay.apply(&ev);
+        }
+        snap.folded = Some(id);
+        let text = serde_json::to_vec(&snap).map_err(|_| nix::errno::Errno::EINVAL)?;
+        backing::write_atomic(state, SNAPSHOT_NAME, &text, 0o600)?;
+    }
+    backing::unlink(state, DROP_NAME, false)
+}
+
+/// The journal files in the held state directory `state`, oldest first: an unfolded drop file,
+/// `events.jsonl.N` … `.1` (every number present, also beyond `keep`), then `events.jsonl`.
+/// The one place that knows the rotation's names: `smithfs events`, `.smithfs/events.jsonl`,
+/// the start-up replay and a follower use it (PROTOCOL.md §7).
+pub fn files(state: BorrowedFd<'_>) -> SysResult<Vec<CString>> {
+    let mut numbered: Vec<u32> = backing::dir_names(state)?
+        .iter()
+        .filter_map(|n| {
+            let rest = n.strip_prefix(format!("{JOURNAL_STR}.").as_bytes())?;
+            let digits = std::str::from_utf8(rest).ok()?;
+            (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| digits.parse().ok())
+                .flatten()
+        })
+        .collect();
+    numbered.sort_unstable_by(|a, b| b.cmp(a));
+    let mut out = Vec::new();
+    if unfolded_drop(state, &load_snapshot(state).unwrap_or_default()).is_some() {
+        out.push(DROP_NAME.to_owned());
+    }
+    out.extend(numbered.into_iter().map(rotated_name));
+    out.push(JOURNAL_NAME.to_owned());
+    Ok(out)
+}
+
+/// The complete lines of every journal file, oldest first, as bytes: what
+/// `.smithfs/events.jsonl` serves. A torn last line of a file is left out.
+pub fn read_all_bytes(state: BorrowedFd<'_>) -> SysResult<Vec<u8>> {
+    let mut out = Vec::new();
+    for name in files(state)? {
+        let path = Path::new(std::ffi::OsStr::from_bytes(name.as_bytes()));
+        match backing::read_file(state, path) {
+            Ok(bytes) => {
+                let end = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+                out.extend_from_slice(&bytes[..end]);
+            }
+            // Rotated away between the listing and the read: its lines are in the next file
+            // or, when dropped, in the snapshot.
+            Err(nix::errno::Errno::ENOENT) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
+
+/// Every complete line of the journal in the held state directory `state`, across the rotated
+/// files, oldest first (missing journal: none).
+pub fn read_all(state: BorrowedFd<'_>) -> SysResult<Vec<Event>> {
+    Ok(parse(&read_all_bytes(state)?))
+}
+
+/// What a restart rebuilds (PROTOCOL.md §7, §9): the snapshot of the removed files, with every
+/// line still in a journal file replayed on top.
+pub fn load(state: BorrowedFd<'_>) -> SysResult<Replay> {
+    let mut r = load_snapshot(state)?.replay;
+    for ev in read_all(state)? {
+        r.apply(&ev);
+    }
+    Ok(r)
 }
 
 /// Parse journal bytes: one event per line. A last line without its newline (torn by a crash)
@@ -201,7 +453,7 @@ pub struct LastRun {
 }
 
 /// What the journal says about one smith.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct History {
     /// Runs started.
     pub runs: u32,
@@ -217,7 +469,7 @@ pub struct History {
 }
 
 /// A state that only the journal remembers (§9).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Terminal {
     /// Retries exhausted.
     Failed,
@@ -226,7 +478,7 @@ pub enum Terminal {
 }
 
 /// A run recorded as started but never exited: the daemon died under it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OpenRun {
     /// The smith's full id.
     pub smith: String,
@@ -244,13 +496,31 @@ pub struct OpenRun {
     pub cgroup: Option<String>,
 }
 
+/// The journal replayed: each smith's history (by full id) and the runs left open. Built line by
+/// line with [`Replay::apply`], so the lines rotation removes can be folded into a snapshot.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Replay {
+    /// Per full id.
+    pub hist: HashMap<String, History>,
+    /// Runs started and not exited, in start order.
+    pub open: Vec<OpenRun>,
+}
+
 /// Replay the journal: each smith's history (by full id) and the runs left open.
 pub fn replay(events: &[Event]) -> (HashMap<String, History>, Vec<OpenRun>) {
-    let mut hist: HashMap<String, History> = HashMap::new();
-    let mut open: Vec<OpenRun> = Vec::new();
+    let mut r = Replay::default();
     for ev in events {
+        r.apply(ev);
+    }
+    (r.hist, r.open)
+}
+
+impl Replay {
+    /// Take one more journal line into account.
+    pub fn apply(&mut self, ev: &Event) {
+        let (hist, open) = (&mut self.hist, &mut self.open);
         let Some(smith) = ev.smith.clone() else {
-            continue;
+            return;
         };
         let h = hist.entry(smith.clone()).or_default();
         let closes = |open: &mut Vec<OpenRun>| {
@@ -311,7 +581,7 @@ pub fn replay(events: &[Event]) -> (HashMap<String, History>, Vec<OpenRun>) {
                         .or_else(|| h.last_run.as_ref().map(|l| l.wake.clone()));
                     h.interrupted = wake.or(Some("task".into()));
                 }
-                closes(&mut open);
+                closes(open);
             }
             "run.cancelled" => {
                 // A cancel consumes the tasks that were there: only newer ones revive it.
@@ -322,7 +592,6 @@ pub fn replay(events: &[Event]) -> (HashMap<String, History>, Vec<OpenRun>) {
             _ => {}
         }
     }
-    (hist, open)
 }
 
 #[cfg(test)]
@@ -389,5 +658,74 @@ mod tests {
         let mut more = events.clone();
         more.push(ev("task.assigned", "smith-root/smith-001", None));
         assert_eq!(replay(&more).0["smith-root/smith-001"].terminal, None);
+    }
+
+    #[test]
+    fn rotation_keeps_n_files_and_the_snapshot_carries_the_rest() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = std::fs::File::open(tmp.path()).expect("open");
+        let limits = Rotation {
+            max_bytes: 4096,
+            keep: 2,
+        };
+        let j = Journal::open(dir.as_fd(), limits).expect("journal");
+        let mut all = Vec::new();
+        for i in 0..400u32 {
+            let smith = format!("smith-root/smith-{:03}", i % 7 + 1);
+            let run = format!("run-{:04}", i / 7 + 1);
+            // smith-003 fails for good in the first rounds, never to run again (it is gone
+            // from the journal files, only in the snapshot).
+            if i % 7 == 2 && i > 20 {
+                continue;
+            }
+            let mut e = ev("run.started", &smith, Some(&run));
+            e.pid = Some(1000 + i);
+            all.push(e.clone());
+            j.append(&e).expect("append");
+            let mut x = ev("run.exited", &smith, Some(&run));
+            x.outcome = Some(if i % 7 == 2 { "failed" } else { "done" }.into());
+            x.exit_code = Some(1);
+            all.push(x.clone());
+            j.append(&x).expect("append");
+        }
+        // One more that stays open.
+        let open_run = ev("run.started", "smith-root", Some("run-0001"));
+        all.push(open_run.clone());
+        j.append(&open_run).expect("append");
+        let names: Vec<String> = files(dir.as_fd())
+            .expect("files")
+            .iter()
+            .map(|c| c.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["events.jsonl.2", "events.jsonl.1", "events.jsonl"]);
+        for n in &names {
+            let len = std::fs::metadata(tmp.path().join(n)).expect("stat").len();
+            assert!(len <= 4096, "{n}: {len} bytes");
+        }
+        assert!(tmp.path().join("journal-state.json").exists());
+        assert!(!tmp.path().join("events.jsonl.drop").exists());
+        // What a restart rebuilds is what the whole history says.
+        let (hist, open) = replay(&all);
+        let got = load(dir.as_fd()).expect("load");
+        assert_eq!(got.hist, hist);
+        assert_eq!(got.open, open);
+        assert_eq!(
+            got.hist["smith-root/smith-003"].terminal,
+            Some(Terminal::Failed)
+        );
+        assert_eq!(got.hist["smith-root/smith-001"].runs, 58);
+        // The readers see only what the files still hold: the newest lines.
+        let kept = read_all(dir.as_fd()).expect("read");
+        assert!(kept.len() < all.len());
+        assert_eq!(kept.last(), all.last());
+        // A crash between the fold and the removal of the drop file folds it only once.
+        std::fs::copy(
+            tmp.path().join("events.jsonl.2"),
+            tmp.path().join("events.jsonl.drop"),
+        )
+        .expect("copy");
+        fold_drop(dir.as_fd()).expect("fold");
+        let twice = load(dir.as_fd()).expect("load");
+        assert_ne!(twice.hist, hist, "a new drop file is folded");
     }
 }

@@ -12,14 +12,15 @@
 //! FUSE session is mounted (runs work in the mount) it starts the scheduler thread on that
 //! queue ([`Scheduler::start_on`]).
 
+pub mod denials;
 mod exec;
 pub mod hooks;
 pub mod journal;
 pub mod queue;
 pub mod reaper;
 pub mod runner;
-pub mod scan;
 pub mod spawn;
+pub mod store_facts;
 pub mod view;
 
 use std::ffi::OsStr;
@@ -110,6 +111,9 @@ pub(crate) struct Shared {
     /// A trigger was dropped since the last rescan.
     overflow: AtomicBool,
     journal: Arc<Journal>,
+    /// The `access.denied` rate limit (PROTOCOL.md §7), applied before the bounded queue,
+    /// which a denial storm would otherwise fill.
+    denials: Mutex<denials::DenialLimiter>,
     /// Smiths with a live run. Leaf lock; written by the scheduler thread when a run starts or
     /// ends.
     live: Mutex<std::collections::HashSet<SmithIdx>>,
@@ -135,16 +139,21 @@ impl std::fmt::Debug for Link {
 }
 
 impl Link {
-    /// Open the queue and the journal in the state directory `state` (`.smithfs-state/`).
+    /// Open the queue and the journal in the state directory `state` (`.smithfs-state/`),
+    /// rotating at `rotation` (config.json `journal`).
     ///
     /// # Errors
     /// The journal cannot be opened.
-    pub fn open(state: std::os::fd::BorrowedFd<'_>) -> std::io::Result<Arc<Link>> {
-        let journal = Arc::new(Journal::open(state)?);
+    pub fn open(
+        state: std::os::fd::BorrowedFd<'_>,
+        rotation: journal::Rotation,
+    ) -> std::io::Result<Arc<Link>> {
+        let journal = Arc::new(Journal::open(state, rotation)?);
         let shared = Arc::new(Shared {
             status: Mutex::new(Arc::new(serde_json::Value::Null)),
             overflow: AtomicBool::new(false),
             journal,
+            denials: Mutex::new(denials::DenialLimiter::default()),
             live: Mutex::new(Default::default()),
             registry: OnceLock::new(),
             started: AtomicBool::new(false),
@@ -168,6 +177,23 @@ impl Link {
             }
             return;
         }
+        if let Trigger::AccessDenied { smith, .. } = &t {
+            let (admit, done) = self
+                .shared
+                .denials
+                .lock()
+                .admit(*smith, denials::now_second());
+            if let Some(done) = done {
+                self.send(Trigger::DenialsSuppressed(done));
+            }
+            if !admit {
+                return;
+            }
+        }
+        self.send(t);
+    }
+
+    fn send(&self, t: Trigger) {
         match self.tx.try_send(Msg::Trigger(t)) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
@@ -247,7 +273,7 @@ impl Scheduler {
     pub fn start(ctx: SchedCtx, resume: bool) -> std::io::Result<Scheduler> {
         let name = std::ffi::CString::new(crate::fs::STATE_DIR)?;
         let state = backing::ensure_dir(ctx.root.as_fd(), &name, 0o700)?;
-        let link = Link::open(state.as_fd())?;
+        let link = Link::open(state.as_fd(), ctx.config.journal.rotation())?;
         Scheduler::start_on(link, ctx, resume)
     }
 

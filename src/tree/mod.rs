@@ -2,5 +2,5 @@
 
 pub mod model;
 pub mod registry;
-pub mod scaffold;
+pub mod scaffold_plan;
 pub mod template;

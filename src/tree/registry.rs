@@ -163,7 +163,7 @@ impl Registry {
 
     /// The root smith, if registered.
     pub fn root(&self) -> Option<SmithIdx> {
-        self.by_full_id(crate::tree::scaffold::ROOT_ID)
+        self.by_full_id(crate::tree::scaffold_plan::ROOT_ID)
     }
 
     /// Is `a` an ancestor (strictly above) of `b`?

@@ -19,13 +19,64 @@ pub const SMITHFS: &str = env!("CARGO_BIN_EXE_smithfs");
 /// How long a mount or unmount may take before the test fails.
 pub const MOUNT_DEADLINE: Duration = Duration::from_secs(20);
 
-/// Poll `cond` until it returns true or `deadline` (from now) passes; panics naming `what` on
-/// timeout. Polls every 10 ms: a bounded wait on a condition, never a blind sleep.
-pub fn poll_until(deadline: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+pub mod msched;
+pub mod rel;
+pub mod sched;
+
+/// What a [`poll_until`] condition returns: `bool` (done or not) or `Option<T>` (the value,
+/// once there).
+pub trait Polled {
+    /// What [`poll_until`] returns once done.
+    type Out;
+    /// `Some` once done.
+    fn done(self) -> Option<Self::Out>;
+}
+
+impl Polled for bool {
+    type Out = ();
+    fn done(self) -> Option<()> {
+        self.then_some(())
+    }
+}
+
+impl<T> Polled for Option<T> {
+    type Out = T;
+    fn done(self) -> Option<T> {
+        self
+    }
+}
+
+/// A deadline for [`poll_until`]: a `Duration`, or whole seconds.
+pub trait Within {
+    /// The deadline as a duration from now.
+    fn duration(self) -> Duration;
+}
+
+impl Within for Duration {
+    fn duration(self) -> Duration {
+        self
+    }
+}
+
+impl Within for u64 {
+    fn duration(self) -> Duration {
+        Duration::from_secs(self)
+    }
+}
+
+/// Poll `cond` until it is done (`true`, or `Some(value)`, which is returned) or `deadline`
+/// (from now) passes; panics naming `what` on timeout. Polls every 10 ms: a bounded wait on a
+/// condition, never a blind sleep. The one poll of every test helper.
+pub fn poll_until<R: Polled>(
+    deadline: impl Within,
+    what: &str,
+    mut cond: impl FnMut() -> R,
+) -> R::Out {
+    let deadline = deadline.duration();
     let end = Instant::now() + deadline;
     loop {
-        if cond() {
-            return;
+        if let Some(v) = cond().done() {
+            return v;
         }
         if Instant::now() >= end {
             panic!("timed out after {deadline:?} waiting for: {what}");

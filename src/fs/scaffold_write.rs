@@ -1,11 +1,11 @@
-//! Applying a scaffold plan (`tree::scaffold`) to the backing store: a smith dir appears whole
+//! Applying a scaffold plan (`tree::scaffold_plan`) to the backing store: a smith dir appears whole
 //! or not at all (PROTOCOL.md §4).
 
 use std::ffi::CStr;
 use std::os::fd::BorrowedFd;
 
 use super::backing::{self, Node, SysResult};
-use crate::tree::scaffold::{Plan, PlanEntry, DIR_MODE};
+use crate::tree::scaffold_plan::{Plan, PlanEntry, DIR_MODE};
 
 /// Create the smith dir `name` in `dir` (a `children/` or `smiths/` directory) from `plan`,
 /// built under a temporary name and renamed into place. `owner` (uid, gid) owns every entry.

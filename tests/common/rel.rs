@@ -1,14 +1,12 @@
 //! Helpers for `tests/reliability.rs` (issue 6): bound storm processes, killing the daemon,
 //! checking the backing store after a crash, errno probes, and the long/short switch.
 
-#![allow(dead_code)]
-
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::*;
+use super::*;
 
 /// `SMITHFS_LONG=1` selects the long variants (minutes); CI runs the short ones.
 pub fn long() -> bool {

@@ -11,7 +11,7 @@ use std::path::Path;
 use super::backing::{self, SysResult};
 use crate::tree::model::SmithIdx;
 use crate::tree::registry::Registry;
-use crate::tree::scaffold::{parse_child_name, ROOT_ID};
+use crate::tree::scaffold_plan::{parse_child_name, ROOT_ID};
 
 /// The file in `.smithfs-state/` that remembers each smith's highest child number.
 pub const CHILDREN_FILE: &str = "children.json";
@@ -47,7 +47,7 @@ pub fn scan(
 
 /// Register the directory `name` in the `children/` directory `children` as the child `name` of
 /// `parent`, and every smith dir below it, as the start-up scan would (a smith dir the operator
-/// moved into that `children/`, docs/PROTOCOL-NOTES.md note 35). `highest` gives remembered
+/// moved into that `children/`, docs/PROTOCOL-NOTES.md, C35). `highest` gives remembered
 /// highest child numbers by the new full ids. Returns the new smith's index; the caller has
 /// checked the name.
 pub fn scan_moved(

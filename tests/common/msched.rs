@@ -1,14 +1,13 @@
 //! Helpers for `tests/mount_sched.rs`: a `TestMount` prepared with a test agent script and a
 //! config (written before the scheduler's mount, then remounted), the journal and status read
 //! through the mount or the CLI, and small parsers.
-#![allow(dead_code)]
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::{poll_until, smithfs, Run, TestMount};
+use super::{poll_until, smithfs, Run, TestMount};
 
 /// The test agent, installed as `agents/agent.sh`. The first line of `$SMITH_TASK_FILE` is a
 /// directive (`ok`, `sleep N`, `fail`, `hang`, `resumehang`, `resumehangterm` (its whole

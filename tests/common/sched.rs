@@ -1,13 +1,11 @@
 //! Helpers for the scheduler's integration tests: a plain temp dir laid out by `smithfs init`,
 //! used as both store and "mount" (no FUSE), a scheduler on it, and polling with deadlines.
-#![allow(dead_code)]
 
 use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use smithfs::config::Config;
@@ -177,17 +175,8 @@ pub fn state(s: &Scheduler, full: &str) -> String {
         .to_string()
 }
 
-/// Poll `f` every 10 ms until it returns `Some`, or panic after `secs` with `what`.
-pub fn poll_until<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
+#[allow(unused_imports)] // used by the scheduler binaries, through `common::sched::*`
+pub use super::poll_until;
 
 /// Is process `pid` alive (and not a zombie)?
 pub fn alive(pid: i32) -> bool {

@@ -1,0 +1,315 @@
+//! Facts the scheduler reads from the backing store (never through the mount): a smith's newest
+//! task, whether it has a result; and the one copy it makes,
+//! `results/final.md` (PROTOCOL.md §5, §9).
+
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::time::SystemTime;
+
+use crate::fs::backing::{self, SysResult};
+
+fn is_reg(st: &libc::stat) -> bool {
+    st.st_mode & libc::S_IFMT == libc::S_IFREG
+}
+
+/// The newest `task-*.md` directly in `<rel_dir>/inbox/` (a regular file whose name does not
+/// start with `.`): its name and arrival time. The arrival time is the ctime, which a rename
+/// into the inbox updates (the mtime of a task prepared elsewhere and moved in is older).
+pub fn newest_task(root: BorrowedFd<'_>, rel_dir: &str) -> Option<(String, SystemTime)> {
+    let inbox = backing::open_dir_path(root, &Path::new(rel_dir).join("inbox")).ok()?;
+    let mut stream = backing::DirStream::open(inbox.as_fd()).ok()?;
+    let mut best: Option<(SystemTime, String)> = None;
+    while let Ok(Some(e)) = stream.next_entry() {
+        if !is_task_name(&e.name) {
+            continue;
+        }
+        let name = String::from_utf8_lossy(&e.name).into_owned();
+        let Ok(c) = backing::component(OsStr::from_bytes(&e.name)) else {
+            continue;
+        };
+        let Ok(st) = backing::stat_at(inbox.as_fd(), &c) else {
+            continue;
+        };
+        if !is_reg(&st) {
+            continue;
+        }
+        let t = ctime(&st);
+        if best.as_ref().map_or(true, |b| (t, &name) > (b.0, &b.1)) {
+            best = Some((t, name));
+        }
+    }
+    best.map(|(t, n)| (n, t))
+}
+
+/// The arrival time of `<rel_dir>/inbox/<name>` (its ctime), if it is a regular file.
+pub fn task_time(root: BorrowedFd<'_>, rel_dir: &str, name: &str) -> Option<SystemTime> {
+    let inbox = backing::open_dir_path(root, &Path::new(rel_dir).join("inbox")).ok()?;
+    let c = backing::component(OsStr::new(name)).ok()?;
+    let st = backing::stat_at(inbox.as_fd(), &c).ok()?;
+    is_reg(&st).then(|| ctime(&st))
+}
+
+/// The longest task name that triggers, in bytes (PROTOCOL.md §5).
+pub const MAX_TASK_NAME: usize = 255;
+
+/// What an inbox name is to the scheduler (PROTOCOL.md §5).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TaskName {
+    /// `task-[A-Za-z0-9][A-Za-z0-9._-]*.md`, at most 255 bytes: it triggers.
+    Valid,
+    /// Starts with `task-` and ends with `.md` but breaks the rule: kept as data, never
+    /// triggers, journaled once as `task.ignored`. The text says why, as a clause
+    /// ("has a space (0x20) …").
+    Ignored(String),
+    /// Anything else (`note.md`, `.task-1.md.swp`, `4913`): plain data, nothing said.
+    Other,
+}
+
+/// Classify the inbox name `name` (raw bytes, not necessarily UTF-8) per PROTOCOL.md §5: only
+/// `task-[A-Za-z0-9][A-Za-z0-9._-]*\.md` of at most [`MAX_TASK_NAME`] bytes triggers, so no
+/// name that reaches a hook, an agent's environment or a placeholder can carry shell syntax.
+pub fn classify_task_name(name: &[u8]) -> TaskName {
+    let Some(stem) = name
+        .strip_prefix(b"task-")
+        .and_then(|r| r.strip_suffix(b".md"))
+    else {
+        return TaskName::Other;
+    };
+    if name.len() > MAX_TASK_NAME {
+        return TaskName::Ignored(format!(
+            "is {} bytes long (at most {MAX_TASK_NAME})",
+            name.len()
+        ));
+    }
+    let Some(first) = stem.first() else {
+        return TaskName::Ignored("has nothing between `task-` and `.md`".into());
+    };
+    if !first.is_ascii_alphanumeric() {
+        return TaskName::Ignored(format!(
+            "has {} right after `task-` (a letter or digit must come first)",
+            describe_byte(*first)
+        ));
+    }
+    match stem
+        .iter()
+        .find(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')))
+    {
+        Some(b) => TaskName::Ignored(format!(
+            "has {} (only letters, digits, `.`, `_` and `-` may follow `task-`)",
+            describe_byte(*b)
+        )),
+        None => TaskName::Valid,
+    }
+}
+
+/// `the character '$' (0x24)`, `a space (0x20)`, `the byte 0xff`, for `task.ignored` reasons.
+fn describe_byte(b: u8) -> String {
+    match b {
+        b' ' => "a space (0x20)".into(),
+        b'\n' => "a newline (0x0a)".into(),
+        b'\t' => "a tab (0x09)".into(),
+        0x21..=0x7e => format!("the character '{}' (0x{b:02x})", b as char),
+        _ => format!("the byte 0x{b:02x}"),
+    }
+}
+
+/// Is `name` a task name that triggers (PROTOCOL.md §5)?
+pub fn is_task_name(name: &[u8]) -> bool {
+    classify_task_name(name) == TaskName::Valid
+}
+
+/// A name that would work instead of the refused task name `name`: every byte outside
+/// `[A-Za-z0-9._]` becomes `-`, runs of `-` collapse, it starts with a letter or digit (`1`
+/// if none is left), cut to [`MAX_TASK_NAME`] bytes. `task-my plan $(x).md` →
+/// `task-my-plan-x-.md`.
+pub fn suggest_task_name(name: &[u8]) -> String {
+    let stem = name
+        .strip_prefix(b"task-")
+        .and_then(|r| r.strip_suffix(b".md"))
+        .unwrap_or(name);
+    let mut out = String::new();
+    for b in stem {
+        let c = if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_') {
+            *b as char
+        } else {
+            '-'
+        };
+        if out.is_empty() && !c.is_ascii_alphanumeric() {
+            continue;
+        }
+        if c == '-' && out.ends_with('-') {
+            continue;
+        }
+        out.push(c);
+    }
+    if out.is_empty() {
+        out.push('1');
+    }
+    out.truncate(MAX_TASK_NAME - "task-.md".len());
+    format!("task-{out}.md")
+}
+
+fn ctime(st: &libc::stat) -> SystemTime {
+    let secs = u64::try_from(st.st_ctime).unwrap_or(0);
+    let nanos = u32::try_from(st.st_ctime_nsec).unwrap_or(0);
+    SystemTime::UNIX_EPOCH + std::time::Duration::new(secs, nanos)
+}
+
+/// Does `<rel_dir>/outbox/result.md` exist as a regular file?
+pub fn has_result(root: BorrowedFd<'_>, rel_dir: &str) -> bool {
+    backing::open_dir_path(root, &Path::new(rel_dir).join("outbox"))
+        .and_then(|o| backing::stat_at(o.as_fd(), c"result.md"))
+        .is_ok_and(|st| is_reg(&st))
+}
+
+/// When `<rel_dir>/outbox/result.md` last changed (its ctime, like a task's arrival time), if
+/// it is a regular file.
+pub fn result_time(root: BorrowedFd<'_>, rel_dir: &str) -> Option<SystemTime> {
+    backing::open_dir_path(root, &Path::new(rel_dir).join("outbox"))
+        .and_then(|o| backing::stat_at(o.as_fd(), c"result.md"))
+        .ok()
+        .filter(is_reg)
+        .map(|st| ctime(&st))
+}
+
+/// Copy `smiths/smith-root/outbox/result.md` to `results/final.md` atomically, unless
+/// `final.md` already has that content. Returns the backing inode number of `results/` when it
+/// wrote (for cache invalidation), `None` when nothing changed.
+///
+/// The copy streams and keeps holes ([`backing::copy_atomic`], PROTOCOL.md §9): a sparse result
+/// costs the daemon no memory and the store only its data.
+pub fn copy_final(root: BorrowedFd<'_>) -> SysResult<Option<u64>> {
+    let outbox = backing::open_dir_path(root, Path::new("smiths/smith-root/outbox"))?;
+    // O_NONBLOCK: a FIFO named result.md must not hang the scheduler.
+    let result = backing::open_file(
+        outbox.as_fd(),
+        c"result.md",
+        libc::O_RDONLY | libc::O_NONBLOCK,
+        0,
+    )?;
+    if !is_reg(&backing::stat(result.as_fd())?) {
+        return Err(nix::errno::Errno::EINVAL);
+    }
+    let results = backing::ensure_dir(root, c"results", 0o755)?;
+    let same = backing::open_file(
+        results.as_fd(),
+        c"final.md",
+        libc::O_RDONLY | libc::O_NONBLOCK,
+        0,
+    )
+    .ok()
+    .filter(|f| backing::stat(f.as_fd()).is_ok_and(|st| is_reg(&st)))
+    .map(|f| backing::same_content(result.as_fd(), f.as_fd()))
+    .transpose()?
+    .unwrap_or(false);
+    if same {
+        return Ok(None);
+    }
+    backing::copy_atomic(result.as_fd(), results.as_fd(), c"final.md", 0o644)?;
+    Ok(Some(backing::stat(results.as_fd())?.st_ino))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn task_names() {
+        let long = format!("task-{}.md", "a".repeat(MAX_TASK_NAME - 8));
+        let too_long = format!("task-{}.md", "a".repeat(MAX_TASK_NAME - 7));
+        let table: &[(&[u8], Option<&str>)] = &[
+            (b"task-1.md", None),
+            (b"task-root.md", None),
+            (b"task-A_b-c.d.md", None),
+            (long.as_bytes(), None),
+            (b"task-.md", Some("nothing between")),
+            (b"task-.x.md", Some("the character '.' (0x2e) right after")),
+            (b"task-a b.md", Some("a space (0x20)")),
+            (b"task-$(touch x).md", Some("the character '$' (0x24)")),
+            (b"task-`id`.md", Some("the character '`' (0x60)")),
+            (b"task-a;b.md", Some("the character ';' (0x3b)")),
+            (b"task-a'b.md", Some("the character ''' (0x27)")),
+            (b"task-a\"b.md", Some("the character '\"' (0x22)")),
+            (b"task-a\nb.md", Some("a newline (0x0a)")),
+            (b"task-\xff.md", Some("the byte 0xff right after")),
+            (b"task-caf\xc3\xa9.md", Some("the byte 0xc3")),
+            (too_long.as_bytes(), Some("256 bytes long")),
+        ];
+        for (name, want) in table {
+            let got = classify_task_name(name);
+            match want {
+                None => assert_eq!(got, TaskName::Valid, "{name:?}"),
+                Some(part) => match &got {
+                    TaskName::Ignored(r) => assert!(r.contains(part), "{name:?}: {r}"),
+                    other => panic!("{name:?}: {other:?}"),
+                },
+            }
+            if let TaskName::Ignored(_) = got {
+                let s = suggest_task_name(name);
+                assert!(is_task_name(s.as_bytes()), "{name:?} -> {s}");
+            }
+        }
+        for other in [
+            &b".task-1.md"[..],
+            b"task-1.md.swp",
+            b"task-1.tmp",
+            b"4913",
+            b"result.md",
+        ] {
+            assert_eq!(classify_task_name(other), TaskName::Other, "{other:?}");
+        }
+        assert_eq!(
+            suggest_task_name(b"task-my plan $(x).md"),
+            "task-my-plan-x-.md"
+        );
+        assert_eq!(suggest_task_name(b"task-.md"), "task-1.md");
+        assert_eq!(suggest_task_name(b"task-\xff.md"), "task-1.md");
+    }
+
+    #[test]
+    fn copy_final_streams_and_keeps_holes() {
+        use std::os::unix::fs::{FileExt, MetadataExt};
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let outbox = tmp.path().join("smiths/smith-root/outbox");
+        std::fs::create_dir_all(&outbox).expect("mkdir");
+        let size = 8u64 << 30; // 8 GiB, two 4 KiB data blocks
+        let f = std::fs::File::create(outbox.join("result.md")).expect("create");
+        f.set_len(size).expect("truncate");
+        f.write_all_at(b"head", 0).expect("write");
+        f.write_all_at(b"middle", 4 << 30).expect("write");
+        drop(f);
+        let root = std::fs::File::open(tmp.path()).expect("open");
+        assert!(copy_final(root.as_fd()).expect("copy").is_some());
+        let fin = tmp.path().join("results/final.md");
+        let md = std::fs::metadata(&fin).expect("final.md");
+        assert_eq!(md.len(), size);
+        assert!(md.blocks() * 512 < 1 << 20, "{} blocks", md.blocks());
+        let f = std::fs::File::open(&fin).expect("open");
+        let mut buf = [0u8; 6];
+        f.read_exact_at(&mut buf, 4 << 30).expect("read");
+        assert_eq!(&buf, b"middle");
+        f.read_exact_at(&mut buf[..4], 0).expect("read");
+        assert_eq!(&buf[..4], b"head");
+        // The same content again: nothing written.
+        assert_eq!(copy_final(root.as_fd()).expect("copy"), None);
+        // A change in the data is seen.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(outbox.join("result.md"))
+            .expect("open")
+            .write_all_at(b"MIDDLE", 4 << 30)
+            .expect("write");
+        assert!(copy_final(root.as_fd()).expect("copy").is_some());
+        f.read_exact_at(&mut buf, 4 << 30).expect("read");
+        assert_eq!(
+            &buf, b"middle",
+            "the old final.md's inode keeps its content"
+        );
+        let f = std::fs::File::open(&fin).expect("open");
+        f.read_exact_at(&mut buf, 4 << 30).expect("read");
+        assert_eq!(&buf, b"MIDDLE");
+    }
+}

@@ -1,0 +1,512 @@
+//! Hardening (issue 10, PROTOCOL.md §5, §7, §9) with real processes on real mounts: hostile task
+//! names never reach a shell and are journaled as `task.ignored`; hooks read every value a smith
+//! can influence from their environment; the `smithfs run` keeper survives every catchable
+//! signal; the journal stays bounded under a denial storm and a restart after rotation still
+//! knows who failed; a 100 GiB sparse result costs the daemon and the store nothing.
+
+mod common;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// A mount with `config` written into config.json before mounting, in identity `mode`.
+fn mount_with(config: &str, mode: &'static str) -> TestMount {
+    let mut m = TestMount::with(MountOpts {
+        allow_other: true,
+        extra: vec!["--identity", mode],
+        ..MountOpts::default()
+    });
+    m.umount();
+    std::fs::write(m.path().join("config.json"), config).expect("config.json");
+    m.mount();
+    m
+}
+
+/// `smithfs run --smith FULL_ID -- ARGV…` in the mount.
+fn run_as(m: &TestMount, full_id: &str, argv: &[&str]) -> Run {
+    run(Command::new(SMITHFS)
+        .args(["run", "--mount"])
+        .arg(m.path())
+        .args(["--smith", full_id, "--"])
+        .args(argv)
+        .current_dir(m.path()))
+}
+
+/// Every journal line, across rotated files, as JSON values.
+fn events(m: &TestMount) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(m.path().join(".smithfs/events.jsonl")).expect("events");
+    text.lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn of<'a>(evs: &'a [serde_json::Value], name: &str) -> Vec<&'a serde_json::Value> {
+    evs.iter().filter(|e| e["event"] == name).collect()
+}
+
+/// The hook: every placeholder as its own argument (never inside the `sh -c` text) and every
+/// env var, quoted, one line per event.
+fn hook_config(log: &Path) -> String {
+    let script = format!(
+        "printf '%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s\\n' \"$SMITH_EVENT\" \"$SMITH_FULL_ID\" \
+         \"$SMITH_RUN_ID\" \"$SMITH_TASK_FILE\" \"$SMITH_EXIT_CODE\" \"$SMITH_PATH\" \"$1\" \"$2\" \
+         \"$3\" \"$4\" \"$5\" \"$6\" >> '{}'",
+        log.display()
+    );
+    let hook = serde_json::json!([
+        "sh",
+        "-c",
+        script,
+        "hook",
+        "{mount}",
+        "{smith_dir}",
+        "{task_file}",
+        "{smith_id}",
+        "{full_id}",
+        "{level}"
+    ]);
+    serde_json::json!({
+        "hooks": {
+            "task.assigned": [hook.clone()],
+            "task.ignored": [hook.clone()],
+            "access.denied": [hook],
+        }
+    })
+    .to_string()
+}
+
+fn hostile_names(mode: &'static str) {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let log = scratch.path().join("hooks.log");
+    let m = mount_with(&hook_config(&log), mode);
+    m.sh_ok("mkdir smiths/smith-root/children/smith-001");
+    // A name cannot hold `/`: the marker is relative (hooks run in `/`, runs in smith dirs).
+    let p = format!("pwned-{}-{mode}", std::process::id());
+    let pwned = [PathBuf::from("/").join(&p), m.path().join(&p)];
+    let names: Vec<Vec<u8>> = vec![
+        format!("task-$(touch {p}).md").into_bytes(),
+        format!("task-`touch {p}`.md").into_bytes(),
+        format!("task-a;touch {p};.md").into_bytes(),
+        format!("task-'; touch {p}; '.md").into_bytes(),
+        format!("task-\"; touch {p}; \".md").into_bytes(),
+        b"task-with space.md".to_vec(),
+        format!("task-a\ntouch {p}\n.md").into_bytes(),
+        b"task-\xff\xfe.md".to_vec(),
+        b"task-.md".to_vec(),
+    ];
+    // The parent writes each into its child's inbox (and one by rename), bound as smith-root.
+    let hex: Vec<String> = names
+        .iter()
+        .map(|n| n.iter().map(|b| format!("{b:02x}")).collect())
+        .collect();
+    let code = "import os, sys\n\
+        d = b'smiths/smith-root/children/smith-001/inbox/'\n\
+        for i, h in enumerate(sys.argv[1:]):\n\
+        \x20   n = bytes.fromhex(h)\n\
+        \x20   if i == 0:\n\
+        \x20       open(b'smiths/smith-root/private/t', 'w').write('x')\n\
+        \x20       os.rename(b'smiths/smith-root/private/t', d + n)\n\
+        \x20   else:\n\
+        \x20       open(d + n, 'w').write('do it')\n";
+    let mut argv = vec!["python3", "-c", code];
+    argv.extend(hex.iter().map(String::as_str));
+    run_as(&m, "smith-root", &argv).expect_ok("write hostile task names");
+    // A good name, after them.
+    run_as(
+        &m,
+        "smith-root",
+        &[
+            "sh",
+            "-c",
+            "echo go > smiths/smith-root/children/smith-001/inbox/task-good_1.md",
+        ],
+    )
+    .expect_ok("write a good task");
+    poll_until(Duration::from_secs(20), "hooks of every name", || {
+        std::fs::read_to_string(&log).is_ok_and(|t| {
+            t.contains("task.assigned|") && t.matches("task.ignored|").count() == names.len()
+        })
+    });
+    let evs = events(&m);
+    let ignored = of(&evs, "task.ignored");
+    assert_eq!(ignored.len(), names.len(), "{ignored:#?}");
+    for e in &ignored {
+        assert_eq!(e["smith"], "smith-root/smith-001");
+        let path = e["path"].as_str().expect("path");
+        assert!(
+            path.starts_with("smiths/smith-root/children/smith-001/inbox/task-"),
+            "{path}"
+        );
+        assert!(
+            e["reason"]
+                .as_str()
+                .expect("reason")
+                .starts_with("the name "),
+            "{e}"
+        );
+    }
+    let assigned = of(&evs, "task.assigned");
+    assert_eq!(assigned.len(), 1, "{assigned:#?}");
+    assert_eq!(
+        assigned[0]["path"],
+        "smiths/smith-root/children/smith-001/inbox/task-good_1.md"
+    );
+    // Rewriting an ignored name is not journaled again.
+    run_as(
+        &m,
+        "smith-root",
+        &[
+            "sh",
+            "-c",
+            "echo again > 'smiths/smith-root/children/smith-001/inbox/task-with space.md'",
+        ],
+    )
+    .expect_ok("rewrite");
+    // The writer's why names a name that works.
+    let why = run_as(&m, "smith-root", &["cat", ".smithfs/why"]).expect_ok("why");
+    assert!(why.contains("Rename it to task-"), "{why}");
+    assert!(why.contains("rule: task-name"), "{why}");
+    // Nothing a smith named was executed, by any hook.
+    for f in &pwned {
+        assert!(!f.exists(), "a task name was executed: {}", f.display());
+    }
+    let text = std::fs::read_to_string(&log).expect("hooks.log");
+    let mount = m.path().display().to_string();
+    let child_dir = format!("{mount}/smiths/smith-root/children/smith-001");
+    let good = format!("{child_dir}/inbox/task-good_1.md");
+    let mut seen_assigned = false;
+    for line in text.lines() {
+        let f: Vec<&str> = line.split('|').collect();
+        if f.len() != 12 {
+            // A newline in a name splits the line; its fields are still literal text.
+            continue;
+        }
+        match f[0] {
+            "task.assigned" => {
+                seen_assigned = true;
+                assert_eq!(
+                    &f[1..],
+                    [
+                        "smith-root/smith-001",
+                        "",
+                        good.as_str(),
+                        "",
+                        "smiths/smith-root/children/smith-001/inbox/task-good_1.md",
+                        mount.as_str(),
+                        child_dir.as_str(),
+                        good.as_str(),
+                        "smith-001",
+                        "smith-root/smith-001",
+                        "1",
+                    ],
+                    "{line}"
+                );
+            }
+            "task.ignored" => {
+                assert_eq!(f[1], "smith-root/smith-001", "{line}");
+                assert!(
+                    f[5].starts_with("smiths/smith-root/children/smith-001/inbox/task-"),
+                    "{line}"
+                );
+                // {task_file} is only ever a name that passes the rule.
+                assert!(f[3].is_empty() || f[3] == good, "{line}");
+            }
+            other => panic!("unexpected hook event {other}: {line}"),
+        }
+    }
+    assert!(seen_assigned, "{text}");
+}
+
+#[test]
+fn hostile_task_names_cgroup() {
+    hostile_names("cgroup");
+}
+
+#[test]
+fn hostile_task_names_ancestry() {
+    hostile_names("ancestry");
+}
+
+/// Every catchable signal the keeper can get, by number.
+fn catchable() -> Vec<i32> {
+    let mut v: Vec<i32> = (1..32)
+        .filter(|s| ![libc::SIGKILL, libc::SIGSTOP].contains(s))
+        .collect();
+    v.extend([libc::SIGRTMIN(), libc::SIGRTMIN() + 1, libc::SIGRTMAX()]);
+    v
+}
+
+#[test]
+fn keeper_survives_every_catchable_signal() {
+    let m = mount_with("{}", "ancestry");
+    let out = tempfile::tempdir().expect("tempdir");
+    let mut keepers = Vec::new();
+    for sig in catchable() {
+        let file = out.path().join(format!("whoami-{sig}"));
+        // The command's background child outlives it (and the signal) and then reads whoami.
+        let script = format!(
+            "(sleep 2; cat \"$SMITH_MOUNT/.smithfs/whoami\" > '{}') & exec sleep 30",
+            file.display()
+        );
+        let child = Command::new(SMITHFS)
+            .args(["run", "--mount"])
+            .arg(m.path())
+            .args(["--smith", "smith-root", "--", "sh", "-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("smithfs run");
+        keepers.push((sig, child, file));
+    }
+    // Signal each keeper once its command runs (the keeper has forked it).
+    for (sig, child, _) in &keepers {
+        let pid = child.id();
+        // The command has forked its background child and exec'd `sleep` (a signal that killed
+        // `sh` before the fork would leave nothing to check).
+        poll_until(Duration::from_secs(60), "the keeper's command", || {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                .ok()
+                .and_then(|c| c.split_whitespace().next().map(str::to_owned))
+                .and_then(|c| std::fs::read_to_string(format!("/proc/{c}/comm")).ok())
+                .is_some_and(|comm| comm.trim() == "sleep")
+        });
+        // SAFETY: signalling our own child process.
+        assert_eq!(unsafe { libc::kill(pid as i32, *sig) }, 0, "kill {sig}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(90);
+    for (sig, mut child, file) in keepers {
+        poll_until(
+            deadline.saturating_duration_since(Instant::now()),
+            "the background child's whoami",
+            || std::fs::metadata(&file).is_ok_and(|md| md.len() > 0),
+        );
+        let text = std::fs::read_to_string(&file).expect("whoami");
+        assert!(
+            text.contains("full id: smith-root\n"),
+            "signal {sig}: the background child is not smith-root:\n{text}"
+        );
+        // The keeper is still there: TERM is forwarded to the command, and the keeper exits
+        // with its status once nothing of it is left.
+        // SAFETY: signalling our own child process.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let _ = child.wait();
+    }
+}
+
+/// A process bound to `full_id` that is refused, in a loop, for `secs` seconds.
+fn storm(m: &TestMount, full_id: &str, secs: u64) -> std::process::Child {
+    let code = format!(
+        "import time, os\n\
+         end = time.time() + {secs}\n\
+         while time.time() < end:\n\
+         \x20   try: os.open('smiths/smith-root/private/secret', os.O_RDONLY)\n\
+         \x20   except OSError: pass\n"
+    );
+    Command::new(SMITHFS)
+        .args(["run", "--mount"])
+        .arg(m.path())
+        .args(["--smith", full_id, "--", "python3", "-c", &code])
+        .current_dir(m.path())
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("storm")
+}
+
+fn state_files(m: &TestMount) -> Vec<(String, u64)> {
+    // The store's `.smithfs-state/` (hidden from the mount): read after unmounting.
+    let dir = m.path().join(".smithfs-state");
+    let mut v: Vec<(String, u64)> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| {
+                    (
+                        e.file_name().to_string_lossy().into_owned(),
+                        e.metadata().map_or(0, |md| md.len()),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+#[test]
+fn denial_storm_keeps_the_journal_bounded_and_resume_knows_who_failed() {
+    let config = r#"{"agent": {"command": ["sh", "-c", "exit 3"], "retries": 0},
+                     "journal": {"max_bytes": "48K", "keep": 3}}"#;
+    let mut m = mount_with(config, "cgroup");
+    m.sh_ok("for i in 1 2 3 4 5; do mkdir smiths/smith-root/children/smith-00$i; done");
+    m.sh_ok("echo secret > smiths/smith-root/private/secret");
+    m.sh_ok("echo 'fail' > smiths/smith-root/children/smith-005/inbox/task-1.md");
+    let status = |m: &TestMount| {
+        let text = std::fs::read_to_string(m.path().join(".smithfs/status.json")).expect("status");
+        let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+        v["smiths"]
+            .as_array()
+            .expect("smiths")
+            .iter()
+            .find(|s| s["full_id"] == "smith-root/smith-005")
+            .map(|s| s["state"].as_str().unwrap_or("").to_string())
+    };
+    poll_until(Duration::from_secs(20), "smith-005 to fail", || {
+        status(&m).as_deref() == Some("failed")
+    });
+    let secs = 12;
+    let storms: Vec<_> = (1..=4)
+        .map(|i| storm(&m, &format!("smith-root/smith-00{i}"), secs))
+        .collect();
+    // Meanwhile other events: the operator makes grandchildren of smith-005.
+    let start = Instant::now();
+    let mut made = Vec::new();
+    for i in 1..=4 {
+        while start.elapsed() < Duration::from_secs(secs / 2 + i) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        m.sh_ok(&format!(
+            "mkdir smiths/smith-root/children/smith-005/children/smith-00{i}"
+        ));
+        made.push(format!("smith-root/smith-005/smith-00{i}"));
+    }
+    for mut s in storms {
+        let _ = s.wait();
+    }
+    // The suppressed count of the last second is written soon after it.
+    std::thread::sleep(Duration::from_millis(1500));
+    let evs = events(&m);
+    let denied = of(&evs, "access.denied").len();
+    let suppressed = of(&evs, "access.denied.suppressed");
+    assert!(!suppressed.is_empty(), "no access.denied.suppressed");
+    let counted: u64 = suppressed
+        .iter()
+        .map(|e| e["count"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(counted > 1000, "only {counted} suppressed");
+    assert!(
+        of(&evs, "trigger.dropped").is_empty(),
+        "a trigger was dropped"
+    );
+    // Per identity and second, at most 20 in full.
+    let mut per: std::collections::HashMap<(String, String), u32> = Default::default();
+    for e in of(&evs, "access.denied") {
+        let sec = e["ts"].as_str().unwrap_or("")[..19].to_string();
+        *per.entry((e["smith"].to_string(), sec)).or_default() += 1;
+    }
+    assert!(per.values().all(|n| *n <= 20), "{per:?}");
+    let created: Vec<&str> = of(&evs, "smith.created")
+        .iter()
+        .filter_map(|e| e["smith"].as_str())
+        .collect();
+    for id in &made {
+        assert!(
+            created.contains(&id.as_str()),
+            "{id} missing from the journal"
+        );
+    }
+    eprintln!("storm: {denied} access.denied in full, {counted} suppressed");
+    // After the unmount the store shows the files: bounded, rotated, with the snapshot.
+    m.umount();
+    let files = state_files(&m);
+    eprintln!("state files: {files:?}");
+    let journal: u64 = files
+        .iter()
+        .filter(|(n, _)| n.starts_with("events.jsonl"))
+        .map(|(_, l)| *l)
+        .sum();
+    assert!(journal <= 4 * 48 * 1024, "journal is {journal} bytes");
+    assert!(
+        files.iter().any(|(n, _)| n == "events.jsonl.3"),
+        "{files:?}"
+    );
+    assert!(
+        files.iter().any(|(n, _)| n == "journal-state.json"),
+        "{files:?}"
+    );
+    // The run.exited of smith-005's failure was rotated away …
+    let kept: String = files
+        .iter()
+        .filter(|(n, _)| n.starts_with("events.jsonl"))
+        .map(|(n, _)| {
+            std::fs::read_to_string(m.path().join(".smithfs-state").join(n)).unwrap_or_default()
+        })
+        .collect();
+    assert!(
+        !kept.contains("\"run.exited\""),
+        "the failure is still in a journal file; make the storm longer"
+    );
+    // … and still a resumed daemon knows that smith-005 failed.
+    let mut mount = Command::new(SMITHFS);
+    mount
+        .arg("mount")
+        .arg(m.path())
+        .args(["--resume", "--allow-other", "--identity", "cgroup"]);
+    run(&mut mount).expect_ok("mount --resume");
+    poll_until(Duration::from_secs(10), "status after --resume", || {
+        std::fs::metadata(m.path().join(".smithfs/status.json")).is_ok()
+    });
+    assert_eq!(status(&m).as_deref(), Some("failed"));
+}
+
+/// Peak and current resident set of `pid`, KiB.
+fn rss_kib(pid: i32) -> (u64, u64) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let get = |k: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    (get("VmHWM:"), get("VmRSS:"))
+}
+
+#[test]
+fn a_100_gib_sparse_result_costs_nothing() {
+    let m = TestMount::with(MountOpts {
+        allow_other: true,
+        foreground: true,
+        ..MountOpts::default()
+    });
+    let pid = m.daemon_pid().expect("daemon pid");
+    let (hwm_before, _) = rss_kib(pid);
+    let result: PathBuf = m.path().join("smiths/smith-root/outbox/result.md");
+    let started = Instant::now();
+    m.sh_ok(
+        "truncate -s 100G smiths/smith-root/outbox/result.md && printf tail | dd \
+         of=smiths/smith-root/outbox/result.md bs=1 seek=$((100*1024*1024*1024-4)) \
+         conv=notrunc status=none",
+    );
+    let fin = m.path().join("results/final.md");
+    poll_until(Duration::from_secs(60), "results/final.md", || {
+        std::fs::metadata(&fin).is_ok_and(|md| md.len() == 100 << 30)
+    });
+    let took = started.elapsed();
+    let md = std::fs::metadata(&fin).expect("final.md");
+    let (hwm_after, _) = rss_kib(pid);
+    eprintln!(
+        "100 GiB sparse result: copied in {took:?}, final.md uses {} KiB, daemon peak RSS {} → {} KiB",
+        md.blocks() / 2,
+        hwm_before,
+        hwm_after
+    );
+    assert!(
+        md.blocks() * 512 < 1 << 20,
+        "final.md uses {} blocks",
+        md.blocks()
+    );
+    assert!(
+        hwm_after < hwm_before + 64 * 1024,
+        "the daemon grew from {hwm_before} to {hwm_after} KiB"
+    );
+    poll_until(
+        Duration::from_secs(60),
+        "the data at the end of final.md",
+        || m.sh_ok("tail -c 4 results/final.md") == "tail",
+    );
+    assert!(std::fs::metadata(&result).is_ok());
+}
