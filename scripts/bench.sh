@@ -18,11 +18,17 @@
 #   Hook latency alone, e.g.: scripts/bench.sh --only hook --fs native --hook-identity ancestry
 #
 # Workloads: create stat read untar rm seqwrite seqread git par rm30k cp pip hook rss
-# Filesystems: native op smith nopt bindfs pll
+# Filesystems: native op smith nopt bindfs pll phd phu opu smithu
 #   native  a plain directory on the root ext4 filesystem
-#   op      smithfs (kernel passthrough on), workloads run as the operator
-#   smith   smithfs, workloads run bound to smith-root (`smithfs run --smith smith-root`);
-#           as the operator, and marked so, when this build has no `smithfs run`
+#   op      smithfs (kernel passthrough on, --transport dev-fuse), workloads run as the operator
+#   smith   smithfs (--transport dev-fuse), workloads run bound to smith-root (`smithfs run
+#           --smith smith-root`); as the operator, and marked so, when this build has no `smithfs run`
+#   opu, smithu  like op and smith, over FUSE over io_uring (--transport io-uring)
+#   phd     libfuse's passthrough_hp (the anchor binary $PASSTHROUGH_HP, default
+#           ../shared/anchors/passthrough_hp beside the repo), classic /dev/fuse transport
+#   phu     passthrough_hp -o io_uring
+#   The io_uring mounts switch /sys/module/fuse/parameters/enable_uring on only while they
+#   mount (their INIT negotiates it) and put back the value found at once.
 #   nopt    smithfs --no-passthrough, as the operator
 #   opb     like op, with the binary $SMITHFS_B (A/B a change side by side; not in the default set)
 #   bindfs  bindfs (Debian package), plain, as root
@@ -51,7 +57,7 @@ repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 helpers="$repo_root/scripts/bench"
 bench_dir="$repo_root/target/bench"
 all_workloads=(create stat read untar rm seqwrite seqread git par rm30k cp pip hook rss)
-all_fs=(native op smith nopt bindfs pll opb)
+all_fs=(native op smith nopt bindfs pll opb phd phu opu smithu)
 
 quick=0
 reps=""
@@ -92,7 +98,7 @@ if [ -n "$fs_list" ]; then
         [ "$f" = native ] || fses+=("$f")
     done
 else
-    fses=(native op smith nopt bindfs pll)
+    fses=(native op smith nopt bindfs pll phd phu smithu)
 fi
 selected() { [[ " ${only[*]} " == *" $1 "* ]]; }
 
@@ -152,6 +158,21 @@ if [ $need_pll = 1 ] && [ ! -x "$pll" ]; then
         || die "cannot build passthrough_ll"
 fi
 [[ " ${fses[*]} " == *" bindfs "* ]] && ! command -v bindfs >/dev/null && die "bindfs is not installed"
+php="${PASSTHROUGH_HP:-$repo_root/../shared/anchors/passthrough_hp}"
+[ -x "$php" ] || php=/work/shared/anchors/passthrough_hp
+if [[ " ${fses[*]} " == *" ph"* ]]; then
+    [ -x "$php" ] || die "no passthrough_hp at $php (set PASSTHROUGH_HP)"
+fi
+uring_param=/sys/module/fuse/parameters/enable_uring
+if [[ " ${fses[*]} " =~ \ (phu|opu|smithu)\  ]]; then
+    [ -w "$uring_param" ] || die "no $uring_param: this kernel has no FUSE over io_uring"
+fi
+# uring_on / uring_off: hold enable_uring on around one io_uring mount's INIT.
+uring_was=""
+uring_on() { uring_was="$(cat "$uring_param")"; echo 1 >"$uring_param"; }
+uring_off() {
+    case "$uring_was" in Y | y | 1) echo 1 >"$uring_param" ;; *) echo 0 >"$uring_param" ;; esac
+}
 
 tarball="$bench_dir/tree-$tree_files.tar"
 if { selected untar || selected rm; } && [ ! -f "$tarball" ]; then
@@ -221,13 +242,13 @@ declare -A work backing pid_of
 for fs in "${fses[@]}"; do
     case $fs in
         native) mkdir -p "$T/native/w"; backing[$fs]="$T/native/w"; work[$fs]="$T/native/w" ;;
-        op | smith | nopt | opb)
+        op | smith | nopt | opb | opu | smithu)
             "$SMITHFS" init "$T/$fs" >/dev/null
             mkdir -p "$T/$fs/smiths/smith-root/private/w"
             backing[$fs]="$T/$fs/smiths/smith-root/private/w"
             work[$fs]="$T/$fs/smiths/smith-root/private/w"
             ;;
-        bindfs | pll)
+        bindfs | pll | phd | phu)
             mkdir -p "$T/$fs-src/w" "$T/$fs"
             backing[$fs]="$T/$fs-src/w"
             work[$fs]="$T/$fs/w"
@@ -250,14 +271,32 @@ fi
 for fs in "${fses[@]}"; do
     case $fs in
         native) continue ;;
-        op | smith | nopt | opb)
+        op | smith | nopt | opb | opu | smithu)
             mounts+=("smithfs:$T/$fs")
             opts=()
             [ "$fs" = nopt ] && opts=(--no-passthrough)
             bin="$SMITHFS"
             [ "$fs" = opb ] && bin="$SMITHFS_B"
-            "$bin" mount "$T/$fs" "${opts[@]}" || die "smithfs mount $T/$fs failed"
+            if [ "$fs" = opu ] || [ "$fs" = smithu ]; then
+                uring_on
+                "$bin" mount "$T/$fs" "${opts[@]}" --transport io-uring || { uring_off; die "smithfs mount $T/$fs failed"; }
+                uring_off
+            else
+                # Builds without --transport serve /dev/fuse anyway.
+                "$bin" mount --help 2>/dev/null | grep -q -- --transport && opts+=(--transport dev-fuse)
+                "$bin" mount "$T/$fs" "${opts[@]}" || die "smithfs mount $T/$fs failed"
+            fi
             pid_of[$fs]="$(daemon_pid " mount $T/$fs ")"
+            ;;
+        phd | phu)
+            mounts+=("fuse:$T/$fs")
+            o=allow_other
+            if [ "$fs" = phu ]; then o=allow_other,io_uring; uring_on; fi
+            "$php" --foreground -o "$o" "$T/$fs-src" "$T/$fs" >"$T/$fs.log" 2>&1 &
+            for _ in $(seq 1 100); do mountpoint -q "$T/$fs" && [ -d "$T/$fs/w" ] && break; sleep 0.05; done
+            [ "$fs" = phu ] && uring_off
+            mountpoint -q "$T/$fs" || die "passthrough_hp on $T/$fs failed: $(cat "$T/$fs.log")"
+            pid_of[$fs]="$!"
             ;;
         bindfs)
             mounts+=("fuse:$T/bindfs")
@@ -276,15 +315,16 @@ done
 # --- measuring -------------------------------------------------------------------------------
 declare -A fs_label=([native]="native ext4" [op]="smithfs operator" [smith]="smithfs smith"
     [nopt]="smithfs no-passthrough" [bindfs]="bindfs" [pll]="passthrough_ll"
-    [opb]="smithfs B operator")
+    [opb]="smithfs B operator" [phd]="passthrough_hp" [phu]="passthrough_hp io_uring"
+    [opu]="smithfs operator io_uring" [smithu]="smithfs smith io_uring")
 [ $have_run = 1 ] || fs_label[smith]="smithfs smith*"
 
 # Run CMD on FS: bound to smith-root on the smith column (when `smithfs run` exists).
 as_fs() {
     local fs=$1
     shift
-    if [ "$fs" = smith ] && [ $have_run = 1 ]; then
-        "$SMITHFS" run --mount "$T/smith" --smith smith-root -- "$@"
+    if { [ "$fs" = smith ] || [ "$fs" = smithu ]; } && [ $have_run = 1 ]; then
+        "$SMITHFS" run --mount "$T/$fs" --smith smith-root -- "$@"
     else
         "$@"
     fi

@@ -15,7 +15,9 @@
 # Environment: SOAK_RUNS (3), SOAK_FANOUT (5, children per smith), SOAK_FILES (2, files per leaf
 # directory), SOAK_TIMEOUT (1800 s per run), SOAK_RSS_SLACK_KB (8192), SOAK_FD_SLACK (16),
 # SOAK_PIDFD_SLACK (8), SOAK_SETTLE_SECS (30: how long to wait for the fds to settle), SMITHFS
-# (the binary, default target/release/smithfs), SOAK_KEEP=1 keeps the work dir.
+# (the binary, default target/release/smithfs), SOAK_KEEP=1 keeps the work dir, SOAK_TRANSPORT
+# (auto, io-uring or dev-fuse: `mount --transport`; io-uring holds the machine-wide
+# /sys/module/fuse/parameters/enable_uring on only while mounting and puts back what it found).
 # Last line: `soak.sh: PASS …` or `soak.sh: FAIL …`; a table of the figures before it.
 set -euo pipefail
 
@@ -63,7 +65,18 @@ done
 total_files=$((fan * fan * fan * files))
 
 "$smithfs" init "$mnt" --agent reference >/dev/null
-"$smithfs" mount "$mnt" --allow-other
+transport=${SOAK_TRANSPORT:-auto}
+uring_param=/sys/module/fuse/parameters/enable_uring
+if [ "$transport" = io-uring ]; then
+    was=$(cat "$uring_param")
+    echo 1 >"$uring_param"
+fi
+mounted=0
+"$smithfs" mount "$mnt" --allow-other --transport "$transport" && mounted=1
+if [ "$transport" = io-uring ]; then
+    case "$was" in Y | y | 1) echo 1 >"$uring_param" ;; *) echo 0 >"$uring_param" ;; esac
+fi
+[ $mounted = 1 ] || { echo "soak: smithfs mount failed" >&2; exit 1; }
 daemon=$(pgrep -f "smithfs mount $mnt" | head -n 1)
 root=$mnt/smiths/smith-root
 # Mounts in the work dir only: other smithfs mounts on the machine (parallel tests) come and go.

@@ -9,6 +9,10 @@
 #              .config/nextest.toml retries a failed integration test once and reports it FLAKY
 #   pjdfstest  smithfs init + mount --allow-other on a temp dir, scripts/pjdfstest.sh as root in
 #              DIR/pjdfstest through the mount, smithfs umount (a trap unmounts on any failure)
+#   uring      (root, kernel with FUSE over io_uring) the mount suites core, fs_links and
+#              isolation again with SMITHFS_TEST_TRANSPORT=io-uring, then pjdfstest over
+#              `mount --transport io-uring`; the machine-wide enable_uring switch is on only
+#              while those mounts start, and put back as found
 # Ends with one line, `test.sh: PASS — ...` or `test.sh: FAIL — <stage(s)>`, and exits 0 or 1.
 # fmt, clippy and tests failing do not stop the later stages; deps or build failing does.
 #
@@ -45,6 +49,9 @@ pjd_passed=0
 pjd_failed=0
 pjd_skipped=0
 pjd_counts=""
+pjd_transport=dev-fuse
+uring_param=/sys/module/fuse/parameters/enable_uring
+uring_counts=""
 summary_printed=0
 
 # pjdfstest stage state, for the trap
@@ -146,7 +153,16 @@ stage_tests() {
 mount_fs() {
     if [ "$test_fs" = smithfs ]; then
         timeout 120 target/release/smithfs init "$mnt" || return 1
-        timeout 120 target/release/smithfs mount "$mnt" --allow-other || return 1
+        if [ "$pjd_transport" = io-uring ]; then
+            local was r=0
+            was="$(cat "$uring_param")"
+            echo 1 >"$uring_param"
+            timeout 120 target/release/smithfs mount "$mnt" --allow-other --transport io-uring || r=1
+            case "$was" in Y | y | 1) echo 1 >"$uring_param" ;; *) echo 0 >"$uring_param" ;; esac
+            [ $r = 0 ] || return 1
+        else
+            timeout 120 target/release/smithfs mount "$mnt" --allow-other --transport dev-fuse || return 1
+        fi
     elif [ "$test_fs" = bindfs ]; then
         mkdir -p "$work/store" || return 1
         # -f keeps bindfs in the foreground so that we know (and later kill only) its pid
@@ -169,7 +185,7 @@ mount_fs() {
 }
 
 stage_pjdfstest() {
-    local out="$logdir/pjdfstest.out" rc=0 result
+    local out="$logdir/pjdfstest-$pjd_transport.out" rc=0 result
     # the users pjdfstest switches to must reach the mount: 0755 all the way down
     work="$(mktemp -d /tmp/smithfs-pjdfstest.XXXXXX)" || return 1
     chmod 0755 "$work" || return 1
@@ -178,7 +194,7 @@ stage_pjdfstest() {
     mount_fs || return 1
     mkdir "$mnt/pjdfstest" || return 1
     scripts/pjdfstest.sh --expect-file "${PJDFSTEST_EXPECT_FILE:-tests/pjdfstest-expected-failures.txt}" \
-        --timeout "${PJDFSTEST_TIMEOUT:-1800}" --log "$logdir/pjdfstest-$test_fs.log" \
+        --timeout "${PJDFSTEST_TIMEOUT:-1800}" --log "$logdir/pjdfstest-$test_fs-$pjd_transport.log" \
         "$mnt/pjdfstest" 2>&1 | tee "$out" || rc=$?
     result="$(grep -E '^pjdfstest.sh: RESULT ' "$out" | tail -n 1 || true)"
     if [ -n "$result" ]; then
@@ -212,6 +228,30 @@ stage_pjdfstest() {
     return "$rc"
 }
 
+# The mount suites and pjdfstest again over FUSE over io_uring (issue 14).
+stage_uring() {
+    local log="$logdir/tests-uring.log" rc=0 p f s
+    SMITHFS_TEST_TRANSPORT=io-uring cargo nextest run --release --no-fail-fast \
+        --test core --test fs_links --test isolation 2>&1 | tee "$log" || rc=$?
+    p="$(sum_counts "$log" '^ *Summary \[' passed)"
+    f="$(sum_counts "$log" '^ *Summary \[' failed)"
+    s="$(sum_counts "$log" '^ *Summary \[' skipped)"
+    tests_passed=$((tests_passed + p))
+    tests_failed=$((tests_failed + f))
+    tests_skipped=$((tests_skipped + s))
+    uring_counts="$p tests passed, $f failed"
+    # pjdfstest: its counts replace the /dev/fuse run's in the totals only when that did not run
+    local dp=$pjd_passed df=$pjd_failed ds=$pjd_skipped dc=$pjd_counts
+    pjd_passed=0 pjd_failed=0 pjd_skipped=0 pjd_counts=""
+    pjd_transport=io-uring
+    stage_pjdfstest || rc=$?
+    pjd_transport=dev-fuse
+    uring_counts+=", pjdfstest ${pjd_counts:-gave no result}"
+    pjd_passed=$((dp + pjd_passed)) pjd_failed=$((df + pjd_failed)) pjd_skipped=$((ds + pjd_skipped))
+    pjd_counts=$dc
+    return "$rc"
+}
+
 # --- run -------------------------------------------------------------------------
 
 echo "test.sh: $(date -u +%FT%TZ) on $(uname -sr), $(nproc) cores; logs in $logdir"
@@ -224,7 +264,7 @@ run_stage deps scripts/install-deps.sh || {
 if wanted fmt; then run_stage fmt cargo fmt --check || true; fi
 if wanted clippy; then run_stage clippy cargo clippy --all-targets -- -D warnings || true; fi
 
-if wanted build || wanted tests || wanted pjdfstest; then
+if wanted build || wanted tests || wanted pjdfstest || wanted uring; then
     if ! run_stage build cargo build --release; then
         current="build"
         exit 1
@@ -239,6 +279,14 @@ if wanted pjdfstest; then
         notes+=("pjdfstest skipped (not root)")
     else
         run_stage pjdfstest stage_pjdfstest || true
+    fi
+fi
+
+if wanted uring; then
+    if [ "$(id -u)" != 0 ] || [ ! -w "$uring_param" ]; then
+        notes+=("io_uring stage skipped (needs root and a kernel with CONFIG_FUSE_IO_URING)")
+    else
+        run_stage uring stage_uring || true
     fi
 fi
 
@@ -266,6 +314,13 @@ if wanted pjdfstest && [ "$(id -u)" = 0 ]; then
         parts+=("pjdfstest $pjd_counts")
     else
         parts+=("pjdfstest gave no result (mount or setup failed, see above)")
+    fi
+fi
+if [ -n "$uring_counts" ]; then
+    if [[ " ${failed_stages[*]} " == *" uring "* ]]; then
+        parts+=("io_uring FAILED ($uring_counts)")
+    else
+        parts+=("io_uring: $uring_counts")
     fi
 fi
 parts+=("${notes[@]}")

@@ -238,6 +238,9 @@ pub enum HookEvent {
     TaskIgnored,
     /// `access.denied.suppressed` (denials beyond the rate limit, PROTOCOL.md §7)
     AccessDeniedSuppressed,
+    /// `fleet.done`: `results/final.md` was written while no run of the tree is live or queued
+    /// (smith `smith-root`, PROTOCOL.md §5).
+    FleetDone,
 }
 
 /// A smith's own `config.json` (PROTOCOL.md §8): only `agent`, merged key by key over the mount-wide one.
@@ -464,7 +467,7 @@ impl SmithConfig {
 
 impl HookEvent {
     /// Every event a hook may be attached to, in §5 order.
-    pub const ALL: [HookEvent; 12] = [
+    pub const ALL: [HookEvent; 13] = [
         HookEvent::SmithCreated,
         HookEvent::TaskAssigned,
         HookEvent::ResultPublished,
@@ -477,6 +480,7 @@ impl HookEvent {
         HookEvent::AccessDenied,
         HookEvent::TaskIgnored,
         HookEvent::AccessDeniedSuppressed,
+        HookEvent::FleetDone,
     ];
 
     /// The journal name, e.g. `result.published`.
@@ -494,6 +498,7 @@ impl HookEvent {
             HookEvent::AccessDenied => "access.denied",
             HookEvent::TaskIgnored => "task.ignored",
             HookEvent::AccessDeniedSuppressed => "access.denied.suppressed",
+            HookEvent::FleetDone => "fleet.done",
         }
     }
 }

@@ -71,6 +71,12 @@ pub enum Trigger {
         /// The smith to cancel (with its subtree).
         smith: SmithIdx,
     },
+    /// `retry <full-id>` was written to `ctl` by an authorised identity (`smithfs retry`,
+    /// PROTOCOL.md §6): a failed or cancelled smith runs again with `SMITH_WAKE=retry`.
+    Retry {
+        /// The smith to run again.
+        smith: SmithIdx,
+    },
 }
 
 impl Trigger {
@@ -85,6 +91,7 @@ impl Trigger {
             Trigger::AccessDenied { .. } => "access.denied",
             Trigger::DenialsSuppressed(_) => "access.denied.suppressed",
             Trigger::Cancel { .. } => "cancel",
+            Trigger::Retry { .. } => "retry",
         }
     }
 }

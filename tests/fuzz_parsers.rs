@@ -675,6 +675,7 @@ fn ctl_parse_fuzz() {
                     let (verb, id) = match &cmd {
                         Command::Bind(id) => ("bind", id),
                         Command::Cancel(id) => ("cancel", id),
+                        Command::Retry(id) => ("retry", id),
                     };
                     prop_assert_eq!(words[0], verb);
                     prop_assert_eq!(words[1], id.as_str());

@@ -216,6 +216,12 @@ fn hog_bomb_and_busy_loop_stay_in_their_limits_while_a_sibling_works() {
     for e in exited.iter().filter(|e| e["smith"] != HOG) {
         assert_ne!(e["reason"], "oom", "only the hog's run is oom: {e:#}");
     }
+    let st = s.status();
+    let hog_status = st["smiths"]
+        .as_array()
+        .and_then(|a| a.iter().find(|x| x["full_id"] == HOG))
+        .expect("the hog in status");
+    assert_eq!(hog_status["last_run"]["reason"], "oom", "{hog_status:#}");
     let meta = &s.metas(HOG)[0];
     assert!(meta["oom_kills"].as_u64() >= Some(1), "{meta:#}");
     let hog_mem = limit_dir(pid, Controller::Memory, HOG, true);

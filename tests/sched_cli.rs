@@ -79,7 +79,7 @@ fn status_events_wait_cancel() {
     let text = out(&o);
     assert!(text.starts_with("smith-root"), "{text}");
     assert!(
-        text.contains("├─ smith-001") && text.contains("failed"),
+        text.contains("├─ smith-root/smith-001") && text.contains("failed"),
         "{text}"
     );
     assert!(!text.contains('\x1b'), "plain when not a tty");
@@ -130,7 +130,8 @@ fn status_events_wait_cancel() {
     );
     assert_eq!(
         code(&["wait", &dir, "--smith", "smith-root/nope"], &[]),
-        Some(1)
+        Some(2),
+        "an unknown smith is a usage error (PROTOCOL.md §6)"
     );
     assert_eq!(code(&["wait", "/nonexistent-smithfs"], &[]), Some(1));
 

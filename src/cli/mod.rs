@@ -4,10 +4,14 @@
 mod cancel;
 mod doctor;
 mod events;
+pub mod ids;
 pub mod init;
+mod logs;
 pub mod mount;
+mod retry;
 pub mod run;
 mod status;
+pub mod store;
 mod umount;
 pub(crate) mod util;
 mod wait;
@@ -39,13 +43,22 @@ enum Command {
     Whoami(whoami::WhoamiArgs),
     /// Show the tree: state, runs, durations, result present.
     Status(status::StatusArgs),
-    /// Show the journal.
+    /// Show the journal (--follow: new events within a second).
     Events(events::EventsArgs),
+    /// Show a run's messages.log (the latest run by default), or the daemon's log.
+    #[command(
+        override_usage = "smithfs logs [DIR] ID [--run RUN_ID] [--follow]\n       \
+                                smithfs logs [DIR] --daemon [--follow]"
+    )]
+    Logs(logs::LogsArgs),
     /// Wait until the tree, a smith or the final result is done (exit 0), failed (1), or the timeout (124).
     Wait(wait::WaitArgs),
     /// Stop a smith's run and its subtree's.
-    #[command(override_usage = "smithfs cancel [DIR] FULL_ID")]
+    #[command(override_usage = "smithfs cancel [DIR] ID")]
     Cancel(cancel::CancelArgs),
+    /// Run a failed or cancelled smith again on its newest task (SMITH_WAKE=retry).
+    #[command(override_usage = "smithfs retry [DIR] ID")]
+    Retry(retry::RetryArgs),
     /// Check /dev/fuse, fusermount3, kernel features, cgroups and privileges.
     Doctor(doctor::DoctorArgs),
 }
@@ -68,6 +81,8 @@ pub fn run() -> ExitCode {
         Command::Whoami(a) => whoami::run(a),
         Command::Status(a) => status::run(a),
         Command::Events(a) => events::run(a),
+        Command::Logs(a) => logs::run(a),
+        Command::Retry(a) => retry::run(a),
         Command::Wait(a) => wait::run(a),
         Command::Cancel(a) => cancel::run(a),
         Command::Doctor(a) => doctor::run(a),
@@ -76,7 +91,12 @@ pub fn run() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("smithfs: {e:#}");
-            ExitCode::from(1)
+            // PROTOCOL.md §6: 2 for usage errors and unknown smiths, 1 otherwise.
+            if e.downcast_ref::<ids::UsageError>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::from(1)
+            }
         }
     }
 }

@@ -38,8 +38,9 @@ pub struct RunArgs {
     /// then ./.agent-smith).
     #[arg(long, value_name = "DIR")]
     pub mount: Option<PathBuf>,
-    /// The smith to run as, by full id: smith-root, smith-root/smith-001, …
-    #[arg(long, value_name = "FULL_ID")]
+    /// The smith to run as: a full id (smith-root, smith-root/smith-001, …), a short id only
+    /// one smith has, or a unique suffix.
+    #[arg(long, value_name = "ID")]
     pub smith: String,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
@@ -52,13 +53,15 @@ pub struct RunArgs {
 /// A bad full id, no mount, a refused bind (with the daemon's reason), or CMD that cannot be
 /// started (in cgroup mode; the keeper reports it as 126/127 instead).
 pub fn run(args: RunArgs) -> Result<ExitCode> {
-    let smith = SmithEnv::new(&args.smith)?;
     let mount = util::find_mount(args.mount.as_deref())?;
+    // A short id or unique suffix names its smith (PROTOCOL.md §6).
+    let full = super::store::resolve_id(&super::store::Source::Mount(mount.clone()), &args.smith)?;
+    let smith = SmithEnv::new(&full)?;
     let control = mount.join(CONTROL_DIR);
     let mode = std::fs::read_to_string(control.join("whoami"))
         .ok()
         .and_then(|t| whoami::lookup(&t, "identity mode"));
-    bind(&control, &args.smith)?;
+    bind(&control, &full)?;
     let env = smith.vars(&mount);
     if mode.as_deref() == Some("cgroup") {
         let (prog, rest) = args

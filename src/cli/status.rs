@@ -1,43 +1,32 @@
-//! `smithfs status [DIR] [--json] [--watch]`: the tree of smiths with state, runs, the last
-//! run's duration and whether a result is present, read from `DIR/.smithfs/status.json`
-//! (PROTOCOL.md §6, §7). Coloured on a terminal, plain otherwise.
+//! `smithfs status [DIR] [--json] [--watch]`: the tree of smiths — full ids, state and the time
+//! in it, runs, the last run's duration, whether a result is present, and for a failed or
+//! cancelled smith its last exit code or signal, `reason` and log — read from
+//! `DIR/.smithfs/status.json`, or rebuilt from the store when DIR is not mounted (PROTOCOL.md
+//! §6, §7). Coloured on a terminal (unless `NO_COLOR`), plain otherwise.
 
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
-use crate::sched::view::{render_tree, StatusDoc};
+use super::store;
+use crate::sched::view::render_tree;
 
 /// Arguments of `smithfs status`.
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
     /// The mount (default: the nearest smithfs mount above the working directory, then
-    /// $SMITH_MOUNT, then ./.agent-smith).
+    /// $SMITH_MOUNT, then ./.agent-smith). A directory that is not mounted is read from its
+    /// store.
     pub dir: Option<PathBuf>,
-    /// Print status.json as it is.
+    /// Print status.json as it is (PROTOCOL.md §7).
     #[arg(long)]
     pub json: bool,
     /// Redraw every second until interrupted.
     #[arg(long)]
     pub watch: bool,
-}
-
-/// Read and parse `DIR/.smithfs/status.json`. Errors name the file and suggest the cause.
-pub fn read_status(dir: &Path) -> Result<(String, StatusDoc)> {
-    let path = super::util::control_file(dir, "status.json")?;
-    let text = std::fs::read_to_string(&path).with_context(|| {
-        format!(
-            "cannot read {} (is {} a live smithfs mount?)",
-            path.display(),
-            dir.display()
-        )
-    })?;
-    let doc = serde_json::from_str(&text)
-        .with_context(|| format!("{}: not a status document", path.display()))?;
-    Ok((text, doc))
 }
 
 /// Run `smithfs status`.
@@ -46,7 +35,9 @@ pub fn run(args: StatusArgs) -> Result<ExitCode> {
     let tty = std::io::stdout().is_terminal();
     let color = tty && std::env::var_os("NO_COLOR").is_none();
     loop {
-        let (text, doc) = read_status(&dir)?;
+        // A watched mount may go and come back: read wherever it is now.
+        let src = store::source(&dir)?;
+        let (text, doc) = store::read_status(&src)?;
         let mut out = std::io::stdout().lock();
         if args.watch && tty {
             write!(out, "\x1b[H\x1b[2J")?;
@@ -58,6 +49,9 @@ pub fn run(args: StatusArgs) -> Result<ExitCode> {
             }
         } else {
             write!(out, "{}", render_tree(&doc, SystemTime::now(), color))?;
+            if matches!(src, store::Source::Store(_)) {
+                writeln!(out, "(not mounted: read from the store)")?;
+            }
         }
         out.flush()?;
         drop(out);

@@ -51,8 +51,15 @@ pub fn mount_state(dir: &Path) -> MountState {
     match mounted_fs_type(dir) {
         None => MountState::NotMounted,
         // opendir always reaches the daemon (stat may be answered from the kernel's cache).
+        // Over io_uring a request caught while the kernel tears a dead daemon's rings down
+        // ends with ECONNABORTED or ECANCELED instead of ENOTCONN (PROTOCOL-NOTES U3).
         Some(t) if t == FS_TYPE => match std::fs::read_dir(dir) {
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED)) => {
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOTCONN | libc::ECONNABORTED | libc::ECANCELED)
+                ) =>
+            {
                 MountState::Dead
             }
             _ => MountState::Live,
@@ -157,6 +164,66 @@ pub fn find_mount(explicit: Option<&Path>) -> Result<PathBuf> {
             dir.parent().unwrap_or(&dir).display()
         ),
         _ => check_live(&dir),
+    }
+}
+
+/// The live mount for a command that acts on a smith (`cancel`, `retry`): [`resolve_mount`]
+/// of `explicit`, which must be live, and the full id `query` names there (PROTOCOL.md §6).
+///
+/// # Errors
+/// Not a live mount (one line), or an ambiguous or unknown id
+/// ([`super::ids::UsageError`], exit 2).
+pub fn mount_and_id(explicit: Option<&Path>, query: &str) -> Result<(PathBuf, String)> {
+    let dir = resolve_mount(explicit)?;
+    let src = super::store::source(&dir)?;
+    let full = super::store::resolve_id(&src, query)?;
+    if matches!(src, super::store::Source::Store(_)) {
+        bail!("{} is not mounted: mount it first", dir.display());
+    }
+    Ok((dir, full))
+}
+
+/// Write the command `line` to `dir/.smithfs/ctl` in one `write` (PROTOCOL.md §7). `verb` and
+/// `full` name the command in errors.
+///
+/// # Errors
+/// One line: not allowed (EACCES/EPERM), no such smith (a [`super::ids::UsageError`]), the
+/// daemon's reason from `.smithfs/why` for a refused command, or the I/O error.
+pub fn ctl(dir: &Path, line: &str, verb: &str, full: &str) -> Result<()> {
+    use std::io::Write;
+    let ctl = control_file(dir, "ctl")?;
+    let result = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&ctl)
+        .and_then(|mut f| {
+            f.write_all(format!("{line}\n").as_bytes())?;
+            f.flush()
+        });
+    let Err(e) = result else {
+        return Ok(());
+    };
+    match e.raw_os_error() {
+        Some(libc::EACCES) | Some(libc::EPERM) => bail!(
+            "not allowed to {verb} {full}: only the operator or an ancestor smith may (see {}/.smithfs/why)",
+            dir.display()
+        ),
+        Some(libc::ENOENT) if ctl.exists() => {
+            super::ids::usage!("no smith {full} in {}", dir.display())
+        }
+        Some(libc::ENOENT) => bail!(
+            "cannot open {} (is {} a live smithfs mount?)",
+            ctl.display(),
+            dir.display()
+        ),
+        _ => {
+            let why = std::fs::read_to_string(dir.join(".smithfs/why")).unwrap_or_default();
+            match why.lines().find(|l| !l.trim().is_empty()) {
+                Some(first) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    bail!("cannot {verb} {full}: {}", first.trim())
+                }
+                _ => bail!("cannot {verb} {full}: {e}"),
+            }
+        }
     }
 }
 

@@ -1,5 +1,6 @@
-//! `smithfs wait [DIR] [--children | --smith FULL_ID | --final] [--timeout SECS]`: block until
-//! the target is settled (PROTOCOL.md §6). Exit 0 done, 1 failed or cancelled, 124 timeout.
+//! `smithfs wait [DIR] [--children | --smith ID | --final] [--timeout SECS]`: block until the
+//! target is settled (PROTOCOL.md §6). Exit 0 done, 1 failed or cancelled, 2 an unknown or
+//! ambiguous smith, 124 timeout.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -7,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 
-use super::status::read_status;
+use super::store::{self, read_status};
 use super::util::resolve_mount;
 use crate::sched::view::{wait_verdict, Verdict, WaitTarget};
 
@@ -20,8 +21,8 @@ pub struct WaitArgs {
     /// Wait for every child of $SMITH_FULL_ID (of the root when unset) to settle.
     #[arg(long)]
     pub children: bool,
-    /// Wait for this smith to settle.
-    #[arg(long, value_name = "FULL_ID")]
+    /// Wait for this smith to settle (full id, short id or unique suffix).
+    #[arg(long, value_name = "ID")]
     pub smith: Option<String>,
     /// Wait for results/final.md (the default).
     #[arg(long = "final", id = "final_")]
@@ -37,14 +38,15 @@ pub const EXIT_TIMEOUT: u8 = 124;
 /// Run `smithfs wait`.
 pub fn run(args: WaitArgs) -> Result<ExitCode> {
     let dir = resolve_mount(args.dir.as_deref())?;
+    let src = store::source(&dir)?;
     let target = if args.children {
         let of = std::env::var("SMITH_FULL_ID")
             .ok()
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| crate::tree::scaffold_plan::ROOT_ID.to_string());
-        WaitTarget::Children(of)
+        WaitTarget::Children(store::resolve_id(&src, &of)?)
     } else if let Some(s) = args.smith {
-        WaitTarget::Smith(s)
+        WaitTarget::Smith(store::resolve_id(&src, &s)?)
     } else {
         WaitTarget::Final
     };
@@ -54,12 +56,13 @@ pub fn run(args: WaitArgs) -> Result<ExitCode> {
         None => None,
     };
     // The first read must work: a missing mount is an error, not something to wait for.
-    read_status(&dir)?;
+    read_status(&src)?;
     loop {
-        if let Ok((_, doc)) = read_status(&dir) {
+        let src = store::source(&dir).unwrap_or_else(|_| src.clone());
+        if let Ok((_, doc)) = read_status(&src) {
             if let WaitTarget::Smith(id) = &target {
                 if doc.smith(id).is_none() && !doc.smiths.is_empty() {
-                    bail!("no smith {id} in {}", dir.display());
+                    bail!("smith {id} is gone from {}", dir.display());
                 }
             }
             let final_exists = dir.join("results/final.md").exists();

@@ -18,22 +18,26 @@ pub enum ControlFile {
     Whoami,
     /// The caller's identity's most recent denial.
     Why,
-    /// Commands: `bind <full-id>`, `cancel <full-id>`.
+    /// Commands: `bind <full-id>`, `cancel <full-id>`, `retry <full-id>`.
     Ctl,
     /// The tree's state.
     Status,
     /// The journal.
     Events,
+    /// The daemon's own log (`.smithfs-state/daemon.log`): `smithfs logs --daemon` while
+    /// mounted.
+    DaemonLog,
 }
 
 impl ControlFile {
     /// Every control file, in listing order.
-    pub const ALL: [ControlFile; 5] = [
+    pub const ALL: [ControlFile; 6] = [
         ControlFile::Whoami,
         ControlFile::Why,
         ControlFile::Ctl,
         ControlFile::Status,
         ControlFile::Events,
+        ControlFile::DaemonLog,
     ];
 
     /// Its node id.
@@ -45,6 +49,7 @@ impl ControlFile {
                 ControlFile::Ctl => 3,
                 ControlFile::Status => 4,
                 ControlFile::Events => 5,
+                ControlFile::DaemonLog => 6,
             }
     }
 
@@ -56,6 +61,7 @@ impl ControlFile {
             ControlFile::Ctl => "ctl",
             ControlFile::Status => "status.json",
             ControlFile::Events => "events.jsonl",
+            ControlFile::DaemonLog => "daemon.log",
         }
     }
 
@@ -76,9 +82,11 @@ impl ControlFile {
     pub fn mode(self) -> u32 {
         match self {
             ControlFile::Ctl => 0o666,
-            ControlFile::Whoami | ControlFile::Why | ControlFile::Status | ControlFile::Events => {
-                0o444
-            }
+            ControlFile::Whoami
+            | ControlFile::Why
+            | ControlFile::Status
+            | ControlFile::Events
+            | ControlFile::DaemonLog => 0o444,
         }
     }
 }
@@ -95,9 +103,12 @@ pub enum Command {
     Bind(String),
     /// Cancel a smith's run and its subtree's (operator or an ancestor smith).
     Cancel(String),
+    /// Run a failed or cancelled smith again on its newest task (operator or an ancestor
+    /// smith; `smithfs retry`, PROTOCOL.md §6).
+    Retry(String),
 }
 
-/// Parse one line written to `ctl`: `bind <full-id>` or `cancel <full-id>`, surrounding
+/// Parse one line written to `ctl`: `bind <full-id>`, `cancel <full-id>` or `retry <full-id>`, surrounding
 /// whitespace ignored. Errors: a sentence saying what is wrong (the write fails with EINVAL).
 pub fn parse_command(line: &str) -> Result<Command, String> {
     let mut words = line.split_whitespace();
@@ -118,7 +129,10 @@ pub fn parse_command(line: &str) -> Result<Command, String> {
     match verb {
         "bind" => Ok(Command::Bind(full_id(arg)?)),
         "cancel" => Ok(Command::Cancel(full_id(arg)?)),
-        other => Err(format!("unknown command `{other}` (use bind or cancel)")),
+        "retry" => Ok(Command::Retry(full_id(arg)?)),
+        other => Err(format!(
+            "unknown command `{other}` (use bind, cancel or retry)"
+        )),
     }
 }
 
@@ -142,6 +156,10 @@ mod tests {
             (
                 "  cancel smith-root/smith-001 \n",
                 Ok(Command::Cancel("smith-root/smith-001".into())),
+            ),
+            (
+                "retry smith-root/smith-002",
+                Ok(Command::Retry("smith-root/smith-002".into())),
             ),
             ("bind", Err(())),
             ("bind smith-1", Err(())),

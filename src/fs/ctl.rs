@@ -4,7 +4,7 @@ use std::os::fd::AsFd;
 
 use super::control::{Command, ControlFile};
 use super::error::{FsError, FsResult};
-use super::{control, Caller, ControlHandle, SmithFs};
+use super::{backing, control, Caller, ControlHandle, SmithFs};
 use crate::identity::Identity;
 use crate::policy::{self, Area, CtlVerb, Ctx, Depth, Zone};
 use crate::trigger::Trigger;
@@ -43,6 +43,10 @@ impl SmithFs {
                 // Across the rotated files, oldest first (PROTOCOL.md §7).
                 &crate::sched::journal::read_all_bytes(self.state.as_fd()).unwrap_or_default(),
             ),
+            ControlFile::DaemonLog => {
+                backing::read_file(self.state.as_fd(), std::path::Path::new("daemon.log"))
+                    .unwrap_or_default()
+            }
             ControlFile::Ctl => Vec::new(),
         };
         Ok(self.controls.insert(ControlHandle { file: f, data }))
@@ -73,6 +77,7 @@ impl SmithFs {
         let (verb, name, full_id) = match &cmd {
             Command::Bind(f) => (CtlVerb::Bind, "bind", f.clone()),
             Command::Cancel(f) => (CtlVerb::Cancel, "cancel", f.clone()),
+            Command::Retry(f) => (CtlVerb::Retry, "retry", f.clone()),
         };
         let target = self.registry.by_full_id(&full_id);
         let decision = policy::decide_ctl(
@@ -96,6 +101,7 @@ impl SmithFs {
                 tracing::info!(pid = caller.pid, smith = %full_id, "process bound");
             }
             CtlVerb::Cancel => self.emit(Trigger::Cancel { smith }),
+            CtlVerb::Retry => self.emit(Trigger::Retry { smith }),
         }
         Ok(())
     }

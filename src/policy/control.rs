@@ -36,7 +36,7 @@ pub fn decide_control_open(id: &Identity, is_ctl: bool, writing: bool) -> Decisi
 pub fn ctl_syntax(msg: &str) -> Denial {
     Rule::CtlSyntax.deny(
         format!("{msg}."),
-        "Write `bind <full-id>` or `cancel <full-id>`, one per line.".into(),
+        "Write `bind <full-id>`, `cancel <full-id>` or `retry <full-id>`, one per line.".into(),
     )
 }
 
@@ -47,11 +47,15 @@ pub enum CtlVerb {
     Bind,
     /// `cancel <full-id>`: cancel the smith and its subtree (PROTOCOL.md §6).
     Cancel,
+    /// `retry <full-id>`: run a failed or cancelled smith again (`smithfs retry`, §6); the same
+    /// authority as `cancel` (docs/PROTOCOL-NOTES.md O5).
+    Retry,
 }
 
 /// Decide a parsed `ctl` command of `id` (named `who` in sentences) on `full_id`, which is
 /// registered as `target` (`None`: no such smith, ENOENT). `bind` is the operator's (EACCES);
-/// `cancel` the operator's or an ancestor's of the target (`is_ancestor(a, d)`; EACCES).
+/// `cancel` and `retry` the operator's or an ancestor's of the target (`is_ancestor(a, d)`;
+/// EACCES, rule `ctl-cancel-ancestor-only` for both).
 pub fn decide_ctl(
     id: &Identity,
     who: &str,
@@ -74,7 +78,12 @@ pub fn decide_ctl(
             ))
         }
         CtlVerb::Bind => Decision::Allow,
-        CtlVerb::Cancel => {
+        CtlVerb::Cancel | CtlVerb::Retry => {
+            let (word, alternative) = if verb == CtlVerb::Retry {
+                ("retry", "Retry your own descendants only.")
+            } else {
+                ("cancel", "Cancel your own descendants only.")
+            };
             let allowed = match id {
                 Identity::Operator => true,
                 Identity::Smith(s) => is_ancestor(*s, target),
@@ -85,9 +94,9 @@ pub fn decide_ctl(
             } else {
                 Decision::Deny(Rule::CtlCancelAncestorOnly.deny(
                     format!(
-                        "{who} may not cancel {full_id}: only the operator or an ancestor may."
+                        "{who} may not {word} {full_id}: only the operator or an ancestor may."
                     ),
-                    "Cancel your own descendants only.".into(),
+                    alternative.into(),
                 ))
             }
         }

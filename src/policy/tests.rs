@@ -1570,7 +1570,7 @@ fn ctl_commands_cell_by_cell() {
         Identity::Unknown,
     );
     #[rustfmt::skip]
-    let table: [(&Identity, CtlVerb, Option<SmithIdx>, Refusal); 12] = [
+    let table: [(&Identity, CtlVerb, Option<SmithIdx>, Refusal); 15] = [
         (&op,      CtlVerb::Bind,   Some(X), None),
         (&p,       CtlVerb::Bind,   Some(X), Some((Errno::EACCES, "ctl-bind-operator-only"))),
         (&x,       CtlVerb::Bind,   Some(X), Some((Errno::EACCES, "ctl-bind-operator-only"))),
@@ -1583,6 +1583,9 @@ fn ctl_commands_cell_by_cell() {
         (&unknown, CtlVerb::Cancel, Some(X), Some((Errno::EACCES, "ctl-cancel-ancestor-only"))),
         (&p,       CtlVerb::Cancel, None,    Some((Errno::ENOENT, "ctl-no-such-smith"))),
         (&op,      CtlVerb::Cancel, Some(ROOT), None),
+        (&p,       CtlVerb::Retry,  Some(X), None),
+        (&x,       CtlVerb::Retry,  Some(P), Some((Errno::EACCES, "ctl-cancel-ancestor-only"))),
+        (&op,      CtlVerb::Retry,  None,    Some((Errno::ENOENT, "ctl-no-such-smith"))),
     ];
     for (id, verb, target, want) in table {
         let got = match decide_ctl(id, "who", verb, "smith-root/smith-001", target, is_ancestor) {

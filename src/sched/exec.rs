@@ -18,7 +18,7 @@ use serde_json::json;
 
 use super::hooks::Hooks;
 use super::journal::{self, Event, Journal, LastRun, OpenRun, Terminal};
-use super::queue::{Base, Note, Outcome, Queue, RunEnd, Wake};
+use super::queue::{Base, Note, Outcome, Queue, RunEnd, State, Wake};
 use super::runner::{self, BindTo, Launch, Meta, Placeholders, RunBinder, RunDir};
 use super::{store_facts, time, Invalidate, Msg, SchedCtx, Shared, Trigger};
 use crate::config::{AgentConfig, Config, SmithConfig};
@@ -96,6 +96,10 @@ pub(crate) struct Exec {
     shutting_down: bool,
     /// Inbox paths journaled as `task.ignored` (each once per daemon).
     ignored: std::collections::HashSet<String>,
+    /// `results/final.md` was written and `fleet.done` is not yet journaled for it.
+    final_pending: bool,
+    /// Each smith's state as last published and since when (RFC 3339): `state_since` (§7).
+    since: std::cell::RefCell<HashMap<SmithIdx, (State, String)>>,
 }
 
 fn signal_group(pgid: i32, sig: i32) {
@@ -157,6 +161,8 @@ impl Exec {
             ready: Some(ready),
             shutting_down: false,
             ignored: Default::default(),
+            since: Default::default(),
+            final_pending: false,
         })
     }
 
@@ -165,6 +171,7 @@ impl Exec {
         self.startup(resume);
         loop {
             self.dispatch();
+            self.fleet_done();
             self.publish();
             if self.shutting_down && self.live.is_empty() {
                 break;
@@ -644,6 +651,11 @@ impl Exec {
                 self.record(ev);
             }
             Trigger::Cancel { smith } => self.on_cancel(smith),
+            Trigger::Retry { smith } => {
+                if self.queue.retry(smith) {
+                    tracing::info!(smith = ?self.full_id(smith), "retry requested");
+                }
+            }
         }
     }
 
@@ -749,7 +761,7 @@ impl Exec {
         self.update_final();
     }
 
-    fn update_final(&self) {
+    fn update_final(&mut self) {
         if !self
             .registry
             .root()
@@ -759,10 +771,29 @@ impl Exec {
             return;
         }
         match store_facts::copy_final(self.root.as_fd()) {
-            Ok(Some(results_ino)) => self.invalidate.entry(results_ino, OsStr::new("final.md")),
+            Ok(Some(results_ino)) => {
+                self.invalidate.entry(results_ino, OsStr::new("final.md"));
+                self.final_pending = true;
+            }
             Ok(None) => {}
             Err(e) => tracing::error!("cannot copy the root's result to results/final.md: {e}"),
         }
+    }
+
+    /// `results/final.md` was written and no run of the tree is live or queued (now, or once
+    /// the last run ended): journal `fleet.done` (smith `smith-root`, PROTOCOL.md §5), which
+    /// fires its hooks — once per written `final.md` (O6).
+    fn fleet_done(&mut self) {
+        if !self.final_pending || !self.live.is_empty() || !self.queue.fifo().is_empty() {
+            return;
+        }
+        self.final_pending = false;
+        let Some(root) = self.registry.root() else {
+            return;
+        };
+        let mut ev = self.ev("fleet.done", root);
+        ev.path = Some("results/final.md".into());
+        self.record(ev);
     }
 
     // ----- runs --------------------------------------------------------------------------
@@ -816,7 +847,14 @@ impl Exec {
                 Err(nix::errno::Errno::EEXIST) => rec.next_run += 1,
                 Err(e) => {
                     let msg = format!("cannot create {rel}/conversations/{id}: {e}");
-                    return self.fail_start(s, wake, &id, None, msg, self.config.agent.retries);
+                    return self.fail_start(
+                        s,
+                        wake,
+                        &id,
+                        None,
+                        ("spawn_error", msg),
+                        self.config.agent.retries,
+                    );
                 }
             }
         };
@@ -825,7 +863,14 @@ impl Exec {
         let agent = match self.smith_agent(&rel) {
             Ok(a) => a,
             Err(msg) => {
-                return self.fail_start(s, wake, &run_id, Some(dir), msg, self.config.agent.retries)
+                return self.fail_start(
+                    s,
+                    wake,
+                    &run_id,
+                    Some(dir),
+                    ("bad_config", msg),
+                    self.config.agent.retries,
+                )
             }
         };
         let ph = self.placeholders(Some(s));
@@ -838,7 +883,14 @@ impl Exec {
             Ok(a) => a,
             Err(e) => {
                 let msg = format!("{rel}: agent.command: {e}");
-                return self.fail_start(s, wake, &run_id, Some(dir), msg, agent.retries);
+                return self.fail_start(
+                    s,
+                    wake,
+                    &run_id,
+                    Some(dir),
+                    ("bad_config", msg),
+                    agent.retries,
+                );
             }
         };
         let parent = info
@@ -862,7 +914,14 @@ impl Exec {
             Ok(f) => f,
             Err(e) => {
                 let msg = format!("cannot duplicate the run log: {e}");
-                return self.fail_start(s, wake, &run_id, Some(dir), msg, agent.retries);
+                return self.fail_start(
+                    s,
+                    wake,
+                    &run_id,
+                    Some(dir),
+                    ("spawn_error", msg),
+                    agent.retries,
+                );
             }
         };
         let cwd = PathBuf::from(&ph.smith_dir);
@@ -884,7 +943,14 @@ impl Exec {
             Ok(st) => st,
             Err(e) => {
                 let msg = format!("cannot start `{}`: {e}", argv[0]);
-                return self.fail_start(s, wake, &run_id, Some(dir), msg, agent.retries);
+                return self.fail_start(
+                    s,
+                    wake,
+                    &run_id,
+                    Some(dir),
+                    ("spawn_error", msg),
+                    agent.retries,
+                );
             }
         };
         let pid = started.pid;
@@ -919,9 +985,7 @@ impl Exec {
                 run_id: run_id.clone(),
                 wake: wake.as_str().into(),
                 started: start,
-                ended: None,
-                exit_code: None,
-                signal: None,
+                ..LastRun::default()
             });
         }
         let mut ev = self.ev("run.started", s);
@@ -983,7 +1047,7 @@ impl Exec {
         wake: Wake,
         run_id: &str,
         dir: Option<RunDir>,
-        error: String,
+        (reason, error): (&'static str, String),
         retries: u32,
     ) {
         let now = time::now();
@@ -1008,6 +1072,16 @@ impl Exec {
             .map(|i| i.rel_dir())
             .unwrap_or_default();
         let has_result = store_facts::has_result(self.root.as_fd(), &rel);
+        if let Some(r) = self.recs.get_mut(&s) {
+            r.last_run = Some(LastRun {
+                run_id: run_id.to_string(),
+                wake: wake.as_str().into(),
+                started: now.clone(),
+                ended: Some(now.clone()),
+                reason: Some(reason.into()),
+                ..LastRun::default()
+            });
+        }
         let outcome = self
             .queue
             .exited(s, RunEnd::NotStarted, has_result, retries);
@@ -1015,6 +1089,7 @@ impl Exec {
         ev.run_id = Some(run_id.to_string());
         ev.wake = Some(wake.as_str().into());
         ev.error = Some(error);
+        ev.reason = Some(reason.into());
         set_outcome(&mut ev, outcome);
         self.record(ev);
         self.drain_notes();
@@ -1041,6 +1116,11 @@ impl Exec {
             .filter(|n| *n > 0);
         let oom = oom_kills.is_some() && reason.is_none() && code != Some(0);
         let end = time::now();
+        let why = if oom {
+            "oom"
+        } else {
+            run_reason(reason, signal, error.is_some())
+        };
         l.meta.end = Some(end.clone());
         l.meta.oom_kills = oom_kills;
         l.meta.exit_code = code;
@@ -1063,6 +1143,7 @@ impl Exec {
             lr.ended = Some(end);
             lr.exit_code = code;
             lr.signal = signal;
+            lr.reason = Some(why.into());
         }
         for c in self.queue.children(s) {
             self.rescan_task(c);
@@ -1089,9 +1170,7 @@ impl Exec {
         ev.signal = signal;
         ev.error = error;
         ev.oom_kills = oom_kills;
-        if oom {
-            ev.reason = Some("oom".into());
-        }
+        ev.reason = Some(why.into());
         set_outcome(&mut ev, outcome);
         self.record(ev);
         match reason {
@@ -1124,14 +1203,41 @@ impl Exec {
             .filter(|i| self.queue.contains(i.idx))
             .map(|i| {
                 let rec = self.recs.get(&i.idx);
+                let state = self.queue.state(i.idx);
+                let last_run = rec.and_then(|r| r.last_run.clone()).map(|mut lr| {
+                    lr.log = Some(format!(
+                        "{}/conversations/{}/messages.log",
+                        i.rel_dir(),
+                        lr.run_id
+                    ));
+                    lr
+                });
+                let state_since = {
+                    let mut since = self.since.borrow_mut();
+                    let entry = since.entry(i.idx).or_insert_with(|| {
+                        // First seen (start-up, a new smith): since its last run's end or
+                        // start, as the journal says, else now.
+                        let t = last_run
+                            .as_ref()
+                            .and_then(|lr| lr.ended.clone().or(Some(lr.started.clone())))
+                            .filter(|_| state != State::Idle || rec.is_some_and(|r| r.runs > 0))
+                            .unwrap_or_else(time::now);
+                        (state, t)
+                    });
+                    if entry.0 != state {
+                        *entry = (state, time::now());
+                    }
+                    entry.1.clone()
+                };
                 json!({
                     "full_id": i.full_id,
                     "parent": i.parent.and_then(|p| self.full_id(p)),
                     "level": i.level,
-                    "state": self.queue.state(i.idx).as_str(),
+                    "state": state.as_str(),
+                    "state_since": state_since,
                     "runs": rec.map_or(0, |r| r.runs),
                     "has_result": rec.is_some_and(|r| r.has_result),
-                    "last_run": rec.and_then(|r| r.last_run.clone()),
+                    "last_run": last_run,
                 })
             })
             .collect();
@@ -1142,6 +1248,20 @@ impl Exec {
         *self.shared.status.lock() = Arc::new(value);
         let live: std::collections::HashSet<SmithIdx> = self.live.keys().copied().collect();
         *self.shared.live.lock() = live;
+    }
+}
+
+/// `run.exited`'s `reason` (PROTOCOL.md §5) for a run that started: how the daemon stopped it
+/// (`timeout`, `cancelled`), else how it ended (`signal`, `exit`). A run interrupted by an
+/// unmount was stopped with a signal (O2). `error`: it could not be followed (no reaper).
+fn run_reason(stop: Option<StopReason>, signal: Option<i32>, error: bool) -> &'static str {
+    match stop {
+        Some(StopReason::Timeout) => "timeout",
+        Some(StopReason::Cancel) => "cancelled",
+        Some(StopReason::Shutdown) => "signal",
+        None if error => "spawn_error",
+        None if signal.is_some() => "signal",
+        None => "exit",
     }
 }
 

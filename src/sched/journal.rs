@@ -96,8 +96,8 @@ pub struct Event {
     /// full (PROTOCOL.md §7).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u64>,
-    /// Why, for `task.ignored` (the name rule it breaks, PROTOCOL.md §5) and, per ops, for
-    /// `run.exited` (`oom` when its memory limit killed it, docs/PROTOCOL-NOTES.md L5).
+    /// Why, for `task.ignored` (the name rule it breaks) and for `run.exited` (`exit`,
+    /// `signal`, `timeout`, `cancelled`, `oom`, `spawn_error` or `bad_config`; PROTOCOL.md §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
@@ -450,6 +450,13 @@ pub struct LastRun {
     pub exit_code: Option<i32>,
     /// The signal that killed it, if any.
     pub signal: Option<i32>,
+    /// Why it ended (`run.exited`'s `reason`, PROTOCOL.md §5); null while live or when the
+    /// journal does not say (an interrupted run).
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Its output, `conversations/RUN_ID/messages.log` relative to the mount root (§7).
+    #[serde(default)]
+    pub log: Option<String>,
 }
 
 /// What the journal says about one smith.
@@ -537,8 +544,7 @@ impl Replay {
                     wake: ev.wake.clone().unwrap_or_default(),
                     started: ev.ts.clone(),
                     ended: None,
-                    exit_code: None,
-                    signal: None,
+                    ..LastRun::default()
                 });
                 open.push(OpenRun {
                     smith: smith.clone(),
@@ -567,6 +573,7 @@ impl Replay {
                     if ev.event == "run.exited" {
                         lr.exit_code = ev.exit_code;
                         lr.signal = ev.signal;
+                        lr.reason = ev.reason.clone();
                     }
                 }
                 match ev.outcome.as_deref() {

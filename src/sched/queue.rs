@@ -430,6 +430,26 @@ impl Queue {
         true
     }
 
+    /// `smithfs retry` (PROTOCOL.md §6): a failed or cancelled `s` with nothing running or
+    /// pending gets a fresh run with [`Wake::Retry`] (its failure count reset, its parent no
+    /// longer settled, as a new task does). Returns false (and changes nothing) for an unknown
+    /// smith or one in any other state.
+    pub fn retry(&mut self, s: SmithIdx) -> bool {
+        let Some(slot) = self.slot_mut(s) else {
+            return false;
+        };
+        if !matches!(slot.state(), State::Failed | State::Cancelled) {
+            return false;
+        }
+        slot.attempts = 0;
+        slot.base = Base::Idle;
+        slot.pending = Some(Wake::Retry);
+        let parent = slot.parent;
+        self.fifo.push_back(s);
+        self.unsettle(parent);
+        true
+    }
+
     /// A child of `parent` has work again: `children.settled` may fire again later.
     fn unsettle(&mut self, parent: Option<SmithIdx>) {
         if let Some(p) = parent.and_then(|p| self.slot_mut(p)) {

@@ -28,6 +28,9 @@ pub struct SmithRow {
     pub level: u8,
     /// `idle queued running waiting done failed cancelled`.
     pub state: String,
+    /// When the smith entered its current state (RFC 3339; PROTOCOL.md §7).
+    #[serde(default)]
+    pub state_since: Option<String>,
     /// Runs started.
     pub runs: u32,
     /// `outbox/result.md` exists.
@@ -88,15 +91,49 @@ fn state_color(state: &str) -> &'static str {
     }
 }
 
-/// The status tree: one line per smith (tree drawing, state, runs, the last run's duration,
-/// whether a result is present), then a summary line. `color`: ANSI colours for a terminal.
+/// Pad `s` to `width` columns (by chars), then paint it: escapes never count as width, so
+/// columns stay aligned with colour on.
+fn cell(s: &str, width: usize, code: &str, color: bool) -> String {
+    let pad = width.saturating_sub(s.chars().count());
+    format!("{}{:pad$}", paint(s, code, color), "")
+}
+
+/// For a failed or cancelled smith: how its last run ended and where its log is, e.g.
+/// `exit 3 (exit) log smiths/smith-root/conversations/run-0002/messages.log`.
+fn failure_detail(row: &SmithRow) -> Option<String> {
+    if !matches!(
+        State::parse(&row.state),
+        Some(State::Failed | State::Cancelled)
+    ) {
+        return None;
+    }
+    let lr = row.last_run.as_ref()?;
+    let how = match (lr.exit_code, lr.signal) {
+        (_, Some(sig)) => format!("signal {sig}"),
+        (Some(c), None) => format!("exit {c}"),
+        (None, None) => "no exit".to_string(),
+    };
+    let mut out = how;
+    if let Some(r) = &lr.reason {
+        out.push_str(&format!(" ({r})"));
+    }
+    if let Some(l) = &lr.log {
+        out.push_str(&format!(" log {l}"));
+    }
+    Some(out)
+}
+
+/// The status tree: one line per smith (tree drawing and full id, state, time in that state,
+/// runs, the last run's duration, whether a result is present; for a failed or cancelled smith
+/// also its last exit code or signal, `reason` and log path), then a summary line. Columns
+/// are padded before they are coloured. `color`: ANSI colours for a terminal.
 pub fn render_tree(doc: &StatusDoc, now: SystemTime, color: bool) -> String {
     let mut out = String::new();
     let roots: Vec<&SmithRow> = doc.smiths.iter().filter(|s| s.parent.is_none()).collect();
     let width = doc
         .smiths
         .iter()
-        .map(|s| s.level as usize * 3 + short(&s.full_id).len())
+        .map(|s| s.level as usize * 3 + s.full_id.chars().count())
         .max()
         .unwrap_or(10)
         + 2;
@@ -113,26 +150,38 @@ pub fn render_tree(doc: &StatusDoc, now: SystemTime, color: bool) -> String {
             now,
             color,
         } = *cx;
-        let name = format!("{prefix}{branch}{}", short(&row.full_id));
-        let pad = width.saturating_sub(name.chars().count());
+        let name = format!("{prefix}{branch}{}", row.full_id);
         let dur = row
             .last_run
             .as_ref()
             .and_then(|lr| duration_of(lr, now))
             .map(human_duration)
             .unwrap_or_else(|| "-".into());
+        let since = row
+            .state_since
+            .as_deref()
+            .and_then(super::time::parse)
+            .map(|t| human_duration(now.duration_since(t).map_or(0, |d| d.as_secs())))
+            .unwrap_or_else(|| "-".into());
         let result = if row.has_result {
-            paint("result", "32", color)
+            cell("result", 6, "32", color)
         } else {
-            paint("-", "2", color)
+            cell("-", 6, "2", color)
         };
-        out.push_str(&format!(
-            "{name}{:pad$}{:<19} runs {:<3} {:>7}  {result}\n",
-            "",
-            paint(&format!("{:<9}", row.state), state_color(&row.state), color),
+        let mut line = format!(
+            "{}{} {:>6}  runs {:<3} last {:>6}  {result}",
+            cell(&name, width, "", false),
+            cell(&row.state, 9, state_color(&row.state), color),
+            since,
             row.runs,
             dur,
-        ));
+        );
+        if let Some(d) = failure_detail(row) {
+            line.push_str("  ");
+            line.push_str(&paint(&d, "31", color));
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
         let kids: Vec<&SmithRow> = doc.children(&row.full_id).collect();
         let child_prefix = format!(
             "{prefix}{}",
@@ -173,16 +222,13 @@ pub fn render_tree(doc: &StatusDoc, now: SystemTime, color: bool) -> String {
     ));
     if !doc.agent_configured {
         out.push_str(&paint(
-            "no agent configured: tasks wait (set agent.command in config.json, or init --agent)\n",
+            "no agent configured: tasks wait (set agent.command in config.json, or init --agent)",
             "33",
             color,
         ));
+        out.push('\n');
     }
     out
-}
-
-fn short(full_id: &str) -> &str {
-    full_id.rsplit('/').next().unwrap_or(full_id)
 }
 
 /// One journal line for humans: `ts event smith key=value …`.
@@ -283,9 +329,12 @@ mod tests {
                 wake: "task".into(),
                 started: "2026-01-01T00:00:00.000000Z".into(),
                 ended: Some("2026-01-01T00:01:05.000000Z".into()),
-                exit_code: Some(0),
-                signal: None,
+                exit_code: Some(if state == "failed" { 3 } else { 0 }),
+                reason: Some("exit".into()),
+                log: Some("smiths/x/conversations/run-0001/messages.log".into()),
+                ..LastRun::default()
             }),
+            state_since: Some("2026-01-01T00:01:05.000000Z".into()),
         }
     }
 
@@ -313,11 +362,14 @@ mod tests {
             "{out}"
         );
         assert!(
-            lines[1].starts_with("├─ smith-001") && lines[1].contains("1m05s"),
+            lines[1].starts_with("├─ smith-root/smith-001") && lines[1].contains("1m05s"),
             "{out}"
         );
         assert!(
-            lines[2].starts_with("└─ smith-002") && lines[2].contains("failed"),
+            lines[2].starts_with("└─ smith-root/smith-002")
+                && lines[2].contains("failed")
+                && lines[2]
+                    .contains("exit 3 (exit) log smiths/x/conversations/run-0001/messages.log"),
             "{out}"
         );
         assert!(
@@ -329,6 +381,38 @@ mod tests {
         let mut d = doc(["idle"; 3]);
         d.agent_configured = false;
         assert!(render_tree(&d, SystemTime::now(), false).contains("no agent configured"));
+    }
+
+    /// The text without ANSI escapes (`ESC [ … m`).
+    fn strip(s: &str) -> String {
+        let mut out = String::new();
+        let mut esc = false;
+        for c in s.chars() {
+            match c {
+                '\x1b' => esc = true,
+                'm' if esc => esc = false,
+                _ if esc => {}
+                _ => out.push(c),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn colour_keeps_columns_aligned() {
+        let now = super::super::time::parse("2026-01-01T00:02:05.000000Z").expect("time");
+        let d = doc(["running", "done", "failed"]);
+        let plain = render_tree(&d, now, false);
+        let coloured = render_tree(&d, now, true);
+        assert!(coloured.contains('\x1b'));
+        assert_eq!(strip(&coloured), plain, "colour adds escapes only");
+        // Every smith line has its state, time in state and runs at the same columns.
+        let col = |l: &str, word: &str| l.find(word).map(|i| l[..i].chars().count());
+        let lines: Vec<&str> = plain.lines().take(3).collect();
+        let runs: Vec<Option<usize>> = lines.iter().map(|l| col(l, "runs ")).collect();
+        assert!(runs[0].is_some());
+        assert!(runs.windows(2).all(|w| w[0] == w[1]), "{plain}");
+        assert!(lines[0].contains(" 1m00s  runs"), "time in state: {plain}");
     }
 
     #[test]

@@ -1,0 +1,195 @@
+//! `smithfs logs [DIR] ID [--run RUN_ID] [--follow]`: a run's `messages.log` (its stdout and
+//! stderr, PROTOCOL.md §5) — the latest run's by default — and `smithfs logs [DIR] --daemon
+//! [--follow]`: the daemon's own log (PROTOCOL.md §6). Both work on a mount and on a directory
+//! that is not mounted (read from the store).
+//!
+//! `--follow` prints new lines within a second (the file is re-opened every [`POLL`], so a
+//! follower never keeps the mount busy) and, for a run, ends once that run has ended (its
+//! `meta.json` has an `end`) and the last bytes are printed.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+
+use super::events::POLL;
+use super::ids::usage;
+use super::store;
+use super::util::resolve_mount;
+
+/// Arguments of `smithfs logs`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Examples:\n  smithfs logs smith-001            the latest run of the one smith-001\n  \
+                        smithfs logs DIR smith-root --run run-0002\n  \
+                        smithfs logs smith-root/smith-002 --follow\n  smithfs logs --daemon --follow"
+)]
+pub struct LogsArgs {
+    /// `[DIR] ID`: the mount or store (default as for `status`) and the smith — a full id, a
+    /// short id only one smith has, or a unique suffix. With `--daemon`: just `[DIR]`.
+    #[arg(num_args = 0..=2, value_name = "[DIR] ID")]
+    pub args: Vec<String>,
+    /// That run (`run-0002`, or `2`) instead of the latest.
+    #[arg(long, value_name = "RUN_ID")]
+    pub run: Option<String>,
+    /// Keep printing new lines; for a run, until it ends.
+    #[arg(short, long)]
+    pub follow: bool,
+    /// The daemon's own log instead of a run's.
+    #[arg(long, conflicts_with = "run")]
+    pub daemon: bool,
+}
+
+/// `run-0002` for `2`, `0002` or `run-0002`.
+fn run_id(q: &str) -> Result<String> {
+    let digits = q.trim().strip_prefix("run-").unwrap_or(q.trim());
+    match digits.parse::<u32>() {
+        Ok(n) if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) => {
+            Ok(format!("run-{n:04}"))
+        }
+        _ => usage!("`{q}` is not a run id (run-0001, or 1)"),
+    }
+}
+
+/// The runs of a smith dir, in order (`conversations/run-*`).
+fn runs(smith_dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(smith_dir.join("conversations"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+                .filter(|n| n.starts_with("run-"))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Has the run whose directory is `run_dir` ended (its `meta.json` has an `end`)?
+fn run_ended(run_dir: &Path) -> bool {
+    std::fs::read_to_string(run_dir.join("meta.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .is_some_and(|v| v.get("end").is_some_and(|e| !e.is_null()))
+}
+
+/// Print `path` from `offset` on, opening it only for the read; the new offset.
+fn print_from(path: &Path, offset: u64) -> Result<u64> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && offset > 0 => return Ok(offset),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTCONN)) => return Ok(offset),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    f.seek(SeekFrom::Start(offset))?;
+    let mut buf = Vec::new();
+    f.read_to_end(&mut buf)?;
+    drop(f);
+    let mut out = std::io::stdout().lock();
+    out.write_all(&buf)?;
+    out.flush()?;
+    Ok(offset + buf.len() as u64)
+}
+
+/// The daemon log of `src`: the mount's `.smithfs/daemon.log`, or the store's.
+fn daemon_log(dir: &Path) -> PathBuf {
+    let live = dir.join(".smithfs/daemon.log");
+    if dir.join(".smithfs").is_dir() {
+        live
+    } else {
+        dir.join(crate::fs::STATE_DIR).join("daemon.log")
+    }
+}
+
+/// Run `smithfs logs`.
+pub fn run(args: LogsArgs) -> Result<ExitCode> {
+    let (dir, id) = match (args.daemon, args.args.as_slice()) {
+        (true, []) => (None, None),
+        (true, [d]) => (Some(PathBuf::from(d)), None),
+        (false, [id]) => (None, Some(id.clone())),
+        (false, [d, id]) => (Some(PathBuf::from(d)), Some(id.clone())),
+        (true, _) => usage!("usage: smithfs logs [DIR] --daemon [--follow]"),
+        (false, _) => usage!("usage: smithfs logs [DIR] ID [--run RUN_ID] [--follow]"),
+    };
+    let dir = resolve_mount(dir.as_deref())?;
+    let src = store::source(&dir)?;
+    let Some(id) = id else {
+        let path = daemon_log(&dir);
+        if !path.exists() {
+            bail!(
+                "{}: no daemon log (a foreground mount, `mount -f`, logs to its stderr)",
+                path.display()
+            );
+        }
+        let mut offset = print_from(&path, 0)?;
+        if args.follow {
+            loop {
+                std::thread::sleep(POLL);
+                offset = print_from(&daemon_log(&dir), offset)?;
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    let full = store::resolve_id(&src, &id)?;
+    let smith_dir = dir.join(store::rel_dir(&full));
+    let run = match &args.run {
+        Some(r) => {
+            let r = run_id(r)?;
+            if !smith_dir.join("conversations").join(&r).is_dir() {
+                let have = runs(&smith_dir);
+                usage!(
+                    "{full} has no run {r}; its runs: {}",
+                    if have.is_empty() {
+                        "none".to_string()
+                    } else {
+                        have.join(", ")
+                    }
+                );
+            }
+            r
+        }
+        None => {
+            let latest = store::read_status(&src)
+                .ok()
+                .and_then(|(_, d)| d.smith(&full).and_then(|s| s.last_run.clone()))
+                .map(|lr| lr.run_id)
+                .filter(|r| smith_dir.join("conversations").join(r).is_dir());
+            match latest.or_else(|| runs(&smith_dir).pop()) {
+                Some(r) => r,
+                None => bail!("{full} has not run yet: no log"),
+            }
+        }
+    };
+    let run_dir = smith_dir.join("conversations").join(&run);
+    let log = run_dir.join("messages.log");
+    let mut offset = print_from(&log, 0)?;
+    if args.follow {
+        loop {
+            // Ended first, then the last read: nothing written before the end is missed.
+            let ended = run_ended(&run_dir);
+            offset = print_from(&log, offset)?;
+            if ended {
+                break;
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_ids() {
+        assert_eq!(run_id("run-0002").ok().as_deref(), Some("run-0002"));
+        assert_eq!(run_id("2").ok().as_deref(), Some("run-0002"));
+        assert_eq!(run_id("0012").ok().as_deref(), Some("run-0012"));
+        assert!(run_id("run-").is_err());
+        assert!(run_id("x").is_err());
+        assert!(run_id("-1").is_err());
+    }
+}

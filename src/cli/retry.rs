@@ -1,0 +1,38 @@
+//! `smithfs retry [DIR] ID`: run a failed or cancelled smith again on its newest task, with
+//! `SMITH_WAKE=retry` (PROTOCOL.md §6), by writing `retry FULL_ID` to `DIR/.smithfs/ctl`. Its
+//! failure count starts again; once it settles its parent is woken with `SMITH_WAKE=children`
+//! and aggregates again, as after a new task (O5).
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+use super::ids::usage;
+use super::store;
+
+/// Arguments of `smithfs retry`.
+#[derive(Debug, clap::Args)]
+pub struct RetryArgs {
+    /// `[DIR] ID`: the mount (default as for `status`) and the failed or cancelled smith — a
+    /// full id, a short id only one smith has, or a unique suffix.
+    #[arg(num_args = 1..=2, required = true, value_name = "[DIR] ID")]
+    pub args: Vec<String>,
+}
+
+/// Run `smithfs retry`. Exit 0 once the run is requested; 2 for an unknown or ambiguous smith
+/// or one that is not failed or cancelled.
+pub fn run(args: RetryArgs) -> Result<ExitCode> {
+    let (dir, id) = super::cancel::dir_and_id(&args.args, "retry")?;
+    let (dir, full) = super::util::mount_and_id(dir.as_deref(), &id)?;
+    let (_, doc) = store::read_status(&store::Source::Mount(dir.clone()))?;
+    let state = doc
+        .smith(&full)
+        .map(|s| s.state.clone())
+        .unwrap_or_default();
+    if state != "failed" && state != "cancelled" {
+        usage!("{full} is {state}: only a failed or cancelled smith can be retried");
+    }
+    super::util::ctl(&dir, &format!("retry {full}"), "retry", &full)?;
+    println!("retrying {full} (was {state})");
+    Ok(ExitCode::SUCCESS)
+}
