@@ -44,6 +44,7 @@ fn bench_decide(c: &mut Criterion) {
         operator: OperatorMode::ReadWrite,
         root: Some(ROOT),
         limits: Limits::default(),
+        project: false,
         names: &names,
     };
     let private = x(Area::Private, Depth::Inner);

@@ -5,11 +5,12 @@
 #   fmt        cargo fmt --check
 #   clippy     cargo clippy --all-targets -- -D warnings
 #   build      cargo build --release
-#   tests      cargo nextest run --release (cargo test --release without nextest), plus doctests;
+#   tests      cargo nextest run --release (cargo test --release without nextest), plus doctests
+#              and tests/agent_reference.sh;
 #              .config/nextest.toml retries a failed integration test once and reports it FLAKY
 #   pjdfstest  smithfs init + mount --allow-other on a temp dir, scripts/pjdfstest.sh as root in
 #              DIR/pjdfstest through the mount, smithfs umount (a trap unmounts on any failure)
-#   uring      (root, kernel with FUSE over io_uring) the mount suites core, fs_links and
+#   uring      (root, kernel with FUSE over io_uring) the suites core, fs (no kernel) and
 #              isolation again with SMITHFS_TEST_TRANSPORT=io-uring, then pjdfstest over
 #              `mount --transport io-uring`; the machine-wide enable_uring switch is on only
 #              while those mounts start, and put back as found
@@ -147,6 +148,15 @@ stage_tests() {
         tests_failed="$(sum_counts "$log" '^test result:' failed)"
         tests_skipped="$(sum_counts "$log" '^test result:' ignored)"
     fi
+    # The agents' shell tests: tests/agent_configs.sh runs inside tests/agent_clis.rs; the
+    # reference agent's own test runs here (a plain directory, no mount).
+    if bash tests/agent_reference.sh >"$log.agent_reference" 2>&1; then
+        tests_passed=$((tests_passed + 1))
+    else
+        rc=1
+        tests_failed=$((tests_failed + 1))
+        echo "tests/agent_reference.sh failed: see $log.agent_reference"
+    fi
     return "$rc"
 }
 
@@ -232,7 +242,7 @@ stage_pjdfstest() {
 stage_uring() {
     local log="$logdir/tests-uring.log" rc=0 p f s
     SMITHFS_TEST_TRANSPORT=io-uring cargo nextest run --release --no-fail-fast \
-        --test core --test fs_links --test isolation 2>&1 | tee "$log" || rc=$?
+        --test core --test fs --test isolation 2>&1 | tee "$log" || rc=$?
     p="$(sum_counts "$log" '^ *Summary \[' passed)"
     f="$(sum_counts "$log" '^ *Summary \[' failed)"
     s="$(sum_counts "$log" '^ *Summary \[' skipped)"

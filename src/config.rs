@@ -48,6 +48,35 @@ pub struct Config {
     pub hook_timeout_secs: u64,
     /// Rotation of the journal (PROTOCOL.md §7, §8).
     pub journal: JournalConfig,
+    /// The project every smith works on (PROTOCOL.md §8, §11); `repo: null` (the default): none.
+    pub workspace: WorkspaceConfig,
+}
+
+/// `workspace` in `config.json` (PROTOCOL.md §8, §11): the user's repository and the revision the
+/// root's workspace starts at. `init --repo` writes it and makes `project.git`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkspaceConfig {
+    /// The user's git repository (absolute, as `init` records it); `None`: no project.
+    pub repo: Option<std::path::PathBuf>,
+    /// The revision of `repo` the root's workspace starts at (default `HEAD`).
+    pub rev: String,
+}
+
+impl Default for WorkspaceConfig {
+    fn default() -> Self {
+        WorkspaceConfig {
+            repo: None,
+            rev: "HEAD".into(),
+        }
+    }
+}
+
+impl WorkspaceConfig {
+    /// Is a project configured (`repo` set)?
+    pub fn enabled(&self) -> bool {
+        self.repo.is_some()
+    }
 }
 
 /// `journal` in `config.json` (PROTOCOL.md §7, §8): rotate `events.jsonl` at `max_bytes`
@@ -320,6 +349,7 @@ impl Default for Config {
             identity: IdentityMode::Auto,
             hooks: BTreeMap::new(),
             hook_timeout_secs: 30,
+            workspace: WorkspaceConfig::default(),
             journal: JournalConfig::default(),
         }
     }

@@ -17,8 +17,9 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use crate::backing;
 use crate::config::Config;
-use crate::fs::{backing, BindError, FsOptions, Identities, Links, SmithFs, STATE_DIR};
+use crate::fs::{BindError, FsOptions, Identities, Links, SmithFs, STATE_DIR};
 use crate::fuse::session::{self, KernelCache, SessionOptions};
 use crate::identity::resolve::Resolver;
 use crate::sched::runner::BindTo;
@@ -188,6 +189,7 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
                     .unwrap_or(fds.inode_cache),
                 max_open_per_smith: fds.per_smith,
                 max_open_total: fds.handles,
+                project: config.workspace.enabled(),
             },
             binding.clone(),
             Links {
@@ -310,6 +312,19 @@ pub fn load_config(
     }
     if let Some(id) = &opts.identity {
         config.identity = id.parse().map_err(|e| anyhow!("--identity: {e}"))?;
+    }
+    if config.workspace.enabled() {
+        let project = crate::workspace::PROJECT_GIT;
+        if backing::open_dir_path(root, Path::new(project)).is_err() {
+            bail!(
+                "config.json: workspace: {} has no {project} (`smithfs init --repo PATH` makes it)",
+                dir.display()
+            );
+        }
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            bail!("config.json: workspace: workspaces need a daemon running as root (it builds a child's workspace in a private mount namespace)");
+        }
     }
     Ok(config)
 }

@@ -2,11 +2,13 @@
 //! (`PROTOCOL.md`) at the kernel boundary.
 //!
 //! Layering (see `docs/ARCHITECTURE.md`): `cli → daemon → {fuse, sched, fs}`, `fuse → fs`,
-//! `sched → fs::backing`, `fs → {policy, identity, tree, trigger}`. The pure modules (`policy`,
-//! `identity::procfs`, `tree::model`, `config`) import only types.
+//! `fs → {policy, identity, tree, trigger}`, and everyone → `backing` (the store layer, a
+//! leaf). The pure modules (`policy`, `identity::procfs`, `tree::model`, `config`) import
+//! only types.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod backing;
 pub mod cli;
 pub mod config;
 pub mod daemon;
@@ -19,3 +21,4 @@ pub mod sched;
 pub mod time;
 pub mod tree;
 pub mod trigger;
+pub mod workspace;

@@ -10,11 +10,14 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 
 use super::util::{self, MountState};
-use crate::fs::{backing, scaffold_write::create_smith_dir};
+use crate::backing;
+use crate::fs::scaffold_write::create_smith_dir;
 use crate::tree::scaffold_plan::{
     plan_smith, plan_task, PlanEntry, TaskSpec, FILE_MODE, ROOT_ID, ROOT_TASK_PATH,
 };
 use crate::tree::template::{Templates, BUILTIN_SKILL_NAME};
+use crate::workspace::{self, project, Base, GitRun, PROJECT_GIT};
+use std::os::unix::ffi::OsStrExt;
 
 /// Arguments of `smithfs init`.
 #[derive(Debug, Args)]
@@ -34,6 +37,13 @@ pub struct InitArgs {
     /// bundled reference agent as `agents/reference.sh`).
     #[arg(long, value_parser = ["reference", "claude", "codex", "gemini", "aider"])]
     pub agent: Option<String>,
+    /// The user's git repository every smith works on (PROTOCOL.md §11): copied to
+    /// `DIR/project.git`; every smith dir gets a `workspace/`.
+    #[arg(long, value_name = "PATH")]
+    pub repo: Option<PathBuf>,
+    /// The revision of PATH the root's workspace starts at (default HEAD).
+    #[arg(long, value_name = "REV", requires = "repo")]
+    pub rev: Option<String>,
     /// Run this program as the agent (any other CLI or a script of your own): CMD and every
     /// argument after it become `agent.command`, with the placeholders `{mount} {smith_dir}
     /// {task_file} {smith_id} {full_id} {level}` filled in per run. Must be the last option.
@@ -98,6 +108,15 @@ pub const DEFAULT_CONFIG: &str = r#"{
 }
 "#;
 
+/// `config` with `"workspace": {"repo", "rev"}` of the checked project (PROTOCOL.md §8).
+fn config_with_workspace(config: &str, p: &project::Checked) -> Result<String> {
+    let mut value: serde_json::Value = serde_json::from_str(config)?;
+    value["workspace"] = serde_json::json!({ "repo": p.repo, "rev": p.rev });
+    let text = serde_json::to_string_pretty(&value)? + "\n";
+    crate::config::Config::parse(&text).map_err(|e| anyhow!("workspace configuration: {e}"))?;
+    Ok(text)
+}
+
 /// Run `smithfs init`.
 pub fn run(args: InitArgs) -> Result<ExitCode> {
     let dir = util::absolute(&args.dir)?;
@@ -125,16 +144,28 @@ pub fn run(args: InitArgs) -> Result<ExitCode> {
     if dir.exists() && !dir.is_dir() {
         bail!("{} is not a directory", dir.display());
     }
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let root = backing::open_store_root(&dir)
-        .map_err(|e| anyhow!("cannot open {}: {e}", dir.display()))?;
-    let root = root.as_fd();
-    if backing::open_dir_path(root, Path::new("smiths/smith-root")).is_ok() {
+    let project = match &args.repo {
+        Some(repo) => {
+            let rev = args.rev.as_deref().unwrap_or("HEAD");
+            let repo = util::absolute(repo)?;
+            Some(project::check(&repo, rev, &dir).map_err(|e| anyhow!("{e}"))?)
+        }
+        None => None,
+    };
+    if dir.join("smiths/smith-root").exists() {
         bail!(
             "{} is already initialised (smiths/smith-root exists)",
             dir.display()
         );
     }
+    if project.is_some() && dir.join(PROJECT_GIT).exists() {
+        bail!("{} already has a {PROJECT_GIT}", dir.display());
+    }
+    let created = !dir.exists();
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let root = backing::open_store_root(&dir)
+        .map_err(|e| anyhow!("cannot open {}: {e}", dir.display()))?;
+    let root = root.as_fd();
     let templates = crate::daemon::load_templates(root)?;
     // SAFETY: umask has no preconditions; the scaffold's modes are meant literally.
     let old_umask = unsafe { libc::umask(0o022) };
@@ -143,6 +174,21 @@ pub fn run(args: InitArgs) -> Result<ExitCode> {
         (None, Some(_)) => Some("command"),
         (None, None) => None,
     };
+    let config = match &project {
+        Some(p) => config_with_workspace(&config, p)?,
+        None => config,
+    };
+    if let Some(p) = &project {
+        if let Err(e) = project::make_project_git(p, &dir) {
+            let _ = std::fs::remove_dir_all(dir.join(PROJECT_GIT));
+            if created {
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+            // SAFETY: as above.
+            unsafe { libc::umask(old_umask) };
+            bail!("{e}");
+        }
+    }
     let result = lay_out(
         root,
         &templates,
@@ -150,11 +196,47 @@ pub fn run(args: InitArgs) -> Result<ExitCode> {
         agent,
         description.as_deref(),
         args.title.as_deref(),
+        project.as_ref(),
     );
+    if result.is_err() && project.is_some() {
+        // Nothing is left of a failed `init --repo` (PROTOCOL.md §11).
+        if created {
+            let _ = std::fs::remove_dir_all(&dir);
+        } else {
+            let _ = std::fs::remove_dir_all(dir.join(PROJECT_GIT));
+        }
+    }
     // SAFETY: as above.
     unsafe { libc::umask(old_umask) };
     result?;
     println!("initialised {}", dir.display());
+    if let Some(p) = &project {
+        println!(
+            "  project: {} at {} ({}), in {PROJECT_GIT}; workspaces on smith/<full id with / as .>",
+            p.repo.display(),
+            p.rev,
+            &p.commit[..p.commit.len().min(12)]
+        );
+        if p.dirty {
+            eprintln!(
+                "smithfs: warning: {} has uncommitted changes; they are not included (the root's workspace starts at HEAD, {})",
+                p.repo.display(),
+                &p.commit[..p.commit.len().min(12)]
+            );
+        }
+        match project::exclude(p, &dir) {
+            Ok(true) => println!(
+                "  added {} to {}/info/exclude",
+                dir.display(),
+                p.git_dir.display()
+            ),
+            Ok(false) => {}
+            Err(e) => eprintln!(
+                "smithfs: warning: cannot add {} to info/exclude: {e}",
+                dir.display()
+            ),
+        }
+    }
     if description.is_some() {
         println!("  root task: smiths/smith-root/{ROOT_TASK_PATH}");
     }
@@ -183,6 +265,7 @@ fn lay_out(
     agent: Option<&str>,
     task: Option<&str>,
     title: Option<&str>,
+    project: Option<&project::Checked>,
 ) -> Result<()> {
     let io = |what: &str, e: nix::errno::Errno| anyhow!("cannot create {what}: {e}");
     for d in ["agents", "results", "smiths", "templates"] {
@@ -197,7 +280,7 @@ fn lay_out(
         Ok(f) => {
             backing::pwrite(f.as_fd(), config.as_bytes(), 0).map_err(|e| io("config.json", e))?;
         }
-        Err(nix::errno::Errno::EEXIST) if agent.is_some() => {
+        Err(nix::errno::Errno::EEXIST) if agent.is_some() || project.is_some() => {
             backing::write_atomic(root, c"config.json", config.as_bytes(), 0o644)
                 .map_err(|e| io("config.json", e))?;
         }
@@ -268,9 +351,39 @@ fn lay_out(
     let smiths = backing::open_dir_path(root, Path::new("smiths")).map_err(|e| io("smiths", e))?;
     // SAFETY: getuid/getgid have no preconditions.
     let owner = unsafe { (libc::getuid(), libc::getgid()) };
-    create_smith_dir(smiths.as_fd(), &cstr(ROOT_ID)?, &plan, Some(owner))
-        .map_err(|e| io("smiths/smith-root", e))?;
-    Ok(())
+    let Some(p) = project else {
+        create_smith_dir(smiths.as_fd(), &cstr(ROOT_ID)?, &plan, Some(owner), None)
+            .map_err(|e| io("smiths/smith-root", e))?;
+        return Ok(());
+    };
+    plan.entries
+        .extend(workspace::plan_workspace(ROOT_ID).ok_or_else(|| anyhow!("bad root id"))?);
+    let mut failure: Option<String> = None;
+    let run = GitRun {
+        cwd: smiths.as_fd(),
+        detach: None,
+        creds: None,
+    };
+    let mut finish = |tmp: &std::ffi::CStr| {
+        let ws = Path::new(std::ffi::OsStr::from_bytes(tmp.to_bytes())).join(workspace::AREA);
+        workspace::populate(&run, &ws, ROOT_ID, Base::Commit(&p.commit)).map_err(|e| {
+            failure = Some(e.to_string());
+            nix::errno::Errno::EIO
+        })?;
+        Ok(())
+    };
+    let made = create_smith_dir(
+        smiths.as_fd(),
+        &cstr(ROOT_ID)?,
+        &plan,
+        Some(owner),
+        Some(&mut finish),
+    );
+    match (made, failure) {
+        (Ok(()), _) => Ok(()),
+        (Err(_), Some(f)) => Err(anyhow!("cannot make the root's workspace: {f}")),
+        (Err(e), None) => Err(io("smiths/smith-root", e)),
+    }
 }
 
 #[cfg(test)]

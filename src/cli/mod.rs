@@ -1,7 +1,9 @@
 //! Command line (PROTOCOL.md §6): one file per subcommand. Errors end as one clear line on
 //! stderr and a non-zero exit.
 
+mod accept;
 mod cancel;
+mod diff;
 mod doctor;
 mod events;
 pub mod ids;
@@ -61,6 +63,12 @@ enum Command {
     Retry(retry::RetryArgs),
     /// Check /dev/fuse, fusermount3, kernel features, cgroups and privileges.
     Doctor(doctor::DoctorArgs),
+    /// With a project: a smith's changes since its base commit (PROTOCOL.md §11).
+    #[command(override_usage = "smithfs diff [DIR] ID [--stat]")]
+    Diff(diff::DiffArgs),
+    /// With a project: fetch a smith's branch into the repository; prints `BRANCH COMMIT`.
+    #[command(override_usage = "smithfs accept [DIR] ID [--branch NAME]")]
+    Accept(accept::AcceptArgs),
 }
 
 /// Parse the command line, run the subcommand and map its outcome to an exit code.
@@ -86,6 +94,8 @@ pub fn run() -> ExitCode {
         Command::Wait(a) => wait::run(a),
         Command::Cancel(a) => cancel::run(a),
         Command::Doctor(a) => doctor::run(a),
+        Command::Diff(a) => diff::run(a),
+        Command::Accept(a) => accept::run(a),
     };
     match result {
         Ok(code) => code,

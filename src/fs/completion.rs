@@ -101,6 +101,7 @@ pub fn completion(dir: Zone, name: &[u8]) -> Option<Trigger> {
         | Area::Outbox
         | Area::Conversations
         | Area::Children
-        | Area::Other => None,
+        | Area::Other
+        | Area::Workspace => None,
     }
 }

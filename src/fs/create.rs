@@ -1,6 +1,6 @@
 //! Creating entries: mknod, mkdir (with the child scaffold), symlink, link.
 
-use std::ffi::{CString, OsStr};
+use std::ffi::{CStr, CString, OsStr};
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
@@ -124,11 +124,44 @@ impl SmithFs {
             tracing::error!("scaffold of {full_id}: {e}");
             FsError::Scaffold
         })?;
+        let mut plan = plan;
+        if self.opts.project {
+            plan.entries
+                .extend(crate::workspace::plan_workspace(&full_id).ok_or(FsError::Scaffold)?);
+        }
+        let children = dir.fd()?;
+        let mount_point = &self.opts.mount_point;
+        let run = crate::workspace::GitRun {
+            cwd: children.as_fd(),
+            detach: (!mount_point.as_os_str().is_empty()).then_some(mount_point.as_path()),
+            creds: Some((caller.uid, caller.gid)),
+        };
+        let started = std::time::Instant::now();
+        let mut finish = |tmp: &CStr| -> backing::SysResult<()> {
+            let ws = std::path::Path::new(OsStr::from_bytes(tmp.to_bytes()))
+                .join(crate::workspace::AREA);
+            let base = crate::workspace::Base::Parent(std::path::Path::new("../workspace"));
+            match crate::workspace::populate(&run, &ws, &full_id, base) {
+                Ok(commit) => {
+                    tracing::info!(smith = %full_id, %commit, ms = started.elapsed().as_millis() as u64, "workspace made");
+                    Ok(())
+                }
+                Err(e) => {
+                    tracing::error!(smith = %full_id, "cannot make the workspace: {e}");
+                    Err(nix::errno::Errno::EIO)
+                }
+            }
+        };
         scaffold_write::create_smith_dir(
-            dir.fd()?.as_fd(),
+            children.as_fd(),
             &cname,
             &plan,
             Some((caller.uid, caller.gid)),
+            if self.opts.project {
+                Some(&mut finish)
+            } else {
+                None
+            },
         )?;
         let st = backing::stat_at(dir.fd()?.as_fd(), &cname)?;
         let idx = self.registry.register(Some(parent), &id, st.st_ino, None);

@@ -9,7 +9,8 @@
 //! budgets), `ctl` (control files and commands), `creds` (caller credentials), and one per
 //! family of operations: `entries`, `create`, `remove`, `rename`, `io`, `dir`, `xattr`.
 
-pub mod backing;
+/// The store layer, re-exported under its former path.
+pub use crate::backing;
 pub mod budget;
 pub mod control;
 pub mod error;
@@ -257,6 +258,9 @@ pub struct FsOptions {
     pub max_open_per_smith: usize,
     /// Open handles everybody together may hold, the operator included (ENFILE beyond).
     pub max_open_total: usize,
+    /// A project exists (PROTOCOL.md §11): every new smith dir gets a `workspace/`, and
+    /// `workspace` is a structure area.
+    pub project: bool,
 }
 
 impl Default for FsOptions {
@@ -270,6 +274,7 @@ impl Default for FsOptions {
             // No practical limit: the daemon sets both from its descriptor plan.
             max_open_per_smith: 1 << 20,
             max_open_total: 1 << 20,
+            project: false,
         }
     }
 }
@@ -431,6 +436,7 @@ impl SmithFs {
             operator: self.opts.operator,
             root: self.registry.root(),
             limits: self.opts.limits,
+            project: self.opts.project,
             names: &names,
         };
         f(&ctx)

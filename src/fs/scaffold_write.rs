@@ -9,6 +9,8 @@ use crate::tree::scaffold_plan::{Plan, PlanEntry, DIR_MODE};
 
 /// Create the smith dir `name` in `dir` (a `children/` or `smiths/` directory) from `plan`,
 /// built under a temporary name and renamed into place. `owner` (uid, gid) owns every entry.
+/// `finish` (see [`backing::build_tree`]) completes the tree under its temporary name: the
+/// workspace's git step (PROTOCOL.md §11).
 ///
 /// Errors: EEXIST if `name` exists; the errno of any failing call (nothing is left behind).
 pub fn create_smith_dir(
@@ -16,6 +18,7 @@ pub fn create_smith_dir(
     name: &CStr,
     plan: &Plan,
     owner: Option<(u32, u32)>,
+    finish: Option<&mut backing::Finish<'_>>,
 ) -> SysResult<()> {
     let nodes: Vec<Node<'_>> = plan
         .entries
@@ -29,5 +32,5 @@ pub fn create_smith_dir(
             } => Node::File(path, *mode, content),
         })
         .collect();
-    backing::build_tree(dir, name, DIR_MODE, &nodes, owner)
+    backing::build_tree(dir, name, DIR_MODE, &nodes, owner, finish)
 }

@@ -123,6 +123,9 @@ pub struct Ctx<'a> {
     pub root: Option<SmithIdx>,
     /// `limits` from config (PROTOCOL.md §4).
     pub limits: Limits,
+    /// A project exists (PROTOCOL.md §11): `workspace` in a smith dir is then the structure area
+    /// [`Area::Workspace`]; without one it is an ordinary top-level name ([`Area::Other`]'s rights).
+    pub project: bool,
     /// Full ids for messages; only used when denying.
     pub names: &'a dyn Names,
 }
@@ -313,6 +316,7 @@ impl fmt::Debug for Ctx<'_> {
             .field("operator", &self.operator)
             .field("root", &self.root)
             .field("limits", &self.limits)
+            .field("project", &self.project)
             .finish_non_exhaustive()
     }
 }
@@ -342,6 +346,9 @@ pub const fn table(rel: Relation, area: Area, depth: Depth) -> Rights {
         (Area::Outbox, Owner | Operator) => Rights::ALL,
         (Area::Outbox, Parent) => Rights::R,
         (Area::Outbox, OtherSmith) => Rights::NONE,
+        (Area::Workspace, Owner | Operator) => Rights::ALL,
+        (Area::Workspace, Parent) => Rights::R,
+        (Area::Workspace, OtherSmith) => Rights::NONE,
         (Area::Conversations, Owner | Parent | Operator) => Rights::R,
         (Area::Conversations, OtherSmith) => Rights::NONE,
         // children/ is read by all; unregistered entries under it (made outside the mount) may also be
@@ -353,7 +360,9 @@ pub const fn table(rel: Relation, area: Area, depth: Depth) -> Rights {
         },
     };
     match depth {
-        Depth::Top if area.is_structure() => inner.and(Rights::RW),
+        Depth::Top if area.is_structure() || matches!(area, Area::Workspace) => {
+            inner.and(Rights::RW)
+        }
         Depth::Top | Depth::Inner => inner,
     }
 }
@@ -376,6 +385,7 @@ pub const fn outside_table(caller: Caller, area: RootArea, depth: Depth) -> Righ
             | RootArea::Templates
             | RootArea::Agents
             | RootArea::Results
+            | RootArea::Project
             | RootArea::Smiths
             | RootArea::Other,
             Caller::Smith | Caller::RootSmith,
@@ -390,6 +400,7 @@ pub const fn outside_table(caller: Caller, area: RootArea, depth: Depth) -> Righ
             | RootArea::Templates
             | RootArea::Agents
             | RootArea::Results
+            | RootArea::Project
             | RootArea::Other,
             Caller::Operator,
         ) => Rights::ALL,
@@ -596,9 +607,11 @@ impl Rule {
                 Area::Conversations => "conversations-smithfs-writes",
                 Area::Children => "children-read-only",
                 Area::Other => "smith-files-owner-only",
+                Area::Workspace => "workspace-owner-writes",
             },
             Rule::Outside(a) => match a {
                 RootArea::Results => "results-root-writes",
+                RootArea::Project => "project-operator-writes",
                 RootArea::Control | RootArea::ControlCtl => "control-read-only",
                 RootArea::MountRoot
                 | RootArea::Config
@@ -725,15 +738,27 @@ pub fn decide_linked_rename(id: &Identity, src: &Zone, dst: &Zone, ctx: &Ctx<'_>
 /// zones of its known names allowed it. Fail closed: only the operator and the owner of `zone` —
 /// the zone of the name it was reached by — keep their rights; every other smith gets EACCES
 /// (`links-unseen`), as if the unseen names were in the owner's `private/`. Lookup-class ops stay
-/// free; Unknown gets its usual EACCES.
+/// free; Unknown gets its usual EACCES. Reads in `project.git/` stay allowed to smiths: its
+/// objects share inodes with the user's repository, which no zone holds (PROTOCOL.md §11).
 pub fn decide_unseen_names(id: &Identity, op: Op, zone: &Zone, ctx: &Ctx<'_>) -> Decision {
     match op.class() {
         OpClass::Lookup | OpClass::Getattr | OpClass::Statfs => return Decision::Allow,
         OpClass::Read | OpClass::Write | OpClass::Create | OpClass::Delete => {}
     }
+    let project_read = op.class() == OpClass::Read
+        && matches!(
+            zone,
+            Zone::Outside {
+                area: RootArea::Project,
+                ..
+            }
+        );
     let rule = match id {
         Identity::Operator => return Decision::Allow,
         Identity::Smith(s) if zone.owner() == Some(*s) => return Decision::Allow,
+        // project.git is written only by the operator and smithfs; its objects are hardlinked
+        // with the user's repository by `git clone --local` (PROTOCOL.md §11), not with a zone.
+        Identity::Smith(_) if project_read => return Decision::Allow,
         Identity::Smith(_) => Rule::UnseenNames,
         Identity::Unknown => Rule::UnknownIdentity,
     };
@@ -791,6 +816,14 @@ fn judge(id: &Identity, op: Op, zone: &Zone, ctx: &Ctx<'_>) -> Result<(), Rule> 
     }
     let read_only = caller == Caller::Operator && ctx.operator == OperatorMode::ReadOnly;
     match zone {
+        Zone::Smith(z) if z.area == Area::Workspace && !ctx.project => {
+            // No project: `workspace` is an ordinary top-level name (PROTOCOL.md §3, §11).
+            let z = SmithZone {
+                area: Area::Other,
+                ..*z
+            };
+            judge_smith(id, op, &z, read_only)
+        }
         Zone::Smith(z) => judge_smith(id, op, z, read_only),
         Zone::Outside { area, depth } => judge_outside(caller, op, *area, *depth, read_only),
     }
@@ -803,7 +836,9 @@ fn judge_smith(id: &Identity, op: Op, z: &SmithZone, read_only: bool) -> Result<
     let class = op.class();
     let creates_or_deletes = matches!(class, OpClass::Create | OpClass::Delete);
     // Structure: only smithfs; the operator may take an idle smith dir apart (rm -rf) or rename it away.
-    if z.depth == Depth::Top && z.area.is_structure() && creates_or_deletes {
+    // `workspace` reaches here only with a project (see `judge`), where it is structure.
+    let structure = z.area.is_structure() || z.area == Area::Workspace;
+    if z.depth == Depth::Top && structure && creates_or_deletes {
         let dismantles = match op {
             Op::Delete {
                 how: Removal::Unlink | Removal::Rmdir,
@@ -892,6 +927,7 @@ fn judge_outside(
         | RootArea::Templates
         | RootArea::Agents
         | RootArea::Results
+        | RootArea::Project
         | RootArea::Smiths
         | RootArea::Other
         | RootArea::Control
@@ -905,6 +941,7 @@ fn judge_outside(
             | RootArea::Templates
             | RootArea::Agents
             | RootArea::Results
+            | RootArea::Project
             | RootArea::Smiths
             | RootArea::Other
             | RootArea::Control
@@ -1004,6 +1041,14 @@ fn explain(
             let rel = relation(id, z);
             let may = who_may(op.class(), z, ctx);
             let alt = match (rel, area) {
+                (Some(Relation::Parent), Area::Workspace) => {
+                    let child = smith_path(&full_id(z.owner, ctx));
+                    format!("read {child}/workspace/ and merge the child's branch into your own workspace (git -C workspace pull …)")
+                }
+                (Some(Relation::OtherSmith), Area::Workspace) => format!(
+                    "work in your own workspace/; {}",
+                    own_work(&home)
+                ),
                 (Some(Relation::Parent), Area::Private | Area::Other | Area::Outbox) => {
                     let child = smith_path(&full_id(z.owner, ctx));
                     format!("give {} work through its inbox/ ({child}/inbox/) and read its outbox/ ({child}/outbox/)", short(&full_id(z.owner, ctx)))
@@ -1028,6 +1073,7 @@ fn explain(
             let may = match area {
                 RootArea::Results => "only the root smith (write, create) and the operator may",
                 RootArea::Control | RootArea::ControlCtl => "only .smithfs/ctl is written",
+                RootArea::Project => "project.git/ is read by every smith and written only by the operator and smithfs (commit in your own workspace/ instead)",
                 RootArea::MountRoot
                 | RootArea::Config
                 | RootArea::Templates
@@ -1133,7 +1179,8 @@ fn place(zone: &Zone, ctx: &Ctx<'_>) -> String {
             | Area::Outbox
             | Area::Conversations
             | Area::Children
-            | Area::Other => format!("{}'s {}", full_id(z.owner, ctx), z.area.label()),
+            | Area::Other
+            | Area::Workspace => format!("{}'s {}", full_id(z.owner, ctx), z.area.label()),
         },
         Zone::Outside { area, .. } => area.label().to_owned(),
     }

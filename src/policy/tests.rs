@@ -38,6 +38,7 @@ fn ctx(operator: OperatorMode) -> Ctx<'static> {
         operator,
         root: Some(ROOT),
         limits: Limits::default(),
+        project: true,
         names: &names,
     }
 }
@@ -144,6 +145,7 @@ fn section_3_table_every_cell() {
         ("other name (CLAUDE.md)",       x(A::Other, Top),             "rwcd", "----", "----", "rwcd"),
         ("other name inside (.git/x)",   x(A::Other, Inner),           "rwcd", "----", "----", "rwcd"),
         ("outbox/**",                    x(A::Outbox, Inner),          "rwcd", "r---", "----", "rwcd"),
+        ("workspace/** (§11)",           x(A::Workspace, Inner),       "rwcd", "r---", "----", "rwcd"),
         ("conversations/**",             x(A::Conversations, Inner),   "r---", "r---", "----", "r--B"),
         ("children/ (the directory)",    x(A::Children, Top),          "r-PP", "r-PP", "r-PP", "r-PB"),
         ("children/unregistered",        x(A::Children, Inner),        "r-P-", "r---", "r---", "rwPd"),
@@ -153,6 +155,7 @@ fn section_3_table_every_cell() {
         ("inbox/",                       x(A::Inbox, Top),             "r-PP", "rwPP", "--PP", "rwPB"),
         ("private/",                     x(A::Private, Top),           "rwPP", "--PP", "--PP", "rwPB"),
         ("outbox/",                      x(A::Outbox, Top),            "rwPP", "r-PP", "--PP", "rwPB"),
+        ("workspace/ (§11)",             x(A::Workspace, Top),         "rwPP", "r-PP", "--PP", "rwPB"),
         ("conversations/",               x(A::Conversations, Top),     "r-PP", "r-PP", "--PP", "r-PB"),
     ];
     let c = rw();
@@ -172,6 +175,46 @@ fn section_3_table_every_cell() {
     }
 }
 
+/// PROTOCOL.md §3, §11: without a project, `workspace` is an ordinary top-level name of the smith
+/// dir (the owner's; not structure, no parent read).
+#[test]
+fn workspace_without_a_project_is_an_ordinary_name() {
+    use Area as A;
+    use Depth::{Inner, Top};
+    let c = Ctx {
+        project: false,
+        ..rw()
+    };
+    for (row, zone) in [
+        ("workspace", x(A::Workspace, Top)),
+        ("workspace/**", x(A::Workspace, Inner)),
+    ] {
+        expect("rwcd", Identity::Smith(X), zone, &c, row);
+        expect("----", Identity::Smith(P), zone, &c, row);
+        expect("----", Identity::Smith(SIBLING), zone, &c, row);
+        expect("rwcd", Identity::Operator, zone, &c, row);
+    }
+    // With one, another smith's write is refused with the workspace rule.
+    let d = deny(decide(
+        &Identity::Smith(SIBLING),
+        Op::Write,
+        &x(A::Workspace, Inner),
+        &rw(),
+    ));
+    assert_eq!((d.errno, d.rule), (Errno::EACCES, "workspace-owner-writes"));
+    let d = deny(decide(
+        &Identity::Smith(X),
+        Op::Write,
+        &out(RootArea::Project, Inner),
+        &rw(),
+    ));
+    assert_eq!(
+        (d.errno, d.rule),
+        (Errno::EACCES, "project-operator-writes")
+    );
+    assert!(d.why.contains("project.git/"), "{}", d.why);
+}
+
 /// PROTOCOL.md §3, outside `smiths/`: smiths read; the root smith also writes and creates in results/;
 /// the operator may do all. Columns: root smith, another smith, operator (Unknown: nothing).
 #[test]
@@ -188,6 +231,8 @@ fn section_3_outside_smiths() {
         ("agents/**",               out(R::Agents, Inner),      "r---", "r---", "rwcd"),
         ("results/",                out(R::Results, Top),       "r---", "r---", "rwcd"),
         ("results/**",              out(R::Results, Inner),     "rwc-", "r---", "rwcd"),
+        ("project.git/ (§11)",      out(R::Project, Top),       "r---", "r---", "rwcd"),
+        ("project.git/** (§11)",    out(R::Project, Inner),     "r---", "r---", "rwcd"),
         ("smiths/",                 out(R::Smiths, Top),        "r-PP", "r-PP", "rwPP"),
         ("smiths/unregistered",     out(R::Smiths, Inner),      "r-P-", "r-P-", "rwPd"),
         ("other root-level name",   out(R::Other, Top),         "r---", "r---", "rwcd"),
@@ -635,6 +680,11 @@ fn unseen_names_fail_closed() {
     let agents = out(RootArea::Agents, Inner);
     assert!(!decide_unseen_names(&Identity::Smith(ROOT), Op::Read, &agents, &c).is_allowed());
     assert!(decide_unseen_names(&Identity::Operator, Op::Read, &agents, &c).is_allowed());
+    // project.git's objects are hardlinked with the user's repository (`clone --local`, §11):
+    // every smith reads them; writing stays the operator's.
+    let objects = out(RootArea::Project, Inner);
+    assert!(decide_unseen_names(&Identity::Smith(X), Op::Read, &objects, &c).is_allowed());
+    assert!(!decide_unseen_names(&Identity::Smith(X), Op::Write, &objects, &c).is_allowed());
 }
 
 /// PROTOCOL.md §3, children/: a mkdir in it is the scaffold's (routed by `is_children_dir`), and
@@ -1311,6 +1361,7 @@ fn arb_ctx() -> impl Strategy<Value = Ctx<'static>> {
         },
         root,
         limits: Limits::default(),
+        project: true,
         names: &names,
     })
 }

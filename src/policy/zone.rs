@@ -47,6 +47,9 @@ pub enum Area {
     Children,
     /// Any other name directly in the smith dir (`CLAUDE.md`, `.git`, `.aider*`) and what is below it.
     Other,
+    /// `workspace/` and `workspace/**`: the smith's git work tree and repository (PROTOCOL.md §11).
+    /// Without a project the rules treat it as [`Area::Other`] (see `policy::rules`).
+    Workspace,
 }
 
 /// A part of the mount outside every smith dir (PROTOCOL.md §1).
@@ -62,6 +65,8 @@ pub enum RootArea {
     Agents,
     /// `results/**`.
     Results,
+    /// `project.git/**`: the shared history of the user's repository (PROTOCOL.md §11).
+    Project,
     /// `smiths/` itself ([`Depth::Top`]) or an unregistered name under it ([`Depth::Inner`]).
     Smiths,
     /// Any other root-level name and what is below it.
@@ -158,6 +163,7 @@ impl Zone {
                         | RootArea::Templates
                         | RootArea::Agents
                         | RootArea::Results
+                        | RootArea::Project
                         | RootArea::Smiths
                         | RootArea::Other
                         | RootArea::Control
@@ -178,7 +184,8 @@ impl Zone {
                     | Area::Outbox
                     | Area::Conversations
                     | Area::Children
-                    | Area::Other) => (a, Depth::Inner),
+                    | Area::Other
+                    | Area::Workspace) => (a, Depth::Inner),
                 };
                 Zone::Smith(SmithZone { area, depth, ..z })
             }
@@ -239,6 +246,7 @@ impl Zone {
                 | RootArea::Templates
                 | RootArea::Agents
                 | RootArea::Results
+                | RootArea::Project
                 | RootArea::Other
                 | RootArea::Control
                 | RootArea::ControlCtl
@@ -250,7 +258,7 @@ impl Zone {
 
 impl Area {
     /// Every area, in §3 table order.
-    pub const ALL: [Area; 10] = [
+    pub const ALL: [Area; 11] = [
         Area::SmithMd,
         Area::Config,
         Area::Claude,
@@ -258,13 +266,16 @@ impl Area {
         Area::Private,
         Area::Other,
         Area::Outbox,
+        Area::Workspace,
         Area::Conversations,
         Area::Children,
         Area::SmithDir,
     ];
 
     /// Is the area's own entry structure (PROTOCOL.md §3)? `config.json` and other top-level names are not:
-    /// the parent, resp. the owner, may create and delete them.
+    /// the parent, resp. the owner, may create and delete them. `workspace` is structure only with a
+    /// project, which this const cannot know: the rules decide it with their context
+    /// (`Ctx::project`), and here it is not.
     pub const fn is_structure(self) -> bool {
         match self {
             Area::SmithDir
@@ -275,7 +286,7 @@ impl Area {
             | Area::Outbox
             | Area::Conversations
             | Area::Children => true,
-            Area::Config | Area::Other => false,
+            Area::Config | Area::Other | Area::Workspace => false,
         }
     }
 
@@ -292,6 +303,7 @@ impl Area {
             Area::Conversations => "conversations/",
             Area::Children => "children/",
             Area::Other => "top-level files",
+            Area::Workspace => "workspace/",
         }
     }
 }
@@ -305,6 +317,7 @@ impl RootArea {
             RootArea::Templates => "templates/",
             RootArea::Agents => "agents/",
             RootArea::Results => "results/",
+            RootArea::Project => "project.git/",
             RootArea::Smiths => "smiths/",
             RootArea::Other => "root-level files",
             RootArea::Control => ".smithfs/",
@@ -333,6 +346,7 @@ fn root_name(name: &[u8]) -> (RootArea, Depth) {
         b"templates" => RootArea::Templates,
         b"agents" => RootArea::Agents,
         b"results" => RootArea::Results,
+        b"project.git" => RootArea::Project,
         b"smiths" => RootArea::Smiths,
         b".smithfs" => RootArea::Control,
         b".smithfs-state" => RootArea::Reserved,
@@ -352,6 +366,7 @@ fn smith_dir_name(name: &[u8]) -> Area {
         b"outbox" => Area::Outbox,
         b"conversations" => Area::Conversations,
         b"children" => Area::Children,
+        b"workspace" => Area::Workspace,
         _ => Area::Other,
     }
 }
@@ -459,6 +474,8 @@ mod tests {
             ("agents/reference.sh", out(R::Agents, Inner)),
             ("results", out(R::Results, Top)),
             ("results/final.md", out(R::Results, Inner)),
+            ("project.git", out(R::Project, Top)),
+            ("project.git/objects/pack/x.pack", out(R::Project, Inner)),
             ("smiths", out(R::Smiths, Top)),
             ("smiths/stray", out(R::Smiths, Inner)),
             ("smiths/stray/x", out(R::Smiths, Inner)),
@@ -513,6 +530,14 @@ mod tests {
             (
                 "smiths/smith-root/children/smith-001/outbox/result.md",
                 s1(A::Outbox, Inner),
+            ),
+            (
+                "smiths/smith-root/children/smith-001/workspace",
+                s1(A::Workspace, Top),
+            ),
+            (
+                "smiths/smith-root/children/smith-001/workspace/.git/config",
+                s1(A::Workspace, Inner),
             ),
             (
                 "smiths/smith-root/children/smith-001/conversations/r1/messages.log",

@@ -21,8 +21,8 @@ use super::journal::{self, Event, Journal, LastRun, OpenRun, Terminal};
 use super::queue::{Base, Note, Outcome, Queue, RunEnd, State, Wake};
 use super::runner::{self, BindTo, Launch, Meta, Placeholders, RunBinder, RunDir};
 use super::{store_facts, time, Invalidate, Msg, SchedCtx, Shared, Trigger};
+use crate::backing;
 use crate::config::{AgentConfig, Config, SmithConfig};
-use crate::fs::backing;
 use crate::tree::model::SmithIdx;
 use crate::tree::registry::{Registry, SmithInfo};
 
@@ -73,6 +73,9 @@ struct Live {
     meta: Meta,
     /// The smith's oom-kill counter when the run started (a memory limit is set).
     oom_base: Option<u64>,
+    /// The auto-commit of its workspace is under way (PROTOCOL.md §11); the run is finished
+    /// when it reports.
+    committing: bool,
 }
 
 pub(crate) struct Exec {
@@ -422,7 +425,7 @@ impl Exec {
         let now = Instant::now();
         let mut next: Option<Instant> = None;
         let mut consider = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
-        for l in self.live.values() {
+        for l in self.live.values().filter(|l| !l.committing) {
             match &l.stop {
                 None => consider(l.deadline),
                 Some(st) => {
@@ -459,6 +462,11 @@ impl Exec {
                     self.finalize(smith);
                 }
             }
+            Msg::Committed { smith, run_id } => {
+                if self.live.get(&smith).is_some_and(|l| l.run_id == run_id) {
+                    self.finish(smith);
+                }
+            }
             Msg::Cancel(s) => self.on_cancel(s),
             Msg::Shutdown => {
                 self.shutting_down = true;
@@ -485,6 +493,10 @@ impl Exec {
             let Some(l) = self.live.get_mut(&s) else {
                 continue;
             };
+            if l.committing {
+                // Over: only its auto-commit is running (with a deadline of its own).
+                continue;
+            }
             match &mut l.stop {
                 None => {
                     if now >= l.deadline {
@@ -1032,6 +1044,7 @@ impl Exec {
                 dir,
                 meta,
                 oom_base,
+                committing: false,
             },
         );
         if failed_reaper {
@@ -1095,9 +1108,50 @@ impl Exec {
         self.drain_notes();
     }
 
-    /// A run is over (its leader reaped and, if it was stopped, its group gone): write the end
-    /// into `meta.json`, rescan its children's inboxes, apply the end-of-run rule, journal.
+    /// A run is over (its leader reaped and, if it was stopped, its group gone): with a project,
+    /// commit what it left in its workspace first (off this thread; [`Msg::Committed`] then
+    /// calls [`Exec::finish`]), else finish it now. At shutdown nothing is committed: the next
+    /// run's commit takes the interrupted run's work along.
     fn finalize(&mut self, s: SmithIdx) {
+        if self.config.workspace.enabled() && !self.shutting_down {
+            let full_id = self.full_id(s);
+            let rel = self.registry.get(s).map(|i| i.rel_dir());
+            let Some(l) = self.live.get_mut(&s) else {
+                return;
+            };
+            if l.committing {
+                return;
+            }
+            if let (Some(full_id), Some(rel)) = (full_id, rel) {
+                let job = super::commit::CommitJob {
+                    smith: s,
+                    full_id,
+                    run_id: l.run_id.clone(),
+                    wake: l.meta.wake.clone(),
+                    dir: self.mount.join(rel).join(crate::workspace::AREA),
+                    binder: self.binder.clone(),
+                    journal: self.journal.clone(),
+                    tx: self.tx.clone(),
+                    nofile: self.nofile,
+                };
+                l.committing = true;
+                match job.start() {
+                    Ok(()) => return,
+                    Err(e) => {
+                        tracing::error!("cannot start the auto-commit: {e}");
+                        if let Some(l) = self.live.get_mut(&s) {
+                            l.committing = false;
+                        }
+                    }
+                }
+            }
+        }
+        self.finish(s);
+    }
+
+    /// Finish a run that is over: write the end into `meta.json`, rescan its children's
+    /// inboxes, apply the end-of-run rule, journal.
+    fn finish(&mut self, s: SmithIdx) {
         let Some(mut l) = self.live.remove(&s) else {
             return;
         };

@@ -13,7 +13,7 @@ use std::time::SystemTime;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use crate::fs::backing::{self, SysResult};
+use crate::backing::{self, SysResult};
 
 /// The journal's file name in the state directory.
 pub const JOURNAL_NAME: &CStr = c"events.jsonl";
@@ -92,6 +92,9 @@ pub struct Event {
     /// For `hook.exited`: it ran over `hook_timeout_secs` and was killed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timed_out: Option<bool>,
+    /// For `workspace.committed`: the new commit's id (PROTOCOL.md §11).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
     /// For `access.denied.suppressed`: the denials of that identity and second not written in
     /// full (PROTOCOL.md §7).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -5,13 +5,14 @@
 //! the files). One scheduler thread owns the pure model ([`queue::Queue`]) and handles
 //! triggers, run exits and cancels in one ordered queue; the executor around it (`exec`) starts
 //! runs ([`runner`]), journals ([`journal`]), fires user hooks ([`hooks`]) and makes the
-//! daemon's own writes through `fs::backing`, each followed by an [`Invalidate`] call.
+//! daemon's own writes through `crate::backing`, each followed by an [`Invalidate`] call.
 //!
 //! The daemon (`crate::daemon`) opens the queue ([`Link::open`]) before the filesystem, which
 //! sends its triggers through it and reads `status.json` and run liveness from it; once the
 //! FUSE session is mounted (runs work in the mount) it starts the scheduler thread on that
 //! queue ([`Scheduler::start_on`]).
 
+mod commit;
 pub mod denials;
 mod exec;
 pub mod hooks;
@@ -33,8 +34,8 @@ use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
 
+use crate::backing;
 use crate::config::Config;
-use crate::fs::backing;
 use crate::tree::model::SmithIdx;
 use crate::tree::registry::Registry;
 
@@ -98,6 +99,11 @@ pub(crate) enum Msg {
         smith: SmithIdx,
         run_id: String,
         status: Result<std::process::ExitStatus, String>,
+    },
+    /// The auto-commit after a run's exit is over (PROTOCOL.md §11; `commit.rs`).
+    Committed {
+        smith: SmithIdx,
+        run_id: String,
     },
     Cancel(SmithIdx),
     Shutdown,

@@ -289,8 +289,8 @@ pub fn create_run_dir(
     root: BorrowedFd<'_>,
     rel_dir: &Path,
     run_id: &str,
-) -> crate::fs::backing::SysResult<RunDir> {
-    use crate::fs::backing;
+) -> crate::backing::SysResult<RunDir> {
+    use crate::backing;
     let smith = backing::open_dir_path(root, rel_dir)?;
     let conv = backing::ensure_dir(smith.as_fd(), c"conversations", 0o755)?;
     let name = backing::component(OsStr::new(run_id))?;
@@ -313,11 +313,11 @@ pub fn create_run_dir(
 
 /// Write `meta` as `meta.json` in the held run dir: atomically (rename), not fsynced — it is
 /// written on the scheduler's thread between starting one run and the next, and is as durable
-/// as the journal (see [`crate::fs::backing::write_replace`]).
-pub fn write_meta(dir: BorrowedFd<'_>, meta: &Meta) -> crate::fs::backing::SysResult<()> {
+/// as the journal (see [`crate::backing::write_replace`]).
+pub fn write_meta(dir: BorrowedFd<'_>, meta: &Meta) -> crate::backing::SysResult<()> {
     let mut text = serde_json::to_vec_pretty(meta).unwrap_or_default();
     text.push(b'\n');
-    crate::fs::backing::write_replace(dir, c"meta.json", &text, 0o644)
+    crate::backing::write_replace(dir, c"meta.json", &text, 0o644)
 }
 
 /// The absolute path of `rel` inside the mount.

@@ -85,6 +85,19 @@ pub fn poll_until<R: Polled>(
     }
 }
 
+/// End this test (as passed, with a message) when `/dev/fuse` cannot be opened: a real mount
+/// is impossible here. nextest runs each test in its own process, so only this test ends.
+pub fn skip_unless_fuse_usable() {
+    if let Err(e) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    {
+        eprintln!("skipped: /dev/fuse cannot be used here ({e}); this test needs a real mount");
+        std::process::exit(0);
+    }
+}
+
 /// The filesystem type and source mounted at exactly `dir` (topmost mount), from mountinfo.
 pub fn mount_at(dir: &Path) -> Option<(String, String)> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
@@ -232,6 +245,7 @@ impl TestMount {
 
     /// Init and mount with `opts`.
     pub fn with(opts: MountOpts) -> Self {
+        skip_unless_fuse_usable();
         let tmp = tempfile::Builder::new()
             .prefix("smithfs-test-")
             .tempdir()
@@ -240,6 +254,36 @@ impl TestMount {
         std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let dir = tmp.path().join("m");
         smithfs([OsStr::new("init"), dir.as_os_str()]).expect_ok("smithfs init");
+        let mut m = TestMount {
+            tmp,
+            dir,
+            opts,
+            child: None,
+        };
+        m.mount();
+        m
+    }
+
+    /// Init with more `smithfs init` arguments and mount with `opts`. `prepare` gets the scratch
+    /// dir before `init` runs (to make a repository there) and returns the extra arguments
+    /// (e.g. `--repo PATH`).
+    pub fn with_init(
+        opts: MountOpts,
+        prepare: impl FnOnce(&Path) -> Vec<std::ffi::OsString>,
+    ) -> Self {
+        let tmp = tempfile::Builder::new()
+            .prefix("smithfs-test-")
+            .tempdir()
+            .expect("tempdir");
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let dir = tmp.path().join("m");
+        let extra = prepare(tmp.path());
+        let mut args = vec![
+            OsStr::new("init").to_os_string(),
+            dir.clone().into_os_string(),
+        ];
+        args.extend(extra);
+        smithfs(&args).expect_ok("smithfs init");
         let mut m = TestMount {
             tmp,
             dir,

@@ -10,6 +10,7 @@ mod create;
 mod dir;
 mod entries;
 mod io;
+mod links;
 mod remove;
 mod rename;
 mod xattr;

@@ -916,19 +916,25 @@ pub fn open_dir_path(dir: BorrowedFd<'_>, path: &std::path::Path) -> SysResult<O
     }
 }
 
+/// What [`build_tree`] calls with the temporary name before renaming it into place.
+pub type Finish<'a> = dyn FnMut(&CStr) -> SysResult<()> + 'a;
+
 /// Build a directory `name` in `dir` holding `nodes` (parents before children), so that it is
 /// never visible half-made: everything is created under a temporary name, fsynced, and renamed
 /// into place with `RENAME_NOREPLACE` (PROTOCOL.md §4, §9). `owner` (uid, gid), when given,
-/// becomes the owner of every created entry. `mode` is the new directory's own mode.
+/// becomes the owner of every created entry. `mode` is the new directory's own mode. `finish`,
+/// when given, is called with the temporary name (in `dir`) once the nodes are in place and
+/// before the rename: what it adds (a workspace, PROTOCOL.md §11) is part of the atomic whole.
 ///
-/// Errors: EEXIST when `name` exists; any errno of the underlying calls (the temporary tree is
-/// removed again on failure).
+/// Errors: EEXIST when `name` exists; any errno of the underlying calls or of `finish` (the
+/// temporary tree is removed again on failure).
 pub fn build_tree(
     dir: BorrowedFd<'_>,
     name: &CStr,
     mode: u32,
     nodes: &[Node<'_>],
     owner: Option<(u32, u32)>,
+    finish: Option<&mut Finish<'_>>,
 ) -> SysResult<()> {
     let tmp = CString::new(format!(
         ".smithfs-new.{}.{}",
@@ -976,6 +982,9 @@ pub fn build_tree(
             if let Some((u, g)) = owner {
                 chown(made.as_fd(), u, g)?;
             }
+        }
+        if let Some(finish) = finish {
+            finish(&tmp)?;
         }
         let rootdir = reopen(root.as_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?;
         fsync(rootdir.as_fd(), false)?;

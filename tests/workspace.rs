@@ -1,0 +1,715 @@
+//! Workspaces (PROTOCOL.md §11) on real mounts, in both identity modes: `init --repo` and its bad
+//! input, `project.git`, every smith's `workspace/` (branch, `user.name`, `smithfs.base`, alternates,
+//! a child's base = its parent's `HEAD` commit, mid-rebase too), the rights of §3, a parent's pull,
+//! the auto-commit at run exit (`workspace.committed` / `workspace.commit_failed` with a stale index
+//! lock), `diff`, `accept` (checked-out and diverged branches refused), a hostile smith config that
+//! must run nothing, submodules, and a 10 000-file repository (figures printed).
+
+mod common;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{poll_until, run, smithfs, MountOpts, Run, TestMount, SMITHFS};
+
+const ROOT_WS: &str = "smiths/smith-root/workspace";
+const CHILD: &str = "smiths/smith-root/children/smith-001";
+const CHILD_WS: &str = "smiths/smith-root/children/smith-001/workspace";
+
+/// `git ARGS` in `dir` (plain git, as a user would run it); panics on failure; stdout trimmed.
+#[track_caller]
+fn git(dir: &Path, args: &[&str]) -> String {
+    let r = run(Command::new("git").arg("-C").arg(dir).args(args));
+    assert!(r.ok(), "git {args:?} in {}: {}", dir.display(), r.stderr);
+    r.stdout.trim().to_string()
+}
+
+/// A repository with a few files and two commits; returns its HEAD.
+fn make_repo(dir: &Path) -> String {
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    let sh = |s: &str| {
+        let r = run(Command::new("bash").arg("-ec").arg(s).current_dir(dir));
+        assert!(r.ok(), "{s}: {}", r.stderr);
+    };
+    sh("git init -q -b main . && git config user.name u && git config user.email u@example.com \
+        && echo one > a.txt && echo 'fn main() {}' > src/main.rs && git add -A && git commit -qm one \
+        && echo two >> a.txt && git commit -qam two && git tag v2");
+    git(dir, &["rev-parse", "HEAD"])
+}
+
+/// Identity mode of a mount (PROTOCOL.md §2).
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    Cgroup,
+    Ancestry,
+}
+
+struct Ws {
+    m: TestMount,
+    repo: PathBuf,
+    base: String,
+}
+
+impl Ws {
+    fn new(mode: Mode) -> Ws {
+        let mut base = String::new();
+        let mut repo = PathBuf::new();
+        let m = TestMount::with_init(
+            MountOpts {
+                allow_other: true,
+                foreground: false,
+                extra: vec![
+                    "--identity",
+                    match mode {
+                        Mode::Cgroup => "cgroup",
+                        Mode::Ancestry => "ancestry",
+                    },
+                ],
+            },
+            |tmp| {
+                repo = tmp.join("repo");
+                base = make_repo(&repo);
+                vec![OsString::from("--repo"), repo.clone().into_os_string()]
+            },
+        );
+        Ws { m, repo, base }
+    }
+
+    fn abs(&self, rel: &str) -> PathBuf {
+        self.m.path().join(rel)
+    }
+
+    /// `bash -c SCRIPT` bound to `who` with `smithfs run`, in `cwd` (mount-relative).
+    fn as_smith(&self, who: &str, cwd: &str, script: &str) -> Run {
+        run(Command::new(SMITHFS)
+            .args(["run", "--mount"])
+            .arg(self.m.path())
+            .args(["--smith", who, "--", "bash", "-c", script])
+            .current_dir(self.abs(cwd)))
+    }
+
+    #[track_caller]
+    fn as_smith_ok(&self, who: &str, cwd: &str, script: &str) -> String {
+        let r = self.as_smith(who, cwd, script);
+        assert!(r.ok(), "as {who}: {script}: {}{}", r.stdout, r.stderr);
+        r.stdout
+    }
+
+    /// Set the agent command and remount (config is read at mount).
+    fn set_agent(&mut self, script: &str) {
+        let p = self.m.path().join("config.json");
+        let mut c: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        c["agent"] = serde_json::json!({ "command": ["bash", "-c", script], "retries": 0 });
+        std::fs::write(&p, serde_json::to_string_pretty(&c).unwrap()).unwrap();
+        self.m.remount();
+    }
+
+    /// Journal lines (parsed) of `event`.
+    fn events(&self, event: &str) -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(self.abs(".smithfs/events.jsonl")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["event"] == event)
+            .collect()
+    }
+
+    fn wait_event(&self, event: &str, n: usize) -> Vec<serde_json::Value> {
+        poll_until(Duration::from_secs(30), event, || {
+            self.events(event).len() >= n
+        });
+        self.events(event)
+    }
+}
+
+macro_rules! both_modes {
+    ($name:ident, |$mode:ident| $body:block) => {
+        mod $name {
+            use super::*;
+            fn scenario($mode: Mode) $body
+            #[test]
+            fn cgroup() {
+                scenario(Mode::Cgroup)
+            }
+            #[test]
+            fn ancestry() {
+                scenario(Mode::Ancestry)
+            }
+        }
+    };
+}
+
+both_modes!(layout_and_child_base, |mode| {
+    let w = Ws::new(mode);
+    // project.git: a bare copy with every branch and tag.
+    let project = w.abs("project.git");
+    assert_eq!(
+        git(&project, &["rev-parse", "--is-bare-repository"]),
+        "true"
+    );
+    assert_eq!(git(&project, &["rev-parse", "refs/heads/main"]), w.base);
+    assert_eq!(git(&project, &["rev-parse", "v2^{commit}"]), w.base);
+    // The root's workspace, at REV on smith/smith-root.
+    let root = w.abs(ROOT_WS);
+    assert_eq!(
+        git(&root, &["symbolic-ref", "HEAD"]),
+        "refs/heads/smith/smith-root"
+    );
+    assert_eq!(git(&root, &["rev-parse", "HEAD"]), w.base);
+    assert_eq!(git(&root, &["config", "user.name"]), "smith-root");
+    assert!(!git(&root, &["config", "user.email"]).is_empty());
+    assert_eq!(git(&root, &["config", "smithfs.base"]), w.base);
+    let alt = std::fs::read_to_string(root.join(".git/objects/info/alternates")).unwrap();
+    assert_eq!(alt.trim(), "../../../../../project.git/objects");
+    assert_eq!(
+        std::fs::read_to_string(root.join("a.txt")).unwrap(),
+        "one\ntwo\n"
+    );
+    assert_eq!(git(&root, &["status", "--porcelain"]), "");
+    // The root commits, leaves an uncommitted change, and makes a child.
+    w.as_smith_ok(
+        "smith-root",
+        ROOT_WS,
+        "echo new > new.txt && git add new.txt && git commit -qm 'root work' && echo dirty >> a.txt",
+    );
+    let root_head = git(&root, &["rev-parse", "HEAD"]);
+    w.as_smith_ok(
+        "smith-root",
+        "smiths/smith-root",
+        "mkdir children/smith-001",
+    );
+    let child = w.abs(CHILD_WS);
+    assert_eq!(
+        git(&child, &["symbolic-ref", "HEAD"]),
+        "refs/heads/smith/smith-root.smith-001"
+    );
+    assert_eq!(git(&child, &["rev-parse", "HEAD"]), root_head);
+    assert_eq!(git(&child, &["config", "smithfs.base"]), root_head);
+    assert_eq!(
+        git(&child, &["config", "user.name"]),
+        "smith-root/smith-001"
+    );
+    // The parent's HEAD commit, not its work tree; its new objects are the child's own.
+    assert_eq!(
+        std::fs::read_to_string(child.join("a.txt")).unwrap(),
+        "one\ntwo\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(child.join("new.txt")).unwrap(),
+        "new\n"
+    );
+    let alt = std::fs::read_to_string(child.join(".git/objects/info/alternates")).unwrap();
+    assert_eq!(alt.trim(), "../../../../../../../project.git/objects");
+    let copied = run(Command::new("git")
+        .arg("--git-dir")
+        .arg(child.join(".git"))
+        .args(["cat-file", "-e", &root_head])
+        .env("GIT_ALTERNATE_OBJECT_DIRECTORIES", ""));
+    assert!(copied.ok(), "the child's repository has its base commit");
+    assert_eq!(git(&child, &["status", "--porcelain"]), "");
+    // A grandchild starts at the child's HEAD.
+    w.as_smith_ok(
+        "smith-root/smith-001",
+        CHILD_WS,
+        "echo c > c.txt && git add c.txt && git commit -qm child",
+    );
+    let child_head = git(&child, &["rev-parse", "HEAD"]);
+    std::fs::create_dir(w.abs(&format!("{CHILD}/children/smith-001"))).unwrap();
+    let grand = w.abs(&format!("{CHILD}/children/smith-001/workspace"));
+    assert_eq!(git(&grand, &["rev-parse", "HEAD"]), child_head);
+    assert_eq!(
+        git(&grand, &["symbolic-ref", "--short", "HEAD"]),
+        "smith/smith-root.smith-001.smith-001"
+    );
+});
+
+both_modes!(rights_and_parent_pull, |mode| {
+    let w = Ws::new(mode);
+    std::fs::create_dir(w.abs(CHILD)).unwrap();
+    std::fs::create_dir(w.abs("smiths/smith-root/children/smith-002")).unwrap();
+    // The child writes the parent's workspace: EACCES, and why says so.
+    let r = w.as_smith(
+        "smith-root/smith-001",
+        CHILD,
+        "echo x > ../../workspace/a.txt",
+    );
+    assert!(
+        !r.ok() && r.stderr.contains("Permission denied"),
+        "{}",
+        r.stderr
+    );
+    let why = std::fs::read_to_string(w.abs(".smithfs/why")).unwrap_or_default();
+    let why_child = w.as_smith_ok("smith-root/smith-001", "", "cat .smithfs/why");
+    assert!(why_child.contains("workspace"), "{why_child}\n{why}");
+    // A sibling may not even read it; the parent reads, but may not write.
+    let r = w.as_smith(
+        "smith-root/smith-002",
+        "smiths/smith-root/children/smith-002",
+        "cat ../smith-001/workspace/a.txt",
+    );
+    assert!(!r.ok(), "a sibling read another's workspace");
+    assert_eq!(
+        w.as_smith_ok(
+            "smith-root",
+            "smiths/smith-root",
+            "cat children/smith-001/workspace/a.txt"
+        ),
+        "one\ntwo\n"
+    );
+    let r = w.as_smith(
+        "smith-root",
+        "smiths/smith-root",
+        "echo x >> children/smith-001/workspace/a.txt",
+    );
+    assert!(!r.ok(), "the parent wrote its child's workspace");
+    // Nobody but the operator writes project.git; the workspace itself is structure.
+    let r = w.as_smith("smith-root", "", "touch project.git/x");
+    assert!(
+        !r.ok() && r.stderr.contains("Permission denied"),
+        "{}",
+        r.stderr
+    );
+    let why = w.as_smith_ok("smith-root", "", "cat .smithfs/why");
+    assert!(why.contains("project.git"), "{why}");
+    let r = w.as_smith("smith-root", "smiths/smith-root", "mv workspace ws2");
+    assert!(!r.ok(), "a smith renamed its workspace");
+    // The child commits; the parent merges its branch with plain git.
+    w.as_smith_ok(
+        "smith-root/smith-001",
+        CHILD_WS,
+        "echo child > child.txt && git add child.txt && git commit -qm 'child work'",
+    );
+    let child_head = git(&w.abs(CHILD_WS), &["rev-parse", "HEAD"]);
+    w.as_smith_ok(
+        "smith-root",
+        "smiths/smith-root",
+        "git -C workspace pull -q --no-rebase --no-edit ../children/smith-001/workspace smith/smith-root.smith-001",
+    );
+    assert_eq!(git(&w.abs(ROOT_WS), &["rev-parse", "HEAD"]), child_head);
+    // Every git command of an agent works in its own workspace through the mount.
+    w.as_smith_ok(
+        "smith-root",
+        ROOT_WS,
+        "git branch topic && git stash list && echo s >> a.txt && git stash -q && git stash pop -q \
+         && git checkout -q topic && git checkout -q smith/smith-root && git gc -q && git status --short",
+    );
+});
+
+both_modes!(auto_commit_and_stale_lock, |mode| {
+    let mut w = Ws::new(mode);
+    w.set_agent(
+        "cd workspace && if [ -e ../private/lock ]; then touch .git/index.lock; fi; \
+         echo \"$SMITH_WAKE\" > wake.txt && echo junk > junk.log && echo '*.log' > .gitignore \
+         && echo more >> a.txt; cd .. && echo done > outbox/result.md",
+    );
+    std::fs::write(w.abs("smiths/smith-root/inbox/task-1.md"), "# one\n").unwrap();
+    let ev = w.wait_event("workspace.committed", 1);
+    let ws = w.abs(ROOT_WS);
+    let head = git(&ws, &["rev-parse", "HEAD"]);
+    assert_eq!(ev[0]["commit"], head.as_str());
+    assert_eq!(ev[0]["smith"], "smith-root");
+    let run_id = ev[0]["run_id"].as_str().unwrap().to_string();
+    assert_eq!(
+        git(&ws, &["log", "-1", "--format=%an|%cn|%s"]),
+        format!("smith-root|smith-root|smithfs: {run_id} (task)")
+    );
+    let files = git(&ws, &["show", "--name-only", "--format=", "HEAD"]);
+    assert_eq!(
+        files, ".gitignore\na.txt\nwake.txt",
+        "untracked in, ignored out"
+    );
+    // The run.exited of that run comes after the commit.
+    let exited = w.wait_event("run.exited", 1);
+    assert_eq!(exited[0]["run_id"], run_id.as_str());
+    // A run that leaves an index lock behind: commit_failed with the error, the scheduler goes on.
+    std::fs::write(w.abs("smiths/smith-root/private/lock"), "").unwrap();
+    std::fs::remove_file(w.abs("smiths/smith-root/outbox/result.md")).unwrap();
+    std::fs::write(w.abs("smiths/smith-root/inbox/task-2.md"), "# two\n").unwrap();
+    let failed = w.wait_event("workspace.commit_failed", 1);
+    let err = failed[0]["error"].as_str().unwrap_or("");
+    assert!(err.contains("index.lock"), "{err}");
+    w.wait_event("run.exited", 2);
+    assert_eq!(git(&ws, &["rev-parse", "HEAD"]), head, "nothing committed");
+    // The next run commits again once the lock is gone.
+    std::fs::remove_file(ws.join(".git/index.lock")).unwrap();
+    std::fs::remove_file(w.abs("smiths/smith-root/private/lock")).unwrap();
+    std::fs::remove_file(w.abs("smiths/smith-root/outbox/result.md")).unwrap();
+    std::fs::write(w.abs("smiths/smith-root/inbox/task-3.md"), "# three\n").unwrap();
+    w.wait_event("workspace.committed", 2);
+    assert_ne!(git(&ws, &["rev-parse", "HEAD"]), head);
+});
+
+both_modes!(hostile_config_runs_nothing, |mode| {
+    let mut w = Ws::new(mode);
+    let marks = w.m.scratch().join("marks");
+    std::fs::create_dir(&marks).unwrap();
+    std::fs::set_permissions(&marks, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let m = marks.display().to_string();
+    std::fs::create_dir(w.abs(CHILD)).unwrap();
+    // The child configures everything git could run, then changes files.
+    w.as_smith_ok(
+        "smith-root/smith-001",
+        CHILD_WS,
+        &format!(
+            "mkdir -p .git/evilhooks && for h in pre-commit commit-msg post-commit pre-auto-gc post-checkout post-merge \
+             reference-transaction pre-push; do printf '#!/bin/sh\\ntouch {m}/hook-'$h'\\n' > .git/evilhooks/$h; \
+             chmod +x .git/evilhooks/$h; done; cp .git/evilhooks/* .git/hooks/ 2>/dev/null || mkdir -p .git/hooks && cp .git/evilhooks/* .git/hooks/; \
+             git config core.hooksPath .git/evilhooks; git config core.fsmonitor 'touch {m}/fsmonitor; false'; \
+             git config filter.evil.clean 'touch {m}/clean; cat'; git config filter.evil.smudge 'touch {m}/smudge; cat'; \
+             git config filter.evil.required true; git config diff.external 'touch {m}/extdiff'; \
+             git config diff.evil.textconv 'touch {m}/textconv; cat'; git config uploadpack.packObjectsHook 'touch {m}/packhook'; \
+             echo '* filter=evil diff=evil' > .gitattributes; echo '* filter=evil diff=evil' > .git/info/attributes; \
+             echo changed >> a.txt; echo new > new.txt"
+        ),
+    );
+    let _ = std::fs::remove_dir_all(&marks);
+    std::fs::create_dir(&marks).unwrap();
+    std::fs::set_permissions(&marks, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let none_ran = |what: &str| {
+        let left: Vec<String> = std::fs::read_dir(&marks)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(left.is_empty(), "{what} ran the smith's {left:?}");
+    };
+    // The operator's diff.
+    let d = smithfs([
+        OsString::from("diff"),
+        w.m.path().into(),
+        "smith-root/smith-001".into(),
+    ]);
+    assert!(d.ok(), "{}", d.stderr);
+    assert!(
+        d.stdout.contains("+changed") && d.stdout.contains("new.txt"),
+        "{}",
+        d.stdout
+    );
+    none_ran("smithfs diff");
+    // The auto-commit at the end of the child's run.
+    w.set_agent("echo done > outbox/result.md");
+    std::fs::write(w.abs(&format!("{CHILD}/inbox/task-1.md")), "# go\n").unwrap();
+    w.wait_event("workspace.committed", 1);
+    none_ran("the auto-commit");
+    // accept, and the parent's pull from the child.
+    let a = smithfs([
+        OsString::from("accept"),
+        w.m.path().into(),
+        "smith-root/smith-001".into(),
+    ]);
+    assert!(a.ok(), "{}", a.stderr);
+    none_ran("smithfs accept");
+    w.as_smith_ok(
+        "smith-root",
+        "smiths/smith-root",
+        "git -C workspace pull -q --no-rebase --no-edit ../children/smith-001/workspace smith/smith-root.smith-001",
+    );
+    none_ran("the parent's pull");
+    // A new child of the hostile one is built without running anything either.
+    std::fs::create_dir(w.abs(&format!("{CHILD}/children/smith-001"))).unwrap();
+    none_ran("the scaffold");
+});
+
+both_modes!(diff_and_accept, |mode| {
+    let w = Ws::new(mode);
+    let ws = w.abs(ROOT_WS);
+    w.as_smith_ok(
+        "smith-root",
+        ROOT_WS,
+        "echo c >> a.txt && git commit -qam committed && echo u > untracked.txt && echo w >> src/main.rs",
+    );
+    let dir = w.m.path().as_os_str().to_os_string();
+    let stat = smithfs([
+        OsString::from("diff"),
+        dir.clone(),
+        "smith-root".into(),
+        "--stat".into(),
+    ]);
+    assert!(stat.ok(), "{}", stat.stderr);
+    for f in ["a.txt", "untracked.txt", "src/main.rs"] {
+        assert!(stat.stdout.contains(f), "{f} in\n{}", stat.stdout);
+    }
+    let full = smithfs([OsString::from("diff"), dir.clone(), "smith-root".into()]);
+    assert!(
+        full.stdout.contains("+c\n") && full.stdout.contains("+u\n"),
+        "{}",
+        full.stdout
+    );
+    assert_eq!(
+        git(&ws, &["status", "--porcelain"]),
+        "M src/main.rs\n?? untracked.txt",
+        "diff wrote nothing"
+    );
+    // Unknown smith: exit 2.
+    let r = smithfs([
+        OsString::from("diff"),
+        dir.clone(),
+        "smith-root/smith-009".into(),
+    ]);
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    // accept: a new branch smith/smith-root at the smith's branch; PATH itself untouched.
+    let status_before = git(&w.repo, &["status", "--porcelain"]);
+    let a = smithfs([OsString::from("accept"), dir.clone(), "smith-root".into()]);
+    assert!(a.ok(), "{}", a.stderr);
+    let head = git(&ws, &["rev-parse", "smith/smith-root"]);
+    assert_eq!(a.stdout, format!("smith/smith-root {head}\n"));
+    assert_eq!(git(&w.repo, &["rev-parse", "smith/smith-root"]), head);
+    assert_eq!(git(&w.repo, &["rev-parse", "HEAD"]), w.base);
+    assert_eq!(git(&w.repo, &["symbolic-ref", "HEAD"]), "refs/heads/main");
+    assert_eq!(git(&w.repo, &["status", "--porcelain"]), status_before);
+    // Again, and with --branch: fast-forward is fine.
+    let a = smithfs([
+        OsString::from("accept"),
+        dir.clone(),
+        "smith-root".into(),
+        "--branch".into(),
+        "feature/x".into(),
+    ]);
+    assert!(a.ok(), "{}", a.stderr);
+    assert_eq!(a.stdout, format!("feature/x {head}\n"));
+    // The checked-out branch: refused.
+    let r = smithfs([
+        OsString::from("accept"),
+        dir.clone(),
+        "smith-root".into(),
+        "--branch".into(),
+        "main".into(),
+    ]);
+    assert_eq!(r.code, Some(1), "{}", r.stdout);
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+    assert_eq!(git(&w.repo, &["rev-parse", "main"]), w.base);
+    // A diverged branch: refused, one line, unchanged.
+    let other = git(
+        &w.repo,
+        &[
+            "commit-tree",
+            "HEAD~1^{tree}",
+            "-p",
+            "HEAD~1",
+            "-m",
+            "elsewhere",
+        ],
+    );
+    git(&w.repo, &["branch", "diverged", &other]);
+    let before = git(&w.repo, &["rev-parse", "diverged"]);
+    let r = smithfs([
+        OsString::from("accept"),
+        dir.clone(),
+        "smith-root".into(),
+        "--branch".into(),
+        "diverged".into(),
+    ]);
+    assert_eq!(r.code, Some(1), "{}", r.stdout);
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+    assert!(r.stderr.contains("refused"), "{}", r.stderr);
+    assert_eq!(git(&w.repo, &["rev-parse", "diverged"]), before);
+});
+
+both_modes!(child_of_a_parent_mid_rebase, |mode| {
+    let w = Ws::new(mode);
+    // The root makes two branches that conflict and stops in the middle of a rebase.
+    w.as_smith_ok(
+        "smith-root",
+        ROOT_WS,
+        "git checkout -q -b side && echo side > a.txt && git commit -qam side \
+         && git checkout -q smith/smith-root && echo mine > a.txt && git commit -qam mine \
+         && (git rebase side >/dev/null 2>&1 || true) && test -d .git/rebase-merge -o -d .git/rebase-apply",
+    );
+    let head = git(&w.abs(ROOT_WS), &["rev-parse", "HEAD"]);
+    std::fs::create_dir(w.abs(CHILD)).unwrap();
+    let child = w.abs(CHILD_WS);
+    assert_eq!(git(&child, &["rev-parse", "HEAD"]), head);
+    assert_eq!(git(&child, &["config", "smithfs.base"]), head);
+    assert_eq!(git(&child, &["status", "--porcelain"]), "");
+    assert_eq!(
+        std::fs::read_to_string(child.join("a.txt")).unwrap(),
+        "side\n"
+    );
+});
+
+/// Bad input of `init --repo` (no mount needed) and the mount's refusal of a `workspace` key
+/// without `project.git`.
+#[test]
+fn init_bad_input() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    let base = make_repo(&repo);
+    let init = |args: &[&str]| {
+        let mut v: Vec<OsString> = vec!["init".into()];
+        v.extend(args.iter().map(OsString::from));
+        smithfs(v)
+    };
+    let d = tmp.path().join("d1");
+    let d1 = d.to_str().unwrap();
+    // Not a git repository.
+    let plain = tmp.path().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    let r = init(&[d1, "--repo", plain.to_str().unwrap()]);
+    assert_eq!(r.code, Some(1));
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+    assert!(r.stderr.contains("not a git repository"), "{}", r.stderr);
+    assert!(!d.exists(), "init created {d1}");
+    // Unknown REV.
+    let r = init(&[d1, "--repo", repo.to_str().unwrap(), "--rev", "no-such-rev"]);
+    assert_eq!(r.code, Some(1));
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+    assert!(r.stderr.contains("no-such-rev"), "{}", r.stderr);
+    assert!(!d.exists());
+    // An older REV is the root's base.
+    let r = init(&[d1, "--repo", repo.to_str().unwrap(), "--rev", "HEAD~1"]);
+    assert!(r.ok(), "{}", r.stderr);
+    let old = git(&repo, &["rev-parse", "HEAD~1"]);
+    assert_eq!(git(&d.join(ROOT_WS), &["rev-parse", "HEAD"]), old);
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("config.json")).unwrap()).unwrap();
+    assert_eq!(cfg["workspace"]["rev"], "HEAD~1");
+    assert_eq!(
+        cfg["workspace"]["repo"],
+        repo.canonicalize().unwrap().to_str().unwrap()
+    );
+    // Uncommitted changes with REV HEAD: a warning saying they are not included; DIR inside the
+    // repository goes into its info/exclude.
+    std::fs::write(repo.join("a.txt"), "dirty\n").unwrap();
+    let inner = repo.join(".agent-smith");
+    let r = init(&[inner.to_str().unwrap(), "--repo", repo.to_str().unwrap()]);
+    assert!(r.ok(), "{}", r.stderr);
+    assert!(r.stderr.contains("not included"), "{}", r.stderr);
+    assert_eq!(git(&inner.join(ROOT_WS), &["rev-parse", "HEAD"]), base);
+    let exclude = std::fs::read_to_string(repo.join(".git/info/exclude")).unwrap();
+    assert!(exclude.lines().any(|l| l == "/.agent-smith/"), "{exclude}");
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "M a.txt");
+    // A workspace key without project.git: the mount refuses with one line.
+    let bare = tmp.path().join("d2");
+    assert!(init(&[bare.to_str().unwrap()]).ok());
+    let p = bare.join("config.json");
+    let mut c: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    c["workspace"] = serde_json::json!({ "repo": repo, "rev": "HEAD" });
+    std::fs::write(&p, c.to_string()).unwrap();
+    let r = smithfs([OsString::from("mount"), bare.into_os_string()]);
+    assert!(!r.ok(), "mounted a workspace config without project.git");
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+    assert!(r.stderr.contains("project.git"), "{}", r.stderr);
+}
+
+/// A repository with a submodule: the gitlink is kept (an empty directory in the work tree); the
+/// submodule's own history is not copied (PROTOCOL-NOTES W-notes).
+#[test]
+fn submodules_are_kept_as_gitlinks() {
+    let mut repo = PathBuf::new();
+    let mut sub_head = String::new();
+    let m = TestMount::with_init(MountOpts::default(), |tmp| {
+        let sub = tmp.join("sub");
+        make_repo(&sub);
+        sub_head = git(&sub, &["rev-parse", "HEAD"]);
+        repo = tmp.join("repo");
+        make_repo(&repo);
+        let r = run(Command::new("git")
+            .arg("-C")
+            .arg(&repo)
+            .args(["-c", "protocol.file.allow=always", "submodule", "add", "-q"])
+            .arg(&sub)
+            .arg("vendor/sub"));
+        assert!(r.ok(), "{}", r.stderr);
+        git(&repo, &["commit", "-qm", "add submodule"]);
+        vec!["--repo".into(), repo.clone().into_os_string()]
+    });
+    let ws = m.path().join(ROOT_WS);
+    assert!(ws.join(".gitmodules").is_file());
+    assert!(ws.join("vendor/sub").is_dir());
+    assert_eq!(
+        git(&ws, &["ls-tree", "HEAD", "vendor/sub"])
+            .split_whitespace()
+            .nth(2),
+        Some(sub_head.as_str())
+    );
+    assert_eq!(git(&ws, &["status", "--porcelain"]), "");
+}
+
+/// A repository of 10 000 files: a child's workspace is made in well under the seconds a clone
+/// would take, and git works in it. Prints the figures docs/PERFORMANCE.md records.
+#[test]
+fn ten_thousand_files() {
+    let mut repo = PathBuf::new();
+    let m = TestMount::with_init(MountOpts::default(), |tmp| {
+        repo = tmp.join("repo");
+        std::fs::create_dir_all(&repo).unwrap();
+        for d in 0..100 {
+            let dir = repo.join(format!("d{d:03}"));
+            std::fs::create_dir(&dir).unwrap();
+            for f in 0..100 {
+                std::fs::write(
+                    dir.join(format!("f{f:03}.rs")),
+                    format!("// {d} {f}\nfn f() {{}}\n"),
+                )
+                .unwrap();
+            }
+        }
+        let r = run(Command::new("bash")
+            .arg("-ec")
+            .arg("git init -q . && git add -A && git -c user.name=u -c user.email=u@e commit -qm big")
+            .current_dir(&repo));
+        assert!(r.ok(), "{}", r.stderr);
+        vec!["--repo".into(), repo.clone().into_os_string()]
+    });
+    let t = Instant::now();
+    std::fs::create_dir(m.path().join(CHILD)).unwrap();
+    let mkdir = t.elapsed();
+    let child = m.path().join(CHILD_WS);
+    assert_eq!(std::fs::read_dir(child.join("d099")).unwrap().count(), 100);
+    let time = |dir: &Path, args: &[&str]| {
+        let t = Instant::now();
+        git(dir, args);
+        t.elapsed()
+    };
+    let st_ws = time(&child, &["status", "--porcelain"]);
+    let st_native = time(&repo, &["status", "--porcelain"]);
+    std::fs::write(child.join("d000/f000.rs"), "changed\n").unwrap();
+    std::fs::write(repo.join("d000/f000.rs"), "changed\n").unwrap();
+    let ci_ws = time(
+        &child,
+        &[
+            "-c",
+            "user.name=u",
+            "-c",
+            "user.email=u@e",
+            "commit",
+            "-qam",
+            "x",
+        ],
+    );
+    let ci_native = time(
+        &repo,
+        &[
+            "-c",
+            "user.name=u",
+            "-c",
+            "user.email=u@e",
+            "commit",
+            "-qam",
+            "x",
+        ],
+    );
+    let du = |p: &Path| {
+        let r = run(Command::new("du").arg("-sk").arg(p));
+        r.stdout
+            .split_whitespace()
+            .next()
+            .unwrap_or("0")
+            .parse::<u64>()
+            .unwrap_or(0)
+    };
+    eprintln!(
+        "figures: 10000 files: mkdir with workspace {:.0} ms; store per smith {} KiB (.git {} KiB); \
+         git status {:.0} ms in a workspace vs {:.0} ms native; git commit {:.0} ms vs {:.0} ms",
+        mkdir.as_secs_f64() * 1e3,
+        du(&child),
+        du(&child.join(".git")),
+        st_ws.as_secs_f64() * 1e3,
+        st_native.as_secs_f64() * 1e3,
+        ci_ws.as_secs_f64() * 1e3,
+        ci_native.as_secs_f64() * 1e3,
+    );
+    assert!(mkdir < Duration::from_secs(20), "mkdir took {mkdir:?}");
+}
