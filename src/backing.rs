@@ -11,6 +11,9 @@
 //!
 //! All functions return `nix::errno::Errno` from the failing syscall unchanged, so the caller
 //! echoes the backing errno (STYLE.md habit 3).
+//!
+//! Long on purpose: every syscall the daemon makes on the store is here, one small wrapper each, so
+//! that no other module touches the store by path (issue 9).
 
 use std::ffi::{CStr, CString, OsStr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};

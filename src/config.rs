@@ -9,6 +9,8 @@
 //! level, re-run the same derived deserializer) until it finds the innermost key that still fails. This
 //! relies on every object of the schema accepting `{}` and every list accepting `[]` (all keys are
 //! optional), which the tests check.
+//!
+//! Long on purpose: every key of §8 with its validation and exact error text, and their tests.
 
 use std::collections::BTreeMap;
 use std::fmt;

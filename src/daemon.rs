@@ -58,7 +58,11 @@ pub fn init_logging(level: Option<&str>, file: Option<File>) {
             .with_ansi(false)
             .with_writer(std::sync::Mutex::new(f))
             .try_init(),
-        None => builder.with_writer(std::io::stderr).try_init(),
+        // Colour only on a terminal: a pipe or a file gets plain text (fuser's own warnings too).
+        None => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_writer(std::io::stderr)
+            .try_init(),
     };
 }
 

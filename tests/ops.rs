@@ -447,3 +447,102 @@ fn strip_ansi(s: &str) -> String {
     }
     out
 }
+
+/// A process with its working directory inside `dir` (killed on drop).
+struct Holder(std::process::Child);
+
+impl Holder {
+    fn new(dir: &std::path::Path) -> Holder {
+        let c = Command::new("sleep")
+            .arg("120")
+            .current_dir(dir.join("smiths"))
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn sleep");
+        Holder(c)
+    }
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn umount_of_a_busy_mount_names_the_holders() {
+    let m = common::TestMount::new();
+    let holder = Holder::new(m.path());
+    let began = Instant::now();
+    let r = smithfs(["umount", m.path().to_str().unwrap()]);
+    assert_ne!(r.code, Some(0), "{r:?}");
+    assert!(
+        began.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        began.elapsed()
+    );
+    let err = r.stderr.trim();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "pid {} (sleep) cwd {}",
+            holder.pid(),
+            m.path().join("smiths").display()
+        )),
+        "{err}"
+    );
+    drop(holder);
+    // The guard's umount then succeeds.
+}
+
+#[test]
+fn signals_keep_working_after_a_failed_unmount() {
+    let mut m = common::TestMount::with(common::MountOpts {
+        allow_other: true,
+        foreground: true,
+        ..Default::default()
+    });
+    let pid = m.daemon_pid().expect("server pid");
+    let holder = Holder::new(m.path());
+    // SAFETY: signalling the foreground server this test started.
+    unsafe { libc::kill(pid, libc::SIGINT) };
+    let log = m.scratch().join("foreground.log");
+    poll_until(
+        Duration::from_secs(15),
+        "the failed unmount reported",
+        || std::fs::read_to_string(&log).is_ok_and(|l| l.contains("unmount failed")),
+    );
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        text.contains(&format!("pid {} (sleep)", holder.pid())),
+        "{text}"
+    );
+    assert!(!text.contains('\x1b'), "no colour into a file: {text}");
+    assert!(common::is_smithfs_mounted(m.path()), "still mounted");
+    drop(holder);
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let st = m.wait_foreground_exit();
+    assert!(st.success(), "{st}");
+    assert!(!common::is_smithfs_mounted(m.path()));
+    m.mount();
+}
+
+#[test]
+fn mount_refuses_a_directory_init_did_not_make() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let d = t.path().join("plain");
+    std::fs::create_dir(&d).expect("mkdir");
+    let r = smithfs(["mount", d.to_str().unwrap()]);
+    assert_eq!(r.code, Some(1), "{r:?}");
+    assert!(
+        r.stderr.contains("smithfs init") && r.stderr.lines().count() == 1,
+        "{r:?}"
+    );
+    assert!(!common::is_smithfs_mounted(&d));
+    assert!(!d.join(".smithfs-state").exists(), "nothing left behind");
+}

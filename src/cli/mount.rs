@@ -120,6 +120,18 @@ fn preflight(dir: &Path, force: bool) -> Result<()> {
     if !meta.is_dir() {
         bail!("{} is not a directory", dir.display());
     }
+    // PROTOCOL.md §6: only a directory `init` made (it has the root smith's dir).
+    if !dir
+        .join("smiths")
+        .join(crate::tree::scaffold_plan::ROOT_ID)
+        .is_dir()
+    {
+        bail!(
+            "{} was not made by `smithfs init` (no smiths/smith-root/): run `smithfs init {}` first",
+            dir.display(),
+            dir.display()
+        );
+    }
     match std::fs::OpenOptions::new()
         .read(true)
         .write(true)

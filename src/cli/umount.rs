@@ -15,6 +15,7 @@ use clap::Args;
 use super::util::{self, MountState};
 use crate::fs::STATE_DIR;
 use crate::fuse::session::kernel_unmount;
+use crate::identity::procfs;
 
 /// Arguments of `smithfs umount`.
 #[derive(Debug, Args)]
@@ -37,7 +38,11 @@ pub fn run(args: UmountArgs) -> Result<ExitCode> {
             // Busy (runs have their working directories inside): the daemon stops its runs
             // first and unmounts itself.
             if let Err(busy) = kernel_unmount(&dir, false) {
-                stop_daemon(&dir).map_err(|()| busy)?;
+                if stop_daemon(&dir).is_err() {
+                    let daemon = daemon_pid(&dir).map_or(0, |p| p as u32);
+                    let held = procfs::mount_holders(&dir, &[daemon, std::process::id()]);
+                    bail!("{busy}; held by {}", procfs::describe_holders(&held));
+                }
             }
         }
     }
@@ -54,8 +59,17 @@ fn stop_daemon(dir: &std::path::Path) -> Result<(), ()> {
     if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
         return Err(());
     }
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let began = Instant::now();
+    let deadline = began + Duration::from_secs(20);
     while Instant::now() < deadline {
+        // Once the daemon has had time to stop its runs and retry (3 s), a mount held only by
+        // processes that are not the daemon's will not go: say so now, not after 20 s.
+        if began.elapsed() > Duration::from_secs(4) {
+            let held = procfs::mount_holders(dir, &[pid as u32, std::process::id()]);
+            if !held.is_empty() && held.iter().all(|h| !descends_from(h.pid, pid as u32)) {
+                return Err(());
+            }
+        }
         match util::mount_state(dir) {
             MountState::NotMounted => return Ok(()),
             // The daemon died instead: detach what it left.
@@ -65,6 +79,27 @@ fn stop_daemon(dir: &std::path::Path) -> Result<(), ()> {
         std::thread::sleep(Duration::from_millis(20));
     }
     Err(())
+}
+
+/// Is `pid` a descendant of `ancestor` (by the parent pids in `/proc/PID/stat`)?
+fn descends_from(mut pid: u32, ancestor: u32) -> bool {
+    for _ in 0..64 {
+        let Some(ppid) = std::fs::read(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|b| procfs::parse_stat(&b).ok())
+            .map(|st| st.ppid.max(0) as u32)
+        else {
+            return false;
+        };
+        if ppid == ancestor {
+            return true;
+        }
+        if ppid <= 1 {
+            return false;
+        }
+        pid = ppid;
+    }
+    false
 }
 
 /// The pid of the daemon serving the live mount `dir`, from `.smithfs/whoami`.

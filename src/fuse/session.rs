@@ -267,8 +267,11 @@ pub fn block_signals() -> Result<nix::sys::signal::SigSet> {
     Ok(set)
 }
 
-/// Wait for one of the blocked signals `set`; when one arrives, call `stop` (which stops the
-/// runs, journaled `run.interrupted`), then unmount `dir` cleanly.
+/// Handle the blocked signals `set` for the daemon's whole life (issue 11): SIGTERM and SIGINT
+/// call `stop` (which stops the runs, journaled `run.interrupted`; idempotent), then unmount
+/// `dir`, retrying a busy unmount for 3 s; if it still fails the holders are logged and the
+/// thread waits for the next signal, which tries again. SIGHUP is logged and otherwise ignored
+/// (`smithfs reload` is not implemented; docs/PROTOCOL-NOTES.md O9).
 ///
 /// # Errors
 /// The thread cannot be started.
@@ -276,25 +279,51 @@ pub fn spawn_signal_thread(
     dir: PathBuf,
     set: nix::sys::signal::SigSet,
     mut unmounter: Unmounter,
-    stop: impl FnOnce() + Send + 'static,
+    stop: impl Fn() + Send + 'static,
 ) -> Result<()> {
     std::thread::Builder::new()
         .name("smithfs-signals".into())
         .spawn(move || {
-            if let Ok(sig) = set.wait() {
-                tracing::info!(?sig, "signal received: stopping runs and unmounting");
-                stop();
-                if let Err(e) = unmounter.unmount() {
-                    // A process that just left the mount may still be exiting: retry a busy
-                    // unmount for a moment before giving up.
-                    let retried = (0..30).any(|_| {
-                        std::thread::sleep(std::time::Duration::from_millis(100));
-                        kernel_unmount(&dir, false).is_ok()
-                    });
-                    if !retried {
-                        tracing::error!("unmount failed: {e}");
-                    }
+            let mut tried = false;
+            loop {
+            let sig = match set.wait() {
+                Ok(sig) => sig,
+                Err(e) => {
+                    tracing::error!("sigwait failed: {e}");
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    continue;
                 }
+            };
+            if sig == nix::sys::signal::Signal::SIGHUP {
+                tracing::warn!("SIGHUP received: reloading config.json is not supported yet; remount to apply it");
+                continue;
+            }
+            tracing::info!(?sig, "signal received: stopping runs and unmounting");
+            stop();
+            // fuser's unmounter serves once; later attempts unmount in the kernel directly.
+            let first = if tried {
+                kernel_unmount(&dir, false).map_err(|e| e.to_string())
+            } else {
+                unmounter.unmount().map_err(|e| e.to_string())
+            };
+            tried = true;
+            let Err(e) = first else {
+                return;
+            };
+            // A process that just left the mount may still be exiting: retry a busy unmount
+            // for a moment before reporting it.
+            let retried = (0..30).any(|_| {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                kernel_unmount(&dir, false).is_ok()
+            });
+            if retried {
+                return;
+            }
+            let held = crate::identity::procfs::mount_holders(&dir, &[std::process::id()]);
+            tracing::error!(
+                "unmount failed: {e}; held by: {}; send the signal again to retry",
+                crate::identity::procfs::describe_holders(&held)
+            );
             }
         })
         .context("cannot start the signal thread")?;

@@ -7,6 +7,8 @@
 //! arbitrary bytes in command names and paths), never reads the filesystem, never panics on any
 //! input, and reports a malformed file as a [`ParseError`] naming the file, the line where it
 //! applies, the field and the offending value.
+//!
+//! Long on purpose: half of it is the table and property tests of the parsers.
 
 use std::ffi::OsString;
 use std::fmt;
@@ -1173,4 +1175,80 @@ master:3 - fuse.smithfs smithfs rw,user_id=1000,group_id=1000,default_permission
             }
         }
     }
+}
+
+/// A process that keeps a mount busy (for `umount` and the daemon's signal thread, issue 11).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    /// Its pid.
+    pub pid: u32,
+    /// Its command name (`/proc/PID/comm`).
+    pub comm: String,
+    /// What it holds: `cwd PATH`, `root PATH` or `file PATH`.
+    pub what: String,
+}
+
+/// The processes whose working directory, root or an open descriptor is at or below `dir`,
+/// from `/proc` (readlink only: nothing in the mount is touched). Processes `skip` are left out
+/// (the daemon, which holds the store underneath at the same paths). Unreadable processes are
+/// skipped.
+pub fn mount_holders(dir: &std::path::Path, skip: &[u32]) -> Vec<Holder> {
+    let mut out = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    let inside = |p: &std::path::Path| p.starts_with(dir);
+    for e in procs.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if skip.contains(&pid) {
+            continue;
+        }
+        let base = e.path();
+        let comm = std::fs::read_to_string(base.join("comm"))
+            .map(|c| c.trim().to_string())
+            .unwrap_or_default();
+        let mut found = None;
+        for (link, word) in [("cwd", "cwd"), ("root", "root")] {
+            if let Ok(t) = std::fs::read_link(base.join(link)) {
+                if inside(&t) {
+                    found = Some(format!("{word} {}", t.display()));
+                    break;
+                }
+            }
+        }
+        if found.is_none() {
+            if let Ok(fds) = std::fs::read_dir(base.join("fd")) {
+                found = fds
+                    .flatten()
+                    .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                    .find(|t| inside(t))
+                    .map(|t| format!("file {}", t.display()));
+            }
+        }
+        if let Some(what) = found {
+            out.push(Holder { pid, comm, what });
+        }
+    }
+    out.sort_by_key(|h| h.pid);
+    out
+}
+
+/// `pid 12 (bash) cwd /m/x, pid 40 (less) file /m/y` — at most 10, then `… (N more)`; `no
+/// process found (a kernel reference, or a process of another user)` when empty.
+pub fn describe_holders(holders: &[Holder]) -> String {
+    if holders.is_empty() {
+        return "no process found (a kernel reference, or a process this user cannot see)".into();
+    }
+    let mut s = holders
+        .iter()
+        .take(10)
+        .map(|h| format!("pid {} ({}) {}", h.pid, h.comm, h.what))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if holders.len() > 10 {
+        s.push_str(&format!(" … ({} more)", holders.len() - 10));
+    }
+    s
 }

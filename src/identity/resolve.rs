@@ -28,6 +28,9 @@
 //!
 //! Lock order: `smiths` → `retired` → `by_cgroup` → `bound` → `cache`; none is held across a
 //! blocking call.
+//!
+//! Long on purpose: the resolver's cache, both identity modes and binding share one lock order,
+//! kept in one file.
 
 use std::collections::HashMap;
 use std::io;

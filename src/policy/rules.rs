@@ -6,6 +6,9 @@
 //! (always allowed) → Unknown (EACCES) → device nodes (EPERM but for the operator) → structure (EPERM; the
 //! operator's removal of an idle smith dir, else EBUSY) → the `.smithfs/` and reserved names → operator
 //! read-only mode (EACCES) → `children/` (only the scaffold creates) → the §3 table (EACCES).
+//!
+//! Long on purpose: the whole §3 decision, its order of checks, every rule and its sentences in one
+//! place, so that one file answers "who may do what where" (issue 9).
 
 use std::fmt;
 

@@ -1,5 +1,7 @@
 //! Table and property tests of the policy (PROTOCOL.md §3–§4): one row per cell of the §3 table, one test
 //! per bullet, one per step of §4, and proptest invariants.
+//!
+//! Long on purpose: the policy tables, cell by cell (§3, §4, §7), in one place.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;

@@ -4,6 +4,9 @@
 //!
 //! Only this thread touches the model and the live-run table; run leaders are reaped by one
 //! waiter thread per run, which posts [`Msg::Exited`] into the same ordered queue.
+//!
+//! Long on purpose: the one scheduler thread's handling of every message, in the order it applies
+//! them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;

@@ -9,6 +9,8 @@
 //! - a smith is in the FIFO exactly when it has a pending run;
 //! - `running_count` equals the number of smiths with a running run, and [`Queue::start`] never
 //!   makes it exceed `max_concurrent`.
+//!
+//! Long on purpose: almost half of it is the model's table and property tests.
 
 use std::collections::VecDeque;
 

@@ -29,6 +29,9 @@
 //! descriptor the daemon holds. The daemon's held descriptors are of the backing store (a run
 //! whose working directory were one would work in the store, unjudged), and a descriptor
 //! opened through the mount would make the daemon a client of its own mount and pin it.
+//!
+//! Long on purpose: the clone3 spawn and its child-side setup must stay together (async-signal-safe
+//! code), plus their tests.
 
 use std::collections::BTreeMap;
 use std::ffi::{CString, OsStr, OsString};
