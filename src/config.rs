@@ -202,6 +202,16 @@ pub struct Limits {
     /// at mount from `RLIMIT_NOFILE` (915 with a limit of 20 000, 61 184 with 1 048 576).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_open_files_per_smith: Option<u32>,
+    /// Allocated bytes one smith's zones may hold (PROTOCOL.md §8); `None`: no limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_bytes_per_smith: Option<crate::limits::Size>,
+    /// Inodes one smith's zones may hold (PROTOCOL.md §8); `None`: no limit. At least 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_inodes_per_smith: Option<u64>,
+    /// cgroup limits of each smith's own processes (PROTOCOL.md §5).
+    pub per_smith: crate::limits::CgroupLimits,
+    /// cgroup limits of each smith together with all its descendants (PROTOCOL.md §5).
+    pub per_subtree: crate::limits::CgroupLimits,
 }
 
 /// `operator` in `config.json` or `--operator` (PROTOCOL.md §3, §8).
@@ -371,6 +381,10 @@ impl Default for Limits {
             max_level: 3,
             max_children: 5,
             max_open_files_per_smith: None,
+            max_bytes_per_smith: None,
+            max_inodes_per_smith: None,
+            per_smith: crate::limits::CgroupLimits::default(),
+            per_subtree: crate::limits::CgroupLimits::default(),
         }
     }
 }
@@ -407,11 +421,34 @@ impl Config {
         if let Some(n) = self.limits.max_open_files_per_smith {
             at_least_one(n.into(), "limits.max_open_files_per_smith")?;
         }
+        self.limits.validate_resources()?;
         for (event, argvs) in &self.hooks {
             for (i, argv) in argvs.iter().enumerate() {
                 let path = format!("hooks{}[{i}]", render_key(event.as_str(), false));
                 check_argv(argv, &path)?;
             }
+        }
+        Ok(())
+    }
+}
+
+impl Limits {
+    /// The resource keys of PROTOCOL.md §5/§8 (`max_bytes_per_smith`, `max_inodes_per_smith`,
+    /// `per_smith`, `per_subtree`): values the kernel and the daemon can enforce.
+    fn validate_resources(&self) -> Result<(), ConfigError> {
+        if let Some(n) = self.max_inodes_per_smith {
+            at_least_one(n, "limits.max_inodes_per_smith")?;
+        }
+        if let Some(b) = self.max_bytes_per_smith {
+            at_least_one(b.bytes(), "limits.max_bytes_per_smith")?;
+        }
+        for (limits, path) in [
+            (&self.per_smith, "limits.per_smith"),
+            (&self.per_subtree, "limits.per_subtree"),
+        ] {
+            limits
+                .validate(path)
+                .map_err(|(path, msg)| invalid(&path, &msg))?;
         }
         Ok(())
     }
@@ -1123,7 +1160,7 @@ mod tests {
         }
         assert_eq!(
             err(r#"{"limits": {"max_open_file_per_smith": 9}}"#),
-            "config.json: unknown key limits.max_open_file_per_smith (known keys: max_level, max_children, max_open_files_per_smith)"
+            "config.json: unknown key limits.max_open_file_per_smith (known keys: max_level, max_children, max_open_files_per_smith, max_bytes_per_smith, max_inodes_per_smith, per_smith, per_subtree)"
         );
     }
 
@@ -1229,5 +1266,83 @@ mod tests {
         assert_eq!(unknown_placeholder("{ level }"), None);
         assert_eq!(unknown_placeholder("{"), None);
         assert_eq!(unknown_placeholder("x{level}{zz"), None);
+    }
+
+    /// The resource keys of PROTOCOL.md §5/§8: sizes with K/M/G, `cpu_max` as cgroup v2 writes
+    /// it, `null` for no limit; a bad value names its key.
+    #[test]
+    fn resource_limit_keys() {
+        use crate::limits::{CpuMax, Size};
+        let c = Config::parse(
+            r#"{"limits": {"max_bytes_per_smith": "10M", "max_inodes_per_smith": 500,
+                "per_smith": {"memory_max": "64M", "pids_max": 32, "cpu_max": "50000 100000"},
+                "per_subtree": {"memory_max": 1073741824, "pids_max": null, "cpu_max": "max"}}}"#,
+        )
+        .expect("limits");
+        assert_eq!(c.limits.max_bytes_per_smith, Some(Size(10 << 20)));
+        assert_eq!(c.limits.max_inodes_per_smith, Some(500));
+        assert_eq!(c.limits.per_smith.memory_max, Some(Size(64 << 20)));
+        assert_eq!(c.limits.per_smith.pids_max, Some(32));
+        assert_eq!(
+            c.limits.per_smith.cpu_max,
+            Some(CpuMax {
+                quota_us: Some(50_000),
+                period_us: 100_000
+            })
+        );
+        assert_eq!(c.limits.per_subtree.memory_max, Some(Size(1 << 30)));
+        assert_eq!(c.limits.per_subtree.pids_max, None);
+        let spec = Config::parse(
+            r#"{"limits": {"max_level": 3, "max_children": 5, "max_open_files_per_smith": null,
+                "max_bytes_per_smith": null, "max_inodes_per_smith": null,
+                "per_smith": { "memory_max": null, "pids_max": null, "cpu_max": null },
+                "per_subtree": { "memory_max": null, "pids_max": null, "cpu_max": null }}}"#,
+        )
+        .expect("the §8 example");
+        assert_eq!(spec, Config::default());
+        for (text, want) in [
+            (
+                r#"{"limits": {"max_bytes_per_smith": "10X"}}"#,
+                "config.json: limits.max_bytes_per_smith: \"10X\" is not a size (bytes, or digits with a K, M or G suffix)",
+            ),
+            (
+                r#"{"limits": {"max_bytes_per_smith": 0}}"#,
+                "config.json: limits.max_bytes_per_smith: must be at least 1",
+            ),
+            (
+                r#"{"limits": {"max_inodes_per_smith": "many"}}"#,
+                "config.json: limits.max_inodes_per_smith: invalid type: string \"many\", expected u64",
+            ),
+            (
+                r#"{"limits": {"max_inodes_per_smith": 0}}"#,
+                "config.json: limits.max_inodes_per_smith: must be at least 1",
+            ),
+            (
+                r#"{"limits": {"per_smith": {"memory_max": -1}}}"#,
+                "config.json: limits.per_smith.memory_max: invalid value: integer `-1`, expected bytes, or a string with a K, M or G suffix",
+            ),
+            (
+                r#"{"limits": {"per_smith": {"memory_max": "4K"}}}"#,
+                "config.json: limits.per_smith.memory_max: 4K is below the smallest memory limit, 1M",
+            ),
+            (
+                r#"{"limits": {"per_subtree": {"pids_max": 0}}}"#,
+                "config.json: limits.per_subtree.pids_max: must be at least 1",
+            ),
+            (
+                r#"{"limits": {"per_subtree": {"cpu_max": 0.5}}}"#,
+                "config.json: limits.per_subtree.cpu_max: invalid type: floating point `0.5`, expected a string \"QUOTA PERIOD\" in microseconds, or \"max\"",
+            ),
+            (
+                r#"{"limits": {"per_subtree": {"cpu_max": "half"}}}"#,
+                "config.json: limits.per_subtree.cpu_max: \"half\" is not a cpu.max value (\"QUOTA PERIOD\" in microseconds, e.g. \"50000 100000\", or \"max\")",
+            ),
+            (
+                r#"{"limits": {"per_smith": {"memory": "1G"}}}"#,
+                "config.json: unknown key limits.per_smith.memory (known keys: memory_max, pids_max, cpu_max)",
+            ),
+        ] {
+            assert_eq!(err(text), want, "{text}");
+        }
     }
 }

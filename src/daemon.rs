@@ -122,6 +122,22 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
         init_logging(opts.log_level.as_deref(), Some(File::from(log)));
     }
     let config = load_config(dir, root.as_fd(), opts)?;
+    // Storage quotas (PROTOCOL.md §8) are not enforced by this build: refuse rather than
+    // pretend (docs/PROTOCOL-NOTES.md, L8).
+    for (key, set) in [
+        (
+            "limits.max_bytes_per_smith",
+            config.limits.max_bytes_per_smith.is_some(),
+        ),
+        (
+            "limits.max_inodes_per_smith",
+            config.limits.max_inodes_per_smith.is_some(),
+        ),
+    ] {
+        if set {
+            bail!("{key} cannot be enforced: storage quotas are not implemented in this build yet (remove the key, or set it to null)");
+        }
+    }
     let templates = load_templates(root.as_fd())?;
     let fds = crate::fs::budget::plan(nofile, config.limits.max_open_files_per_smith);
     if fds.per_smith > fds.handles {
@@ -132,10 +148,17 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
         );
     }
     // Identity.
+    let (limits, clamped) =
+        crate::limits::CgroupPlan::new(config.limits.per_smith, config.limits.per_subtree);
     let resolver = Arc::new(
-        Resolver::new(config.identity, std::process::id())
-            .map_err(|e| anyhow!("cannot set up identity resolution: {e}"))?,
+        Resolver::with_limits(config.identity, std::process::id(), &limits).map_err(
+            |e| match e {
+                crate::identity::IdentityError::Limits(e) => anyhow!("{e}"),
+                e => anyhow!("cannot set up identity resolution: {e}"),
+            },
+        )?,
     );
+    journal_clamped(state.as_fd(), config.journal.rotation(), &clamped);
     resolver.set_cache_capacity(fds.identity_cache);
     reap_previous_daemon(state.as_fd(), resolver.cgroup_parent());
     let binding = Arc::new(Binding(resolver.clone()));
@@ -355,6 +378,33 @@ fn raise_nofile() -> u64 {
     get_nofile().map_or(start.rlim_cur, |l| l.rlim_cur)
 }
 
+/// Journal `limits.clamped` for each `limits.per_smith` key above its `limits.per_subtree`
+/// (docs/PROTOCOL-NOTES.md, L3): a smith's own processes are part of its subtree, so the leaf
+/// gets the subtree's value.
+fn journal_clamped(
+    state: BorrowedFd<'_>,
+    rotation: crate::sched::journal::Rotation,
+    clamped: &[&str],
+) {
+    if clamped.is_empty() {
+        return;
+    }
+    let journal = crate::sched::Journal::open(state, rotation);
+    for key in clamped {
+        let msg = format!(
+            "limits.per_smith.{key} is above limits.per_subtree.{key}: clamped to it (a smith's own processes are part of its subtree)"
+        );
+        tracing::warn!("{msg}");
+        if let Ok(j) = &journal {
+            let mut ev = crate::sched::Event::new("limits.clamped", None);
+            ev.path = Some("config.json".into());
+            ev.rule = Some(format!("limits.per_smith.{key}"));
+            ev.error = Some(msg);
+            let _ = j.append(&ev);
+        }
+    }
+}
+
 /// The file in `.smithfs-state/` naming the parent cgroup of the daemon serving the directory.
 const DAEMON_CGROUP: &CStr = c"daemon.cgroup";
 
@@ -434,6 +484,18 @@ impl RunBinder for Binding {
 
     fn bind_operator_pid(&self, pid: u32) -> std::io::Result<()> {
         self.0.bind_operator(pid).map_err(std::io::Error::other)
+    }
+
+    fn needs_placing(&self, to: BindTo) -> bool {
+        matches!(to, BindTo::Smith(_)) && self.0.needs_placing()
+    }
+
+    fn place_pid(&self, pid: u32, smith: SmithIdx) -> std::io::Result<()> {
+        self.0.place(pid, smith).map_err(std::io::Error::other)
+    }
+
+    fn oom_kills(&self, smith: SmithIdx) -> Option<u64> {
+        self.0.oom_kills(smith)
     }
 
     fn kill_smith(&self, smith: SmithIdx, sig: i32) {

@@ -15,6 +15,7 @@ pub mod daemon;
 pub mod fs;
 pub mod fuse;
 pub mod identity;
+pub mod limits;
 pub mod policy;
 pub mod sched;
 pub mod time;

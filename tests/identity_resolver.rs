@@ -401,7 +401,7 @@ fn auto_picks_cgroup_when_it_can_and_cleans_up() {
         Effective::Cgroup => {
             let p = parent.expect("parent");
             assert!(p.ends_with(format!("smithfs-{}", daemon.pid())));
-            assert!(p.join("smith-root.smith-001").is_dir());
+            assert!(p.join("smith-root/smith-001/self").is_dir());
             assert!(p.join("operator").is_dir());
             assert!(r.smith_cgroup(CHILD).is_some());
         }

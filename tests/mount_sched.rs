@@ -536,7 +536,11 @@ fn kill_daemon(s: &Sm, left: &mut Leftovers) {
     // The daemon's cgroup tree (parent of the run's cgroup) outlives it: clean it up after.
     let started = s.wait_events(10, "run.started", Some(ROOT), 1);
     if let Some(cg) = started[0]["cgroup"].as_str() {
-        if let Some(parent) = std::path::Path::new(cg).parent() {
+        // `…/smithfs-PID/smith-root/self`: the tree is the `smithfs-PID` ancestor.
+        if let Some(parent) = std::path::Path::new(cg).ancestors().find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("smithfs-"))
+        }) {
             left.cgroup(parent.to_path_buf());
         }
     }
@@ -1022,13 +1026,14 @@ fn runs_and_hooks_are_born_in_their_cgroups() {
     let rel = v2(&cg);
     let rel = rel.as_str();
     assert!(
-        cgroup.ends_with(rel) && rel.ends_with("/smith-root"),
-        "the run is in its smith's cgroup {cgroup}: {cg}"
+        cgroup.ends_with(rel) && rel.ends_with("/smith-root/self"),
+        "the run is in its smith's cgroup (the `self` leaf of its node) {cgroup}: {cg}"
     );
     let scratch = s.m.scratch().display().to_string();
     let hook_cg = poll_file(&format!("{scratch}/hook-cg.txt"));
     let parent = std::path::Path::new(cgroup)
         .parent()
+        .and_then(std::path::Path::parent)
         .expect("parent cgroup");
     let hook_rel = v2(&hook_cg);
     assert!(

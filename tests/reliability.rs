@@ -367,7 +367,7 @@ fn next_mount_kills_what_a_dead_daemon_left_in_its_cgroups() {
         "the process in smith-root's cgroup",
         || {
             std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-                .is_ok_and(|c| c.contains("/smith-root\n"))
+                .is_ok_and(|c| c.contains("/smith-root/self\n"))
         },
     );
     kill_daemon(&dir);

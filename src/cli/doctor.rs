@@ -135,6 +135,47 @@ fn check_cgroups() {
     }
 }
 
+/// Which cgroup backend can enforce `limits.per_smith` / `limits.per_subtree` (PROTOCOL.md §5,
+/// §6): the controllers `memory`, `pids` and `cpu`, on v2 (the unified hierarchy) or v1.
+fn check_limits() {
+    use crate::limits::cgroup::{detect_here, Place};
+    let a = detect_here();
+    let missing: Vec<&str> = crate::limits::Controller::ALL
+        .iter()
+        .filter(|c| !a.controllers.contains_key(c))
+        .map(|c| c.as_str())
+        .collect();
+    let mut detail = format!("cgroup limits backend: {}", a.describe());
+    if a.controllers
+        .values()
+        .any(|p| matches!(p, Place::V1 { .. }))
+    {
+        detail.push_str("; hybrid host: runs are placed in the v1 hierarchies before exec");
+    }
+    if let Some(base) = a.v2_base.as_ref().filter(|_| {
+        a.controllers
+            .values()
+            .any(|p| matches!(p, Place::V2 { .. }))
+    }) {
+        detail.push_str(&format!(
+            "; v2 controllers are delegated from {} (the root cgroup, or a delegated scope)",
+            base.display()
+        ));
+    }
+    if missing.is_empty() {
+        report(Level::Ok, "limits", &detail);
+    } else {
+        report(
+            Level::Warn,
+            "limits",
+            &format!(
+                "{detail}; no {} controller: limits that need it refuse the mount",
+                missing.join(", ")
+            ),
+        );
+    }
+}
+
 /// FUSE over io_uring: the kernel (≥ 6.14 with `CONFIG_FUSE_IO_URING`) and the machine-wide
 /// `enable_uring` switch that `mount --transport auto` follows.
 fn check_uring(version: Option<(u32, u32)>) {
@@ -206,6 +247,7 @@ pub fn run(_args: DoctorArgs) -> Result<ExitCode> {
     }
     check_uring(kernel_version(&release));
     check_cgroups();
+    check_limits();
     if root {
         report(Level::Ok, "privileges", "root");
     } else {

@@ -2,14 +2,19 @@
 //! the cgroups smithfs creates, and the few operations on them (move a process in, list, signal,
 //! kill, remove).
 //!
-//! Layout (flat; see `docs/PROTOCOL-NOTES.md, part I`):
+//! Layout (nested; see docs/PROTOCOL-NOTES.md, L1):
 //! ```text
 //! <cgroup2 mount><the daemon's own cgroup>/smithfs-<daemon pid>/   the parent, created by the daemon
-//!     smith-root/                      one per registered smith: the full id with `/` → `.`
-//!     smith-root.smith-001/
-//!     smith-root.smith-001.smith-002/
+//!     smith-root/                      the root smith's node: subtree limits, never a process
+//!         self/                        its leaf: the smith's own processes (identity, per-smith limits)
+//!         smith-001/                   a child's node, same shape
+//!             self/
+//!             smith-002/ …
 //!     operator/                        user hooks, bound as the operator (PROTOCOL.md §5)
 //! ```
+//! A smith's node is `<parent>/<its full id>` (the full id's `/` are directory levels); its
+//! identity is its `self/` leaf's cgroup id. Hybrid hosts mirror the tree in the v1 limit
+//! hierarchies ([`crate::limits::cgroup`]).
 //! Nothing outside the parent is ever created, written or removed. The cgroup id that
 //! `PIDFD_GET_INFO` reports for a task is the inode number of its cgroup directory.
 //!
@@ -33,6 +38,9 @@ use super::procfs::{Cgroups, MountInfo};
 /// Name of the cgroup of user hooks under the parent.
 pub const OPERATOR_CGROUP: &str = "operator";
 
+/// Name of a smith's leaf cgroup inside its node: where its own processes are.
+pub const SELF_CGROUP: &str = "self";
+
 /// The directory of the caller's own cgroup v2 cgroup, from its `mountinfo` and `cgroup` files
 /// (pure). The first `cgroup2` mount whose root contains the process's v2 path wins.
 ///
@@ -52,12 +60,12 @@ pub fn own_cgroup_dir(mounts: &[MountInfo], own: &Cgroups) -> Option<PathBuf> {
         })
 }
 
-/// The cgroup name of a smith: its full id with `/` replaced by `.` (`smith-root/smith-001` →
-/// `smith-root.smith-001`). `None` if `full_id` is not `smith-root(/smith-NNN)*`, so a name can
-/// never be `.`, `..`, contain `/` or collide with [`OPERATOR_CGROUP`].
-pub fn smith_cgroup_name(full_id: &str) -> Option<String> {
+/// The node of a smith relative to the parent cgroup: its full id as a path
+/// (`smith-root/smith-001`). `None` if `full_id` is not `smith-root(/smith-NNN)*`, so no
+/// component can be `.`, `..`, [`SELF_CGROUP`] or [`OPERATOR_CGROUP`].
+pub fn smith_node_rel(full_id: &str) -> Option<PathBuf> {
     crate::tree::scaffold_plan::smith_dir_rel(full_id)?;
-    Some(full_id.replace('/', "."))
+    Some(PathBuf::from(full_id))
 }
 
 /// A cgroup directory smithfs created: its path, an `O_DIRECTORY` descriptor (for
@@ -73,6 +81,14 @@ pub struct Cgroup {
 }
 
 impl Cgroup {
+    /// Opens the existing cgroup directory `path`.
+    ///
+    /// # Errors
+    /// `open`'s or `stat`'s error.
+    pub fn open_existing(path: &Path) -> io::Result<Cgroup> {
+        Cgroup::open(path)
+    }
+
     /// Creates the directory `path` (its parent must exist) and opens it.
     ///
     /// # Errors
@@ -243,12 +259,13 @@ pub fn is_parent_name(name: &OsStr) -> bool {
     parts.next().is_some_and(digits) && parts.next().map_or(true, digits)
 }
 
-/// Kill everything a dead daemon left in the smith cgroups under its parent cgroup `parent` (a
-/// `smithfs-*` directory no live daemon claims, see [`claimed`]), wait up to `wait` for them to
-/// empty, and remove them and the parent. Nothing happens when `parent` is claimed, is not a
-/// `smithfs-*` directory under `/sys/fs/cgroup`, or does not exist. This catches a run the dead
-/// daemon started but did not journal yet (PROTOCOL.md §6: kill what is left of runs). Returns
-/// how many cgroups still had processes.
+/// Kill everything a dead daemon left under its parent cgroup `parent` (a `smithfs-*` directory
+/// no live daemon claims, see [`claimed`]): one `cgroup.kill` of the parent kills its whole
+/// subtree; wait up to `wait` for it to empty, and remove the tree bottom-up, with its v1
+/// mirrors ([`crate::limits::cgroup::remove_v1_mirrors`]). Nothing happens when `parent` is
+/// claimed, is not a `smithfs-*` directory under `/sys/fs/cgroup`, or does not exist. This
+/// catches a run the dead daemon started but did not journal yet (PROTOCOL.md §6: kill what is
+/// left of runs). Returns how many smith leaves still had processes.
 pub fn kill_dead_parent(parent: &Path, wait: Duration) -> usize {
     let named = parent.file_name().is_some_and(is_parent_name);
     let plain = parent.is_absolute()
@@ -257,36 +274,52 @@ pub fn kill_dead_parent(parent: &Path, wait: Duration) -> usize {
     if !named || !plain || !parent.is_dir() || claimed(parent) {
         return 0;
     }
-    let Ok(entries) = fs::read_dir(parent) else {
+    let Ok(cg) = Cgroup::open(parent) else {
         return 0;
     };
-    let mut killed = 0;
-    for e in entries.flatten() {
-        if !e.path().is_dir() || !is_ours(&e.file_name()) {
-            continue;
-        }
-        let Ok(cg) = Cgroup::open(&e.path()) else {
-            continue;
-        };
-        if cg.populated().unwrap_or(false) {
-            killed += 1;
-            let _ = cg.kill_all();
-            cg.wait_empty(wait);
-        }
-        let _ = cg.remove();
+    let killed = populated_leaves(parent);
+    if cg.populated().unwrap_or(false) {
+        let _ = cg.kill_all();
+        cg.wait_empty(wait);
     }
-    let _ = fs::remove_dir(parent);
+    crate::limits::cgroup::remove_tree(parent);
+    if let Some(name) = parent.file_name() {
+        crate::limits::cgroup::remove_v1_mirrors(name);
+    }
     killed
 }
 
-/// True if `name` is a cgroup name this module creates under the parent.
-pub fn is_ours(name: &OsStr) -> bool {
-    name == OPERATOR_CGROUP || name.to_str().and_then(smith_from_name).is_some()
+/// How many `self/` (and `operator`) leaves under `dir` have processes.
+fn populated_leaves(dir: &Path) -> usize {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| e.path().is_dir() && is_ours(&e.file_name()))
+        .map(|e| {
+            let leaf = e.file_name() == SELF_CGROUP || e.file_name() == OPERATOR_CGROUP;
+            if leaf {
+                usize::from(
+                    fs::read_to_string(e.path().join("cgroup.events"))
+                        .is_ok_and(|t| t.lines().any(|l| l.trim() == "populated 1")),
+                )
+            } else {
+                populated_leaves(&e.path())
+            }
+        })
+        .sum()
 }
 
-fn smith_from_name(name: &str) -> Option<String> {
-    let full = name.replace('.', "/");
-    smith_cgroup_name(&full).map(|_| full)
+/// True if `name` is a cgroup name this module creates under the parent or a node:
+/// [`OPERATOR_CGROUP`], [`SELF_CGROUP`], `smith-root` or `smith-NNN`.
+pub fn is_ours(name: &OsStr) -> bool {
+    name == OPERATOR_CGROUP
+        || name == SELF_CGROUP
+        || name == "smith-root"
+        || name
+            .to_str()
+            .is_some_and(|n| smith_node_rel(&format!("smith-root/{n}")).is_some())
 }
 
 #[cfg(test)]
@@ -355,12 +388,12 @@ mod tests {
     #[test]
     fn smith_names() {
         assert_eq!(
-            smith_cgroup_name("smith-root").as_deref(),
-            Some("smith-root")
+            smith_node_rel("smith-root"),
+            Some(PathBuf::from("smith-root"))
         );
         assert_eq!(
-            smith_cgroup_name("smith-root/smith-001/smith-1000").as_deref(),
-            Some("smith-root.smith-001.smith-1000")
+            smith_node_rel("smith-root/smith-001/smith-1000"),
+            Some(PathBuf::from("smith-root/smith-001/smith-1000"))
         );
         for bad in [
             "",
@@ -369,11 +402,15 @@ mod tests {
             "smith-root/",
             "a/smith-001",
             "smith-root/smith-1",
+            "smith-root/self",
         ] {
-            assert_eq!(smith_cgroup_name(bad), None, "{bad}");
+            assert_eq!(smith_node_rel(bad), None, "{bad}");
         }
-        assert!(is_ours(OsStr::new("operator")));
-        assert!(is_ours(OsStr::new("smith-root.smith-002")));
-        assert!(!is_ours(OsStr::new("system.slice")));
+        for ours in ["operator", "self", "smith-root", "smith-002", "smith-1000"] {
+            assert!(is_ours(OsStr::new(ours)), "{ours}");
+        }
+        for other in ["system.slice", "smith-root.smith-002", "smith-1", "selfish"] {
+            assert!(!is_ours(OsStr::new(other)), "{other}");
+        }
     }
 }

@@ -89,6 +89,10 @@ pub enum IdentityError {
     /// `--identity cgroup` but no cgroup can be created (no cgroup2 mount, no permission, …).
     #[error("cgroup identity is not available: {0}")]
     NoCgroup(String),
+    /// Configured cgroup limits cannot be enforced (PROTOCOL.md §5): one line naming what is
+    /// missing (a controller, delegation, or cgroup identity itself).
+    #[error("{0}")]
+    Limits(String),
     /// The kernel lacks `PIDFD_GET_INFO` (Linux ≥ 6.13 is needed).
     #[error("this kernel lacks PIDFD_GET_INFO (Linux 6.13 or later is needed): {0}")]
     PidfdUnsupported(#[source] io::Error),
@@ -139,6 +143,7 @@ impl IdentityError {
             IdentityError::UnknownSmith(_) => Errno::ENOENT,
             IdentityError::AlreadyBound { .. } => Errno::EBUSY,
             IdentityError::NoCgroup(_)
+            | IdentityError::Limits(_)
             | IdentityError::PidfdUnsupported(_)
             | IdentityError::Conflict { .. }
             | IdentityError::BadFullId(_)
@@ -155,7 +160,7 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> IdentityError {
 /// A registered smith.
 struct SmithEntry {
     full_id: String,
-    /// Its cgroup (cgroup mode).
+    /// Its `self/` leaf cgroup (cgroup mode): its identity.
     cgroup: Option<Arc<Cgroup>>,
 }
 
@@ -164,7 +169,10 @@ struct SmithEntry {
 struct Retired {
     idx: SmithIdx,
     full_id: String,
+    /// The `self/` leaf.
     cgroup: Arc<Cgroup>,
+    /// The leaf was removed (its node waits for its children's to go).
+    leaf_gone: bool,
 }
 
 // A full id is never registered twice in one daemon's life (child numbers only grow, PROTOCOL.md
@@ -197,6 +205,8 @@ type Entries = Vec<(u32, Arc<CacheEntry>)>;
 struct CgroupState {
     parent: Cgroup,
     operator: Arc<Cgroup>,
+    /// The cgroup limits in force (PROTOCOL.md §5), if any are configured.
+    limits: Option<crate::limits::cgroup::LimitTree>,
 }
 
 /// The identity engine: thread-safe (`Send + Sync`), one per mount (PROTOCOL.md §2).
@@ -221,6 +231,8 @@ pub struct Resolver {
     tick: AtomicU64,
     shut_down: AtomicBool,
     shutdown_lock: Mutex<()>,
+    /// Serialises [`Resolver::register_smith`] in cgroup mode (nodes are made top-down).
+    register_lock: Mutex<()>,
 }
 
 /// A live process during a walk: its pidfd pins it, so its pid cannot be recycled under us
@@ -318,14 +330,8 @@ fn remove_stale_parents(base: &std::path::Path) {
         if !old_enough || cgroup::claimed(&e.path()) {
             continue;
         }
-        if let Ok(children) = std::fs::read_dir(e.path()) {
-            for c in children.flatten() {
-                if c.path().is_dir() && cgroup::is_ours(&c.file_name()) {
-                    let _ = std::fs::remove_dir(c.path());
-                }
-            }
-        }
-        if std::fs::remove_dir(e.path()).is_ok() {
+        crate::limits::cgroup::remove_tree(&e.path());
+        if !e.path().exists() {
             tracing::info!(cgroup = %e.path().display(), "removed a stale cgroup of a dead daemon");
         }
     }
@@ -395,7 +401,11 @@ fn create_cgroups(daemon_pid: u32) -> Result<CgroupState, String> {
             .map_err(|e| format!("mkdir {}: {e}", op.display()))
     };
     match check() {
-        Ok(operator) => Ok(CgroupState { parent, operator }),
+        Ok(operator) => Ok(CgroupState {
+            parent,
+            operator,
+            limits: None,
+        }),
         Err(e) => {
             let _ = parent.remove();
             Err(e)
@@ -432,6 +442,22 @@ impl Resolver {
     /// `daemon_pid` does not exist, [`IdentityError::NoCgroup`] for `cgroup` when no cgroup can be
     /// made, [`IdentityError::Io`] if `prctl` fails.
     pub fn new(mode: IdentityMode, daemon_pid: u32) -> Result<Resolver, IdentityError> {
+        Resolver::with_limits(mode, daemon_pid, &crate::limits::CgroupPlan::default())
+    }
+
+    /// [`Resolver::new`] with cgroup limits (PROTOCOL.md §5): every smith's node carries
+    /// `plan.per_subtree`, its `self/` leaf `plan.per_smith`, on the backend the host has
+    /// ([`crate::limits::cgroup`]).
+    ///
+    /// # Errors
+    /// As [`Resolver::new`], and [`IdentityError::Limits`] when `plan` is not empty but cannot be
+    /// enforced: ancestry mode (chosen, or `auto` without cgroups), a missing controller, or a
+    /// cgroup that cannot delegate.
+    pub fn with_limits(
+        mode: IdentityMode,
+        daemon_pid: u32,
+        plan: &crate::limits::CgroupPlan,
+    ) -> Result<Resolver, IdentityError> {
         // SAFETY: gettid has no preconditions.
         let me = u32::try_from(unsafe { libc::gettid() }).unwrap_or(0);
         pidfd::open(me, PIDFD_THREAD)
@@ -446,19 +472,44 @@ impl Resolver {
                 source: io::Error::last_os_error(),
             });
         }
-        let cgroups = match mode {
-            IdentityMode::Ancestry => None,
-            IdentityMode::Cgroup => {
+        let key = plan.first_key();
+        let mut cgroups = match (mode, &key) {
+            (IdentityMode::Ancestry, Some(key)) => {
+                return Err(IdentityError::Limits(format!(
+                    "{key} needs cgroup identity, but identity is ancestry (drop the limits or mount with --identity cgroup)"
+                )))
+            }
+            (IdentityMode::Ancestry, None) => None,
+            (IdentityMode::Cgroup, _) => {
                 Some(create_cgroups(daemon_pid).map_err(IdentityError::NoCgroup)?)
             }
-            IdentityMode::Auto => match create_cgroups(daemon_pid) {
+            (IdentityMode::Auto, key) => match create_cgroups(daemon_pid) {
                 Ok(c) => Some(c),
                 Err(e) => {
+                    if let Some(key) = key {
+                        return Err(IdentityError::Limits(format!(
+                            "{key} needs cgroup identity, which is not available here: {e}"
+                        )));
+                    }
                     tracing::info!("cgroup identity unavailable, using ancestry: {e}");
                     None
                 }
             },
         };
+        if let (Some(c), false) = (&mut cgroups, plan.is_empty()) {
+            let avail = crate::limits::cgroup::detect_here();
+            match crate::limits::cgroup::LimitTree::setup(*plan, &c.parent.path, &avail) {
+                Ok(t) => {
+                    tracing::info!(backend = %t.describe(), "cgroup limits");
+                    c.limits = Some(t);
+                }
+                Err(e) => {
+                    let _ = c.operator.remove();
+                    let _ = c.parent.remove();
+                    return Err(IdentityError::Limits(e));
+                }
+            }
+        }
         let mut by_cgroup = HashMap::new();
         if let Some(c) = &cgroups {
             by_cgroup.insert(c.operator.id, Identity::Operator);
@@ -484,6 +535,7 @@ impl Resolver {
             tick: AtomicU64::new(0),
             shut_down: AtomicBool::new(false),
             shutdown_lock: Mutex::new(()),
+            register_lock: Mutex::new(()),
         })
     }
 
@@ -518,15 +570,17 @@ impl Resolver {
     }
 
     /// Registers smith `idx` with its full id (`smith-root(/smith-NNN)*`, PROTOCOL.md §1); in
-    /// cgroup mode creates its cgroup `<parent>/<full id with / → .>`. Registering the same pair
-    /// again is a no-op.
+    /// cgroup mode creates its node `<parent>/<full id>` (and missing ancestors' nodes) with the
+    /// subtree limits, and its leaf `<node>/self` with the per-smith limits: the leaf is its
+    /// identity. Registering the same pair again is a no-op.
     ///
     /// # Errors
     /// [`IdentityError::BadFullId`], [`IdentityError::Conflict`] (index or id registered
     /// differently), [`IdentityError::Io`] if the cgroup cannot be made.
     pub fn register_smith(&self, idx: SmithIdx, full_id: &str) -> Result<(), IdentityError> {
-        let name = cgroup::smith_cgroup_name(full_id)
+        let rel = cgroup::smith_node_rel(full_id)
             .ok_or_else(|| IdentityError::BadFullId(full_id.into()))?;
+        let _serial = self.register_lock.lock();
         let conflict = || IdentityError::Conflict {
             idx,
             full_id: full_id.into(),
@@ -545,12 +599,7 @@ impl Resolver {
             }
         }
         let cg = match &self.cgroups {
-            Some(c) => {
-                let path = c.parent.path.join(&name);
-                let cg =
-                    Cgroup::create(&path).map_err(io_err(format!("mkdir {}", path.display())))?;
-                Some(Arc::new(cg))
-            }
+            Some(c) => Some(Arc::new(Self::create_smith_cgroups(c, &rel)?)),
             None => None,
         };
         let mut smiths = self.smiths.write();
@@ -577,6 +626,88 @@ impl Resolver {
         Ok(())
     }
 
+    /// Creates the node of `rel` (and its missing ancestors, top-down, each with the subtree
+    /// limits) and its `self/` leaf with the per-smith limits; returns the leaf.
+    fn create_smith_cgroups(
+        c: &CgroupState,
+        rel: &std::path::Path,
+    ) -> Result<Cgroup, IdentityError> {
+        let limit_err = |e: String| IdentityError::Io {
+            what: e,
+            source: io::Error::from_raw_os_error(libc::EIO),
+        };
+        let mut prefix = PathBuf::new();
+        for part in rel.components() {
+            prefix.push(part);
+            let node = c.parent.path.join(&prefix);
+            match std::fs::create_dir(&node) {
+                Ok(()) => {
+                    if let Some(l) = &c.limits {
+                        l.node_created(&node, &prefix).map_err(limit_err)?;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io_err(format!("mkdir {}", node.display()))(e)),
+            }
+        }
+        let path = c.parent.path.join(rel).join(cgroup::SELF_CGROUP);
+        let leaf = match Cgroup::create(&path) {
+            Ok(l) => l,
+            // Left by a smith of that id that was removed while its processes lived.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                Cgroup::open_existing(&path).map_err(io_err(format!("open {}", path.display())))?
+            }
+            Err(e) => return Err(io_err(format!("mkdir {}", path.display()))(e)),
+        };
+        if let Some(l) = &c.limits {
+            l.leaf_created(&leaf.path, rel).map_err(limit_err)?;
+        }
+        Ok(leaf)
+    }
+
+    /// The cgroup limits in force (cgroup mode with limits configured).
+    pub fn limits(&self) -> Option<&crate::limits::cgroup::LimitTree> {
+        self.cgroups.as_ref()?.limits.as_ref()
+    }
+
+    /// Places the thread group of `pid` into smith `idx`'s v1 limit cgroups (hybrid hosts,
+    /// PROTOCOL.md §5): called before the process executes anything. A no-op without v1 limits.
+    ///
+    /// # Errors
+    /// [`IdentityError::UnknownSmith`], or the `cgroup.procs` write that failed.
+    pub fn place(&self, pid: u32, idx: SmithIdx) -> Result<(), IdentityError> {
+        let Some(l) = self.limits().filter(|l| l.needs_placing()) else {
+            return Ok(());
+        };
+        let full_id = self.full_id(idx).ok_or(IdentityError::UnknownSmith(idx))?;
+        l.place(std::path::Path::new(&full_id), pid)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ESRCH) => IdentityError::NoSuchProcess(pid),
+                _ => IdentityError::Io {
+                    what: format!("placing {pid} in the limit cgroups of {full_id}"),
+                    source: e,
+                },
+            })
+    }
+
+    /// True when runs must be [`Resolver::place`]d before exec (some limit is on cgroup v1).
+    pub fn needs_placing(&self) -> bool {
+        self.limits().is_some_and(|l| l.needs_placing())
+    }
+
+    /// The oom-kill counter of smith `idx`'s leaf (PROTOCOL.md §5 `reason: oom`): how many of
+    /// its own processes the OOM killer has killed since its leaf was made. `None` without a
+    /// memory limit.
+    pub fn oom_kills(&self, idx: SmithIdx) -> Option<u64> {
+        let l = self.limits()?;
+        let (leaf, full_id) = {
+            let smiths = self.smiths.read();
+            let e = smiths.get(&idx)?;
+            (e.cgroup.as_ref()?.path.clone(), e.full_id.clone())
+        };
+        l.oom_kills(&leaf, std::path::Path::new(&full_id))
+    }
+
     /// The full id registered for `idx`.
     pub fn full_id(&self, idx: SmithIdx) -> Option<String> {
         self.smiths.read().get(&idx).map(|e| e.full_id.clone())
@@ -595,36 +726,59 @@ impl Resolver {
                 idx,
                 full_id: entry.full_id,
                 cgroup,
+                leaf_gone: false,
             });
             self.remove_retired();
         }
     }
 
-    /// Removes the retired cgroups that are empty now (one `rmdir` each, no lock held across
-    /// it); returns how many are left.
+    /// Removes the retired cgroups that are empty now, deepest first (a leaf, then its node once
+    /// its children's nodes are gone; one `rmdir` each, no lock held across it); returns how
+    /// many are left.
     fn remove_retired(&self) -> usize {
-        let candidates: Vec<Arc<Cgroup>> = self
+        let mut candidates: Vec<(Arc<Cgroup>, String, bool)> = self
             .retired
             .lock()
             .iter()
-            .map(|r| Arc::clone(&r.cgroup))
+            .map(|r| (Arc::clone(&r.cgroup), r.full_id.clone(), r.leaf_gone))
             .collect();
-        for cg in candidates {
-            match cg.remove() {
-                Ok(()) => {
-                    let mut retired = self.retired.lock();
-                    if let Some(i) = retired.iter().position(|r| Arc::ptr_eq(&r.cgroup, &cg)) {
-                        let r = retired.swap_remove(i);
-                        drop(retired);
-                        tracing::debug!(smith = %r.full_id, "cgroup of a removed smith removed");
-                        let mut by_cgroup = self.by_cgroup.write();
-                        if by_cgroup.get(&r.cgroup.id) == Some(&Identity::Smith(r.idx)) {
-                            by_cgroup.remove(&r.cgroup.id);
+        candidates.sort_by_key(|(_, id, _)| std::cmp::Reverse(id.matches('/').count()));
+        for (cg, full_id, leaf_gone) in candidates {
+            if !leaf_gone {
+                match cg.remove() {
+                    Ok(()) => {
+                        let mut retired = self.retired.lock();
+                        if let Some(r) = retired.iter_mut().find(|r| Arc::ptr_eq(&r.cgroup, &cg)) {
+                            r.leaf_gone = true;
+                            let (id, idx) = (r.cgroup.id, r.idx);
+                            drop(retired);
+                            let mut by_cgroup = self.by_cgroup.write();
+                            if by_cgroup.get(&id) == Some(&Identity::Smith(idx)) {
+                                by_cgroup.remove(&id);
+                            }
                         }
                     }
+                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) => continue,
+                    Err(e) => {
+                        tracing::warn!("removing {}: {e}", cg.path.display());
+                        continue;
+                    }
                 }
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
-                Err(e) => tracing::warn!("removing {}: {e}", cg.path.display()),
+            }
+            if let Some(l) = self.limits() {
+                l.removed(std::path::Path::new(&full_id));
+            }
+            let node = cg.path.parent().map(std::path::Path::to_path_buf);
+            let node_gone = match node.as_deref().map(std::fs::remove_dir) {
+                None | Some(Ok(())) => true,
+                Some(Err(e)) => e.kind() == io::ErrorKind::NotFound,
+            };
+            if node_gone {
+                let mut retired = self.retired.lock();
+                if let Some(i) = retired.iter().position(|r| Arc::ptr_eq(&r.cgroup, &cg)) {
+                    let r = retired.swap_remove(i);
+                    tracing::debug!(smith = %r.full_id, "cgroup of a removed smith removed");
+                }
             }
         }
         self.retired.lock().len()
@@ -901,7 +1055,8 @@ impl Resolver {
             let e = smiths.get(&idx).ok_or(IdentityError::UnknownSmith(idx))?;
             e.cgroup.clone()
         };
-        self.bind_as(pid, Identity::Smith(idx), cgroup)
+        self.bind_as(pid, Identity::Smith(idx), cgroup)?;
+        self.place(pid, idx)
     }
 
     /// Binds the process of `pid` as the operator: user hooks, which the daemon starts but which
@@ -1119,15 +1274,26 @@ impl Resolver {
                 first_err = Some(IdentityError::Io { what, source: e });
             }
         };
-        let mut smith_cgroups: Vec<Arc<Cgroup>> = self
+        let mut smith_cgroups: Vec<(Arc<Cgroup>, usize)> = self
             .smiths
             .read()
             .values()
-            .filter_map(|e| e.cgroup.clone())
+            .filter_map(|e| Some((e.cgroup.clone()?, e.full_id.matches('/').count())))
             .collect();
-        smith_cgroups.extend(self.retired.lock().iter().map(|r| Arc::clone(&r.cgroup)));
+        smith_cgroups.extend(
+            self.retired
+                .lock()
+                .iter()
+                .map(|r| (Arc::clone(&r.cgroup), r.full_id.matches('/').count())),
+        );
+        // Deepest first: a node can only go once its children's nodes have.
+        smith_cgroups.sort_by_key(|(_, depth)| std::cmp::Reverse(*depth));
         if let Some(state) = &self.cgroups {
-            for cg in smith_cgroups.iter().chain(std::iter::once(&state.operator)) {
+            for (cg, is_smith) in smith_cgroups
+                .iter()
+                .map(|(c, _)| (c, true))
+                .chain(std::iter::once((&state.operator, false)))
+            {
                 if kill && cg.populated().unwrap_or(false) {
                     if let Err(e) = cg.kill_all() {
                         note(format!("killing {}", cg.path.display()), e);
@@ -1136,7 +1302,23 @@ impl Resolver {
                 }
                 if let Err(e) = cg.remove() {
                     note(format!("removing {}", cg.path.display()), e);
+                    continue;
                 }
+                if is_smith {
+                    if let Some(node) = cg.path.parent() {
+                        match std::fs::remove_dir(node) {
+                            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                                note(format!("removing {}", node.display()), e);
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+            }
+            // Nodes of ancestors that were never registered themselves.
+            crate::limits::cgroup::remove_tree(&state.parent.path);
+            if let Some(l) = &state.limits {
+                l.shutdown();
             }
             if let Err(e) = state.parent.remove() {
                 note(format!("removing {}", state.parent.path.display()), e);

@@ -74,6 +74,8 @@ struct Live {
     exit: Option<Result<std::process::ExitStatus, String>>,
     dir: RunDir,
     meta: Meta,
+    /// The smith's oom-kill counter when the run started (a memory limit is set).
+    oom_base: Option<u64>,
     /// The auto-commit of its workspace is under way (PROTOCOL.md §11); the run is finished
     /// when it reports.
     committing: bool,
@@ -938,6 +940,7 @@ impl Exec {
             }
         };
         let cwd = PathBuf::from(&ph.smith_dir);
+        let oom_base = self.binder.oom_kills(s);
         let spawning = Instant::now();
         let started = runner::launch(
             Launch {
@@ -1043,6 +1046,7 @@ impl Exec {
                 exit,
                 dir,
                 meta,
+                oom_base,
                 committing: false,
             },
         );
@@ -1160,9 +1164,22 @@ impl Exec {
             Some(Err(e)) => (None, None, Some(e.clone())),
             None => (None, None, None),
         };
+        // Killed by its memory limit (PROTOCOL.md §5): the OOM killer killed processes of this
+        // smith's own leaf during the run, and the run did not succeed (a run whose build step
+        // was killed but that went on and exited 0 is an ordinary exit).
+        let oom_kills = l
+            .oom_base
+            .and_then(|base| Some(self.binder.oom_kills(s)?.saturating_sub(base)))
+            .filter(|n| *n > 0);
+        let oom = oom_kills.is_some() && reason.is_none() && code != Some(0);
         let end = time::now();
-        let why = run_reason(reason, signal, error.is_some());
+        let why = if oom {
+            "oom"
+        } else {
+            run_reason(reason, signal, error.is_some())
+        };
         l.meta.end = Some(end.clone());
+        l.meta.oom_kills = oom_kills;
         l.meta.exit_code = code;
         l.meta.signal = signal;
         l.meta.timed_out = reason == Some(StopReason::Timeout);
@@ -1209,6 +1226,7 @@ impl Exec {
         ev.exit_code = code;
         ev.signal = signal;
         ev.error = error;
+        ev.oom_kills = oom_kills;
         ev.reason = Some(why.into());
         set_outcome(&mut ev, outcome);
         self.record(ev);

@@ -79,6 +79,10 @@ pub struct Event {
     /// What went wrong, in one sentence (a bad smith config, a spawn error, a hook failure).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// For `run.exited` of a smith with a memory limit: how many of its own processes the OOM
+    /// killer killed during the run (absent when none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom_kills: Option<u64>,
     /// For `hook.exited`: the event that fired the hook.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook_event: Option<String>,

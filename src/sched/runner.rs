@@ -37,6 +37,21 @@ pub trait RunBinder: Send + Sync {
     fn bind_operator_pid(&self, _pid: u32) -> io::Result<()> {
         Ok(())
     }
+    /// Whether a process bound as `to` must also be placed by [`RunBinder::place_pid`] before
+    /// it executes anything (cgroup limits on cgroup v1, PROTOCOL.md §5). Default: no.
+    fn needs_placing(&self, _to: BindTo) -> bool {
+        false
+    }
+    /// Place `pid`, a run of `smith`, in its v1 limit cgroups; called while the child waits
+    /// before exec (after [`RunBinder::bind_pid`] if that was called). An error aborts the run.
+    fn place_pid(&self, _pid: u32, _smith: SmithIdx) -> io::Result<()> {
+        Ok(())
+    }
+    /// The oom-kill counter of `smith`'s own cgroup (`None`: no memory limit), read at a run's
+    /// start and end to tell a run the memory limit killed (PROTOCOL.md §5 `reason: oom`).
+    fn oom_kills(&self, _smith: SmithIdx) -> Option<u64> {
+        None
+    }
     /// Send `sig` to every process of `smith`'s cgroup (cgroup mode; a no-op in ancestry mode,
     /// where the scheduler signals the process group).
     fn kill_smith(&self, smith: SmithIdx, sig: i32);
@@ -190,6 +205,10 @@ pub fn launch(l: Launch<'_>, binder: &dyn RunBinder) -> io::Result<Started> {
         BindTo::Smith(s) => binder.bind_pid(pid, s),
         BindTo::Operator => binder.bind_operator_pid(pid),
     };
+    let mut place = |pid: u32| match bind_to {
+        BindTo::Smith(s) => binder.place_pid(pid, s),
+        BindTo::Operator => Ok(()),
+    };
     let child = spawn::spawn(Spawn {
         argv: l.argv,
         env: l.env,
@@ -199,6 +218,9 @@ pub fn launch(l: Launch<'_>, binder: &dyn RunBinder) -> io::Result<Started> {
         cgroup: cgroup.as_ref().map(|c| c.as_fd()),
         nofile: l.nofile,
         bind: &mut bind,
+        place: binder
+            .needs_placing(bind_to)
+            .then_some(&mut place as &mut dyn FnMut(u32) -> io::Result<()>),
     })?;
     let pid = child.id();
     Ok(Started {
@@ -241,6 +263,10 @@ pub struct Meta {
     pub interrupted: bool,
     /// Why it could not start, if it did not.
     pub error: Option<String>,
+    /// Processes of the smith's own cgroup the OOM killer killed during the run (a memory
+    /// limit is set and it killed some; PROTOCOL.md §5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom_kills: Option<u64>,
 }
 
 /// The held directories and log of one run.

@@ -91,6 +91,11 @@ pub struct Spawn<'a> {
     /// thread, while the child waits) unless the child was created in `cgroup`; an error stops
     /// the child before exec and is [`spawn`]'s error.
     pub bind: &'a mut dyn FnMut(u32) -> io::Result<()>,
+    /// Called with its pid before it executes anything, however it was bound (after `bind` if
+    /// that was called): the v1 limit cgroups of a hybrid host (PROTOCOL.md §5), which have no
+    /// `CLONE_INTO_CGROUP`. `None`: the child is not held for it. An error stops the child
+    /// before exec and is [`spawn`]'s error.
+    pub place: Option<&'a mut dyn FnMut(u32) -> io::Result<()>>,
 }
 
 /// A started process: the leader of its own session and process group. Dropping it neither
@@ -592,8 +597,13 @@ pub fn spawn(s: Spawn<'_>) -> io::Result<Process> {
         nofile: s.nofile,
     };
     let mut cgroup = s.cgroup;
+    let mut place = s.place;
     loop {
-        match attempt(&mut prep, cgroup, &mut *s.bind)? {
+        let placing: Option<&mut dyn FnMut(u32) -> io::Result<()>> = match &mut place {
+            Some(p) => Some(&mut **p),
+            None => None,
+        };
+        match attempt(&mut prep, cgroup, &mut *s.bind, placing)? {
             Attempt::Running(mut p) => {
                 p.stdin = stdin_parent.map(File::from);
                 return Ok(p);
@@ -621,6 +631,7 @@ fn attempt(
     prep: &mut Prepared<'_>,
     cgroup: Option<BorrowedFd<'_>>,
     bind: &mut dyn FnMut(u32) -> io::Result<()>,
+    place: Option<&mut dyn FnMut(u32) -> io::Result<()>>,
 ) -> io::Result<Attempt> {
     let (err_rd, err_wr) = pipe()?;
     let (go_rd, go_wr) = pipe()?;
@@ -648,7 +659,12 @@ fn attempt(
         let _mask = BlockSignals::new();
         let mut clone = || -> io::Result<(libc::pid_t, Option<OwnedFd>)> {
             if let Some(cg) = cgroup {
-                plan.go = -1;
+                // Held before exec only if it must be placed.
+                plan.go = if place.is_some() {
+                    go_rd.as_raw_fd()
+                } else {
+                    -1
+                };
                 // SAFETY: the child branch below only runs `child`, which keeps the contract.
                 match unsafe { clone3(Some(cg.as_raw_fd())) } {
                     Ok(r) => return Ok(r),
@@ -695,16 +711,16 @@ fn attempt(
         stdin: None,
         in_cgroup,
     };
-    let bound = if in_cgroup {
-        Ok(())
-    } else {
-        let r = bind(pid_u);
-        if r.is_ok() {
-            // SAFETY: writing one byte from a valid buffer to a pipe we own.
-            unsafe { libc::write(go_wr.as_raw_fd(), b"g".as_ptr().cast(), 1) };
-        }
-        r
+    let bound = if in_cgroup { Ok(()) } else { bind(pid_u) };
+    let bound = match place {
+        Some(place) => bound.and_then(|()| place(pid_u)),
+        None => bound,
     };
+    if bound.is_ok() {
+        // (A child that does not wait for it never reads it: harmless.)
+        // SAFETY: writing one byte from a valid buffer to a pipe we own.
+        unsafe { libc::write(go_wr.as_raw_fd(), b"g".as_ptr().cast(), 1) };
+    }
     drop(go_wr);
     // The child's first instruction writes ALIVE; exec closes the pipe; a failing step writes
     // its (step, errno) after ALIVE.
@@ -773,6 +789,7 @@ mod tests {
             cgroup: None,
             nofile: (0, 0),
             bind,
+            place: None,
         })
     }
 
@@ -875,6 +892,7 @@ mod tests {
             cgroup: None,
             nofile: (0, 0),
             bind: &mut no_bind(),
+            place: None,
         })
         .expect("spawn sh");
         let mut stdin = p.stdin.take().expect("stdin pipe");
@@ -1024,6 +1042,7 @@ mod tests {
             cgroup: Some(cg_fd.as_fd()),
             nofile: (0, 0),
             bind: &mut count,
+            place: None,
         });
         let procs = std::fs::read_to_string(cg.join("cgroup.procs")).unwrap_or_default();
         let p = p.expect("spawn into the cgroup");
@@ -1048,11 +1067,63 @@ mod tests {
             cgroup: Some(fd.as_fd()),
             nofile: (0, 0),
             bind: &mut count,
+            place: None,
         })
         .expect("fallback spawn");
         assert!(!p.in_cgroup);
         assert_eq!(finish(p).code(), Some(0));
         assert_eq!(binds, 1);
+        let _ = std::fs::remove_dir(&cg);
+    }
+
+    /// `place` holds a child born in its cgroup before exec (hybrid hosts' v1 limit cgroups),
+    /// and a failing `place` means the program never runs.
+    #[test]
+    fn place_runs_before_exec_even_in_a_cgroup() {
+        let Some((cg, cg_fd)) = test_cgroup() else {
+            eprintln!("skipped: cannot create a cgroup here");
+            return;
+        };
+        let me = std::fs::read_link("/proc/self/exe").expect("exe");
+        let mut seen = None;
+        let mut place = |pid: u32| {
+            seen = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+            Ok(())
+        };
+        let p = spawn(Spawn {
+            argv: &argv(&["sleep", "30"]),
+            env: &BTreeMap::new(),
+            cwd: None,
+            stdin_piped: false,
+            output: None,
+            cgroup: Some(cg_fd.as_fd()),
+            nofile: (0, 0),
+            bind: &mut no_bind(),
+            place: Some(&mut place),
+        })
+        .expect("spawn");
+        assert!(p.in_cgroup);
+        assert_eq!(seen.as_deref(), Some(me.as_path()), "placed before exec");
+        p.kill();
+        finish(p);
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let marker = dir.path().join("marker");
+        let mut refuse = |_pid: u32| Err(io::Error::other("no room for the test"));
+        let e = spawn(Spawn {
+            argv: &argv(&["touch", marker.to_str().expect("utf-8")]),
+            env: &BTreeMap::new(),
+            cwd: None,
+            stdin_piped: false,
+            output: None,
+            cgroup: Some(cg_fd.as_fd()),
+            nofile: (0, 0),
+            bind: &mut no_bind(),
+            place: Some(&mut refuse),
+        })
+        .expect_err("place refused");
+        assert!(e.to_string().contains("no room for the test"), "{e}");
+        assert!(!marker.exists(), "the program never ran");
         let _ = std::fs::remove_dir(&cg);
     }
 
@@ -1081,6 +1152,7 @@ mod tests {
             cgroup: Some(cg_fd.as_fd()),
             nofile: (0, 0),
             bind: &mut count,
+            place: None,
         })
         .expect("spawn into a killed cgroup");
         let in_cgroup = p.in_cgroup;

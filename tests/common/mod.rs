@@ -755,10 +755,35 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// The names of the cgroups under the `smithfs-PID` parent cgroup of the daemon `pid` (cgroup
-/// identity mode), sorted; empty when there is none (ancestry mode, no cgroup2).
+/// The cgroups under the `smithfs-PID` parent cgroup of the daemon `pid` (cgroup identity
+/// mode), sorted: `operator`, and each smith node (nested as `smith-root/smith-001/…`, each with
+/// its `self/` leaf) named by its full id with `/` → `.` (`smith-root.smith-001`); empty when
+/// there is none (ancestry mode, no cgroup2).
 pub fn daemon_cgroup_names(pid: i32) -> Vec<String> {
     use smithfs::identity::{cgroup, procfs};
+    fn walk(dir: &std::path::Path, prefix: &str, out: &mut Vec<String>) {
+        let Ok(d) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in d.flatten() {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name == "self" {
+                continue;
+            }
+            let full = if prefix.is_empty() {
+                name
+            } else {
+                format!("{prefix}.{name}")
+            };
+            out.push(full.clone());
+            if full != "operator" {
+                walk(&e.path(), &full, out);
+            }
+        }
+    }
     let (Ok(mounts), Ok(own)) = (
         std::fs::read("/proc/self/mountinfo"),
         std::fs::read(format!("/proc/{pid}/cgroup")),
@@ -772,13 +797,8 @@ pub fn daemon_cgroup_names(pid: i32) -> Vec<String> {
     let Some(dir) = cgroup::own_cgroup_dir(&mounts, &own) else {
         return Vec::new();
     };
-    let mut names: Vec<String> = std::fs::read_dir(dir.join(format!("smithfs-{pid}")))
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut names = Vec::new();
+    walk(&dir.join(format!("smithfs-{pid}")), "", &mut names);
     names.sort();
     names
 }
