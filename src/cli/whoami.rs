@@ -69,7 +69,8 @@ pub fn lookup(text: &str, key: &str) -> Option<String> {
 }
 
 /// `whoami` pairs as a JSON object (pure): keys snake-cased (runs of non-alphanumerics → `_`,
-/// lower case), values strings, `level` a number when numeric; a repeated key keeps its first value.
+/// lower case), values strings, or numbers when the value is a whole number (`level`,
+/// `daemon_pid`, `pid`, …: issue 11); a repeated key keeps its first value.
 pub fn to_json(pairs: &[(String, String)]) -> Value {
     let mut map = Map::new();
     for (k, v) in pairs {
@@ -77,8 +78,9 @@ pub fn to_json(pairs: &[(String, String)]) -> Value {
         if map.contains_key(&key) {
             continue;
         }
-        let value = match (key.as_str(), v.parse::<u64>()) {
-            ("level", Ok(n)) => Value::from(n),
+        let digits = !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit());
+        let value = match v.parse::<u64>() {
+            Ok(n) if digits => Value::from(n),
             _ => Value::from(v.as_str()),
         };
         map.insert(key, value);
@@ -131,8 +133,12 @@ rights private/: read, write, create, delete\nrights inbox/: read\n\nnot a pair\
         assert_eq!(v["level"], 1);
         assert_eq!(v["identity_mode"], "ancestry");
         assert_eq!(v["rights_private"], "read, write, create, delete");
-        let op = to_json(&parse_pairs("identity: operator\nlevel: none\n"));
+        let op = to_json(&parse_pairs(
+            "identity: operator\nlevel: none\ndaemon pid: 4242\nsmith id: 007x\n",
+        ));
         assert_eq!(op["level"], "none");
+        assert_eq!(op["daemon_pid"], 4242);
+        assert_eq!(op["smith_id"], "007x");
     }
 
     #[test]
