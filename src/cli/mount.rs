@@ -143,21 +143,13 @@ fn preflight(dir: &Path, force: bool) -> Result<()> {
         }
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
             // The unprivileged path goes through the setuid fusermount3.
-            if which("fusermount3").is_none() {
+            if crate::fuse::mount::fusermount().is_none() {
                 bail!("/dev/fuse is not accessible to this user and fusermount3 is not installed (apt-get install fuse3)")
             }
         }
         Err(e) => bail!("/dev/fuse: {e}"),
     }
     Ok(())
-}
-
-fn which(prog: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join(prog))
-            .find(|c| c.is_file())
-    })
 }
 
 /// Warn about processes whose working directory or open files are inside `dir`: after the

@@ -1,6 +1,7 @@
 //! FUSE glue: the only place that names fuser's request and reply types. Each method builds a
 //! [`Caller`], calls [`SmithFs`], and replies (STYLE.md habit 1).
 
+pub mod mount;
 pub mod session;
 
 use std::ffi::OsStr;

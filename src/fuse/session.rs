@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock, Weak};
 
 use anyhow::{anyhow, bail, Context, Result};
-use fuser::{MountOption, Session, SessionACL};
+use fuser::{Session, SessionACL};
 
 use super::dispatch::Dispatcher;
 use super::transport::{self, Negotiated, Transport};
@@ -93,18 +93,40 @@ pub struct MountedSession {
     negotiated: Arc<Negotiated>,
     /// The io_uring queues, when INIT negotiated FUSE over io_uring (already serving).
     rings: Option<Rings>,
+    /// The mount point, for the [`Unmounter`].
+    dir: PathBuf,
+    /// Undoes the mount if the session is dropped before it served.
+    guard: MountGuard,
 }
 
-/// Ends a session from another thread (the signal thread).
-pub struct Unmounter(fuser::SessionUnmounter);
+/// Detaches a mount whose session never served (the daemon failed between the mount and
+/// [`MountedSession::run`]), so that no dead mount is left behind. Disarmed once the session
+/// has run: by then the kernel has ended the mount, and unmounting again could hit a newer one.
+struct MountGuard {
+    dir: PathBuf,
+    armed: bool,
+}
+
+impl Drop for MountGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            if let Err(e) = kernel_unmount(&self.dir, true) {
+                tracing::warn!("{e:#}");
+            }
+        }
+    }
+}
+
+/// Ends a session from another thread (the signal thread): unmounts its directory.
+pub struct Unmounter(PathBuf);
 
 impl Unmounter {
-    /// Unmount the session.
+    /// Unmount the session ([`kernel_unmount`], not detached).
     ///
     /// # Errors
-    /// The unmount failed (busy).
+    /// The unmount failed (busy, or fusermount3 failed).
     pub fn unmount(&mut self) -> std::io::Result<()> {
-        self.0.unmount()
+        kernel_unmount(&self.0, false).map_err(|e| std::io::Error::other(format!("{e:#}")))
     }
 }
 
@@ -119,18 +141,7 @@ pub fn mount(
     opts: SessionOptions,
     kernel: &KernelCache,
 ) -> Result<MountedSession> {
-    let mut options = vec![
-        MountOption::FSName("smithfs".into()),
-        MountOption::Subtype("smithfs".into()),
-        MountOption::DefaultPermissions,
-        MountOption::NoDev,
-        MountOption::RW,
-    ];
-    if !opts.allow_other {
-        options.push(MountOption::NoSuid);
-    }
     let mut config = fuser::Config::default();
-    config.mount_options = options;
     config.acl = if opts.allow_other {
         SessionACL::All
     } else {
@@ -146,13 +157,23 @@ pub fn mount(
     }
     let _ = kernel.fs.set(Arc::downgrade(&fs));
     let negotiated = Arc::new(Negotiated::default());
-    let session = Session::new(
+    // Type `fuse.smithfs` whoever mounts (PROTOCOL.md §6): our own mount, then fuser serves the
+    // connection.
+    let (dev, via) = super::mount::mount(dir, opts.allow_other)?;
+    let guard = MountGuard {
+        dir: dir.to_path_buf(),
+        armed: true,
+    };
+    let acl = config.acl;
+    let session = Session::from_fd(
         FuseFs::new(fs.clone(), opts.passthrough && is_root())
             .with_transport(opts.transport, negotiated.clone()),
-        dir,
-        &config,
+        dev,
+        acl,
+        config,
     )
     .map_err(|e| anyhow!("cannot mount {}: {e}", dir.display()))?;
+    tracing::debug!(?via, "mounted");
     let _ = kernel.notifier.set(session.notifier());
     let rings = negotiated
         .io_uring()
@@ -161,6 +182,8 @@ pub fn mount(
         session,
         negotiated,
         rings,
+        dir: dir.to_path_buf(),
+        guard,
     })
 }
 
@@ -208,7 +231,7 @@ fn start_rings(
 impl MountedSession {
     /// What the signal thread ends the session with.
     pub fn unmounter(&mut self) -> Unmounter {
-        Unmounter(self.session.unmount_callable())
+        Unmounter(self.dir.clone())
     }
 
     /// Serve requests until the filesystem is unmounted.
@@ -216,8 +239,15 @@ impl MountedSession {
     /// # Errors
     /// The session failed (`FUSE session failed: …`).
     pub fn run(self) -> Result<()> {
-        let served = self.session.run().context("FUSE session failed");
-        if let Some(r) = self.rings {
+        let MountedSession {
+            session,
+            rings,
+            mut guard,
+            ..
+        } = self;
+        let served = session.run().context("FUSE session failed");
+        guard.armed = false;
+        if let Some(r) = rings {
             if !r.join(std::time::Duration::from_secs(5)) {
                 tracing::warn!("io_uring queue threads still running after unmount");
             }
