@@ -4,18 +4,14 @@ use std::os::fd::AsFd;
 
 use super::control::{Command, ControlFile};
 use super::error::{FsError, FsResult};
-use super::{backing, control, Caller, ControlHandle, SmithFs};
+use super::ids::Fh;
+use super::{backing, control, Caller, OpenControl, SmithFs};
 use crate::identity::Identity;
 use crate::policy::{self, Area, CtlVerb, Ctx, Depth, Zone};
 use crate::trigger::Trigger;
 
 impl SmithFs {
-    pub(super) fn open_control(
-        &self,
-        caller: &Caller,
-        f: ControlFile,
-        flags: i32,
-    ) -> FsResult<u64> {
+    pub(super) fn open_control(&self, caller: &Caller, f: ControlFile, flags: i32) -> FsResult<Fh> {
         let who = self.identify(caller);
         let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let decision = policy::decide_control_open(&who, f == ControlFile::Ctl, writing);
@@ -49,10 +45,10 @@ impl SmithFs {
             }
             ControlFile::Ctl => Vec::new(),
         };
-        Ok(self.controls.insert(ControlHandle { file: f, data }))
+        Ok(self.controls.insert(OpenControl { file: f, data }))
     }
 
-    pub(super) fn write_control(&self, caller: &Caller, fh: u64, data: &[u8]) -> FsResult<u32> {
+    pub(super) fn write_control(&self, caller: &Caller, fh: Fh, data: &[u8]) -> FsResult<u32> {
         let h = self.controls.get(fh)?;
         if h.file != ControlFile::Ctl {
             return Err(FsError::NotCtl);

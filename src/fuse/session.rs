@@ -12,7 +12,8 @@ use super::dispatch::Dispatcher;
 use super::transport::{self, Negotiated, Transport};
 use super::uring::{self, Rings};
 use super::FuseFs;
-use crate::fs::{AttrCache, SmithFs};
+use crate::backing::BackingIno;
+use crate::fs::{AttrCache, NodeId, SmithFs};
 use crate::sched::Invalidate;
 
 /// How the session is set up (from `smithfs mount`'s flags).
@@ -50,23 +51,23 @@ impl KernelCache {
         Arc::new(KernelCache::default())
     }
 
-    fn node_id(&self, backing_ino: u64) -> Option<fuser::INodeNo> {
+    fn node_id(&self, backing_ino: BackingIno) -> Option<fuser::INodeNo> {
         let fs = self.fs.get()?.upgrade()?;
-        Some(fuser::INodeNo(fs.node_id(backing_ino)))
+        Some(fuser::INodeNo(fs.node_id(backing_ino).0))
     }
 }
 
 impl AttrCache for KernelCache {
-    fn attrs_changed(&self, node: u64) {
+    fn attrs_changed(&self, node: NodeId) {
         if let Some(n) = self.notifier.get() {
             // Attributes only (negative offset): takes no inode lock, safe from a FUSE thread.
-            let _ = n.inval_inode(fuser::INodeNo(node), -1, 0);
+            let _ = n.inval_inode(fuser::INodeNo(node.0), -1, 0);
         }
     }
 }
 
 impl Invalidate for KernelCache {
-    fn entry(&self, parent_backing_ino: u64, name: &std::ffi::OsStr) {
+    fn entry(&self, parent_backing_ino: BackingIno, name: &std::ffi::OsStr) {
         let (Some(n), Some(parent)) = (self.notifier.get(), self.node_id(parent_backing_ino))
         else {
             return;
@@ -76,7 +77,7 @@ impl Invalidate for KernelCache {
         }
     }
 
-    fn inode(&self, backing_ino: u64) {
+    fn inode(&self, backing_ino: BackingIno) {
         let (Some(n), Some(ino)) = (self.notifier.get(), self.node_id(backing_ino)) else {
             return;
         };

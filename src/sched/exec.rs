@@ -24,7 +24,7 @@ use super::journal::{self, Event, Journal, LastRun, OpenRun, Terminal};
 use super::queue::{Base, Note, Outcome, Queue, RunEnd, State, Wake};
 use super::runner::{self, BindTo, Launch, Meta, Placeholders, RunBinder, RunDir};
 use super::{store_facts, time, Invalidate, Msg, SchedCtx, Shared, Trigger};
-use crate::backing;
+use crate::backing::{self, BackingIno};
 use crate::config::{AgentConfig, Config, SmithConfig};
 use crate::tree::model::SmithIdx;
 use crate::tree::registry::{Registry, SmithInfo};
@@ -432,7 +432,8 @@ impl Exec {
         meta.end = Some(time::now());
         if runner::write_meta(dir.as_fd(), &meta).is_ok() {
             if let Ok(st) = backing::stat(dir.as_fd()) {
-                self.invalidate.entry(st.st_ino, OsStr::new("meta.json"));
+                self.invalidate
+                    .entry(BackingIno::of(&st), OsStr::new("meta.json"));
             }
         }
     }

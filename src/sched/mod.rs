@@ -34,7 +34,7 @@ use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
 
-use crate::backing;
+use crate::backing::{self, BackingIno};
 use crate::config::Config;
 use crate::tree::model::SmithIdx;
 use crate::tree::registry::Registry;
@@ -59,9 +59,9 @@ const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 pub trait Invalidate: Send + Sync {
     /// The name `name` in the directory with backing inode `parent_backing_ino` was created or
     /// replaced.
-    fn entry(&self, parent_backing_ino: u64, name: &OsStr);
+    fn entry(&self, parent_backing_ino: BackingIno, name: &OsStr);
     /// The content or attributes of the inode `backing_ino` changed.
-    fn inode(&self, backing_ino: u64);
+    fn inode(&self, backing_ino: BackingIno);
 }
 
 /// An [`Invalidate`] that does nothing (tests, no mount).
@@ -69,8 +69,8 @@ pub trait Invalidate: Send + Sync {
 pub struct NoInvalidate;
 
 impl Invalidate for NoInvalidate {
-    fn entry(&self, _parent_backing_ino: u64, _name: &OsStr) {}
-    fn inode(&self, _backing_ino: u64) {}
+    fn entry(&self, _parent_backing_ino: BackingIno, _name: &OsStr) {}
+    fn inode(&self, _backing_ino: BackingIno) {}
 }
 
 /// Everything the scheduler needs from the daemon.
