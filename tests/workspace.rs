@@ -448,6 +448,46 @@ both_modes!(diff_and_accept, |mode| {
         "smith-root/smith-009".into(),
     ]);
     assert_eq!(r.code, Some(2), "{}", r.stderr);
+    // Short ids (PROTOCOL.md §6): a short id only one smith has, or a unique suffix; an
+    // ambiguous one exits 2 with one line naming the candidates.
+    w.as_smith_ok(
+        "smith-root",
+        "smiths/smith-root",
+        "mkdir children/smith-001",
+    );
+    w.as_smith_ok(
+        "smith-root/smith-001",
+        CHILD,
+        "mkdir children/smith-001 && echo grandchild >> workspace/a.txt",
+    );
+    let short = smithfs([
+        OsString::from("diff"),
+        dir.clone(),
+        "root/smith-001".into(),
+        "--stat".into(),
+    ]);
+    assert!(short.ok(), "{}", short.stderr);
+    assert!(short.stdout.contains("a.txt"), "{}", short.stdout);
+    let r = smithfs([OsString::from("diff"), dir.clone(), "smith-001".into()]);
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("smith-root/smith-001/smith-001")
+            && r.stderr.contains("smith-root/smith-001,"),
+        "{}",
+        r.stderr
+    );
+    let r = smithfs([OsString::from("accept"), dir.clone(), "smith-001".into()]);
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    let r = smithfs([
+        OsString::from("accept"),
+        dir.clone(),
+        "smith-001/smith-001".into(),
+        "--branch".into(),
+        "grandchild-work".into(),
+    ]);
+    assert!(r.ok(), "{}", r.stderr);
+    assert!(r.stdout.starts_with("grandchild-work "), "{}", r.stdout);
     // accept: a new branch smith/smith-root at the smith's branch; PATH itself untouched.
     let status_before = git(&w.repo, &["status", "--porcelain"]);
     let a = smithfs([OsString::from("accept"), dir.clone(), "smith-root".into()]);
