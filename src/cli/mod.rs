@@ -12,6 +12,7 @@ mod logs;
 pub mod mount;
 mod mount_helper;
 mod mount_opts;
+mod reload;
 mod retry;
 pub mod run;
 mod status;
@@ -63,6 +64,8 @@ enum Command {
     /// Run a failed or cancelled smith again on its newest task (SMITH_WAKE=retry).
     #[command(override_usage = "smithfs retry [DIR] ID")]
     Retry(retry::RetryArgs),
+    /// Re-read DIR/config.json and apply it without a remount (also SIGHUP to the daemon).
+    Reload(reload::ReloadArgs),
     /// Check /dev/fuse, fusermount3, kernel features, cgroups and privileges.
     Doctor(doctor::DoctorArgs),
     /// With a project: a smith's changes since its base commit (PROTOCOL.md §11).
@@ -104,6 +107,7 @@ pub fn run() -> ExitCode {
         Command::Events(a) => events::run(a),
         Command::Logs(a) => logs::run(a),
         Command::Retry(a) => retry::run(a),
+        Command::Reload(a) => reload::run(a),
         Command::Wait(a) => wait::run(a),
         Command::Cancel(a) => cancel::run(a),
         Command::Doctor(a) => doctor::run(a),
