@@ -7,15 +7,16 @@ use std::sync::atomic::Ordering;
 use super::control::ControlFile;
 use super::creds::{as_caller, caller_groups};
 use super::error::{FsError, FsResult};
-use super::handle::FileHandle;
+use super::ids::{Fh, NodeId};
 use super::inode::BackingRef;
 use super::inode::{Inode, Passthrough};
+use super::open::OpenFile;
 use super::{backing, control, Attr, Cache, Caller, SmithFs};
 use crate::policy::{NewKind, Op};
 
 impl SmithFs {
     /// Open `ino` with `flags` (FUSE open); returns the handle number and how to cache it.
-    pub fn open(&self, caller: &Caller, ino: u64, flags: i32) -> FsResult<(u64, Cache)> {
+    pub fn open(&self, caller: &Caller, ino: NodeId, flags: i32) -> FsResult<(Fh, Cache)> {
         if let Some(f) = ControlFile::by_id(ino) {
             return self
                 .open_control(caller, f, flags)
@@ -40,7 +41,7 @@ impl SmithFs {
         if truncates && caller.uid != 0 && kill_suid_sgid(&inode, caller)? {
             self.attrs_changed(inode.id);
         }
-        let fh = self.files.insert(FileHandle {
+        let fh = self.files.insert(OpenFile {
             fd,
             inode,
             opener: who,
@@ -60,11 +61,11 @@ impl SmithFs {
     pub fn create(
         &self,
         caller: &Caller,
-        parent: u64,
+        parent: NodeId,
         name: &OsStr,
         mode: u32,
         flags: i32,
-    ) -> FsResult<(Attr, u64)> {
+    ) -> FsResult<(Attr, Fh)> {
         let who = self.identify(caller);
         let (dir, cname) = self.creating(caller, who, parent, name, NewKind::File, "create")?;
         let slot = self.charge(caller, who, "create", || self.child_path(&dir, name))?;
@@ -74,7 +75,7 @@ impl SmithFs {
         };
         let (inode, attr) = self.lookup_in(&dir, &cname)?;
         let may_write = flags & libc::O_ACCMODE != libc::O_RDONLY;
-        let fh = self.files.insert(FileHandle {
+        let fh = self.files.insert(OpenFile {
             fd,
             inode,
             opener: who,
@@ -97,7 +98,7 @@ impl SmithFs {
     /// concurrent opens of one file share one registration.
     pub fn passthrough(
         &self,
-        fh: u64,
+        fh: Fh,
         register: impl FnOnce(std::os::fd::BorrowedFd<'_>) -> std::io::Result<BackingRef>,
     ) -> Option<BackingRef> {
         let h = self.files.get(fh).ok()?;
@@ -139,7 +140,7 @@ impl SmithFs {
                         backing
                     }
                     Err(e) => {
-                        tracing::debug!(ino = h.inode.id, "no passthrough: {e}");
+                        tracing::debug!(ino = h.inode.id.0, "no passthrough: {e}");
                         *pt = Passthrough::Never;
                         return None;
                     }
@@ -151,7 +152,7 @@ impl SmithFs {
     }
 
     /// Read up to `size` bytes at `offset` through handle `fh` (FUSE read).
-    pub fn read(&self, ino: u64, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+    pub fn read(&self, ino: NodeId, fh: Fh, offset: u64, size: u32) -> FsResult<Vec<u8>> {
         if control::is_virtual(ino) {
             let h = self.controls.get(fh)?;
             let start = (offset as usize).min(h.data.len());
@@ -178,8 +179,8 @@ impl SmithFs {
     pub fn write(
         &self,
         caller: &Caller,
-        ino: u64,
-        fh: u64,
+        ino: NodeId,
+        fh: Fh,
         offset: u64,
         data: &[u8],
         kill_suidgid: bool,
@@ -211,7 +212,7 @@ impl SmithFs {
     }
 
     /// Flush (FUSE flush, at each close of a descriptor): nothing is buffered in the daemon.
-    pub fn flush(&self, ino: u64, fh: u64) -> FsResult<()> {
+    pub fn flush(&self, ino: NodeId, fh: Fh) -> FsResult<()> {
         if control::is_virtual(ino) {
             return Ok(());
         }
@@ -220,7 +221,7 @@ impl SmithFs {
 
     /// Release the handle `fh` (FUSE release, at the last close). Releasing a handle that wrote
     /// completes the file (PROTOCOL.md §5).
-    pub fn release(&self, ino: u64, fh: u64) -> FsResult<()> {
+    pub fn release(&self, ino: NodeId, fh: Fh) -> FsResult<()> {
         if control::is_virtual(ino) {
             return self.controls.remove(fh).map(drop).ok_or(FsError::Stale);
         }
@@ -251,7 +252,7 @@ impl SmithFs {
     }
 
     /// Flush a file to stable storage (FUSE fsync).
-    pub fn fsync(&self, ino: u64, fh: u64, datasync: bool) -> FsResult<()> {
+    pub fn fsync(&self, ino: NodeId, fh: Fh, datasync: bool) -> FsResult<()> {
         if control::is_virtual(ino) {
             return Ok(());
         }
@@ -260,7 +261,7 @@ impl SmithFs {
     }
 
     /// Allocate or punch space through handle `fh` (FUSE fallocate), judged by its opener.
-    pub fn fallocate(&self, fh: u64, offset: u64, length: u64, mode: i32) -> FsResult<()> {
+    pub fn fallocate(&self, fh: Fh, offset: u64, length: u64, mode: i32) -> FsResult<()> {
         let h = self.files.get(fh)?;
         if !h.may_write {
             return Err(FsError::NotOpenForWriting);
@@ -271,7 +272,7 @@ impl SmithFs {
     }
 
     /// Seek for data or holes through handle `fh` (FUSE lseek).
-    pub fn lseek(&self, fh: u64, offset: i64, whence: i32) -> FsResult<i64> {
+    pub fn lseek(&self, fh: Fh, offset: i64, whence: i32) -> FsResult<i64> {
         let h = self.files.get(fh)?;
         Ok(backing::lseek(h.fd.as_fd(), offset, whence)?)
     }
@@ -279,9 +280,9 @@ impl SmithFs {
     /// Copy a range between two handles (FUSE copy_file_range), judged by their openers.
     pub fn copy_file_range(
         &self,
-        fh_in: u64,
+        fh_in: Fh,
         off_in: u64,
-        fh_out: u64,
+        fh_out: Fh,
         off_out: u64,
         len: u64,
         flags: u32,
