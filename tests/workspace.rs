@@ -665,6 +665,41 @@ fn submodules_are_kept_as_gitlinks() {
         Some(sub_head.as_str())
     );
     assert_eq!(git(&ws, &["status", "--porcelain"]), "");
+    // A child's workspace keeps the gitlink too (its base copies no submodule objects).
+    let r = run(Command::new(SMITHFS)
+        .args(["run", "--mount"])
+        .arg(m.path())
+        .args(["--smith", "smith-root", "--", "mkdir"])
+        .arg(m.path().join(CHILD)));
+    assert!(r.ok(), "{}", r.stderr);
+    let child = m.path().join(CHILD_WS);
+    assert!(child.join("vendor/sub").is_dir());
+    assert_eq!(
+        std::fs::read_dir(child.join("vendor/sub")).unwrap().count(),
+        0
+    );
+    assert_eq!(git(&child, &["status", "--porcelain"]), "");
+    // The smith fills it itself, inside its own workspace (the clone lands in workspace/.git/modules).
+    let r = run(Command::new(SMITHFS)
+        .args(["run", "--mount"])
+        .arg(m.path())
+        .args(["--smith", "smith-root/smith-001", "--", "git", "-C"])
+        .arg(&child)
+        .args([
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "update",
+            "--init",
+            "-q",
+        ]));
+    assert!(r.ok(), "{}", r.stderr);
+    assert_eq!(
+        git(&child.join("vendor/sub"), &["rev-parse", "HEAD"]),
+        sub_head
+    );
+    assert!(child.join(".git/modules/vendor/sub").is_dir());
+    assert_eq!(git(&child, &["status", "--porcelain"]), "");
 }
 
 /// A repository of 10 000 files: a child's workspace is made in well under the seconds a clone
