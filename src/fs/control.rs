@@ -111,6 +111,9 @@ pub enum Command {
     /// Run a failed or cancelled smith again on its newest task (operator or an ancestor
     /// smith; `smithfs retry`, PROTOCOL.md §6).
     Retry(FullId),
+    /// Re-read config.json and apply it without a remount (operator only; `smithfs reload`,
+    /// PROTOCOL.md §6).
+    Reload,
 }
 
 /// Parse one line written to `ctl`: `bind <full-id>`, `cancel <full-id>` or `retry <full-id>`, surrounding
@@ -128,11 +131,13 @@ pub fn parse_command(line: &str) -> Result<Command, String> {
             .ok_or_else(|| format!("`{a}` is not a full id (smith-root or smith-root/smith-NNN/…)"))
     };
     match verb {
+        "reload" if arg.is_some() => Err("`reload` takes no argument".into()),
+        "reload" => Ok(Command::Reload),
         "bind" => Ok(Command::Bind(full_id(arg)?)),
         "cancel" => Ok(Command::Cancel(full_id(arg)?)),
         "retry" => Ok(Command::Retry(full_id(arg)?)),
         other => Err(format!(
-            "unknown command `{other}` (use bind, cancel or retry)"
+            "unknown command `{other}` (use bind, cancel, retry or reload)"
         )),
     }
 }
@@ -162,6 +167,8 @@ mod tests {
             ("bind smith-root/x", Err(())),
             ("bind smith-root extra", Err(())),
             ("kill smith-root", Err(())),
+            (" reload ", Ok(Command::Reload)),
+            ("reload smith-root", Err(())),
             ("", Err(())),
         ];
         for (line, want) in cases {

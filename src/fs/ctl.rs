@@ -70,10 +70,30 @@ impl SmithFs {
                 return Err(self.denied(caller, who, "ctl", path(), policy::ctl_syntax(&msg)))
             }
         };
+        if cmd == Command::Reload {
+            let decision = policy::decide_reload(&who, &self.identity_name(who));
+            self.enforce(caller, who, decision, "reload", path)?;
+            return match self.links.reload.reload() {
+                Ok(changed) => {
+                    tracing::info!(pid = caller.pid, ?changed, "config.json reloaded");
+                    Ok(())
+                }
+                // Journaled by the reloader as `config.reload_failed`, not as a denial.
+                Err(e) => Err(self.record_denial(
+                    caller,
+                    who,
+                    "reload",
+                    path(),
+                    policy::reload_refused(&e),
+                    false,
+                )),
+            };
+        }
         let (verb, name, full_id) = match &cmd {
             Command::Bind(f) => (CtlVerb::Bind, "bind", f.clone()),
             Command::Cancel(f) => (CtlVerb::Cancel, "cancel", f.clone()),
             Command::Retry(f) => (CtlVerb::Retry, "retry", f.clone()),
+            Command::Reload => return Ok(()),
         };
         let target = self.registry.by_full_id(&full_id);
         let decision = policy::decide_ctl(

@@ -153,6 +153,16 @@ pub trait Scheduling: Send + Sync {
     fn subtree_live(&self, smith: SmithIdx) -> bool;
 }
 
+/// Re-reads config.json and applies it without a remount (`.smithfs/ctl` `reload`, PROTOCOL.md
+/// §6). Implemented by the daemon (`crate::reload::Reloader`).
+pub trait Reloading: Send + Sync {
+    /// Reload; returns the sections that changed (`agent`, `hooks` …).
+    ///
+    /// # Errors
+    /// One line naming the key, as `mount` words it; the daemon keeps its configuration.
+    fn reload(&self) -> Result<Vec<String>, String>;
+}
+
 /// Tells the kernel that a node's cached attributes are stale (implemented by the FUSE
 /// session). Must only invalidate attributes: it is called from FUSE threads.
 pub trait AttrCache: Send + Sync {
@@ -179,6 +189,12 @@ impl AttrCache for Unlinked {
     fn attrs_changed(&self, _node: NodeId) {}
 }
 
+impl Reloading for Unlinked {
+    fn reload(&self) -> Result<Vec<String>, String> {
+        Err("no daemon serves this filesystem: nothing to reload".into())
+    }
+}
+
 /// The rest of the daemon as the filesystem sees it, given at construction.
 #[derive(Clone)]
 pub struct Links {
@@ -186,6 +202,8 @@ pub struct Links {
     pub sched: Arc<dyn Scheduling>,
     /// Kernel attribute-cache invalidation.
     pub kernel: Arc<dyn AttrCache>,
+    /// `ctl` `reload`: config.json applied without a remount.
+    pub reload: Arc<dyn Reloading>,
 }
 
 impl Default for Links {
@@ -193,6 +211,7 @@ impl Default for Links {
         Links {
             sched: Arc::new(Unlinked),
             kernel: Arc::new(Unlinked),
+            reload: Arc::new(Unlinked),
         }
     }
 }

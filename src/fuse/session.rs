@@ -298,11 +298,23 @@ pub fn block_signals() -> Result<nix::sys::signal::SigSet> {
     Ok(set)
 }
 
+/// What the signal thread asks of the daemon (implemented by `crate::daemon`).
+pub trait SignalActions: Send {
+    /// Stop every live run (journaled `run.interrupted`) and start no new one; returns once
+    /// none is live.
+    fn stop_runs(&self);
+    /// Schedule again after an unmount that failed (the mount stays up).
+    fn resume(&self);
+    /// Re-read config.json and apply it (SIGHUP; `smithfs reload`); logs and journals the
+    /// outcome.
+    fn reload(&self);
+}
+
 /// Handle the blocked signals `set` for the daemon's whole life (issue 11): SIGTERM and SIGINT
-/// call `stop` (which stops the runs, journaled `run.interrupted`; idempotent), then unmount
-/// `dir`, retrying a busy unmount for 3 s; if it still fails the holders are logged and the
-/// thread waits for the next signal, which tries again. SIGHUP is logged and otherwise ignored
-/// (`smithfs reload` is not implemented; docs/PROTOCOL-NOTES.md O9).
+/// stop the runs (`actions.stop_runs`), then unmount `dir`, retrying a busy unmount for 3 s; if
+/// it still fails the holders are logged, scheduling resumes (`actions.resume`) and the thread
+/// waits for the next signal, which tries again. SIGHUP reloads config.json (`actions.reload`;
+/// docs/PROTOCOL-NOTES.md O9, O11, O12).
 ///
 /// # Errors
 /// The thread cannot be started.
@@ -310,51 +322,45 @@ pub fn spawn_signal_thread(
     dir: PathBuf,
     set: nix::sys::signal::SigSet,
     mut unmounter: Unmounter,
-    stop: impl Fn() + Send + 'static,
+    actions: Box<dyn SignalActions>,
 ) -> Result<()> {
     std::thread::Builder::new()
         .name("smithfs-signals".into())
         .spawn(move || {
-            let mut tried = false;
             loop {
-            let sig = match set.wait() {
-                Ok(sig) => sig,
-                Err(e) => {
-                    tracing::error!("sigwait failed: {e}");
-                    std::thread::sleep(std::time::Duration::from_millis(100));
+                let sig = match set.wait() {
+                    Ok(sig) => sig,
+                    Err(e) => {
+                        tracing::error!("sigwait failed: {e}");
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                        continue;
+                    }
+                };
+                if sig == nix::sys::signal::Signal::SIGHUP {
+                    tracing::info!("SIGHUP received: reloading config.json");
+                    actions.reload();
                     continue;
                 }
-            };
-            if sig == nix::sys::signal::Signal::SIGHUP {
-                tracing::warn!("SIGHUP received: reloading config.json is not supported yet; remount to apply it");
-                continue;
-            }
-            tracing::info!(?sig, "signal received: stopping runs and unmounting");
-            stop();
-            // fuser's unmounter serves once; later attempts unmount in the kernel directly.
-            let first = if tried {
-                kernel_unmount(&dir, false).map_err(|e| e.to_string())
-            } else {
-                unmounter.unmount().map_err(|e| e.to_string())
-            };
-            tried = true;
-            let Err(e) = first else {
-                return;
-            };
-            // A process that just left the mount may still be exiting: retry a busy unmount
-            // for a moment before reporting it.
-            let retried = (0..30).any(|_| {
-                std::thread::sleep(std::time::Duration::from_millis(100));
-                kernel_unmount(&dir, false).is_ok()
-            });
-            if retried {
-                return;
-            }
-            let held = crate::identity::procfs::mount_holders(&dir, &[std::process::id()]);
-            tracing::error!(
-                "unmount failed: {e}; held by: {}; send the signal again to retry",
-                crate::identity::procfs::describe_holders(&held)
-            );
+                tracing::info!(?sig, "signal received: stopping runs and unmounting");
+                actions.stop_runs();
+                let Err(e) = unmounter.unmount() else {
+                    return;
+                };
+                // A process that just left the mount may still be exiting: retry a busy unmount
+                // for a moment before reporting it.
+                let retried = (0..30).any(|_| {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    kernel_unmount(&dir, false).is_ok()
+                });
+                if retried {
+                    return;
+                }
+                let held = crate::identity::procfs::mount_holders(&dir, &[std::process::id()]);
+                tracing::error!(
+                    "unmount failed: {e}; held by: {}; scheduling again; send the signal again to retry",
+                    crate::identity::procfs::describe_holders(&held)
+                );
+                actions.resume();
             }
         })
         .context("cannot start the signal thread")?;

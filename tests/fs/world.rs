@@ -126,6 +126,7 @@ impl World {
         let links = Links {
             sched: rec.clone(),
             kernel: rec.clone(),
+            ..Links::default()
         };
         let fs = SmithFs::with_links(root, FsOptions::default(), ids.clone(), links).unwrap();
         let children = walk(&fs, "smiths/smith-root/children");
