@@ -358,7 +358,8 @@ fn followers_see_every_line_once_across_journal_rotations() {
             );
         }
     }
-    // The store was rotated and its oldest lines dropped; the size counts every byte ever.
+    // The store was rotated and its oldest files dropped (each close to 4 KiB); the size
+    // counts every byte ever.
     let size = std::fs::metadata(&events).expect("stat").len();
     let cat = std::fs::read(&events).expect("read");
     assert!(
