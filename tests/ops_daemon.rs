@@ -363,8 +363,8 @@ fn followers_see_every_line_once_across_journal_rotations() {
     let size = std::fs::metadata(&events).expect("stat").len();
     let cat = std::fs::read(&events).expect("read");
     assert!(
-        size > cat.len() as u64 + 8000,
-        "two files dropped: {size} vs {}",
+        size > cat.len() as u64 + 3000,
+        "files dropped: {size} vs {}",
         cat.len()
     );
     assert!(
