@@ -18,9 +18,7 @@ mod exec;
 pub mod hooks;
 pub mod journal;
 pub mod queue;
-pub mod reaper;
 pub mod runner;
-pub mod spawn;
 pub mod store_facts;
 pub mod view;
 
@@ -259,6 +257,18 @@ impl crate::fs::Scheduling for Link {
 
     fn subtree_live(&self, smith: SmithIdx) -> bool {
         Link::subtree_live(self, smith)
+    }
+
+    fn journal_end(&self) -> Option<u64> {
+        Some(self.shared.journal.end())
+    }
+
+    fn journal_read(
+        &self,
+        offset: u64,
+        len: usize,
+    ) -> Option<Result<(u64, Vec<u8>), nix::errno::Errno>> {
+        Some(self.shared.journal.read_at(offset, len))
     }
 }
 
