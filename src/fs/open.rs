@@ -45,6 +45,34 @@ pub struct OpenFile {
     pub slot: Slot,
 }
 
+impl OpenFile {
+    /// The open file `fd` of `inode`, opened by `caller` (identified as `opener`) with `flags`;
+    /// writable when `flags` ask for write access; `dirty` when its release completes the file
+    /// already (opened for writing, with `O_TRUNC`, or created, PROTOCOL.md §5).
+    pub fn new(
+        fd: OwnedFd,
+        inode: Arc<Inode>,
+        opener: Identity,
+        caller: &super::Caller,
+        flags: i32,
+        dirty: bool,
+        slot: Slot,
+    ) -> OpenFile {
+        OpenFile {
+            fd,
+            inode,
+            opener,
+            opener_pid: caller.pid,
+            opener_uid: caller.uid,
+            flags,
+            may_write: flags & libc::O_ACCMODE != libc::O_RDONLY,
+            dirty: AtomicBool::new(dirty),
+            passthrough: AtomicBool::new(false),
+            slot,
+        }
+    }
+}
+
 /// An open directory.
 pub struct OpenDir {
     /// The directory stream, positioned by readdir offsets.
