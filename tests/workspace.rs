@@ -1055,3 +1055,50 @@ fn coder_agent_aborts_a_conflicting_merge() {
     assert_eq!(git(&ws, &["status", "--porcelain"]), "");
     assert!(!ws.join(".git/MERGE_HEAD").exists());
 }
+
+// A parent's repository is the parent's to write, so whatever it plants there — a symlinked ref,
+// an alternates line, a `gitdir:` file — must not let the daemon's fetch for a new child copy in
+// another smith's work (PROTOCOL.md §3, §11; docs/PROTOCOL-NOTES.md W16).
+both_modes!(a_child_base_never_borrows_a_siblings_work, |mode| {
+    let w = Ws::new(mode);
+    let sib = "smiths/smith-root/children/smith-002";
+    std::fs::create_dir(w.abs(CHILD)).unwrap();
+    std::fs::create_dir(w.abs(sib)).unwrap();
+    w.as_smith_ok(
+        "smith-root/smith-002",
+        &format!("{sib}/workspace"),
+        "echo SIBLING-SECRET > secret.txt && git add secret.txt && git commit -qm secret",
+    );
+    let sib_git = w.abs(&format!("{sib}/workspace/.git"));
+    let sib_git = sib_git.display();
+    // Planted refs and alternates: the mkdir fails or makes a child without the secret.
+    let planted = format!(
+        "cd workspace/.git && echo {sib_git}/objects >> objects/info/alternates \
+         && ln -s {sib_git}/refs/heads/smith/smith-root.smith-002 refs/heads/steal \
+         && echo 'ref: refs/heads/steal' > HEAD && cd ../.. && \
+         (mkdir children/smith-001 2>&1 || true); \
+         cat children/smith-001/workspace/secret.txt 2>/dev/null; \
+         git -C children/smith-001/workspace log --format=%s 2>/dev/null; true"
+    );
+    let out = w.as_smith_ok("smith-root/smith-001", CHILD, &planted);
+    assert!(
+        !out.contains("SIBLING-SECRET") && !out.lines().any(|l| l == "secret"),
+        "a planted ref gave the child a sibling's work: {out}"
+    );
+    // A `gitdir:` file in place of the repository: likewise.
+    let gitfile = format!(
+        "mv workspace/.git workspace/.git-old && echo 'gitdir: {sib_git}' > workspace/.git && \
+         (mkdir children/smith-002 2>&1 || true); \
+         cat children/smith-002/workspace/secret.txt 2>/dev/null; true"
+    );
+    let out = w.as_smith_ok("smith-root/smith-001", CHILD, &gitfile);
+    assert!(
+        !out.contains("SIBLING-SECRET"),
+        "a gitdir file gave the child a sibling's work: {out}"
+    );
+    // The sibling's own repository is untouched and the operator still sees its secret.
+    assert_eq!(
+        std::fs::read_to_string(w.abs(&format!("{sib}/workspace/secret.txt"))).unwrap(),
+        "SIBLING-SECRET\n"
+    );
+});

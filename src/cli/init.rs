@@ -376,6 +376,7 @@ fn lay_out(
         cwd: smiths.as_fd(),
         detach: None,
         creds: None,
+        sandbox: None,
     };
     let mut finish = |tmp: &std::ffi::CStr| {
         let ws = Path::new(std::ffi::OsStr::from_bytes(tmp.to_bytes())).join(workspace::AREA);

@@ -135,6 +135,7 @@ impl SmithFs {
             cwd: children.as_fd(),
             detach: (!mount_point.as_os_str().is_empty()).then_some(mount_point.as_path()),
             creds: Some((caller.uid, caller.gid)),
+            sandbox: None,
         };
         let started = std::time::Instant::now();
         // The workspace is not a system call: its failure is the scaffold's (FsError::Scaffold),
@@ -144,6 +145,26 @@ impl SmithFs {
             let ws = std::path::Path::new(OsStr::from_bytes(tmp.to_bytes()))
                 .join(crate::workspace::AREA);
             let base = crate::workspace::Base::Parent(std::path::Path::new("../workspace"));
+            // The parent's repository is the parent's to write: git reads it only inside a
+            // Landlock domain that holds what the parent may read (docs/PROTOCOL-NOTES.md W16).
+            let root = self.store_root();
+            let sandbox = match root
+                .fd()
+                .map_err(|e| std::io::Error::from_raw_os_error(e.errno() as i32))
+                .and_then(|r| {
+                    crate::workspace::sandbox::for_child(r.as_fd(), children.as_fd(), tmp)
+                }) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!(smith = %full_id, "cannot make the workspace: no sandbox for git: {e}");
+                    workspace_failed = true;
+                    return Err(FsError::Scaffold.errno());
+                }
+            };
+            let run = crate::workspace::GitRun {
+                sandbox: Some(&sandbox),
+                ..run
+            };
             match crate::workspace::populate(&run, &ws, &full_id, base) {
                 Ok(commit) => {
                     tracing::info!(smith = %full_id, %commit, ms = started.elapsed().as_millis() as u64, "workspace made");

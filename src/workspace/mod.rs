@@ -10,6 +10,7 @@
 
 pub mod git;
 pub mod project;
+pub mod sandbox;
 
 use std::ffi::{CString, OsStr, OsString};
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -112,6 +113,9 @@ pub struct GitRun<'a> {
     pub detach: Option<&'a Path>,
     /// Switch to this (uid, gid) before exec (the files git makes belong to the caller).
     pub creds: Option<(u32, u32)>,
+    /// Enter this Landlock domain last before exec (a child's workspace: git reads only what the
+    /// parent may read, docs/PROTOCOL-NOTES.md W16).
+    pub sandbox: Option<&'a sandbox::Sandbox>,
 }
 
 impl GitRun<'_> {
@@ -143,8 +147,9 @@ impl GitRun<'_> {
             None => None,
         };
         let creds = self.creds;
+        let sandbox = self.sandbox.map(sandbox::Sandbox::raw_fd);
         // SAFETY: the closure runs in the forked child before exec and makes only raw syscalls
-        // (unshare, mount, umount2, fchdir, setgroups, setgid, setuid) on values prepared before the
+        // (unshare, mount, umount2, fchdir, setgroups, setgid, setuid, prctl, landlock_restrict_self) on values prepared before the
         // fork; it allocates nothing and takes no lock.
         unsafe {
             cmd.pre_exec(move || {
@@ -182,6 +187,10 @@ impl GitRun<'_> {
                     {
                         return Err(std::io::Error::last_os_error());
                     }
+                }
+                // Last: a Landlock domain forbids the mount calls above.
+                if let Some(fd) = sandbox {
+                    sandbox::restrict_self(fd)?;
                 }
                 Ok(())
             })

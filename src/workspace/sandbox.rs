@@ -1,0 +1,215 @@
+//! A Landlock sandbox for the daemon's git when it reads a smith's repository (PROTOCOL.md §3, §11;
+//! docs/PROTOCOL-NOTES.md W16).
+//!
+//! A child's workspace starts from its parent's `HEAD` commit, fetched out of the parent's
+//! `workspace/.git` by a git process the daemon runs as root on the backing store. That repository
+//! is the parent's to write: a symlinked ref, a `gitdir:` file, an `objects/info/alternates` line or a
+//! symlinked object directory could name another smith's repository, and git would follow it — the
+//! new child (whose workspace the parent may read) would then hold a sibling's work. Path checks
+//! before the fetch race with the parent; a Landlock domain does not: the fetching git (and
+//! everything it starts) may read only beneath the parent's `.git` and `project.git`, write only
+//! beneath the new workspace, and use the system directories git itself needs. Whatever the parent
+//! planted resolves to a path outside those and fails with `EACCES`.
+
+use std::ffi::CStr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+// Landlock's ABI (include/uapi/linux/landlock.h).
+const CREATE_RULESET_VERSION: u32 = 1;
+const RULE_PATH_BENEATH: libc::c_int = 1;
+const EXECUTE: u64 = 1 << 0;
+const WRITE_FILE: u64 = 1 << 1;
+const READ_FILE: u64 = 1 << 2;
+const READ_DIR: u64 = 1 << 3;
+/// Every filesystem right of ABI 1 (bits 0–12: execute … make_sym).
+const ABI1_ALL: u64 = (1 << 13) - 1;
+const REFER: u64 = 1 << 13;
+const TRUNCATE: u64 = 1 << 14;
+const IOCTL_DEV: u64 = 1 << 15;
+
+/// `struct landlock_ruleset_attr`, first field only (the kernel zero-extends a shorter struct).
+#[repr(C)]
+struct RulesetAttr {
+    handled_access_fs: u64,
+}
+
+/// `struct landlock_path_beneath_attr` (packed in the uapi header: 12 bytes).
+#[repr(C, packed)]
+struct PathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+/// The system directories a git process reads and executes from (binaries, libraries, locale,
+/// `/dev/null`, `/proc/self`); those that do not exist are skipped.
+const SYSTEM_DIRS: &[&CStr] = &[
+    c"/usr", c"/bin", c"/sbin", c"/lib", c"/lib64", c"/lib32", c"/etc", c"/dev", c"/proc",
+];
+
+/// A prepared Landlock ruleset: built in the daemon (which it does not restrict), applied in a
+/// forked git before exec by [`Sandbox::restrict_self`].
+#[derive(Debug)]
+pub struct Sandbox {
+    ruleset: OwnedFd,
+}
+
+impl Sandbox {
+    /// A ruleset allowing reads beneath each of `read` (descriptors of directories, `O_PATH` is
+    /// enough), every right beneath each of `write`, and reads and execution of the system
+    /// directories.
+    ///
+    /// Errors: Landlock is not available (kernel without it, or disabled: `ENOSYS`/`EOPNOTSUPP`),
+    /// or a rule could not be added.
+    pub fn new(read: &[BorrowedFd<'_>], write: &[BorrowedFd<'_>]) -> std::io::Result<Sandbox> {
+        // SAFETY: the version query takes no pointer (NULL, size 0) and returns an int.
+        let abi = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_create_ruleset,
+                std::ptr::null::<RulesetAttr>(),
+                0usize,
+                CREATE_RULESET_VERSION,
+            )
+        };
+        if abi < 1 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut handled = ABI1_ALL;
+        if abi >= 2 {
+            handled |= REFER;
+        }
+        if abi >= 3 {
+            handled |= TRUNCATE;
+        }
+        if abi >= 5 {
+            handled |= IOCTL_DEV;
+        }
+        let attr = RulesetAttr {
+            handled_access_fs: handled,
+        };
+        // SAFETY: `attr` is a valid struct of the size passed; the call returns a new descriptor.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_create_ruleset,
+                &attr as *const RulesetAttr,
+                std::mem::size_of::<RulesetAttr>(),
+                0u32,
+            )
+        };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just returned by the kernel and is owned by nobody else.
+        let ruleset = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        let sb = Sandbox { ruleset };
+        let reading = READ_FILE | READ_DIR;
+        for dir in read {
+            sb.allow(*dir, reading)?;
+        }
+        for dir in write {
+            sb.allow(*dir, handled)?;
+        }
+        for path in SYSTEM_DIRS {
+            // SAFETY: `path` is a NUL-terminated constant; the result is checked and owned below.
+            let raw = unsafe {
+                libc::open(
+                    path.as_ptr(),
+                    libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                )
+            };
+            if raw < 0 {
+                continue;
+            }
+            // SAFETY: `raw` is a descriptor we just opened.
+            let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+            let mut rights = reading | EXECUTE;
+            if *path == c"/dev" {
+                // `/dev/null` as git's output of last resort.
+                rights |= WRITE_FILE;
+            }
+            sb.allow(owned.as_fd(), rights & handled)?;
+        }
+        Ok(sb)
+    }
+
+    fn allow(&self, dir: BorrowedFd<'_>, rights: u64) -> std::io::Result<()> {
+        let rule = PathBeneathAttr {
+            allowed_access: rights,
+            parent_fd: dir.as_raw_fd(),
+        };
+        // SAFETY: `rule` is a valid packed struct that outlives the call; both descriptors are open.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_add_rule,
+                self.ruleset.as_raw_fd(),
+                RULE_PATH_BENEATH,
+                &rule as *const PathBeneathAttr,
+                0u32,
+            )
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// The raw ruleset descriptor, for [`restrict_self`] in a forked child.
+    pub fn raw_fd(&self) -> libc::c_int {
+        self.ruleset.as_raw_fd()
+    }
+}
+
+/// Enter the Landlock domain of ruleset `fd` (and set `no_new_privs`, which Landlock requires).
+/// Async-signal-safe: two raw system calls, for `pre_exec`.
+///
+/// Errors: the errno of `prctl` or `landlock_restrict_self`.
+pub fn restrict_self(fd: libc::c_int) -> std::io::Result<()> {
+    // SAFETY: raw system calls on plain integers.
+    unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The sandbox for making a child's workspace (docs/PROTOCOL-NOTES.md W16): read beneath the
+/// parent's `workspace/.git` (the parent of `children`, which must hold a real `workspace/.git`
+/// directory: no symlink, no `gitdir:` file) and `project.git` under `store_root`; write beneath the
+/// new smith dir `tmp` in `children`.
+///
+/// Errors: one of those is missing or not a directory, or Landlock is unavailable.
+pub fn for_child(
+    store_root: BorrowedFd<'_>,
+    children: BorrowedFd<'_>,
+    tmp: &CStr,
+) -> std::io::Result<Sandbox> {
+    let io = |e: nix::errno::Errno| std::io::Error::from_raw_os_error(e as i32);
+    // SAFETY: `children` is an open descriptor and ".." a NUL-terminated constant; checked below.
+    let raw = unsafe {
+        libc::openat(
+            children.as_raw_fd(),
+            c"..".as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if raw < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a descriptor we just opened.
+    let smith = unsafe { OwnedFd::from_raw_fd(raw) };
+    let ws = crate::backing::lookup(smith.as_fd(), c"workspace").map_err(io)?;
+    let git = crate::backing::lookup(ws.as_fd(), c".git").map_err(io)?;
+    let st = crate::backing::stat(git.as_fd()).map_err(io)?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "the parent's workspace/.git is not a directory",
+        ));
+    }
+    let project = crate::backing::lookup(store_root, c"project.git").map_err(io)?;
+    let new = crate::backing::lookup(children, tmp).map_err(io)?;
+    Sandbox::new(&[git.as_fd(), project.as_fd()], &[new.as_fd()])
+}
