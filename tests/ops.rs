@@ -576,3 +576,30 @@ fn mount_refuses_a_directory_init_did_not_make() {
     assert!(!common::is_smithfs_mounted(&d));
     assert!(!d.join(".smithfs-state").exists(), "nothing left behind");
 }
+
+#[test]
+fn a_smith_cannot_unmount_the_fleet() {
+    let m = common::TestMount::new();
+    let dir = m.path().to_str().unwrap();
+    let r = smithfs([
+        "run",
+        "--mount",
+        dir,
+        "--smith",
+        "smith-root",
+        "--",
+        common::SMITHFS,
+        "umount",
+        dir,
+    ]);
+    assert_ne!(r.code, Some(0), "{r:?}");
+    assert!(
+        r.stderr
+            .contains("umount refused: this process is smith-root"),
+        "{}",
+        r.stderr
+    );
+    // Still mounted and served.
+    assert!(m.path().join("smiths/smith-root/smith.md").exists());
+    // The operator still unmounts (the guard, on drop).
+}

@@ -34,6 +34,7 @@ pub fn run(args: UmountArgs) -> Result<ExitCode> {
             kernel_unmount(&dir, true)?;
         }
         MountState::Live => {
+            refuse_smith(&dir)?;
             // Nothing inside (no live run holds it): the plain unmount; the daemon then stops.
             // Busy (runs have their working directories inside): the daemon stops its runs
             // first and unmounts itself.
@@ -48,6 +49,25 @@ pub fn run(args: UmountArgs) -> Result<ExitCode> {
     }
     wait_for_daemon(&dir);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Refuse a caller the mount resolves as a smith: unmounting stops every run, which is the
+/// operator's to decide, like `smithfs run` (PROTOCOL.md §6; docs/PROTOCOL-NOTES.md O47). A smith
+/// running as the daemon's uid can still signal the daemon itself (§10): this stops the agent that
+/// "cleans up" with `smithfs umount`, not an attacker.
+fn refuse_smith(dir: &std::path::Path) -> Result<()> {
+    let whoami = std::fs::read_to_string(dir.join(".smithfs/whoami")).unwrap_or_default();
+    if whoami.lines().next() == Some("identity: smith") {
+        let full_id = whoami
+            .lines()
+            .find_map(|l| l.strip_prefix("full id: "))
+            .unwrap_or("a smith");
+        bail!(
+            "umount refused: this process is {full_id}; only the operator unmounts {}",
+            dir.display()
+        );
+    }
+    Ok(())
 }
 
 /// Ask the daemon of the live mount `dir` to stop its runs and unmount (SIGTERM), and wait for
