@@ -246,6 +246,60 @@ impl Books {
         }
     }
 
+    /// Where inode `ino` is charged, if it is.
+    pub fn home(&self, ino: u64) -> Option<Home> {
+        self.charges.get(&ino).map(|c| c.home)
+    }
+
+    /// Inode `ino` now lives at `home` (a rename): charged to its new payer with the blocks
+    /// recorded; an inode not charged yet is left for the next settle.
+    pub fn rehome(&mut self, ino: u64, home: Option<Home>) {
+        if let Some(c) = self.charges.get(&ino).copied() {
+            self.record(ino, home, c.blocks);
+            if let Some(n) = self.charges.get_mut(&ino) {
+                n.orphan = c.orphan;
+            }
+        }
+    }
+
+    /// Take every charge of `found` (a scan of part of the store) as it is.
+    pub fn absorb(&mut self, found: &Books) {
+        for (ino, c) in &found.charges {
+            self.record(*ino, Some(c.home), c.blocks);
+        }
+    }
+
+    /// Replace the books by `fresh` (a scan of the whole store), keeping the orphans (unlinked
+    /// inodes the daemon still holds, which no scan can see).
+    pub fn replace_all(&mut self, fresh: Books) {
+        let orphans: Vec<(u64, Charge)> = self
+            .charges
+            .iter()
+            .filter(|(ino, c)| c.orphan && !fresh.charges.contains_key(ino))
+            .map(|(i, c)| (*i, *c))
+            .collect();
+        *self = fresh;
+        for (ino, c) in orphans {
+            self.charges.insert(ino, c);
+            self.add(c.home.payer, c.blocks, 1);
+        }
+    }
+
+    /// The books without orphans (what a scan of the store can see), to compare with a scan.
+    pub fn visible(&self) -> Books {
+        let mut b = self.clone();
+        let orphans: Vec<u64> = b
+            .charges
+            .iter()
+            .filter(|(_, c)| c.orphan)
+            .map(|(i, _)| *i)
+            .collect();
+        for ino in orphans {
+            b.record(ino, None, 0);
+        }
+        b
+    }
+
     /// A name of inode `ino` was removed and `nlink` names are left. With none left the charge
     /// goes at once, unless the daemon still `held` the inode (it is open, or the kernel still
     /// references it): then it stays until [`Books::forgotten`].
