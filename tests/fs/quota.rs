@@ -110,7 +110,6 @@ fn the_books_stay_exact_through_a_storm_of_operations() {
     w.fs.symlink(&CHILD, private, OsStr::new("s"), OsStr::new("a"))
         .unwrap();
     assert_exact(&w);
-    let mid = usage(&w);
     // (A name of a multiply-linked file moves within its zone only.)
     w.fs.rename(
         &CHILD,
