@@ -393,3 +393,51 @@ fn the_store_filling_for_real_keeps_the_daemons_reserve() {
     );
     drop(m);
 }
+
+/// A limited smith's writes reach the daemon, also when it holds other files open for reading
+/// (passed through); a file it holds open for reading it can open for writing only while below
+/// its quota — the kernel takes no other open beside a passthrough one, so that writer is
+/// passed through too and counted at its close (PROTOCOL-NOTES L13).
+#[test]
+fn a_limited_writer_beside_a_passthrough_reader() {
+    let s = with_agent(json!({"limits": {"max_bytes_per_smith": "512K"}}));
+    let d = s.p("smiths/smith-root/private");
+    std::fs::write(d.join("f"), b"seed").expect("seed");
+    let code = r#"
+import os, sys, errno
+d = sys.argv[1]
+r = os.open(os.path.join(d, "f"), os.O_RDONLY)
+assert os.read(r, 4) == b"seed"
+w = os.open(os.path.join(d, "g"), os.O_WRONLY | os.O_CREAT, 0o644)
+n, err = 0, "none"
+try:
+    while n < (4 << 20):
+        n += os.pwrite(w, b"z" * 4096, n)
+except OSError as e:
+    err = errno.errorcode[e.errno]
+try:
+    os.open(os.path.join(d, "f"), os.O_WRONLY)
+    again = "opened"
+except OSError as e:
+    again = errno.errorcode[e.errno]
+print(err, n, again)
+"#;
+    let out = smithfs([
+        "run",
+        "--mount",
+        &s.dir(),
+        "--smith",
+        "smith-root",
+        "--",
+        "python3",
+        "-c",
+        code,
+        d.to_str().expect("utf-8"),
+    ])
+    .expect_ok("writer");
+    let words: Vec<&str> = out.split_whitespace().collect();
+    assert_eq!(words.first(), Some(&"EDQUOT"), "{out}");
+    let n: u64 = words.get(1).and_then(|w| w.parse().ok()).expect("count");
+    assert!(n <= 512 << 10 && n >= 256 << 10, "{out}");
+    assert_eq!(words.get(2), Some(&"EDQUOT"), "{out}");
+}

@@ -44,15 +44,18 @@ impl SmithFs {
             self.attrs_changed(inode.id);
         }
         // A limited writer's writes must reach the daemon (PROTOCOL.md §8). While other opens
-        // of the file are passed through, the kernel takes only a direct-I/O open beside them.
-        let cache = if may_write
+        // of the file are passed through, the kernel takes only a passthrough open beside them
+        // (any other is EINVAL): the writer joins them, admitted only while it is below its
+        // limits, and the books catch up at its release (docs/PROTOCOL-NOTES.md, L13).
+        if may_write
             && matches!(*inode.passthrough.lock(), Passthrough::Active { .. })
             && self.checks_writes_of(who)
         {
-            Cache::Never
-        } else {
-            Cache::Normal
-        };
+            let zone = self.zone(&inode);
+            self.admit_storage(caller, who, &zone, 4096, 0, "open for writing", || {
+                self.path_of(&inode)
+            })?;
+        }
         let fh = self.files.insert(FileHandle {
             fd,
             inode,
@@ -66,7 +69,7 @@ impl SmithFs {
             passthrough: std::sync::atomic::AtomicBool::new(false),
             slot,
         });
-        Ok((fh, cache))
+        Ok((fh, Cache::Normal))
     }
 
     /// Create and open `name` in `parent` (FUSE create); the new file belongs to the caller.
@@ -119,7 +122,7 @@ impl SmithFs {
         }
         // A limited writer is never passed through (PROTOCOL.md §8): the file's opens go
         // through the daemon until all are closed, unless other opens already pass through
-        // (then `open` made this one direct I/O; a race with such an open joins it).
+        // (then it joins them, see `open`).
         let checked = h.may_write && self.checks_writes_of(h.opener);
         let mut pt = h.inode.passthrough.lock();
         let backing = match &mut *pt {

@@ -468,9 +468,9 @@ pub struct BelowReserve {
 }
 
 impl Reserve {
-    /// Free space at or above this many reserves is *ample*: smiths' files opened for writing
-    /// may then be passed through (their writes no longer reach the daemon).
-    pub const AMPLE: u64 = 16;
+    /// Free space of at least four reserves and one GiB more is *ample*: smiths' files opened
+    /// for writing may then be passed through (their writes no longer reach the daemon).
+    pub const AMPLE_EXTRA: u64 = 1 << 30;
 
     /// The reserve of a store of `space`'s size.
     pub fn for_store(space: &StoreSpace) -> Reserve {
@@ -508,10 +508,14 @@ impl Reserve {
         Ok(())
     }
 
-    /// Is free space ample (see [`Reserve::AMPLE`])?
+    /// Is free space ample (see [`Reserve::AMPLE_EXTRA`]; inodes: four reserves)?
     pub fn ample(&self, space: &StoreSpace) -> bool {
-        space.free_bytes >= self.bytes.saturating_mul(Self::AMPLE)
-            && (self.inodes == 0 || space.free_inodes >= self.inodes.saturating_mul(Self::AMPLE))
+        space.free_bytes
+            >= self
+                .bytes
+                .saturating_mul(4)
+                .saturating_add(Self::AMPLE_EXTRA)
+            && (self.inodes == 0 || space.free_inodes >= self.inodes.saturating_mul(4))
     }
 }
 
@@ -802,8 +806,17 @@ mod tests {
                 inodes: true
             })
         );
-        assert!(r.ample(&space(64 * mib, 64 * mib)));
-        assert!(!r.ample(&space(64 * mib, 63 * mib)));
+        // A small store is never ample; a large one while it has 4 reserves + 1 GiB free.
+        assert!(!r.ample(&space(64 * mib, 64 * mib)));
+        let big = |free: u64| StoreSpace {
+            total_bytes: 1 << 40,
+            free_bytes: free,
+            total_inodes: 1 << 24,
+            free_inodes: 1 << 23,
+        };
+        let rb = Reserve::for_store(&big(0));
+        assert!(rb.ample(&big(5 << 30)));
+        assert!(!rb.ample(&big((5 << 30) - 1)));
         // No inode count (some filesystems): no inode reserve.
         let none = StoreSpace {
             total_inodes: 0,
