@@ -110,7 +110,7 @@ fn quota_fleet(identity: &str) {
     let filled = std::fs::metadata(s.p(&format!("{}/private/fill", rel("smith-root/smith-001"))))
         .expect("fill")
         .len();
-    assert!(filled <= 1 << 20 && filled >= 600 << 10, "{filled}");
+    assert!((600 << 10..=1 << 20).contains(&filled), "{filled}");
     // The refusal is journaled with its rule and explained to the smith.
     let denied = s.of("access.denied", Some("smith-root/smith-001"));
     assert!(
@@ -438,6 +438,6 @@ print(err, n, again)
     let words: Vec<&str> = out.split_whitespace().collect();
     assert_eq!(words.first(), Some(&"EDQUOT"), "{out}");
     let n: u64 = words.get(1).and_then(|w| w.parse().ok()).expect("count");
-    assert!(n <= 512 << 10 && n >= 256 << 10, "{out}");
+    assert!((256 << 10..=512 << 10).contains(&n), "{out}");
     assert_eq!(words.get(2), Some(&"EDQUOT"), "{out}");
 }
