@@ -10,6 +10,7 @@
 #
 # Usage: scripts/demo.sh [DIR] [--crates N|all] [--split FILES] [--timeout SECS] [--resume]
 #                        [--no-build] [--driver auto|smithfs|operator] [--keep-mounted]
+#                        [--coding | --coding-only]
 #   DIR            default ./.agent-smith-demo (a second run starts clean; --resume remounts the
 #                  existing DIR with `smithfs mount --resume` and waits for the same job instead)
 #   --crates N     how many cargo registry crates to add (default 80, sorted by name; `all`)
@@ -21,12 +22,16 @@
 #                  as the operator through the mount (max 4 at a time) - a stand-in for smithfs
 #                  builds without scheduling; `auto` (default): smithfs if this build has
 #                  `smithfs wait`, else operator.
+#   --coding       after the census, run the coding edition (scripts/demo-coding.sh): a tree of
+#                  coding agents adds license headers to a temporary clone of this repository in
+#                  workspaces, merges the branches, `smithfs accept`s the root's, checks the result
+#   --coding-only  only the coding edition
 # Exit 0 when results/final.md is there (and its totals match a direct count), 1 otherwise.
 set -euo pipefail
 export LC_ALL=C
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-DIR=./.agent-smith-demo CRATES=80 SPLIT="" TIMEOUT=900 RESUME=0 BUILD=1 DRIVER=auto KEEP=0
+DIR=./.agent-smith-demo CRATES=80 SPLIT="" TIMEOUT=900 RESUME=0 BUILD=1 DRIVER=auto KEEP=0 CODING=0
 while [ $# -gt 0 ]; do
     case $1 in
     --crates) CRATES=$2; shift 2 ;;
@@ -36,7 +41,9 @@ while [ $# -gt 0 ]; do
     --no-build) BUILD=0; shift ;;
     --driver) DRIVER=$2; shift 2 ;;
     --keep-mounted) KEEP=1; shift ;;
-    -h | --help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --coding) CODING=1; shift ;;
+    --coding-only) CODING=2; shift ;;
+    -h | --help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "demo.sh: unknown option $1" >&2; exit 2 ;;
     *) DIR=$1; shift ;;
     esac
@@ -79,6 +86,8 @@ if [ "$DRIVER" = operator ]; then
     say "this smithfs build has no scheduler CLI (smithfs wait/status): this script runs the agents"
     say "itself, as the operator, through the mount (--driver operator)"
 fi
+
+if [ "$CODING" = 2 ]; then exec "$REPO/scripts/demo-coding.sh" --no-build --timeout "$TIMEOUT"; fi
 
 MOUNTED_BY_US=0
 declare -A PID2ID
@@ -392,5 +401,9 @@ else
     cd /
     "$SMITHFS" umount "$DIR" && MOUNTED_BY_US=0 || say "warning: smithfs umount failed"
     say "the tree stays in $DIR (run logs in smiths/**/conversations/); scripts/demo.sh again starts clean"
+fi
+if [ "$CODING" = 1 ]; then
+    echo
+    "$REPO/scripts/demo-coding.sh" --no-build --timeout "$TIMEOUT" || RC=$?
 fi
 exit "$RC"

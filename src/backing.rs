@@ -24,6 +24,24 @@ use nix::errno::Errno;
 /// Result of a backing-store syscall: the value or the raw errno.
 pub type SysResult<T> = Result<T, Errno>;
 
+/// An inode number of the backing store (`st_ino` of a store file). Not a FUSE node id
+/// (`crate::fs::NodeId`): the filesystem makes those from these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BackingIno(pub u64);
+
+impl BackingIno {
+    /// The inode number of `st`.
+    pub fn of(st: &libc::stat) -> BackingIno {
+        BackingIno(st.st_ino)
+    }
+}
+
+impl std::fmt::Display for BackingIno {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 fn cvt(ret: libc::c_int) -> SysResult<libc::c_int> {
     if ret < 0 {
         Err(Errno::last())
@@ -552,7 +570,7 @@ unsafe impl Send for DirStream {}
 /// One entry read from a [`DirStream`].
 pub struct DirEntry {
     /// Backing inode number.
-    pub ino: u64,
+    pub ino: BackingIno,
     /// Cookie to resume after this entry.
     pub next_offset: u64,
     /// `DT_*` type.
@@ -615,7 +633,7 @@ impl DirStream {
             .to_bytes()
             .to_vec();
         Ok(Some(DirEntry {
-            ino: ent.d_ino,
+            ino: BackingIno(ent.d_ino),
             next_offset: ent.d_off as u64,
             kind: ent.d_type,
             name,
@@ -1050,7 +1068,7 @@ const MAX_HANDLE_SZ: usize = 128;
 /// An opaque kernel file handle (`name_to_handle_at`), enough to reopen an inode later with
 /// [`open_by_handle`] without holding a descriptor. Layout: `handle_type` (4 bytes, native
 /// endian) followed by the handle bytes.
-pub type FileHandleBytes = Box<[u8]>;
+pub type KernelFileHandle = Box<[u8]>;
 
 #[repr(C)]
 struct RawHandle {
@@ -1060,7 +1078,7 @@ struct RawHandle {
 }
 
 /// The file handle of the held inode `fd`. Errors: EOPNOTSUPP where the filesystem has none.
-pub fn file_handle(fd: BorrowedFd<'_>) -> SysResult<FileHandleBytes> {
+pub fn file_handle(fd: BorrowedFd<'_>) -> SysResult<KernelFileHandle> {
     let mut raw = RawHandle {
         handle_bytes: MAX_HANDLE_SZ as u32,
         handle_type: 0,

@@ -272,6 +272,9 @@ pub enum HookEvent {
     /// `fleet.done`: `results/final.md` was written while no run of the tree is live or queued
     /// (smith `smith-root`, PROTOCOL.md §5).
     FleetDone,
+    /// `config.reloaded`: a changed `config.json` was applied without a remount (`smithfs
+    /// reload`, SIGHUP; PROTOCOL.md §6, docs/PROTOCOL-NOTES.md O12).
+    ConfigReloaded,
 }
 
 /// A smith's own `config.json` (PROTOCOL.md §8): only `agent`, merged key by key over the mount-wide one.
@@ -499,7 +502,7 @@ impl SmithConfig {
 
 impl HookEvent {
     /// Every event a hook may be attached to, in §5 order.
-    pub const ALL: [HookEvent; 13] = [
+    pub const ALL: [HookEvent; 14] = [
         HookEvent::SmithCreated,
         HookEvent::TaskAssigned,
         HookEvent::ResultPublished,
@@ -513,6 +516,7 @@ impl HookEvent {
         HookEvent::TaskIgnored,
         HookEvent::AccessDeniedSuppressed,
         HookEvent::FleetDone,
+        HookEvent::ConfigReloaded,
     ];
 
     /// The journal name, e.g. `result.published`.
@@ -531,6 +535,7 @@ impl HookEvent {
             HookEvent::TaskIgnored => "task.ignored",
             HookEvent::AccessDeniedSuppressed => "access.denied.suppressed",
             HookEvent::FleetDone => "fleet.done",
+            HookEvent::ConfigReloaded => "config.reloaded",
         }
     }
 }

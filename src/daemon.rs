@@ -163,6 +163,16 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
     let link = Link::open(state.as_fd(), config.journal.rotation())
         .context("cannot start the scheduler")?;
     let kernel = KernelCache::new();
+    // `smithfs reload` and SIGHUP (PROTOCOL.md §6): config.json applied without a remount.
+    let reloader = Arc::new(crate::reload::Reloader::new(
+        dir.to_path_buf(),
+        opts.clone(),
+        root.try_clone()
+            .map_err(|e| anyhow!("cannot open {}: {e}", dir.display()))?,
+        config.clone(),
+        link.clone(),
+    ));
+    let grace = Duration::from_secs(config.agent.kill_grace_secs);
     let fs = Arc::new(
         SmithFs::with_links(
             root,
@@ -183,6 +193,7 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
             Links {
                 sched: link.clone(),
                 kernel: kernel.clone(),
+                reload: reloader.clone(),
             },
         )
         .map_err(|e| anyhow!("cannot read {}: {e}", dir.display()))?,
@@ -223,10 +234,17 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
         )
         .context("cannot start the scheduler")?,
     );
-    let stopping = sched.clone();
-    session::spawn_signal_thread(dir.to_path_buf(), signals, mounted.unmounter(), move || {
-        stopping.shutdown()
-    })?;
+    session::spawn_signal_thread(
+        dir.to_path_buf(),
+        signals,
+        mounted.unmounter(),
+        Box::new(Signals {
+            sched: sched.clone(),
+            reloader,
+            // TERM, KILL after the grace, and the give-up after KILL (sched::exec).
+            patience: grace * 2 + Duration::from_secs(15),
+        }),
+    )?;
     if let Some(r) = report.take() {
         r.write_all(b"ready\n")?;
         detach_stdio();
@@ -498,6 +516,30 @@ impl RunBinder for Binding {
         self.0
             .smith_cgroup_path(smith)
             .map(|_| !self.0.live_pids(smith).is_empty())
+    }
+}
+
+/// What the signal thread does to the daemon (PROTOCOL.md §6; docs/PROTOCOL-NOTES.md O9, O11,
+/// O12).
+struct Signals {
+    sched: Arc<Scheduler>,
+    reloader: Arc<crate::reload::Reloader>,
+    /// How long stopping the runs may take.
+    patience: Duration,
+}
+
+impl session::SignalActions for Signals {
+    fn stop_runs(&self) {
+        self.sched.pause(self.patience);
+    }
+
+    fn resume(&self) {
+        self.sched.resume();
+    }
+
+    fn reload(&self) {
+        // Logged and journaled by the reloader either way.
+        let _ = self.reloader.reload();
     }
 }
 

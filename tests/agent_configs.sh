@@ -155,6 +155,16 @@ EOF
     printf '# Start here\n' >"$m/smiths/smith-root/private/START_HERE.md"
     mkdir -p "$m/smiths/smith-root/inbox/data/a" && printf 'x\ny\n' >"$m/smiths/smith-root/inbox/data/a/f.rs"
     printf '# Task: census\n\ncensus-data: inbox/data\n' >"$m/smiths/smith-root/inbox/task-root.md"
+    if [ "$name" = coder ]; then
+        # the coding agent works in a workspace (PROTOCOL.md §11): a git work tree with one file
+        cp "$HERE/agents/coder.sh" "$m/agents/"
+        ws=$m/smiths/smith-root/workspace
+        mkdir -p "$ws" && printf 'fn main() {}\n' >"$ws/main.rs"
+        git -C "$ws" init -q -b smith/smith-root && git -C "$ws" add -A &&
+            git -C "$ws" -c user.name=smith-root -c user.email=r@smithfs.invalid commit -qm base
+        git -C "$ws" config user.name smith-root && git -C "$ws" config user.email r@smithfs.invalid
+        printf '# Task: headers\n\ncoder-header: SPDX-License-Identifier: MIT\n' >"$m/smiths/smith-root/inbox/task-root.md"
+    fi
     dir=$m/smiths/smith-root task=$dir/inbox/task-root.md
     mapfile -t argv < <(python3 - "$f" "$m" "$dir" "$task" <<'EOF'
 import json, sys
@@ -177,7 +187,9 @@ EOF
     (cd "$dir" && env PATH="$FAKE:$PATH" FAKE_LOG="$m/log" CLAUDECODE=1 SMITH_ID=smith-root SMITH_FULL_ID=smith-root \
         SMITH_LEVEL=0 SMITH_PARENT= SMITH_DIR="$dir" SMITH_TASK_FILE="$task" SMITH_WAKE=task SMITH_MOUNT="$m" \
         "${argv[@]}" </dev/null >"$m/log/out" 2>&1) || rc=$?
-    if [ "$rc" = 0 ] && [ -f "$dir/outbox/result.md" ]; then
+    if [ "$name" = coder ] && [ "$rc" = 0 ] && ! head -n 1 "$dir/workspace/main.rs" | grep -q '^// SPDX'; then
+        bad "the coding agent did not edit workspace/main.rs"
+    elif [ "$rc" = 0 ] && [ -f "$dir/outbox/result.md" ]; then
         ok "runs as smithfs would run it and publishes outbox/result.md"
     else
         bad "exit $rc, result: $([ -f "$dir/outbox/result.md" ] && echo yes || echo no): $(tail -n 3 "$m/log/out")"

@@ -118,11 +118,31 @@ fn a_non_root_user_mounts_through_fusermount3_and_uses_the_mount() {
     let (uid, gid) = test_user();
     let m = UserMount::init(uid, gid);
 
+    // doctor tells the truth before the mount: nothing fails, so the mount works.
+    let d = smithfs_as(uid, gid, &[OsStr::new("doctor"), OsStr::new("--json")]);
+    assert_eq!(d.code, Some(0), "{d:?}");
+    let checks: serde_json::Value = serde_json::from_str(&d.stdout).unwrap();
+    assert!(
+        checks
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["status"] != "fail"),
+        "{checks}"
+    );
+
     smithfs_as(uid, gid, &[OsStr::new("mount"), m.path().as_os_str()])
         .expect_ok("mount as the user");
     let (fstype, source) = mount_at(m.path()).expect("a mount after `smithfs mount`");
     assert_eq!(source, "smithfs");
-    assert!(fstype.starts_with("fuse"), "{fstype}");
+    // PROTOCOL.md §6: every mount, root or not, has the type fuse.smithfs.
+    assert_eq!(fstype, "fuse.smithfs");
+    let found = run(Command::new("findmnt")
+        .args(["-n", "-o", "TARGET", "-t", "fuse.smithfs"])
+        .arg("--mountpoint")
+        .arg(m.path()))
+    .expect_ok("findmnt -t fuse.smithfs");
+    assert_eq!(found.trim(), m.path().to_str().unwrap());
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     let line = info
         .lines()
@@ -187,12 +207,77 @@ fn without_access_to_dev_fuse_mount_fails_with_one_line_and_mounts_nothing() {
     }
     let (uid, gid) = test_user();
     let m = UserMount::init(uid, gid);
+    // doctor tells the truth first: /dev/fuse fails, exit 1, in both forms.
+    let d = smithfs_as(uid, gid, &[OsStr::new("doctor")]);
+    assert_eq!(d.code, Some(1), "{d:?}");
+    let line = d
+        .stdout
+        .lines()
+        .find(|l| l.contains("/dev/fuse"))
+        .unwrap_or_default();
+    assert!(
+        line.starts_with("FAIL") && line.contains("chmod 0666 /dev/fuse"),
+        "{d:?}"
+    );
+    let d = smithfs_as(uid, gid, &[OsStr::new("doctor"), OsStr::new("--json")]);
+    assert_eq!(d.code, Some(1), "{d:?}");
+    let checks: serde_json::Value = serde_json::from_str(&d.stdout).unwrap();
+    let dev = checks
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "/dev/fuse")
+        .unwrap();
+    assert_eq!(dev["status"], "fail", "{checks}");
+
     let r = smithfs_as(uid, gid, &[OsStr::new("mount"), m.path().as_os_str()]);
     assert!(!r.ok(), "{r:?}");
     assert_eq!(r.stderr.trim().lines().count(), 1, "one line: {r:?}");
     assert!(r.stderr.contains("mount"), "{r:?}");
+    assert!(r.stderr.contains("chmod 0666 /dev/fuse"), "{r:?}");
     assert!(!is_smithfs_mounted(m.path()));
     assert!(find_daemon(m.path()).is_none(), "a daemon was left behind");
     // Nothing was lost: the store is as init left it.
     assert!(m.path().join("config.json").is_file());
+}
+
+/// doctor and mount agree when `fusermount3` is missing (not on PATH): `/dev/fuse` is
+/// accessible, but the kernel refuses an unprivileged mount(2), so there is no way to mount —
+/// doctor fails naming fusermount3 and the mount fails with one line saying the same.
+#[test]
+fn without_fusermount3_doctor_and_mount_both_fail() {
+    if !is_root() {
+        eprintln!("skipped: needs root to create the test user and grant /dev/fuse");
+        return;
+    }
+    let grant = DevFuseGrant::new();
+    let (uid, gid) = test_user();
+    let m = UserMount::init(uid, gid);
+    let bare = |args: &[&OsStr]| {
+        run(Command::new("/usr/bin/setpriv")
+            .arg(format!("--reuid={uid}"))
+            .arg(format!("--regid={gid}"))
+            .arg("--clear-groups")
+            .arg("--")
+            .arg(SMITHFS)
+            .args(args)
+            .env("PATH", "/nonexistent"))
+    };
+    let d = bare(&[OsStr::new("doctor"), OsStr::new("--json")]);
+    assert_eq!(d.code, Some(1), "{d:?}");
+    let checks: serde_json::Value = serde_json::from_str(&d.stdout).unwrap();
+    let fm = checks
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "fusermount3")
+        .unwrap();
+    assert_eq!(fm["status"], "fail", "{checks}");
+    let r = bare(&[OsStr::new("mount"), m.path().as_os_str()]);
+    assert!(!r.ok(), "{r:?}");
+    assert_eq!(r.stderr.trim().lines().count(), 1, "one line: {r:?}");
+    assert!(r.stderr.contains("fusermount3 is not installed"), "{r:?}");
+    assert!(!is_smithfs_mounted(m.path()));
+    drop(m);
+    drop(grant);
 }

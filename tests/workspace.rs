@@ -713,3 +713,203 @@ fn ten_thousand_files() {
     );
     assert!(mkdir < Duration::from_secs(20), "mkdir took {mkdir:?}");
 }
+
+/// The header the coding job gives every source file (tests of the bundled coding agent).
+const HEADER: [&str; 2] = [
+    "Copyright 2026 Test authors",
+    "SPDX-License-Identifier: MIT",
+];
+
+/// The coding job's edit applied directly to the work tree `dir` (an implementation of its own,
+/// to check the agents' merged branch against): every tracked regular file with a source
+/// extension, non-empty and without the header in its first 10 lines, gets the header as comments
+/// at the top (after a `#!/` line). Returns how many files it edited.
+fn license_directly(dir: &Path) -> usize {
+    let mut n = 0;
+    for line in git(dir, &["ls-files", "-s"]).lines() {
+        let (meta, path) = line.split_once('\t').unwrap();
+        if !meta.starts_with("100644") && !meta.starts_with("100755") {
+            continue;
+        }
+        let ext = path.rsplit_once('.').map(|(_, e)| e).unwrap_or("");
+        let marker = match ext {
+            "rs" | "c" | "h" | "cc" | "cpp" | "hpp" | "go" | "js" | "ts" | "java" => "//",
+            "sh" | "bash" | "py" | "rb" | "pl" => "#",
+            _ => continue,
+        };
+        let f = dir.join(path);
+        let text = std::fs::read_to_string(&f).unwrap();
+        if text.is_empty() || text.lines().take(10).any(|l| l.contains(HEADER[0])) {
+            continue;
+        }
+        let header: String = HEADER.iter().map(|h| format!("{marker} {h}\n")).collect();
+        let out = match text.split_once('\n') {
+            Some((first, rest)) if first.starts_with("#!/") => format!("{first}\n{header}{rest}"),
+            _ => format!("{header}{text}"),
+        };
+        std::fs::write(&f, out).unwrap();
+        n += 1;
+    }
+    n
+}
+
+// The main job, coding edition (issue 13): `init --agent coder` installs the bundled coding agent;
+// it splits a repository by directory over children at two levels, each child edits and commits in
+// its own workspace, each parent merges its children's branches with `git pull`, and the root's
+// branch, accepted into the repository, equals the same edit applied directly.
+both_modes!(coding_job_end_to_end, |mode| {
+    let mut repo = PathBuf::new();
+    let m = TestMount::with_init(
+        MountOpts {
+            allow_other: true,
+            foreground: false,
+            extra: vec![
+                "--identity",
+                match mode {
+                    Mode::Cgroup => "cgroup",
+                    Mode::Ancestry => "ancestry",
+                },
+            ],
+        },
+        |tmp| {
+            repo = tmp.join("repo");
+            let files: [(&str, &str); 10] = [
+                ("top.py", "#!/usr/bin/env python3\nprint(1)\n"),
+                ("README.md", "# readme\n"),
+                ("lib/top.rs", "#![allow(dead_code)]\nfn top() {}\n"),
+                ("lib/a/one.rs", "//! one\nfn one() {}\n"),
+                ("lib/a/two.rs", "fn two() {}\n"),
+                ("lib/a/empty.rs", ""),
+                ("lib/b/three.c", "int three(void) { return 3; }\n"),
+                (
+                    "lib/b/done.rs",
+                    "// Copyright 2026 Test authors\n// SPDX-License-Identifier: MIT\nfn done() {}\n",
+                ),
+                ("tools/run.sh", "#!/bin/sh\necho run\n"),
+                ("tools/x.go", "package x\n"),
+            ];
+            for (p, text) in files {
+                let f = repo.join(p);
+                std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+                std::fs::write(f, text).unwrap();
+            }
+            let r = run(Command::new("bash")
+                .arg("-ec")
+                .arg("git init -q -b main . && git add -A && git -c user.name=u -c user.email=u@e commit -qm base")
+                .current_dir(&repo));
+            assert!(r.ok(), "{}", r.stderr);
+            vec![
+                "--repo".into(),
+                repo.clone().into_os_string(),
+                "--agent".into(),
+                "coder".into(),
+            ]
+        },
+    );
+    assert!(m.path().join("agents/coder.sh").is_file());
+    let base = git(&repo, &["rev-parse", "HEAD"]);
+    let root = m.path().join("smiths/smith-root");
+    let task = format!(
+        "# Task: headers\n\ncoder-job: license-header\ncoder-header: {}\ncoder-header: {}\n\
+         coder-split-min-files: 2\ncoder-max-level: 2\n",
+        HEADER[0], HEADER[1]
+    );
+    std::fs::write(root.join("private/task-root.md"), task).unwrap();
+    std::fs::rename(
+        root.join("private/task-root.md"),
+        root.join("inbox/task-root.md"),
+    )
+    .unwrap();
+    let w = smithfs([
+        OsString::from("wait"),
+        m.path().into(),
+        "--final".into(),
+        "--timeout".into(),
+        "120".into(),
+    ]);
+    let logs = || {
+        smithfs([OsString::from("status"), m.path().into()]).stdout
+            + &std::fs::read_to_string(m.path().join(".smithfs-state/daemon.log"))
+                .unwrap_or_default()
+    };
+    assert!(w.ok(), "wait: {} {}\n{}", w.stdout, w.stderr, logs());
+    let fin = std::fs::read_to_string(m.path().join("results/final.md")).unwrap();
+    let block: Vec<&str> = fin
+        .lines()
+        .skip_while(|l| !l.starts_with("```coder-tsv"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("```"))
+        .collect();
+    let sum = |key: &str| -> u64 {
+        block
+            .iter()
+            .filter_map(|l| l.strip_prefix(&format!("{key}\t")))
+            .map(|v| v.parse::<u64>().unwrap())
+            .sum()
+    };
+    assert!(
+        !block
+            .iter()
+            .any(|l| l.starts_with("conflict\t") || l.starts_with("missing\t")),
+        "{fin}"
+    );
+    // root, lib, tools, lib/a, lib/b: two levels below the root.
+    assert_eq!(sum("smiths"), 5, "{fin}");
+    assert_eq!(
+        block.iter().filter(|l| **l == "maxlevel\t2").count(),
+        2,
+        "{fin}"
+    );
+    // Every parent merged its children (its own commit came after their bases): 4 merges.
+    let ws = m.path().join(ROOT_WS);
+    assert_eq!(
+        git(
+            &ws,
+            &["rev-list", "--merges", "--count", &format!("{base}..HEAD")]
+        ),
+        "4"
+    );
+    // Accepted into the repository, never touching its checked-out branch.
+    let a = smithfs([
+        OsString::from("accept"),
+        m.path().into(),
+        "smith-root".into(),
+    ]);
+    assert!(a.ok(), "{}", a.stderr);
+    assert!(a.stdout.starts_with("smith/smith-root "), "{}", a.stdout);
+    assert_eq!(git(&repo, &["rev-parse", "HEAD"]), base);
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
+    // The same edit applied directly gives the same tree.
+    let direct = m.scratch().join("direct");
+    let r = run(Command::new("git")
+        .args(["clone", "-q"])
+        .arg(&repo)
+        .arg(&direct));
+    assert!(r.ok(), "{}", r.stderr);
+    let edited = license_directly(&direct);
+    assert_eq!(edited, 7);
+    assert_eq!(sum("edited"), 7, "{fin}");
+    assert_eq!(sum("kept"), 2, "{fin}");
+    git(&direct, &["add", "-A"]);
+    assert_eq!(
+        git(&direct, &["write-tree"]),
+        git(&repo, &["rev-parse", "smith/smith-root^{tree}"])
+    );
+});
+
+/// `init --agent coder` without `--repo`: one line, exit 1, nothing created.
+#[test]
+fn coder_agent_needs_a_repo() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("d");
+    let r = smithfs([
+        OsString::from("init"),
+        d.clone().into_os_string(),
+        "--agent".into(),
+        "coder".into(),
+    ]);
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+    assert!(r.stderr.contains("--repo"), "{}", r.stderr);
+    assert!(!d.exists());
+}

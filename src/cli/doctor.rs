@@ -1,40 +1,67 @@
-//! `smithfs doctor`: what this machine offers smithfs (PROTOCOL.md §6): `/dev/fuse`,
-//! `fusermount3`, the kernel and FUSE passthrough (Linux ≥ 6.9), the cgroup2 hierarchy and
-//! whether we may create cgroups (identity `auto` → `cgroup`), and privileges. One line per
-//! check; exit 1 if something needed to mount is missing.
+//! `smithfs doctor [--json]`: what this machine offers smithfs (PROTOCOL.md §6): `/dev/fuse`,
+//! `fusermount3`, the kernel and FUSE passthrough (Linux ≥ 6.9), FUSE over io_uring, the cgroup2
+//! hierarchy and whether we may create cgroups (identity `auto` → `cgroup`), the cgroup limits
+//! backend, and privileges. Every check is a [`Check`]; the text form prints one line each, the
+//! JSON form the list `[{"check","status","detail"}]`; exit 1 when a check failed, that is when
+//! `smithfs mount` by this user would fail (docs/PROTOCOL-NOTES.md O43).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Result;
+use serde::Serialize;
 
-/// Arguments of `smithfs doctor` (none).
+/// Arguments of `smithfs doctor`.
 #[derive(Debug, clap::Args)]
-pub struct DoctorArgs {}
+pub struct DoctorArgs {
+    /// Print the checks as JSON: `[{"check","status","detail"}]`, status ok, warn or fail.
+    #[arg(long)]
+    pub json: bool,
+}
 
-/// How a check came out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Level {
+/// How a check came out: `fail` means `smithfs mount` cannot work here as this user; `warn`
+/// that it works with less (ancestry identity, no passthrough, no limits, …).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Available.
     Ok,
+    /// Works, with less.
     Warn,
+    /// Mounting fails until this is fixed.
     Fail,
 }
 
-fn report(level: Level, what: &str, detail: &str) {
-    let tag = match level {
-        Level::Ok => "ok  ",
-        Level::Warn => "warn",
-        Level::Fail => "FAIL",
-    };
-    println!("{tag}  {what:<14} {detail}");
+/// One line of `doctor`: what was checked (`/dev/fuse`, `fusermount3`, `kernel`, …), how it came
+/// out and a sentence saying what was found and, when it is not `ok`, what to do.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Check {
+    /// The name of the check, stable for scripts.
+    pub check: &'static str,
+    /// The outcome.
+    pub status: Status,
+    /// What was found; for warn/fail, what it costs and how to fix it.
+    pub detail: String,
 }
 
-fn which(prog: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join(prog))
-            .find(|c| c.is_file())
-    })
+impl Check {
+    fn new(check: &'static str, status: Status, detail: impl Into<String>) -> Check {
+        Check {
+            check,
+            status,
+            detail: detail.into(),
+        }
+    }
+
+    /// The text form: `ok    /dev/fuse      present and accessible`.
+    fn line(&self) -> String {
+        let tag = match self.status {
+            Status::Ok => "ok  ",
+            Status::Warn => "warn",
+            Status::Fail => "FAIL",
+        };
+        format!("{tag}  {:<14} {}", self.check, self.detail)
+    }
 }
 
 /// `6.18.44-foo` → (6, 18).
@@ -69,44 +96,76 @@ fn cgroup2() -> Option<(PathBuf, PathBuf)> {
     Some((mnt, PathBuf::from(rel.trim_start_matches('/'))))
 }
 
-fn check_fuse(root: bool) -> Level {
+/// `/dev/fuse`. Root opens it and mounts with mount(2); anyone else needs it readable and
+/// writable too: `fusermount3` opens it as the calling user (libfuse 3), then mounts.
+fn check_fuse(root: bool) -> Check {
+    let c = |status, detail: String| Check::new("/dev/fuse", status, detail);
     match std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open("/dev/fuse")
     {
-        Ok(_) => {
-            report(Level::Ok, "/dev/fuse", "present and accessible");
-            Level::Ok
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            report(
-                Level::Fail,
-                "/dev/fuse",
-                "missing: load the fuse module (modprobe fuse)",
-            );
-            Level::Fail
-        }
-        Err(e) => {
-            let level = if root { Level::Fail } else { Level::Warn };
-            report(
-                level,
-                "/dev/fuse",
-                &format!("{e}: mounting goes through fusermount3"),
-            );
-            level
-        }
+        Ok(_) => c(Status::Ok, "present and accessible".into()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => c(
+            Status::Fail,
+            "missing: load the fuse module (modprobe fuse)".into(),
+        ),
+        Err(e) if root => c(Status::Fail, format!("{e}")),
+        Err(e) => c(
+            Status::Fail,
+            format!(
+                "{e} ({}): an unprivileged mount needs read-write access to /dev/fuse (fusermount3 opens it as the calling user); as root: chmod 0666 /dev/fuse, the mode distributions ship",
+                crate::fuse::mount::dev_fuse_mode()
+            ),
+        ),
     }
 }
 
-fn check_cgroups() {
+/// `fusermount3`: how an unprivileged user mounts and unmounts (setuid root).
+fn check_fusermount(root: bool) -> Check {
+    use std::os::unix::fs::MetadataExt;
+    let c = |status, detail: String| Check::new("fusermount3", status, detail);
+    let Some(path) = crate::fuse::mount::fusermount() else {
+        return if root {
+            c(
+                Status::Warn,
+                "not installed (root mounts without it; apt-get install fuse3)".into(),
+            )
+        } else {
+            c(
+                Status::Fail,
+                "not installed: an unprivileged mount needs it (apt-get install fuse3)".into(),
+            )
+        };
+    };
+    let setuid = std::fs::metadata(&path).is_ok_and(|m| m.uid() == 0 && m.mode() & 0o4000 != 0);
+    match (setuid, root) {
+        (true, _) => c(Status::Ok, path.display().to_string()),
+        (false, true) => c(
+            Status::Warn,
+            format!(
+                "{} is not setuid root (root mounts without it)",
+                path.display()
+            ),
+        ),
+        (false, false) => c(
+            Status::Fail,
+            format!(
+                "{} is not setuid root: an unprivileged mount needs it (as root: chmod u+s {})",
+                path.display(),
+                path.display()
+            ),
+        ),
+    }
+}
+
+fn check_cgroups() -> Check {
+    let c = |status, detail: String| Check::new("cgroups", status, detail);
     let Some((mnt, own)) = cgroup2() else {
-        report(
-            Level::Warn,
-            "cgroups",
-            "no cgroup2 hierarchy: identity auto → ancestry",
+        return c(
+            Status::Warn,
+            "no cgroup2 hierarchy: identity auto → ancestry".into(),
         );
-        return;
     };
     let probe = mnt
         .join(&own)
@@ -114,20 +173,18 @@ fn check_cgroups() {
     match std::fs::create_dir(&probe) {
         Ok(()) => {
             let _ = std::fs::remove_dir(&probe);
-            report(
-                Level::Ok,
-                "cgroups",
-                &format!(
+            c(
+                Status::Ok,
+                format!(
                     "cgroup2 at {}; can create cgroups under /{}: identity auto → cgroup",
                     mnt.display(),
                     own.display()
                 ),
-            );
+            )
         }
-        Err(e) => report(
-            Level::Warn,
-            "cgroups",
-            &format!(
+        Err(e) => c(
+            Status::Warn,
+            format!(
                 "cgroup2 at {} but cannot create cgroups ({e}): identity auto → ancestry",
                 mnt.display()
             ),
@@ -137,7 +194,7 @@ fn check_cgroups() {
 
 /// Which cgroup backend can enforce `limits.per_smith` / `limits.per_subtree` (PROTOCOL.md §5,
 /// §6): the controllers `memory`, `pids` and `cpu`, on v2 (the unified hierarchy) or v1.
-fn check_limits() {
+fn check_limits() -> Check {
     use crate::limits::cgroup::{detect_here, Place};
     let a = detect_here();
     let missing: Vec<&str> = crate::limits::Controller::ALL
@@ -163,121 +220,118 @@ fn check_limits() {
         ));
     }
     if missing.is_empty() {
-        report(Level::Ok, "limits", &detail);
+        Check::new("limits", Status::Ok, detail)
     } else {
-        report(
-            Level::Warn,
+        Check::new(
             "limits",
-            &format!(
+            Status::Warn,
+            format!(
                 "{detail}; no {} controller: limits that need it refuse the mount",
                 missing.join(", ")
             ),
-        );
+        )
+    }
+}
+
+/// The kernel release and FUSE passthrough (≥ 6.9).
+fn check_kernel(release: &str) -> Check {
+    let c = |status, detail: String| Check::new("kernel", status, detail);
+    match kernel_version(release) {
+        Some(v) if v >= (6, 9) => c(Status::Ok, format!("{release}: FUSE passthrough available")),
+        Some(_) => c(
+            Status::Warn,
+            format!("{release}: no FUSE passthrough before 6.9 (mount with --no-passthrough)"),
+        ),
+        None => c(
+            Status::Warn,
+            format!("cannot read the version from `{release}`"),
+        ),
     }
 }
 
 /// FUSE over io_uring: the kernel (≥ 6.14 with `CONFIG_FUSE_IO_URING`) and the machine-wide
 /// `enable_uring` switch that `mount --transport auto` follows.
-fn check_uring(version: Option<(u32, u32)>) {
+fn check_uring(version: Option<(u32, u32)>) -> Check {
     use crate::fuse::transport::{enable_uring, ENABLE_URING};
-    match enable_uring() {
-        Some(true) => report(
-            Level::Ok,
-            "io_uring",
-            &format!("{ENABLE_URING} is on: mounts use FUSE over io_uring (transport auto)"),
+    let detail = match enable_uring() {
+        Some(true) => {
+            format!("{ENABLE_URING} is on: mounts use FUSE over io_uring (transport auto)")
+        }
+        Some(false) => format!(
+            "available but off: mounts use /dev/fuse; turn on with `echo 1 > {ENABLE_URING}` (root, machine-wide) before mounting"
         ),
-        Some(false) => report(
-            Level::Ok,
-            "io_uring",
-            &format!(
-                "available but off: mounts use /dev/fuse; turn on with `echo 1 > {ENABLE_URING}` (root, machine-wide) before mounting"
-            ),
+        None if version.is_some_and(|v| v < (6, 14)) => {
+            "no FUSE over io_uring before kernel 6.14: mounts use /dev/fuse".into()
+        }
+        None => "kernel built without CONFIG_FUSE_IO_URING (or fuse not loaded): mounts use /dev/fuse"
+            .into(),
+    };
+    Check::new("io_uring", Status::Ok, detail)
+}
+
+/// Root, or what an unprivileged daemon does without: cgroups are checked on their own line;
+/// here `allow_other`, passthrough and workspaces.
+fn check_privileges(root: bool) -> Check {
+    if root {
+        return Check::new("privileges", Status::Ok, "root");
+    }
+    let allow = std::fs::read_to_string("/etc/fuse.conf")
+        .map(|t| t.lines().any(|l| l.trim() == "user_allow_other"))
+        .unwrap_or(false);
+    Check::new(
+        "privileges",
+        Status::Warn,
+        format!(
+            "unprivileged: mounts through fusermount3; --allow-other {}; no FUSE passthrough (needs root); no workspaces (init --repo: the daemon builds them in a private mount namespace, which needs root)",
+            if allow {
+                "allowed (user_allow_other in /etc/fuse.conf)"
+            } else {
+                "refused until root adds user_allow_other to /etc/fuse.conf"
+            }
         ),
-        None if version.is_some_and(|v| v < (6, 14)) => report(
-            Level::Ok,
-            "io_uring",
-            "no FUSE over io_uring before kernel 6.14: mounts use /dev/fuse",
-        ),
-        None => report(
-            Level::Ok,
-            "io_uring",
-            "kernel built without CONFIG_FUSE_IO_URING (or fuse not loaded): mounts use /dev/fuse",
-        ),
+    )
+}
+
+fn check_procfs() -> Check {
+    if Path::new("/proc/self/mountinfo").exists() {
+        Check::new(
+            "procfs",
+            Status::Ok,
+            "/proc mounted (identity resolution reads it)",
+        )
+    } else {
+        Check::new("procfs", Status::Fail, "/proc is not mounted")
     }
 }
 
-/// Run `smithfs doctor`.
-pub fn run(_args: DoctorArgs) -> Result<ExitCode> {
+/// Every check, in the order `doctor` prints them.
+pub fn checks() -> Vec<Check> {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    let mut failed = check_fuse(root) == Level::Fail;
-    match which("fusermount3") {
-        Some(p) => report(Level::Ok, "fusermount3", &p.display().to_string()),
-        None if root => report(
-            Level::Warn,
-            "fusermount3",
-            "not installed (root mounts without it)",
-        ),
-        None => {
-            report(
-                Level::Fail,
-                "fusermount3",
-                "not installed: apt-get install fuse3",
-            );
-            failed = true;
+    let release = uname_release();
+    vec![
+        check_fuse(root),
+        check_fusermount(root),
+        check_kernel(&release),
+        check_uring(kernel_version(&release)),
+        check_cgroups(),
+        check_limits(),
+        check_privileges(root),
+        check_procfs(),
+    ]
+}
+
+/// Run `smithfs doctor`: exit 1 when a check failed (PROTOCOL.md §6).
+pub fn run(args: DoctorArgs) -> Result<ExitCode> {
+    let checks = checks();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&checks)?);
+    } else {
+        for c in &checks {
+            println!("{}", c.line());
         }
     }
-    let release = uname_release();
-    match kernel_version(&release) {
-        Some(v) if v >= (6, 9) => report(
-            Level::Ok,
-            "kernel",
-            &format!("{release}: FUSE passthrough available"),
-        ),
-        Some(_) => report(
-            Level::Warn,
-            "kernel",
-            &format!("{release}: no FUSE passthrough before 6.9 (mount with --no-passthrough)"),
-        ),
-        None => report(
-            Level::Warn,
-            "kernel",
-            &format!("cannot read the version from `{release}`"),
-        ),
-    }
-    check_uring(kernel_version(&release));
-    check_cgroups();
-    check_limits();
-    if root {
-        report(Level::Ok, "privileges", "root");
-    } else {
-        let allow = std::fs::read_to_string("/etc/fuse.conf")
-            .map(|t| t.lines().any(|l| l.trim() == "user_allow_other"))
-            .unwrap_or(false);
-        report(
-            Level::Warn,
-            "privileges",
-            &format!(
-                "unprivileged: mounts via fusermount3; --allow-other {}",
-                if allow {
-                    "allowed (user_allow_other)"
-                } else {
-                    "needs user_allow_other in /etc/fuse.conf"
-                }
-            ),
-        );
-    }
-    if Path::new("/proc/self/mountinfo").exists() {
-        report(
-            Level::Ok,
-            "procfs",
-            "/proc mounted (identity resolution reads it)",
-        );
-    } else {
-        report(Level::Fail, "procfs", "/proc is not mounted");
-        failed = true;
-    }
-    Ok(if failed {
+    Ok(if checks.iter().any(|c| c.status == Status::Fail) {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
@@ -286,7 +340,23 @@ pub fn run(_args: DoctorArgs) -> Result<ExitCode> {
 
 #[cfg(test)]
 mod tests {
-    use super::kernel_version;
+    use super::*;
+
+    #[test]
+    fn text_and_json_forms() {
+        let c = Check::new("/dev/fuse", Status::Fail, "missing");
+        assert_eq!(c.line(), "FAIL  /dev/fuse      missing");
+        assert_eq!(
+            serde_json::to_string(&c).unwrap(),
+            r#"{"check":"/dev/fuse","status":"fail","detail":"missing"}"#
+        );
+        let w = Check::new("privileges", Status::Warn, "x");
+        assert!(
+            w.line().starts_with("warn  privileges     x"),
+            "{}",
+            w.line()
+        );
+    }
 
     #[test]
     fn parses_kernel_releases() {

@@ -34,8 +34,9 @@ pub struct InitArgs {
     #[arg(long, value_name = "T")]
     pub title: Option<String>,
     /// Write a working `agent` configuration for this agent CLI (`reference` also installs the
-    /// bundled reference agent as `agents/reference.sh`).
-    #[arg(long, value_parser = ["reference", "claude", "codex", "gemini", "aider"])]
+    /// bundled census agent as `agents/reference.sh`, `coder` the bundled coding agent as
+    /// `agents/coder.sh`, which needs `--repo`).
+    #[arg(long, value_parser = ["reference", "coder", "claude", "codex", "gemini", "aider"])]
     pub agent: Option<String>,
     /// The user's git repository every smith works on (PROTOCOL.md §11): copied to
     /// `DIR/project.git`; every smith dir gets a `workspace/`.
@@ -59,11 +60,24 @@ pub struct InitArgs {
 
 /// The bundled reference agent (PROTOCOL.md §6: installed under the mount's `agents/`).
 pub const REFERENCE_AGENT: &str = include_str!("../../agents/reference.sh");
+/// The bundled coding agent (license headers over a workspace tree, PROTOCOL.md §11;
+/// docs/PROTOCOL-NOTES.md W11), installed like the reference agent.
+pub const CODER_AGENT: &str = include_str!("../../agents/coder.sh");
+
+/// The script `init --agent NAME` installs under the mount's `agents/`: its file name and text.
+fn bundled_script(name: &str) -> Option<(&'static std::ffi::CStr, &'static str)> {
+    match name {
+        "reference" => Some((c"reference.sh", REFERENCE_AGENT)),
+        "coder" => Some((c"coder.sh", CODER_AGENT)),
+        _ => None,
+    }
+}
 
 /// The `agent` section `init --agent NAME` writes into config.json.
 pub fn agent_config(name: &str) -> Option<&'static str> {
     Some(match name {
         "reference" => include_str!("../../agents/configs/reference.json"),
+        "coder" => include_str!("../../agents/configs/coder.json"),
         "claude" => include_str!("../../agents/configs/claude.json"),
         "codex" => include_str!("../../agents/configs/codex.json"),
         "gemini" => include_str!("../../agents/configs/gemini.json"),
@@ -135,6 +149,9 @@ pub fn run(args: InitArgs) -> Result<ExitCode> {
         ),
         (None, None) => None,
     };
+    if args.agent.as_deref() == Some("coder") && args.repo.is_none() {
+        bail!("--agent coder needs --repo PATH: the coding agent edits the project in workspaces (PROTOCOL.md §11)");
+    }
     // checked before anything is created, so a bad --agent-command leaves nothing behind
     let config = match (&args.agent, &args.agent_command) {
         (Some(a), _) => config_with_agent(a)?,
@@ -287,16 +304,11 @@ fn lay_out(
         Err(nix::errno::Errno::EEXIST) => {}
         Err(e) => return Err(io("config.json", e)),
     }
-    if agent == Some("reference") {
+    if let Some((file, text)) = agent.and_then(bundled_script) {
         let agents =
             backing::open_dir_path(root, Path::new("agents")).map_err(|e| io("agents", e))?;
-        backing::write_atomic(
-            agents.as_fd(),
-            c"reference.sh",
-            REFERENCE_AGENT.as_bytes(),
-            0o755,
-        )
-        .map_err(|e| io("agents/reference.sh", e))?;
+        backing::write_atomic(agents.as_fd(), file, text.as_bytes(), 0o755)
+            .map_err(|e| io(&format!("agents/{}", file.to_string_lossy()), e))?;
     }
     let templates =
         backing::open_dir_path(root, Path::new("templates")).map_err(|e| io("templates", e))?;

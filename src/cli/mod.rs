@@ -10,6 +10,9 @@ pub mod ids;
 pub mod init;
 mod logs;
 pub mod mount;
+mod mount_helper;
+mod mount_opts;
+mod reload;
 mod retry;
 pub mod run;
 mod status;
@@ -61,6 +64,8 @@ enum Command {
     /// Run a failed or cancelled smith again on its newest task (SMITH_WAKE=retry).
     #[command(override_usage = "smithfs retry [DIR] ID")]
     Retry(retry::RetryArgs),
+    /// Re-read DIR/config.json and apply it without a remount (also SIGHUP to the daemon).
+    Reload(reload::ReloadArgs),
     /// Check /dev/fuse, fusermount3, kernel features, cgroups and privileges.
     Doctor(doctor::DoctorArgs),
     /// With a project: a smith's changes since its base commit (PROTOCOL.md §11).
@@ -73,7 +78,18 @@ enum Command {
 
 /// Parse the command line, run the subcommand and map its outcome to an exit code.
 pub fn run() -> ExitCode {
-    let cli = Cli::parse();
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = match argv.split_first() {
+        Some((argv0, rest)) if mount_helper::invoked_as_helper(argv0) => match helper_argv(rest) {
+            Ok(Some(a)) => Cli::parse_from(a),
+            Ok(None) => return ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(2);
+            }
+        },
+        _ => Cli::parse(),
+    };
     if !matches!(cli.command, Command::Mount(_)) {
         // A reporting command piped into `head` ends quietly, as Unix tools do, instead of
         // failing on EPIPE. The daemon keeps SIGPIPE ignored: a hook or run closing its pipe
@@ -91,6 +107,7 @@ pub fn run() -> ExitCode {
         Command::Events(a) => events::run(a),
         Command::Logs(a) => logs::run(a),
         Command::Retry(a) => retry::run(a),
+        Command::Reload(a) => reload::run(a),
         Command::Wait(a) => wait::run(a),
         Command::Cancel(a) => cancel::run(a),
         Command::Doctor(a) => doctor::run(a),
@@ -109,4 +126,20 @@ pub fn run() -> ExitCode {
             }
         }
     }
+}
+
+/// `mount.fuse.smithfs ARGS` (mount(8) for fstab type `fuse.smithfs`) as the `smithfs mount`
+/// command line it stands for; `None` for mount(8)'s fake mount (`-f`).
+fn helper_argv(
+    args: &[std::ffi::OsString],
+) -> Result<Option<Vec<std::ffi::OsString>>, ids::UsageError> {
+    let real = |p: &std::path::Path| {
+        std::fs::canonicalize(p)
+            .or_else(|_| util::absolute(p).map_err(drop))
+            .ok()
+    };
+    mount_helper::parse(args)?.to_mount_argv(|a, b| {
+        let (a, b) = (real(a), real(b));
+        a.is_some() && a == b
+    })
 }

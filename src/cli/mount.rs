@@ -47,18 +47,46 @@ pub struct MountArgs {
     #[arg(long)]
     pub no_passthrough: bool,
     /// How FUSE requests reach the daemon: io_uring when the kernel offers it (auto: while
-    /// /sys/module/fuse/parameters/enable_uring is on), io-uring (or fail), or dev-fuse.
-    #[arg(long, value_enum, default_value_t = Transport::Auto)]
-    pub transport: Transport,
+    /// /sys/module/fuse/parameters/enable_uring is on), io-uring (or fail), or dev-fuse
+    /// [default: auto].
+    #[arg(long, value_enum)]
+    pub transport: Option<Transport>,
     /// Log level (tracing filter syntax); default from RUST_LOG, else "info".
     #[arg(long, value_name = "L")]
     pub log_level: Option<String>,
     /// Clear a dead mount left at DIR by a killed daemon before mounting.
     #[arg(long)]
     pub force: bool,
+    /// Mount options as fstab writes them, comma-separated, repeatable: allow_other,
+    /// identity=, operator=, transport=, resume, no_passthrough; defaults, nofail, noauto,
+    /// _netdev, x-systemd.* are ignored; anything else is refused.
+    #[arg(short = 'o', value_name = "OPT[,OPT…]", action = clap::ArgAction::Append)]
+    pub options: Vec<String>,
 }
 
 impl MountArgs {
+    /// Fold `-o` into the flags (PROTOCOL.md §6, docs/PROTOCOL-NOTES.md O40): a boolean option
+    /// sets its flag; a valued one fills its flag, or must agree with it.
+    ///
+    /// # Errors
+    /// A usage error (exit 2): an option refused by name, or a flag and an option that disagree.
+    pub fn apply_options(&mut self) -> Result<()> {
+        use super::mount_opts::{merge, parse};
+        let o = parse(&self.options)?;
+        self.allow_other |= o.allow_other;
+        self.resume |= o.resume;
+        self.no_passthrough |= o.no_passthrough;
+        let s = |v: &String| v.clone();
+        self.identity = merge("identity", self.identity.take(), o.identity, s)?;
+        self.operator = merge("operator", self.operator.take(), o.operator, s)?;
+        self.transport = merge("transport", self.transport, o.transport, |t: &Transport| {
+            clap::ValueEnum::to_possible_value(t)
+                .map_or_else(|| format!("{t:?}"), |v| v.get_name().to_owned())
+        })?;
+        self.options.clear();
+        Ok(())
+    }
+
     /// What the daemon is asked to do.
     fn daemon_options(&self) -> DaemonOptions {
         DaemonOptions {
@@ -69,7 +97,7 @@ impl MountArgs {
             session: SessionOptions {
                 allow_other: self.allow_other,
                 passthrough: !self.no_passthrough,
-                transport: self.transport,
+                transport: self.transport.unwrap_or_default(),
             },
             log_level: self.log_level.clone(),
         }
@@ -77,7 +105,8 @@ impl MountArgs {
 }
 
 /// Run `smithfs mount`.
-pub fn run(args: MountArgs) -> Result<ExitCode> {
+pub fn run(mut args: MountArgs) -> Result<ExitCode> {
+    args.apply_options()?;
     let dir = util::absolute(&args.dir)?;
     preflight(&dir, args.force)?;
     warn_about_users(&dir);
@@ -143,21 +172,13 @@ fn preflight(dir: &Path, force: bool) -> Result<()> {
         }
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
             // The unprivileged path goes through the setuid fusermount3.
-            if which("fusermount3").is_none() {
+            if crate::fuse::mount::fusermount().is_none() {
                 bail!("/dev/fuse is not accessible to this user and fusermount3 is not installed (apt-get install fuse3)")
             }
         }
         Err(e) => bail!("/dev/fuse: {e}"),
     }
     Ok(())
-}
-
-fn which(prog: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join(prog))
-            .find(|c| c.is_file())
-    })
 }
 
 /// Warn about processes whose working directory or open files are inside `dir`: after the

@@ -5,8 +5,10 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
+use super::ids::NodeId;
+
 /// Node id of `.smithfs/` itself. Virtual ids sit far above any backing inode number.
-pub const DIR_ID: u64 = 0xFFFF_FFFF_FFFF_0000;
+pub const DIR_ID: NodeId = NodeId(0xFFFF_FFFF_FFFF_0000);
 
 /// The name of the control directory at the mount root.
 pub const DIR_NAME: &str = ".smithfs";
@@ -41,16 +43,18 @@ impl ControlFile {
     ];
 
     /// Its node id.
-    pub fn id(self) -> u64 {
-        DIR_ID
-            + match self {
-                ControlFile::Whoami => 1,
-                ControlFile::Why => 2,
-                ControlFile::Ctl => 3,
-                ControlFile::Status => 4,
-                ControlFile::Events => 5,
-                ControlFile::DaemonLog => 6,
-            }
+    pub fn id(self) -> NodeId {
+        NodeId(
+            DIR_ID.0
+                + match self {
+                    ControlFile::Whoami => 1,
+                    ControlFile::Why => 2,
+                    ControlFile::Ctl => 3,
+                    ControlFile::Status => 4,
+                    ControlFile::Events => 5,
+                    ControlFile::DaemonLog => 6,
+                },
+        )
     }
 
     /// Its name in `.smithfs/`.
@@ -73,7 +77,7 @@ impl ControlFile {
     }
 
     /// The control file with node id `id`.
-    pub fn by_id(id: u64) -> Option<ControlFile> {
+    pub fn by_id(id: NodeId) -> Option<ControlFile> {
         Self::ALL.into_iter().find(|f| f.id() == id)
     }
 
@@ -92,7 +96,7 @@ impl ControlFile {
 }
 
 /// Is `id` a virtual node id (the control directory or one of its files)?
-pub fn is_virtual(id: u64) -> bool {
+pub fn is_virtual(id: NodeId) -> bool {
     id == DIR_ID || ControlFile::by_id(id).is_some()
 }
 
@@ -106,6 +110,9 @@ pub enum Command {
     /// Run a failed or cancelled smith again on its newest task (operator or an ancestor
     /// smith; `smithfs retry`, PROTOCOL.md §6).
     Retry(String),
+    /// Re-read config.json and apply it without a remount (operator only; `smithfs reload`,
+    /// PROTOCOL.md §6).
+    Reload,
 }
 
 /// Parse one line written to `ctl`: `bind <full-id>`, `cancel <full-id>` or `retry <full-id>`, surrounding
@@ -127,11 +134,13 @@ pub fn parse_command(line: &str) -> Result<Command, String> {
         Ok(a.to_string())
     };
     match verb {
+        "reload" if arg.is_some() => Err("`reload` takes no argument".into()),
+        "reload" => Ok(Command::Reload),
         "bind" => Ok(Command::Bind(full_id(arg)?)),
         "cancel" => Ok(Command::Cancel(full_id(arg)?)),
         "retry" => Ok(Command::Retry(full_id(arg)?)),
         other => Err(format!(
-            "unknown command `{other}` (use bind, cancel or retry)"
+            "unknown command `{other}` (use bind, cancel, retry or reload)"
         )),
     }
 }
@@ -166,6 +175,8 @@ mod tests {
             ("bind smith-root/x", Err(())),
             ("bind smith-root extra", Err(())),
             ("kill smith-root", Err(())),
+            (" reload ", Ok(Command::Reload)),
+            ("reload smith-root", Err(())),
             ("", Err(())),
         ];
         for (line, want) in cases {
@@ -182,6 +193,6 @@ mod tests {
             assert!(is_virtual(f.id()));
         }
         assert!(is_virtual(DIR_ID));
-        assert!(!is_virtual(1));
+        assert!(!is_virtual(NodeId::ROOT));
     }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::creds::as_caller;
 use super::error::{FsError, FsResult};
+use super::ids::{BackingIno, NodeId};
 use super::inode::Inode;
 use super::{backing, control, rebuild, scaffold_write, Attr, Caller, SmithFs};
 use crate::identity::Identity;
@@ -23,7 +24,7 @@ impl SmithFs {
         &self,
         caller: &Caller,
         who: Identity,
-        parent: u64,
+        parent: NodeId,
         name: &OsStr,
         kind: NewKind,
         label: &str,
@@ -51,7 +52,7 @@ impl SmithFs {
     ) -> FsResult<(Arc<Inode>, Attr)> {
         let (inode, attr) = self.lookup_in(dir, cname)?;
         let mut st = attr.0;
-        st.st_ino = self.inodes.ids.node_id(st.st_ino);
+        st.st_ino = self.inodes.ids.backing_ino(NodeId(st.st_ino)).0;
         self.settle_new(dir, &self.new_zone(dir, name), &st);
         Ok((inode, attr))
     }
@@ -60,7 +61,7 @@ impl SmithFs {
     pub fn mknod(
         &self,
         caller: &Caller,
-        parent: u64,
+        parent: NodeId,
         name: &OsStr,
         mode: u32,
         rdev: u32,
@@ -82,7 +83,13 @@ impl SmithFs {
 
     /// Create a directory owned by the caller (FUSE mkdir). In a smith's `children/` this is
     /// the scaffold (PROTOCOL.md §4).
-    pub fn mkdir(&self, caller: &Caller, parent: u64, name: &OsStr, mode: u32) -> FsResult<Attr> {
+    pub fn mkdir(
+        &self,
+        caller: &Caller,
+        parent: NodeId,
+        name: &OsStr,
+        mode: u32,
+    ) -> FsResult<Attr> {
         let who = self.identify(caller);
         if !control::is_virtual(parent) && !Self::reserved(parent, name) {
             let dir = self.inodes.get(parent)?;
@@ -181,7 +188,9 @@ impl SmithFs {
             },
         )?;
         let st = backing::stat_at(dir.fd()?.as_fd(), &cname)?;
-        let idx = self.registry.register(Some(parent), &id, st.st_ino, None);
+        let idx = self
+            .registry
+            .register(Some(parent), &id, BackingIno::of(&st), None);
         self.registry.note_child_number(parent, number);
         if let Err(e) = rebuild::save_highest(self.state.as_fd(), &self.registry) {
             tracing::error!("cannot remember child numbers: {e}");
@@ -206,7 +215,7 @@ impl SmithFs {
     pub fn symlink(
         &self,
         caller: &Caller,
-        parent: u64,
+        parent: NodeId,
         name: &OsStr,
         target: &OsStr,
     ) -> FsResult<Attr> {
@@ -225,8 +234,8 @@ impl SmithFs {
     pub fn link(
         &self,
         caller: &Caller,
-        ino: u64,
-        newparent: u64,
+        ino: NodeId,
+        newparent: NodeId,
         newname: &OsStr,
     ) -> FsResult<Attr> {
         let who = self.identify(caller);

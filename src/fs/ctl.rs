@@ -4,18 +4,14 @@ use std::os::fd::AsFd;
 
 use super::control::{Command, ControlFile};
 use super::error::{FsError, FsResult};
-use super::{backing, control, Caller, ControlHandle, SmithFs};
+use super::ids::Fh;
+use super::{backing, control, Caller, OpenControl, SmithFs};
 use crate::identity::Identity;
 use crate::policy::{self, Area, CtlVerb, Ctx, Depth, Zone};
 use crate::trigger::Trigger;
 
 impl SmithFs {
-    pub(super) fn open_control(
-        &self,
-        caller: &Caller,
-        f: ControlFile,
-        flags: i32,
-    ) -> FsResult<u64> {
+    pub(super) fn open_control(&self, caller: &Caller, f: ControlFile, flags: i32) -> FsResult<Fh> {
         let who = self.identify(caller);
         let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let decision = policy::decide_control_open(&who, f == ControlFile::Ctl, writing);
@@ -49,10 +45,10 @@ impl SmithFs {
             }
             ControlFile::Ctl => Vec::new(),
         };
-        Ok(self.controls.insert(ControlHandle { file: f, data }))
+        Ok(self.controls.insert(OpenControl { file: f, data }))
     }
 
-    pub(super) fn write_control(&self, caller: &Caller, fh: u64, data: &[u8]) -> FsResult<u32> {
+    pub(super) fn write_control(&self, caller: &Caller, fh: Fh, data: &[u8]) -> FsResult<u32> {
         let h = self.controls.get(fh)?;
         if h.file != ControlFile::Ctl {
             return Err(FsError::NotCtl);
@@ -74,10 +70,30 @@ impl SmithFs {
                 return Err(self.denied(caller, who, "ctl", path(), policy::ctl_syntax(&msg)))
             }
         };
+        if cmd == Command::Reload {
+            let decision = policy::decide_reload(&who, &self.identity_name(who));
+            self.enforce(caller, who, decision, "reload", path)?;
+            return match self.links.reload.reload() {
+                Ok(changed) => {
+                    tracing::info!(pid = caller.pid, ?changed, "config.json reloaded");
+                    Ok(())
+                }
+                // Journaled by the reloader as `config.reload_failed`, not as a denial.
+                Err(e) => Err(self.record_denial(
+                    caller,
+                    who,
+                    "reload",
+                    path(),
+                    policy::reload_refused(&e),
+                    false,
+                )),
+            };
+        }
         let (verb, name, full_id) = match &cmd {
             Command::Bind(f) => (CtlVerb::Bind, "bind", f.clone()),
             Command::Cancel(f) => (CtlVerb::Cancel, "cancel", f.clone()),
             Command::Retry(f) => (CtlVerb::Retry, "retry", f.clone()),
+            Command::Reload => return Ok(()),
         };
         let target = self.registry.by_full_id(&full_id);
         let decision = policy::decide_ctl(

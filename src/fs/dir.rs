@@ -6,27 +6,27 @@ use std::os::unix::ffi::OsStrExt;
 
 use super::control::ControlFile;
 use super::error::{FsError, FsResult};
-use super::handle::DirHandle;
-use super::inode::ROOT_ID;
+use super::ids::{Fh, NodeId};
+use super::open::OpenDir;
 use super::{backing, control, Attr, Caller, DirEntryOut, SmithFs};
 use crate::identity::Identity;
 use crate::policy::Op;
 
 impl SmithFs {
     /// Open the directory `ino` for reading (FUSE opendir).
-    pub fn opendir(&self, caller: &Caller, ino: u64) -> FsResult<u64> {
+    pub fn opendir(&self, caller: &Caller, ino: NodeId) -> FsResult<Fh> {
         let who = self.identify(caller);
         if ino == control::DIR_ID {
             if who == Identity::Unknown {
                 return Err(FsError::ControlUnknown);
             }
-            return Ok(0);
+            return Ok(Fh(0));
         }
         let inode = self.inodes.get(ino)?;
         self.check_inode(caller, who, Op::Read, "list", &inode)?;
         let slot = self.charge(caller, who, "list", || self.path_of(&inode))?;
         let stream = backing::DirStream::open(inode.fd()?.as_fd())?;
-        Ok(self.dirs.insert(DirHandle {
+        Ok(self.dirs.insert(OpenDir {
             stream: parking_lot::Mutex::new(stream),
             inode,
             opener: who,
@@ -39,16 +39,16 @@ impl SmithFs {
     /// an entry that does not fit is forgotten again. The root also lists `.smithfs`.
     pub fn readdir(
         &self,
-        ino: u64,
-        fh: u64,
+        ino: NodeId,
+        fh: Fh,
         offset: u64,
         plus: bool,
         mut add: impl FnMut(&DirEntryOut<'_>) -> bool,
     ) -> FsResult<()> {
         if ino == control::DIR_ID {
-            let names: Vec<(u64, u32, &str)> = [
+            let names: Vec<(NodeId, u32, &str)> = [
                 (control::DIR_ID, libc::S_IFDIR, "."),
-                (ROOT_ID, libc::S_IFDIR, ".."),
+                (NodeId::ROOT, libc::S_IFDIR, ".."),
             ]
             .into_iter()
             .chain(
@@ -72,7 +72,7 @@ impl SmithFs {
             return Ok(());
         }
         let h = self.dirs.get(fh)?;
-        let at_root = h.inode.id == ROOT_ID;
+        let at_root = h.inode.id == NodeId::ROOT;
         let mut stream = h.stream.lock();
         stream.seek(offset);
         while let Some(ent) = stream.next_entry()? {
@@ -93,14 +93,14 @@ impl SmithFs {
                 if dot {
                     // SAFETY: an all-zero stat is a valid value.
                     let mut st: libc::stat = unsafe { std::mem::zeroed() };
-                    st.st_ino = ent.ino;
+                    st.st_ino = ent.ino.0;
                     st.st_mode = kind;
                     out.attr = Some(Attr(st));
                 } else {
                     let cname = CString::new(ent.name.clone()).map_err(|_| FsError::BadName)?;
                     match self.lookup_in(&h.inode, &cname) {
                         Ok((_, attr)) => {
-                            out.ino = attr.0.st_ino;
+                            out.ino = attr.node();
                             out.attr = Some(attr);
                         }
                         // Removed since it was listed: skip it.
@@ -132,7 +132,7 @@ impl SmithFs {
     }
 
     /// Close the directory handle `fh` (FUSE releasedir).
-    pub fn releasedir(&self, ino: u64, fh: u64) -> FsResult<()> {
+    pub fn releasedir(&self, ino: NodeId, fh: Fh) -> FsResult<()> {
         if ino == control::DIR_ID {
             return Ok(());
         }
@@ -140,7 +140,7 @@ impl SmithFs {
     }
 
     /// Flush a directory (FUSE fsyncdir).
-    pub fn fsyncdir(&self, ino: u64, fh: u64, datasync: bool) -> FsResult<()> {
+    pub fn fsyncdir(&self, ino: NodeId, fh: Fh, datasync: bool) -> FsResult<()> {
         if ino == control::DIR_ID {
             return Ok(());
         }
@@ -150,7 +150,7 @@ impl SmithFs {
     }
 
     /// Filesystem statistics of the store (FUSE statfs).
-    pub fn statfs(&self, ino: u64) -> FsResult<libc::statvfs> {
+    pub fn statfs(&self, ino: NodeId) -> FsResult<libc::statvfs> {
         let inode = self.inodes.get(ino).unwrap_or_else(|_| self.inodes.root());
         Ok(backing::statfs(inode.fd()?.as_fd())?)
     }

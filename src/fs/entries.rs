@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use super::control::ControlFile;
 use super::error::{FsError, FsResult};
-use super::inode::{Inode, ROOT_ID};
+use super::ids::{BackingIno, Fh, NodeId};
+use super::inode::Inode;
 use super::io::kill_suid_sgid;
 use super::{backing, control, Attr, Cache, Caller, SetAttr, SmithFs, STATE_DIR};
 use crate::identity::Identity;
@@ -17,14 +18,14 @@ use crate::policy::{self, Op};
 impl SmithFs {
     pub(super) fn attr_of(&self, st: libc::stat) -> Attr {
         let mut st = st;
-        st.st_ino = self.inodes.ids.node_id(st.st_ino);
+        st.st_ino = self.inodes.ids.node_id(BackingIno::of(&st)).0;
         Attr(st)
     }
 
     /// Names in the store's root that the mount never shows or lets anyone create.
-    pub(super) fn reserved(parent: u64, name: &OsStr) -> bool {
+    pub(super) fn reserved(parent: NodeId, name: &OsStr) -> bool {
         let n = name.as_bytes();
-        (parent == ROOT_ID && (n == STATE_DIR.as_bytes() || n == control::DIR_NAME.as_bytes()))
+        (parent == NodeId::ROOT && (n == STATE_DIR.as_bytes() || n == control::DIR_NAME.as_bytes()))
             || backing::is_daemon_temp(n)
     }
 
@@ -36,12 +37,12 @@ impl SmithFs {
         caller: &Caller,
         who: Identity,
         op: &str,
-        parent: u64,
+        parent: NodeId,
         name: &OsStr,
     ) -> FsError {
         let path = if control::is_virtual(parent) {
             format!("{}/{}", control::DIR_NAME, name.to_string_lossy())
-        } else if parent == ROOT_ID {
+        } else if parent == NodeId::ROOT {
             name.to_string_lossy().into_owned()
         } else {
             self.inodes.get(parent).map_or_else(
@@ -61,8 +62,8 @@ impl SmithFs {
 
     /// Resolve `name` in `parent`, raising its lookup count (FUSE lookup). Allowed to every
     /// identity (PROTOCOL.md §3).
-    pub fn lookup(&self, parent: u64, name: &OsStr) -> FsResult<(Attr, Cache)> {
-        if parent == ROOT_ID && name.as_bytes() == control::DIR_NAME.as_bytes() {
+    pub fn lookup(&self, parent: NodeId, name: &OsStr) -> FsResult<(Attr, Cache)> {
+        if parent == NodeId::ROOT && name.as_bytes() == control::DIR_NAME.as_bytes() {
             return Ok((self.control_attr(control::DIR_ID), Cache::Never));
         }
         if parent == control::DIR_ID {
@@ -87,13 +88,13 @@ impl SmithFs {
     }
 
     /// Drop `n` kernel references to `ino` (FUSE forget).
-    pub fn forget(&self, ino: u64, n: u64) {
+    pub fn forget(&self, ino: NodeId, n: u64) {
         if !control::is_virtual(ino) && self.inodes.forget(ino, n) {
-            self.storage_forgotten(self.inodes.ids.node_id(ino));
+            self.storage_forgotten(self.inodes.ids.backing_ino(ino));
         }
     }
 
-    pub(super) fn control_attr(&self, id: u64) -> Attr {
+    pub(super) fn control_attr(&self, id: NodeId) -> Attr {
         let root = self
             .inodes
             .root()
@@ -110,7 +111,7 @@ impl SmithFs {
             st.st_gid = r.st_gid;
             st.st_blksize = r.st_blksize;
         }
-        st.st_ino = id;
+        st.st_ino = id.0;
         match ControlFile::by_id(id) {
             Some(f) => {
                 st.st_mode = libc::S_IFREG | f.mode();
@@ -125,7 +126,7 @@ impl SmithFs {
     }
 
     /// Attributes of `ino`, through the handle `fh` if given (FUSE getattr).
-    pub fn getattr(&self, ino: u64, fh: Option<u64>) -> FsResult<Attr> {
+    pub fn getattr(&self, ino: NodeId, fh: Option<Fh>) -> FsResult<Attr> {
         if control::is_virtual(ino) {
             return Ok(self.control_attr(ino));
         }
@@ -145,7 +146,7 @@ impl SmithFs {
     /// Change attributes (FUSE setattr): mode, owner, size, times, in that order.
     /// Truncation through a handle is judged by the handle's opener; everything else by the
     /// caller (PROTOCOL.md §2).
-    pub fn setattr(&self, caller: &Caller, ino: u64, set: &SetAttr) -> FsResult<Attr> {
+    pub fn setattr(&self, caller: &Caller, ino: NodeId, set: &SetAttr) -> FsResult<Attr> {
         if control::is_virtual(ino) {
             // Truncating ctl on open (`echo … > ctl`) is harmless; nothing else changes.
             if ino == ControlFile::Ctl.id()
@@ -214,7 +215,7 @@ impl SmithFs {
     }
 
     /// The target of the symlink `ino` (FUSE readlink).
-    pub fn readlink(&self, caller: &Caller, ino: u64) -> FsResult<Vec<u8>> {
+    pub fn readlink(&self, caller: &Caller, ino: NodeId) -> FsResult<Vec<u8>> {
         let inode = self.inodes.get(ino)?;
         self.check_inode(caller, self.identify(caller), Op::Read, "readlink", &inode)?;
         Ok(backing::readlink(inode.fd()?.as_fd())?)

@@ -8,7 +8,7 @@
 //! root only). Without file handles every descriptor stays open.
 //!
 //! Node ids are the backing store's inode numbers (stable across remounts; hard links share
-//! one), except that the store's root is node 1 (`FUSE_ROOT_ID`) and a backing inode numbered 1
+//! one), except that the store's root is node 1 (`FUSE_NodeId::ROOT`) and a backing inode numbered 1
 //! takes the root's number instead. Lock order: the table lock is a leaf; it is never held across
 //! a syscall or a reply.
 
@@ -21,20 +21,18 @@ use rustc_hash::FxHashMap;
 
 use super::backing;
 use super::error::{FsError, FsResult};
+use super::ids::{BackingIno, NodeId};
 use crate::policy::zone::Zone;
-
-/// FUSE's root node id.
-pub const ROOT_ID: u64 = 1;
 
 /// One inode the kernel holds references to.
 #[derive(Debug)]
 pub struct Inode {
     /// FUSE node id (see the module docs).
-    pub id: u64,
+    pub id: NodeId,
     /// `O_PATH | O_NOFOLLOW` descriptor of the backing inode, while cached.
     fd: Mutex<Option<Arc<OwnedFd>>>,
     /// Kernel file handle to reopen the inode after its descriptor was evicted.
-    handle: Option<backing::FileHandleBytes>,
+    kernel_handle: Option<backing::KernelFileHandle>,
     /// Used since the last eviction sweep (second-chance bit).
     used: AtomicBool,
     /// The descriptor budget shared by all inodes of the table.
@@ -102,7 +100,7 @@ impl std::fmt::Debug for Passthrough {
 #[derive(Debug, Clone)]
 pub struct Place {
     /// Node id of the directory it was last looked up in (itself for the root).
-    pub parent: u64,
+    pub parent: NodeId,
     /// Its name there.
     pub name: Box<[u8]>,
     /// Its zone, valid while `epoch` equals the filesystem's zone epoch.
@@ -118,7 +116,7 @@ pub struct Place {
 #[derive(Debug, Clone)]
 pub struct Name {
     /// Node id of its directory.
-    pub parent: u64,
+    pub parent: NodeId,
     /// The name in that directory.
     pub name: Box<[u8]>,
     /// Its zone, valid while `epoch` equals the filesystem's zone epoch.
@@ -129,7 +127,7 @@ pub struct Name {
 
 impl Name {
     /// Is this `name` in `parent`?
-    pub fn is(&self, parent: u64, name: &[u8]) -> bool {
+    pub fn is(&self, parent: NodeId, name: &[u8]) -> bool {
         self.parent == parent && *self.name == *name
     }
 }
@@ -143,7 +141,7 @@ impl Place {
     const MAX_OTHERS: usize = 32;
 
     /// Now reached as `name` in `parent`, with `zone` valid in `epoch`.
-    pub fn set(&mut self, parent: u64, name: &[u8], zone: Zone, epoch: u64) {
+    pub fn set(&mut self, parent: NodeId, name: &[u8], zone: Zone, epoch: u64) {
         self.parent = parent;
         self.name = name.into();
         self.zone = zone;
@@ -151,13 +149,13 @@ impl Place {
     }
 
     /// Is `name` in `parent` the name this place was last reached by?
-    pub fn is(&self, parent: u64, name: &[u8]) -> bool {
+    pub fn is(&self, parent: NodeId, name: &[u8]) -> bool {
         self.parent == parent && *self.name == *name
     }
 
     /// Record that the file (a non-directory) has the name `name` in `parent`, of `zone`. The
     /// first name becomes the place; further ones are kept as other names.
-    pub fn add_name(&mut self, parent: u64, name: &[u8], zone: Zone, epoch: u64) {
+    pub fn add_name(&mut self, parent: NodeId, name: &[u8], zone: Zone, epoch: u64) {
         if self.epoch == 0 {
             self.set(parent, name, zone, epoch);
         } else if self.is(parent, name) {
@@ -180,7 +178,7 @@ impl Place {
 
     /// The name `name` in `parent` is gone (unlinked, or replaced by a rename). When it was the
     /// place, another known name takes over.
-    pub fn remove_name(&mut self, parent: u64, name: &[u8]) {
+    pub fn remove_name(&mut self, parent: NodeId, name: &[u8]) {
         if self.is(parent, name) {
             if !self.others.is_empty() {
                 let o = self.others.swap_remove(0);
@@ -192,7 +190,13 @@ impl Place {
     }
 
     /// The name `from` was renamed to `to` (of `zone`, valid in `epoch`).
-    pub fn rename_name(&mut self, from: (u64, &[u8]), to: (u64, &[u8]), zone: Zone, epoch: u64) {
+    pub fn rename_name(
+        &mut self,
+        from: (NodeId, &[u8]),
+        to: (NodeId, &[u8]),
+        zone: Zone,
+        epoch: u64,
+    ) {
         let was_place = self.epoch == 0 || self.is(from.0, from.1) || self.is(to.0, to.1);
         self.others
             .retain(|o| !o.is(from.0, from.1) && !o.is(to.0, to.1));
@@ -205,7 +209,7 @@ impl Place {
 
     fn unknown() -> Place {
         Place {
-            parent: ROOT_ID,
+            parent: NodeId::ROOT,
             name: Box::default(),
             zone: Zone::root(),
             epoch: 0,
@@ -254,7 +258,7 @@ impl Inode {
         if let Some(f) = slot.as_ref() {
             return Ok(PathFd(f.clone()));
         }
-        let handle = self.handle.as_ref().ok_or(FsError::Stale)?;
+        let handle = self.kernel_handle.as_ref().ok_or(FsError::Stale)?;
         let f = Arc::new(backing::open_by_handle(self.budget.root.as_fd(), handle)?);
         *slot = Some(f.clone());
         self.budget.open.fetch_add(1, Ordering::Relaxed);
@@ -264,7 +268,7 @@ impl Inode {
     /// Close the cached descriptor if the inode was not used since the last sweep and can be
     /// reopened; returns whether it was closed.
     fn evict(&self) -> bool {
-        if self.handle.is_none() || self.used.swap(false, Ordering::Relaxed) {
+        if self.kernel_handle.is_none() || self.used.swap(false, Ordering::Relaxed) {
             return false;
         }
         let mut slot = self.fd.lock();
@@ -296,18 +300,30 @@ impl Inode {
 /// Map between backing inode numbers and node ids (see the module docs).
 #[derive(Clone, Copy, Debug)]
 pub struct IdMap {
-    root_ino: u64,
+    root_ino: BackingIno,
 }
 
 impl IdMap {
     /// Node id for backing inode `ino`.
-    pub fn node_id(&self, ino: u64) -> u64 {
+    pub fn node_id(&self, ino: BackingIno) -> NodeId {
         if ino == self.root_ino {
-            ROOT_ID
-        } else if ino == ROOT_ID {
-            self.root_ino
+            NodeId::ROOT
+        } else if ino.0 == NodeId::ROOT.0 {
+            NodeId(self.root_ino.0)
         } else {
-            ino
+            NodeId(ino.0)
+        }
+    }
+
+    /// Backing inode number of node id `id` (the inverse of [`IdMap::node_id`]; not for the
+    /// virtual control ids).
+    pub fn backing_ino(&self, id: NodeId) -> BackingIno {
+        if id == NodeId::ROOT {
+            self.root_ino
+        } else if id.0 == self.root_ino.0 {
+            BackingIno(NodeId::ROOT.0)
+        } else {
+            BackingIno(id.0)
         }
     }
 }
@@ -315,7 +331,7 @@ impl IdMap {
 /// The table of known inodes.
 #[derive(Debug)]
 pub struct InodeTable {
-    map: RwLock<FxHashMap<u64, Arc<Inode>>>,
+    map: RwLock<FxHashMap<NodeId, Arc<Inode>>>,
     budget: Arc<FdBudget>,
     sweeping: Mutex<()>,
     /// Backing inode number mapping.
@@ -341,9 +357,9 @@ impl InodeTable {
             handles,
         });
         let root_inode = Arc::new(Inode {
-            id: ROOT_ID,
+            id: NodeId::ROOT,
             fd: Mutex::new(Some(root)),
-            handle: None,
+            kernel_handle: None,
             used: AtomicBool::new(true),
             budget: budget.clone(),
             kind: st.st_mode & libc::S_IFMT,
@@ -353,7 +369,7 @@ impl InodeTable {
             nlink: AtomicU64::new(st.st_nlink),
             passthrough: Mutex::new(Passthrough::Never),
             place: Mutex::new(Place {
-                parent: ROOT_ID,
+                parent: NodeId::ROOT,
                 name: Box::default(),
                 zone: Zone::root(),
                 epoch: Place::FIXED,
@@ -361,13 +377,13 @@ impl InodeTable {
             }),
         });
         let mut map = FxHashMap::default();
-        map.insert(ROOT_ID, root_inode);
+        map.insert(NodeId::ROOT, root_inode);
         Ok(InodeTable {
             map: RwLock::new(map),
             budget,
             sweeping: Mutex::new(()),
             ids: IdMap {
-                root_ino: st.st_ino,
+                root_ino: BackingIno(st.st_ino),
             },
             dev: st.st_dev,
         })
@@ -375,7 +391,7 @@ impl InodeTable {
 
     /// The inode with node id `id`, or `Stale`. Sweeps the descriptor cache when reopened
     /// descriptors pushed it over budget.
-    pub fn get(&self, id: u64) -> FsResult<Arc<Inode>> {
+    pub fn get(&self, id: NodeId) -> FsResult<Arc<Inode>> {
         if self.budget.open.load(Ordering::Relaxed) > self.budget.cap {
             self.sweep();
         }
@@ -383,7 +399,7 @@ impl InodeTable {
     }
 
     /// The inode with node id `id`, if the kernel holds it.
-    pub fn find(&self, id: u64) -> Option<Arc<Inode>> {
+    pub fn find(&self, id: NodeId) -> Option<Arc<Inode>> {
         self.map.read().get(&id).cloned()
     }
 
@@ -392,7 +408,7 @@ impl InodeTable {
         // The root is inserted at construction and never removed.
         self.map
             .read()
-            .get(&ROOT_ID)
+            .get(&NodeId::ROOT)
             .cloned()
             .expect("root inode present")
     }
@@ -401,7 +417,7 @@ impl InodeTable {
     /// inode (new or known) with its lookup count raised by one. A known node id whose old
     /// file is gone (its inode number reused by the store) is replaced by the new file.
     pub fn remember(&self, fd: OwnedFd, st: &libc::stat) -> Arc<Inode> {
-        let id = self.ids.node_id(st.st_ino);
+        let id = self.ids.node_id(BackingIno(st.st_ino));
         let kind = st.st_mode & libc::S_IFMT;
         // Decide outside the lock whether a known inode is still this file (a syscall).
         let known = self.map.read().get(&id).cloned();
@@ -417,7 +433,7 @@ impl InodeTable {
                 }
             }
         }
-        // The file handle is taken before the table lock (a syscall; no lock across syscalls).
+        // The kernel file handle is taken before the table lock (a syscall; no lock across syscalls).
         let handle = if self.budget.handles {
             backing::file_handle(fd.as_fd()).ok()
         } else {
@@ -438,7 +454,7 @@ impl InodeTable {
         let inode = Arc::new(Inode {
             id,
             fd: Mutex::new(Some(Arc::new(fd))),
-            handle,
+            kernel_handle: handle,
             used: AtomicBool::new(true),
             budget: self.budget.clone(),
             kind,
@@ -481,8 +497,8 @@ impl InodeTable {
 
     /// Drop `n` kernel references to `id`; forget the inode when none remain. Returns whether
     /// it was forgotten.
-    pub fn forget(&self, id: u64, n: u64) -> bool {
-        if id == ROOT_ID {
+    pub fn forget(&self, id: NodeId, n: u64) -> bool {
+        if id == NodeId::ROOT {
             return false;
         }
         let mut map = self.map.write();
@@ -526,8 +542,8 @@ mod tests {
         Zone::root().child_zone(OsStr::new(name))
     }
 
-    fn names(p: &Place) -> Vec<(u64, Vec<u8>)> {
-        let mut v: Vec<(u64, Vec<u8>)> = std::iter::once((p.parent, p.name.to_vec()))
+    fn names(p: &Place) -> Vec<(NodeId, Vec<u8>)> {
+        let mut v: Vec<(NodeId, Vec<u8>)> = std::iter::once((p.parent, p.name.to_vec()))
             .chain(p.others.iter().map(|o| (o.parent, o.name.to_vec())))
             .collect();
         v.sort();
@@ -537,36 +553,45 @@ mod tests {
     #[test]
     fn names_are_added_once_renamed_and_removed() {
         let mut p = Place::unknown();
-        p.add_name(10, b"a", z("results"), 1);
-        assert!(p.is(10, b"a") && p.others.is_empty());
-        p.add_name(10, b"a", z("results"), 2);
-        p.add_name(11, b"b", z("agents"), 2);
-        p.add_name(11, b"b", z("agents"), 2);
-        assert_eq!(names(&p), [(10, b"a".to_vec()), (11, b"b".to_vec())]);
+        p.add_name(NodeId(10), b"a", z("results"), 1);
+        assert!(p.is(NodeId(10), b"a") && p.others.is_empty());
+        p.add_name(NodeId(10), b"a", z("results"), 2);
+        p.add_name(NodeId(11), b"b", z("agents"), 2);
+        p.add_name(NodeId(11), b"b", z("agents"), 2);
+        assert_eq!(
+            names(&p),
+            [(NodeId(10), b"a".to_vec()), (NodeId(11), b"b".to_vec())]
+        );
         // Renaming another name keeps the place; renaming the place moves it.
-        p.rename_name((11, b"b"), (12, b"c"), z("agents"), 3);
-        assert!(p.is(10, b"a"));
-        assert_eq!(names(&p), [(10, b"a".to_vec()), (12, b"c".to_vec())]);
-        p.rename_name((10, b"a"), (10, b"d"), z("results"), 3);
-        assert!(p.is(10, b"d"));
-        assert_eq!(names(&p), [(10, b"d".to_vec()), (12, b"c".to_vec())]);
+        p.rename_name((NodeId(11), b"b"), (NodeId(12), b"c"), z("agents"), 3);
+        assert!(p.is(NodeId(10), b"a"));
+        assert_eq!(
+            names(&p),
+            [(NodeId(10), b"a".to_vec()), (NodeId(12), b"c".to_vec())]
+        );
+        p.rename_name((NodeId(10), b"a"), (NodeId(10), b"d"), z("results"), 3);
+        assert!(p.is(NodeId(10), b"d"));
+        assert_eq!(
+            names(&p),
+            [(NodeId(10), b"d".to_vec()), (NodeId(12), b"c".to_vec())]
+        );
         // Removing the place promotes another known name.
-        p.remove_name(10, b"d");
-        assert!(p.is(12, b"c") && p.others.is_empty());
+        p.remove_name(NodeId(10), b"d");
+        assert!(p.is(NodeId(12), b"c") && p.others.is_empty());
         assert_eq!(p.zone, z("agents"));
-        p.remove_name(99, b"x");
-        assert!(p.is(12, b"c"));
+        p.remove_name(NodeId(99), b"x");
+        assert!(p.is(NodeId(12), b"c"));
     }
 
     #[test]
     fn many_names_keep_every_zone() {
         let mut p = Place::unknown();
-        p.add_name(1, b"first", z("results"), 1);
+        p.add_name(NodeId(1), b"first", z("results"), 1);
         for i in 0..100u32 {
-            p.add_name(2, format!("n{i}").as_bytes(), z("results"), 1);
+            p.add_name(NodeId(2), format!("n{i}").as_bytes(), z("results"), 1);
         }
         assert_eq!(p.others.len(), Place::MAX_OTHERS);
-        p.add_name(3, b"elsewhere", z("agents"), 1);
+        p.add_name(NodeId(3), b"elsewhere", z("agents"), 1);
         assert!(p.others.iter().any(|o| o.zone == z("agents")));
     }
 }

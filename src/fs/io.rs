@@ -7,15 +7,16 @@ use std::sync::atomic::Ordering;
 use super::control::ControlFile;
 use super::creds::{as_caller, caller_groups};
 use super::error::{FsError, FsResult};
-use super::handle::FileHandle;
+use super::ids::{Fh, NodeId};
 use super::inode::BackingRef;
 use super::inode::{Inode, Passthrough};
+use super::open::OpenFile;
 use super::{backing, control, Attr, Cache, Caller, SmithFs};
 use crate::policy::{NewKind, Op};
 
 impl SmithFs {
     /// Open `ino` with `flags` (FUSE open); returns the handle number and how to cache it.
-    pub fn open(&self, caller: &Caller, ino: u64, flags: i32) -> FsResult<(u64, Cache)> {
+    pub fn open(&self, caller: &Caller, ino: NodeId, flags: i32) -> FsResult<(Fh, Cache)> {
         if let Some(f) = ControlFile::by_id(ino) {
             return self
                 .open_control(caller, f, flags)
@@ -56,7 +57,7 @@ impl SmithFs {
                 self.path_of(&inode)
             })?;
         }
-        let fh = self.files.insert(FileHandle {
+        let fh = self.files.insert(OpenFile {
             fd,
             inode,
             opener: who,
@@ -76,11 +77,11 @@ impl SmithFs {
     pub fn create(
         &self,
         caller: &Caller,
-        parent: u64,
+        parent: NodeId,
         name: &OsStr,
         mode: u32,
         flags: i32,
-    ) -> FsResult<(Attr, u64)> {
+    ) -> FsResult<(Attr, Fh)> {
         let who = self.identify(caller);
         let (dir, cname) = self.creating(caller, who, parent, name, NewKind::File, "create")?;
         let slot = self.charge(caller, who, "create", || self.child_path(&dir, name))?;
@@ -90,7 +91,7 @@ impl SmithFs {
         };
         let (inode, attr) = self.lookup_created(&dir, &cname, name)?;
         let may_write = flags & libc::O_ACCMODE != libc::O_RDONLY;
-        let fh = self.files.insert(FileHandle {
+        let fh = self.files.insert(OpenFile {
             fd,
             inode,
             opener: who,
@@ -113,7 +114,7 @@ impl SmithFs {
     /// concurrent opens of one file share one registration.
     pub fn passthrough(
         &self,
-        fh: u64,
+        fh: Fh,
         register: impl FnOnce(std::os::fd::BorrowedFd<'_>) -> std::io::Result<BackingRef>,
     ) -> Option<BackingRef> {
         let h = self.files.get(fh).ok()?;
@@ -164,7 +165,7 @@ impl SmithFs {
                         backing
                     }
                     Err(e) => {
-                        tracing::debug!(ino = h.inode.id, "no passthrough: {e}");
+                        tracing::debug!(ino = h.inode.id.0, "no passthrough: {e}");
                         *pt = Passthrough::Never;
                         return None;
                     }
@@ -176,7 +177,7 @@ impl SmithFs {
     }
 
     /// Read up to `size` bytes at `offset` through handle `fh` (FUSE read).
-    pub fn read(&self, ino: u64, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+    pub fn read(&self, ino: NodeId, fh: Fh, offset: u64, size: u32) -> FsResult<Vec<u8>> {
         if control::is_virtual(ino) {
             let h = self.controls.get(fh)?;
             let start = (offset as usize).min(h.data.len());
@@ -203,8 +204,8 @@ impl SmithFs {
     pub fn write(
         &self,
         caller: &Caller,
-        ino: u64,
-        fh: u64,
+        ino: NodeId,
+        fh: Fh,
         offset: u64,
         data: &[u8],
         kill_suidgid: bool,
@@ -238,7 +239,7 @@ impl SmithFs {
     }
 
     /// Write `data` at `offset` (or at the end, with `O_APPEND`) through `h`; the bytes written.
-    fn write_all(&self, h: &FileHandle, offset: u64, data: &[u8]) -> FsResult<usize> {
+    fn write_all(&self, h: &OpenFile, offset: u64, data: &[u8]) -> FsResult<usize> {
         let mut done = 0usize;
         while done < data.len() {
             let n = if h.flags & libc::O_APPEND != 0 {
@@ -255,7 +256,7 @@ impl SmithFs {
     }
 
     /// Flush (FUSE flush, at each close of a descriptor): nothing is buffered in the daemon.
-    pub fn flush(&self, ino: u64, fh: u64) -> FsResult<()> {
+    pub fn flush(&self, ino: NodeId, fh: Fh) -> FsResult<()> {
         if control::is_virtual(ino) {
             return Ok(());
         }
@@ -264,7 +265,7 @@ impl SmithFs {
 
     /// Release the handle `fh` (FUSE release, at the last close). Releasing a handle that wrote
     /// completes the file (PROTOCOL.md §5).
-    pub fn release(&self, ino: u64, fh: u64) -> FsResult<()> {
+    pub fn release(&self, ino: NodeId, fh: Fh) -> FsResult<()> {
         if control::is_virtual(ino) {
             return self.controls.remove(fh).map(drop).ok_or(FsError::Stale);
         }
@@ -299,7 +300,7 @@ impl SmithFs {
     }
 
     /// Flush a file to stable storage (FUSE fsync).
-    pub fn fsync(&self, ino: u64, fh: u64, datasync: bool) -> FsResult<()> {
+    pub fn fsync(&self, ino: NodeId, fh: Fh, datasync: bool) -> FsResult<()> {
         if control::is_virtual(ino) {
             return Ok(());
         }
@@ -308,7 +309,7 @@ impl SmithFs {
     }
 
     /// Allocate or punch space through handle `fh` (FUSE fallocate), judged by its opener.
-    pub fn fallocate(&self, fh: u64, offset: u64, length: u64, mode: i32) -> FsResult<()> {
+    pub fn fallocate(&self, fh: Fh, offset: u64, length: u64, mode: i32) -> FsResult<()> {
         let h = self.files.get(fh)?;
         let caller = &h.opener_caller();
         if !h.may_write {
@@ -329,7 +330,7 @@ impl SmithFs {
     }
 
     /// Seek for data or holes through handle `fh` (FUSE lseek).
-    pub fn lseek(&self, fh: u64, offset: i64, whence: i32) -> FsResult<i64> {
+    pub fn lseek(&self, fh: Fh, offset: i64, whence: i32) -> FsResult<i64> {
         let h = self.files.get(fh)?;
         Ok(backing::lseek(h.fd.as_fd(), offset, whence)?)
     }
@@ -337,9 +338,9 @@ impl SmithFs {
     /// Copy a range between two handles (FUSE copy_file_range), judged by their openers.
     pub fn copy_file_range(
         &self,
-        fh_in: u64,
+        fh_in: Fh,
         off_in: u64,
-        fh_out: u64,
+        fh_out: Fh,
         off_out: u64,
         len: u64,
         flags: u32,

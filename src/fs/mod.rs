@@ -14,8 +14,9 @@ pub use crate::backing;
 pub mod budget;
 pub mod control;
 pub mod error;
-pub mod handle;
+pub mod ids;
 pub mod inode;
+pub mod open;
 pub mod rebuild;
 pub mod scaffold_write;
 mod why;
@@ -44,9 +45,10 @@ use nix::errno::Errno;
 pub use self::completion::completion;
 use self::control::ControlFile;
 pub use self::error::{FsError, FsResult};
-use self::handle::{DirHandle, FileHandle, HandleTable};
+pub use self::ids::{BackingIno, Fh, NodeId};
 pub use self::inode::BackingRef;
 use self::inode::{Inode, InodeTable};
+use self::open::{OpenDir, OpenFile, OpenTable};
 pub use self::why::DenialRecord;
 use self::why::WhyStore;
 pub use self::xattr::XattrReply;
@@ -88,6 +90,13 @@ pub struct Caller {
 #[derive(Clone, Copy)]
 pub struct Attr(pub libc::stat);
 
+impl Attr {
+    /// The node id the mount shows (`st_ino`).
+    pub fn node(&self) -> NodeId {
+        NodeId(self.0.st_ino)
+    }
+}
+
 impl std::fmt::Debug for Attr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Attr")
@@ -114,14 +123,14 @@ pub struct SetAttr {
     /// New modification time.
     pub mtime: Option<libc::timespec>,
     /// The handle the change was made through (ftruncate, fchmod …).
-    pub fh: Option<u64>,
+    pub fh: Option<Fh>,
 }
 
 /// One entry produced by readdir.
 #[derive(Debug)]
 pub struct DirEntryOut<'a> {
     /// Node id (or the backing inode number for `.` and `..`, which the kernel does not count).
-    pub ino: u64,
+    pub ino: NodeId,
     /// Cookie to resume after this entry.
     pub offset: u64,
     /// `S_IFMT` bits of the entry's type.
@@ -145,11 +154,21 @@ pub trait Scheduling: Send + Sync {
     fn subtree_live(&self, smith: SmithIdx) -> bool;
 }
 
+/// Re-reads config.json and applies it without a remount (`.smithfs/ctl` `reload`, PROTOCOL.md
+/// §6). Implemented by the daemon (`crate::reload::Reloader`).
+pub trait Reloading: Send + Sync {
+    /// Reload; returns the sections that changed (`agent`, `hooks` …).
+    ///
+    /// # Errors
+    /// One line naming the key, as `mount` words it; the daemon keeps its configuration.
+    fn reload(&self) -> Result<Vec<String>, String>;
+}
+
 /// Tells the kernel that a node's cached attributes are stale (implemented by the FUSE
 /// session). Must only invalidate attributes: it is called from FUSE threads.
 pub trait AttrCache: Send + Sync {
     /// The attributes of node id `node` changed.
-    fn attrs_changed(&self, node: u64);
+    fn attrs_changed(&self, node: NodeId);
 }
 
 /// No scheduler and no kernel (a filesystem without a mount, as in tests): triggers are
@@ -168,7 +187,13 @@ impl Scheduling for Unlinked {
 }
 
 impl AttrCache for Unlinked {
-    fn attrs_changed(&self, _node: u64) {}
+    fn attrs_changed(&self, _node: NodeId) {}
+}
+
+impl Reloading for Unlinked {
+    fn reload(&self) -> Result<Vec<String>, String> {
+        Err("no daemon serves this filesystem: nothing to reload".into())
+    }
 }
 
 /// The rest of the daemon as the filesystem sees it, given at construction.
@@ -178,6 +203,8 @@ pub struct Links {
     pub sched: Arc<dyn Scheduling>,
     /// Kernel attribute-cache invalidation.
     pub kernel: Arc<dyn AttrCache>,
+    /// `ctl` `reload`: config.json applied without a remount.
+    pub reload: Arc<dyn Reloading>,
 }
 
 impl Default for Links {
@@ -185,6 +212,7 @@ impl Default for Links {
         Links {
             sched: Arc::new(Unlinked),
             kernel: Arc::new(Unlinked),
+            reload: Arc::new(Unlinked),
         }
     }
 }
@@ -283,7 +311,7 @@ impl Default for FsOptions {
 /// An open control file: its content snapshot (taken at open, for the opener) or, for `ctl`,
 /// the commands written so far.
 #[derive(Debug)]
-struct ControlHandle {
+struct OpenControl {
     file: ControlFile,
     data: Vec<u8>,
 }
@@ -309,9 +337,9 @@ struct Dest<'a> {
 /// The filesystem: the inode table, the handle tables, the smith registry and the access check.
 pub struct SmithFs {
     inodes: InodeTable,
-    files: HandleTable<FileHandle>,
-    dirs: HandleTable<DirHandle>,
-    controls: HandleTable<ControlHandle>,
+    files: OpenTable<OpenFile>,
+    dirs: OpenTable<OpenDir>,
+    controls: OpenTable<OpenControl>,
     registry: Arc<Registry>,
     identities: Arc<dyn Identities>,
     /// The limits on open handles (per smith and mount-wide).
@@ -385,9 +413,9 @@ impl SmithFs {
         let reserve = quota::reserve_of(root.as_fd());
         let fs = SmithFs {
             inodes: InodeTable::new(root, opts.max_fds)?,
-            files: HandleTable::default(),
-            dirs: HandleTable::default(),
-            controls: HandleTable::default(),
+            files: OpenTable::default(),
+            dirs: OpenTable::default(),
+            controls: OpenTable::default(),
             registry,
             identities,
             open_limits: budget::OpenLimits::new(opts.max_open_per_smith, opts.max_open_total),
@@ -432,11 +460,11 @@ impl SmithFs {
     }
 
     /// Node id of backing inode number `ino` (for kernel cache invalidation).
-    pub fn node_id(&self, backing_ino: u64) -> u64 {
+    pub fn node_id(&self, backing_ino: BackingIno) -> NodeId {
         self.inodes.ids.node_id(backing_ino)
     }
 
-    fn attrs_changed(&self, node: u64) {
+    fn attrs_changed(&self, node: NodeId) {
         self.links.kernel.attrs_changed(node);
     }
 

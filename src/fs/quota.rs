@@ -12,6 +12,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use super::error::FsResult;
 use super::inode::Inode;
 use super::{backing, Caller, SmithFs};
+use crate::backing::BackingIno;
 use crate::identity::Identity;
 use crate::limits::storage::{self, Books, Exceeded, Reserve, StoreSpace, Usage};
 use crate::policy::{storage_denial, StorageBound, Zone};
@@ -129,7 +130,7 @@ impl SmithFs {
             return;
         };
         if let Ok(st) = backing::stat(fd) {
-            ledger.with(|b| b.resize(st.st_ino, st.st_blocks as u64));
+            ledger.with(|b| b.resize(BackingIno::of(&st), st.st_blocks as u64));
         }
     }
 
@@ -140,7 +141,7 @@ impl SmithFs {
             return;
         };
         let home = storage::payer(zone);
-        ledger.with(|b| b.record(st.st_ino, home, st.st_blocks as u64));
+        ledger.with(|b| b.record(BackingIno::of(st), home, st.st_blocks as u64));
         if let Ok(fd) = dir.fd() {
             self.settle_fd(fd.as_fd());
         }
@@ -162,16 +163,16 @@ impl SmithFs {
         let held = !is_dir
             && self
                 .inodes
-                .find(self.inodes.ids.node_id(st.st_ino))
+                .find(self.inodes.ids.node_id(BackingIno::of(st)))
                 .is_some();
-        ledger.with(|b| b.unlinked(st.st_ino, nlink, held));
+        ledger.with(|b| b.unlinked(BackingIno::of(st), nlink, held));
         if let Ok(fd) = dir.fd() {
             self.settle_fd(fd.as_fd());
         }
     }
 
     /// The kernel let go of node `id` (backing inode `ino`): an unlinked file's space is free.
-    pub(super) fn storage_forgotten(&self, ino: u64) {
+    pub(super) fn storage_forgotten(&self, ino: BackingIno) {
         if let Some(ledger) = &self.ledger {
             ledger.with(|b| b.forgotten(ino));
         }
@@ -193,8 +194,8 @@ impl SmithFs {
         let home = storage::payer(zone);
         let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
         let changed = ledger.with(|b| {
-            let before = b.home(st.st_ino);
-            b.rehome(st.st_ino, home);
+            let before = b.home(BackingIno::of(st));
+            b.rehome(BackingIno::of(st), home);
             before != home
         });
         if is_dir && changed {
@@ -216,7 +217,7 @@ impl SmithFs {
         else {
             return;
         };
-        let smith_at = |ino: u64| {
+        let smith_at = |ino: BackingIno| {
             self.registry
                 .smith_at(ino)
                 .map(|(i, p, l)| Zone::smith_dir(i, p, l))
@@ -247,7 +248,7 @@ impl SmithFs {
         let store = self.inodes.root();
         let fd = store.fd().ok()?;
         let dir = backing::open_dir_path(fd.as_fd(), std::path::Path::new(&info.rel_dir())).ok()?;
-        let smith_at = |ino: u64| {
+        let smith_at = |ino: BackingIno| {
             self.registry
                 .smith_at(ino)
                 .map(|(i, p, l)| Zone::smith_dir(i, p, l))

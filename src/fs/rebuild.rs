@@ -8,7 +8,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use super::backing::{self, SysResult};
+use super::backing::{self, BackingIno, SysResult};
 use crate::tree::model::SmithIdx;
 use crate::tree::registry::Registry;
 use crate::tree::scaffold_plan::{parse_child_name, ROOT_ID};
@@ -35,7 +35,12 @@ pub fn scan(
     if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
         return Ok(());
     }
-    let idx = registry.register(None, ROOT_ID, st.st_ino, highest.get(ROOT_ID).copied());
+    let idx = registry.register(
+        None,
+        ROOT_ID,
+        BackingIno::of(&st),
+        highest.get(ROOT_ID).copied(),
+    );
     let dir = backing::open_beneath(
         smiths.as_fd(),
         &root_name,
@@ -63,7 +68,12 @@ pub fn scan_moved(
     }
     let id = String::from_utf8_lossy(name.to_bytes()).into_owned();
     let full = format!("{}/{id}", registry.full_id(parent).unwrap_or_default());
-    let idx = registry.register(Some(parent), &id, st.st_ino, highest.get(&full).copied());
+    let idx = registry.register(
+        Some(parent),
+        &id,
+        BackingIno::of(&st),
+        highest.get(&full).copied(),
+    );
     let dir = backing::open_beneath(children, name, libc::O_PATH | libc::O_DIRECTORY, 0)?;
     scan_children(dir.as_fd(), idx, registry, highest)?;
     Ok(idx)
@@ -99,7 +109,12 @@ fn scan_children(
         registry.note_child_number(parent, n);
         let id = String::from_utf8_lossy(&name).into_owned();
         let full = format!("{}/{id}", registry.full_id(parent).unwrap_or_default());
-        let idx = registry.register(Some(parent), &id, st.st_ino, highest.get(&full).copied());
+        let idx = registry.register(
+            Some(parent),
+            &id,
+            BackingIno::of(&st),
+            highest.get(&full).copied(),
+        );
         let dir = backing::open_beneath(children.as_fd(), &c, libc::O_PATH | libc::O_DIRECTORY, 0)?;
         scan_children(dir.as_fd(), idx, registry, highest)?;
     }

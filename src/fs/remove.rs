@@ -5,6 +5,7 @@ use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 
 use super::error::{FsError, FsResult};
+use super::ids::{BackingIno, NodeId};
 use super::{backing, control, Caller, SmithFs};
 use crate::policy::{Op, Removal};
 use crate::tree::model::SmithIdx;
@@ -12,7 +13,13 @@ use crate::trigger::Trigger;
 
 impl SmithFs {
     /// Remove the name `name` from `parent` (FUSE unlink, or rmdir when `is_dir`).
-    pub fn remove(&self, caller: &Caller, parent: u64, name: &OsStr, is_dir: bool) -> FsResult<()> {
+    pub fn remove(
+        &self,
+        caller: &Caller,
+        parent: NodeId,
+        name: &OsStr,
+        is_dir: bool,
+    ) -> FsResult<()> {
         if control::is_virtual(parent) {
             let who = self.identify(caller);
             let op = if is_dir { "rmdir" } else { "unlink" };
@@ -45,7 +52,7 @@ impl SmithFs {
         backing::unlink(dir.fd()?.as_fd(), &cname, is_dir)?;
         self.storage_unlinked(&dir, &st);
         if is_dir {
-            self.smith_dir_gone(st.st_ino);
+            self.smith_dir_gone(BackingIno::of(&st));
         } else {
             self.unnamed(&st, dir.id, name.as_bytes());
         }
@@ -55,7 +62,7 @@ impl SmithFs {
     /// The directory with backing inode `ino` no longer exists (rmdir, or replaced by a
     /// rename): if it was a smith dir, forget that smith and its subtree, and release what the
     /// identity resolver held for them (their cgroups, PROTOCOL.md §2).
-    pub(super) fn smith_dir_gone(&self, ino: u64) {
+    pub(super) fn smith_dir_gone(&self, ino: BackingIno) {
         if let Some((idx, _, _)) = self.registry.smith_at(ino) {
             self.smith_gone(idx);
         }

@@ -6,6 +6,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering;
 
 use super::error::{FsError, FsResult};
+use super::ids::{BackingIno, NodeId};
 use super::inode::Inode;
 use super::{backing, control, rebuild, Caller, Dest, MovedSmith, SmithFs};
 use crate::identity::Identity;
@@ -22,9 +23,9 @@ impl SmithFs {
     pub fn rename(
         &self,
         caller: &Caller,
-        parent: u64,
+        parent: NodeId,
         name: &OsStr,
-        newparent: u64,
+        newparent: NodeId,
         newname: &OsStr,
         flags: u32,
     ) -> FsResult<()> {
@@ -52,7 +53,7 @@ impl SmithFs {
         let replaced = self.existing_zone(&to, &cnew, newname).ok();
         let exchange = flags & libc::RENAME_EXCHANGE != 0;
         if src_st.st_mode & libc::S_IFMT == libc::S_IFDIR {
-            if let Some((moved, _, _)) = self.registry.smith_at(src_st.st_ino) {
+            if let Some((moved, _, _)) = self.registry.smith_at(BackingIno::of(&src_st)) {
                 let m = MovedSmith {
                     smith: moved,
                     zone: src_zone,
@@ -118,7 +119,7 @@ impl SmithFs {
             if !exchange && st.st_mode & libc::S_IFMT == libc::S_IFDIR && st.st_ino != src_st.st_ino
             {
                 // An (empty) smith dir replaced by a rename is gone like one removed by rmdir.
-                self.smith_dir_gone(st.st_ino);
+                self.smith_dir_gone(BackingIno::of(st));
             }
         }
         self.moved(&src_st, (from.id, name.as_bytes()), &to, newname.as_bytes());
@@ -145,7 +146,10 @@ impl SmithFs {
             }
             Some(_) | None => {}
         }
-        if let Some(moved) = self.inodes.find(self.inodes.ids.node_id(src_st.st_ino)) {
+        if let Some(moved) = self
+            .inodes
+            .find(self.inodes.ids.node_id(BackingIno::of(&src_st)))
+        {
             self.completed_at(caller, &to, newname, &moved);
         } else if src_st.st_mode & libc::S_IFMT == libc::S_IFREG {
             self.completed_name(caller, &to, newname);
@@ -245,7 +249,7 @@ impl SmithFs {
         // new name), problems are logged.
         if let Some((_, st)) = dst.replaced {
             if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
-                self.smith_dir_gone(st.st_ino);
+                self.smith_dir_gone(BackingIno::of(st));
             }
         }
         // By index, not by inode number: a concurrent rescan may already have registered the

@@ -5,6 +5,7 @@ use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 
 use super::error::{FsError, FsResult};
+use super::ids::NodeId;
 use super::{backing, control, Caller, SmithFs};
 use crate::policy::Op;
 
@@ -13,7 +14,7 @@ impl SmithFs {
     pub fn setxattr(
         &self,
         caller: &Caller,
-        ino: u64,
+        ino: NodeId,
         name: &OsStr,
         value: &[u8],
         flags: i32,
@@ -36,7 +37,7 @@ impl SmithFs {
     pub fn getxattr(
         &self,
         caller: &Caller,
-        ino: u64,
+        ino: NodeId,
         name: &OsStr,
         size: u32,
     ) -> FsResult<XattrReply> {
@@ -51,7 +52,7 @@ impl SmithFs {
     }
 
     /// List extended attribute names (FUSE listxattr).
-    pub fn listxattr(&self, caller: &Caller, ino: u64, size: u32) -> FsResult<XattrReply> {
+    pub fn listxattr(&self, caller: &Caller, ino: NodeId, size: u32) -> FsResult<XattrReply> {
         if control::is_virtual(ino) {
             return Ok(XattrReply::Size(0));
         }
@@ -62,7 +63,7 @@ impl SmithFs {
     }
 
     /// Remove an extended attribute (FUSE removexattr).
-    pub fn removexattr(&self, caller: &Caller, ino: u64, name: &OsStr) -> FsResult<()> {
+    pub fn removexattr(&self, caller: &Caller, ino: NodeId, name: &OsStr) -> FsResult<()> {
         if control::is_virtual(ino) {
             return Err(FsError::ControlFixed);
         }

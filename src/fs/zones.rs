@@ -6,7 +6,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering;
 
 use super::error::FsResult;
-use super::inode::{Inode, Name, Place, ROOT_ID};
+use super::ids::{BackingIno, NodeId};
+use super::inode::{Inode, Name, Place};
 use super::{backing, control, Caller, SmithFs};
 use crate::identity::Identity;
 use crate::policy::{self, decide, decide_unseen_names, Decision, Op, Zone};
@@ -84,7 +85,7 @@ impl SmithFs {
     pub(super) fn find_names(&self, inode: &Inode) -> Option<Vec<Zone>> {
         let st = backing::stat(inode.fd().ok()?.as_fd()).ok()?;
         inode.note_links(st.st_nlink);
-        let mut dirs: Vec<u64> = {
+        let mut dirs: Vec<NodeId> = {
             let p = inode.place.lock();
             std::iter::once(p.parent)
                 .chain(p.others.iter().map(|o| o.parent))
@@ -92,7 +93,7 @@ impl SmithFs {
         };
         dirs.sort_unstable();
         dirs.dedup();
-        let mut found: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut found: Vec<(NodeId, Vec<u8>)> = Vec::new();
         let mut budget = Self::SCAN_MAX;
         for id in dirs {
             let Some(dir) = self.inodes.find(id) else {
@@ -106,7 +107,7 @@ impl SmithFs {
             };
             while let Ok(Some(ent)) = stream.next_entry() {
                 budget = budget.checked_sub(1)?;
-                if ent.ino == st.st_ino && ent.name != b"." && ent.name != b".." {
+                if ent.ino == BackingIno::of(&st) && ent.name != b"." && ent.name != b".." {
                     found.push((id, ent.name));
                 }
             }
@@ -179,17 +180,18 @@ impl SmithFs {
     /// The zone of the entry `name` (node id `id`, if it exists) in directory `parent`.
     pub(super) fn entry_zone(
         &self,
-        parent: u64,
+        parent: NodeId,
         name: &[u8],
-        id: u64,
+        id: NodeId,
         is_dir: bool,
     ) -> Option<Zone> {
         if is_dir {
-            if let Some((idx, par, level)) = self.registry.smith_at(self.inodes.ids.node_id(id)) {
+            if let Some((idx, par, level)) = self.registry.smith_at(self.inodes.ids.backing_ino(id))
+            {
                 return Some(Zone::smith_dir(idx, par, level));
             }
         }
-        if parent == ROOT_ID && name == control::DIR_NAME.as_bytes() && id == control::DIR_ID {
+        if parent == NodeId::ROOT && name == control::DIR_NAME.as_bytes() && id == control::DIR_ID {
             return Some(Zone::root().child_zone(OsStr::from_bytes(name)));
         }
         let dir = self.inodes.find(parent)?;
@@ -211,7 +213,7 @@ impl SmithFs {
     ) -> FsResult<(Zone, libc::stat)> {
         let st = backing::stat_at(dir.fd()?.as_fd(), cname)?;
         if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
-            if let Some((idx, par, level)) = self.registry.smith_at(st.st_ino) {
+            if let Some((idx, par, level)) = self.registry.smith_at(BackingIno::of(&st)) {
                 return Ok((Zone::smith_dir(idx, par, level), st));
             }
         }
@@ -223,7 +225,7 @@ impl SmithFs {
         let mut parts: Vec<Box<[u8]>> = Vec::new();
         let mut cur = inode.id;
         for _ in 0..256 {
-            if cur == ROOT_ID {
+            if cur == NodeId::ROOT {
                 break;
             }
             let Some(node) = self.inodes.find(cur) else {
@@ -287,8 +289,11 @@ impl SmithFs {
     /// Update the place of a renamed inode whose `stat` before the rename was `st` (if the kernel
     /// holds it): the name `from` (directory node id, name) is now `name` in `dir`. A file with
     /// other names keeps them: the rename moved one name, not the inode.
-    pub(super) fn moved(&self, st: &libc::stat, from: (u64, &[u8]), dir: &Inode, name: &[u8]) {
-        let Some(inode) = self.inodes.find(self.inodes.ids.node_id(st.st_ino)) else {
+    pub(super) fn moved(&self, st: &libc::stat, from: (NodeId, &[u8]), dir: &Inode, name: &[u8]) {
+        let Some(inode) = self
+            .inodes
+            .find(self.inodes.ids.node_id(BackingIno::of(st)))
+        else {
             return;
         };
         let (zone, epoch) = self.zone_for(&inode, dir, name);
@@ -304,8 +309,11 @@ impl SmithFs {
     /// The name `name` in directory `dir` of the non-directory whose `stat` before the removal
     /// was `st` is gone (unlink, or replaced by a rename): forget the name and note one link less
     /// (if the kernel holds the inode).
-    pub(super) fn unnamed(&self, st: &libc::stat, dir: u64, name: &[u8]) {
-        let Some(inode) = self.inodes.find(self.inodes.ids.node_id(st.st_ino)) else {
+    pub(super) fn unnamed(&self, st: &libc::stat, dir: NodeId, name: &[u8]) {
+        let Some(inode) = self
+            .inodes
+            .find(self.inodes.ids.node_id(BackingIno::of(st)))
+        else {
             return;
         };
         if inode.is_dir() {

@@ -9,7 +9,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
 use super::wire::{self, fattr, EntryOut, FuseAttr, InHeader, Out, Request};
-use crate::fs::{Attr, Cache, Caller, FsError, SetAttr, SmithFs, XattrReply};
+use crate::fs::{Attr, Cache, Caller, Fh, FsError, NodeId, SetAttr, SmithFs, XattrReply};
 
 /// What a request's reply carries, built after the request's borrowed buffer is done with (a
 /// transport may reuse one buffer for the request and its reply).
@@ -83,7 +83,7 @@ pub fn ttl_secs(cache: Cache) -> u64 {
 }
 
 /// How node `ino`'s attributes may be cached.
-pub fn cache_of(ino: u64) -> Cache {
+pub fn cache_of(ino: NodeId) -> Cache {
     if crate::fs::control::is_virtual(ino) {
         Cache::Never
     } else {
@@ -162,7 +162,7 @@ impl Dispatcher {
         }
     }
 
-    fn backing(&self, fh: u64) -> u32 {
+    fn backing(&self, fh: Fh) -> u32 {
         if !self.passthrough {
             return 0;
         }
@@ -182,7 +182,7 @@ impl Dispatcher {
             uid: h.uid,
             gid: h.gid,
         };
-        let ino = h.nodeid;
+        let ino = NodeId(h.nodeid);
         if let Some(owner) = self.owner {
             let kernel_only = matches!(
                 req,
@@ -208,7 +208,7 @@ impl Dispatcher {
                 fs.forget(ino, nlookup);
                 Reply::None
             }
-            Request::Getattr { fh } => match fs.getattr(ino, fh) {
+            Request::Getattr { fh } => match fs.getattr(ino, fh.map(Fh)) {
                 Ok(a) => attr(&a, ttl_secs(cache_of(ino))),
                 Err(e) => err(&e),
             },
@@ -235,7 +235,7 @@ impl Dispatcher {
                     size: (s.valid & fattr::SIZE != 0).then_some(s.size),
                     atime: time(fattr::ATIME_NOW, fattr::ATIME, s.atime, s.atimensec),
                     mtime: time(fattr::MTIME_NOW, fattr::MTIME, s.mtime, s.mtimensec),
-                    fh: (s.valid & fattr::FH != 0).then_some(s.fh),
+                    fh: (s.valid & fattr::FH != 0).then_some(Fh(s.fh)),
                 };
                 match fs.setattr(&c, ino, &set) {
                     Ok(a) => attr(&a, ttl_secs(cache_of(ino))),
@@ -257,9 +257,9 @@ impl Dispatcher {
                 flags,
                 name,
                 newname,
-            } => empty(fs.rename(&c, ino, name, newdir, newname, flags)),
+            } => empty(fs.rename(&c, ino, name, NodeId(newdir), newname, flags)),
             Request::Link { oldnodeid, newname } => {
-                self.entry(normal(fs.link(&c, oldnodeid, ino, newname)))
+                self.entry(normal(fs.link(&c, NodeId(oldnodeid), ino, newname)))
             }
             Request::Open { flags } => match fs.open(&c, ino, flags as i32) {
                 Ok((fh, cache)) => {
@@ -267,13 +267,13 @@ impl Dispatcher {
                         Cache::Normal => self.backing(fh),
                         Cache::Never => 0,
                     };
-                    Reply::Open(fh, open_flags(cache, backing), backing)
+                    Reply::Open(fh.0, open_flags(cache, backing), backing)
                 }
                 Err(e) => err(&e),
             },
             Request::Read {
                 fh, offset, size, ..
-            } => data(fs.read(ino, fh, offset, size)),
+            } => data(fs.read(ino, Fh(fh), offset, size)),
             Request::Write {
                 fh,
                 offset,
@@ -281,7 +281,7 @@ impl Dispatcher {
                 data,
             } => {
                 let kill = write_flags & wire::WRITE_KILL_SUIDGID != 0;
-                match fs.write(&c, ino, fh, offset, data, kill) {
+                match fs.write(&c, ino, Fh(fh), offset, data, kill) {
                     Ok(n) => Reply::Written(n),
                     Err(e) => err(&e),
                 }
@@ -290,23 +290,25 @@ impl Dispatcher {
                 Ok(s) => Reply::Statfs(Box::new(s)),
                 Err(e) => err(&e),
             },
-            Request::Release { fh, .. } => empty(fs.release(ino, fh)),
-            Request::Fsync { fh, datasync } => empty(fs.fsync(ino, fh, datasync)),
+            Request::Release { fh, .. } => empty(fs.release(ino, Fh(fh))),
+            Request::Fsync { fh, datasync } => empty(fs.fsync(ino, Fh(fh), datasync)),
             Request::Setxattr { flags, name, value } => {
                 empty(fs.setxattr(&c, ino, name, value, flags as i32))
             }
             Request::Getxattr { size, name } => xattr(fs.getxattr(&c, ino, name, size)),
             Request::Listxattr { size } => xattr(fs.listxattr(&c, ino, size)),
             Request::Removexattr { name } => empty(fs.removexattr(&c, ino, name)),
-            Request::Flush { fh } => empty(fs.flush(ino, fh)),
+            Request::Flush { fh } => empty(fs.flush(ino, Fh(fh))),
             Request::Opendir { .. } => match fs.opendir(&c, ino) {
-                Ok(fh) => Reply::Open(fh, 0, 0),
+                Ok(fh) => Reply::Open(fh.0, 0, 0),
                 Err(e) => err(&e),
             },
-            Request::Readdir { fh, offset, size } => listing(fs, ino, fh, offset, size, false),
-            Request::Readdirplus { fh, offset, size } => listing(fs, ino, fh, offset, size, true),
-            Request::Releasedir { fh } => empty(fs.releasedir(ino, fh)),
-            Request::Fsyncdir { fh, datasync } => empty(fs.fsyncdir(ino, fh, datasync)),
+            Request::Readdir { fh, offset, size } => listing(fs, ino, Fh(fh), offset, size, false),
+            Request::Readdirplus { fh, offset, size } => {
+                listing(fs, ino, Fh(fh), offset, size, true)
+            }
+            Request::Releasedir { fh } => empty(fs.releasedir(ino, Fh(fh))),
+            Request::Fsyncdir { fh, datasync } => empty(fs.fsyncdir(ino, Fh(fh), datasync)),
             // With `default_permissions` the kernel checks mode bits itself (PROTOCOL.md §3).
             Request::Access { .. } => Reply::Empty,
             Request::Create {
@@ -316,7 +318,7 @@ impl Dispatcher {
                     let backing = self.backing(fh);
                     Reply::Create(
                         entry_out(&a, TTL_SECS),
-                        fh,
+                        fh.0,
                         open_flags(Cache::Normal, backing),
                         backing,
                     )
@@ -329,11 +331,13 @@ impl Dispatcher {
                 offset,
                 length,
                 mode,
-            } => empty(fs.fallocate(fh, offset, length, mode as i32)),
-            Request::Lseek { fh, offset, whence } => match fs.lseek(fh, offset, whence as i32) {
-                Ok(o) => Reply::Lseek(o),
-                Err(e) => err(&e),
-            },
+            } => empty(fs.fallocate(Fh(fh), offset, length, mode as i32)),
+            Request::Lseek { fh, offset, whence } => {
+                match fs.lseek(Fh(fh), offset, whence as i32) {
+                    Ok(o) => Reply::Lseek(o),
+                    Err(e) => err(&e),
+                }
+            }
             Request::CopyFileRange {
                 fh_in,
                 off_in,
@@ -341,7 +345,7 @@ impl Dispatcher {
                 off_out,
                 len,
                 ..
-            } => match fs.copy_file_range(fh_in, off_in, fh_out, off_out, len, 0) {
+            } => match fs.copy_file_range(Fh(fh_in), off_in, Fh(fh_out), off_out, len, 0) {
                 Ok(n) => Reply::Written(n),
                 Err(e) => err(&e),
             },
@@ -352,20 +356,20 @@ impl Dispatcher {
 }
 
 /// A READDIR (`plus` false) or READDIRPLUS body of at most `size` bytes from `offset`.
-fn listing(fs: &SmithFs, ino: u64, fh: u64, offset: u64, size: u32, plus: bool) -> Reply {
+fn listing(fs: &SmithFs, ino: NodeId, fh: Fh, offset: u64, size: u32, plus: bool) -> Reply {
     let mut buf = vec![0u8; size as usize];
     let mut out = Out::new(&mut buf);
     let r = fs.readdir(ino, fh, offset, plus, |e| {
         let name = e.name.as_bytes();
         if !plus {
-            return out.dirent(size as usize, e.ino, e.offset, e.kind, name);
+            return out.dirent(size as usize, e.ino.0, e.offset, e.kind, name);
         }
         // `SmithFs::readdir` gives every entry its attributes when asked for `plus`.
         let Some(a) = e.attr else {
             return false;
         };
         let mut entry = entry_out(&a, ttl_secs(cache_of(e.ino)));
-        entry.nodeid = e.ino;
+        entry.nodeid = e.ino.0;
         out.direntplus(size as usize, &entry, e.offset, name)
     });
     let n = out.len();

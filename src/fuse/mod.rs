@@ -1,6 +1,7 @@
 //! FUSE glue: the only place that names fuser's request and reply types. Each method builds a
 //! [`Caller`], calls [`SmithFs`], and replies (STYLE.md habit 1).
 
+pub mod mount;
 pub mod session;
 
 use std::ffi::OsStr;
@@ -16,7 +17,7 @@ use fuser::{
     TimeOrNow, WriteFlags,
 };
 
-use crate::fs::{Attr, Cache, Caller, FsError, SetAttr, SmithFs, XattrReply};
+use crate::fs::{Attr, Cache, Caller, Fh, FsError, NodeId, SetAttr, SmithFs, XattrReply};
 
 pub mod dispatch;
 pub mod transport;
@@ -66,7 +67,7 @@ impl FuseFs {
     /// The shared backing registration for handle `fh`, made through `open_backing`.
     fn backing_for(
         &self,
-        fh: u64,
+        fh: Fh,
         open_backing: impl FnOnce(std::os::fd::BorrowedFd<'_>) -> std::io::Result<BackingId>,
     ) -> Option<Arc<BackingId>> {
         if !self.passthrough {
@@ -77,6 +78,16 @@ impl FuseFs {
         })?;
         any.downcast::<BackingId>().ok()
     }
+}
+
+/// Our node id for fuser's.
+fn node(ino: INodeNo) -> NodeId {
+    NodeId(ino.0)
+}
+
+/// Our open-file number for fuser's.
+fn fh_no(fh: FileHandle) -> Fh {
+    Fh(fh.0)
 }
 
 fn caller(req: &Request) -> Caller {
@@ -181,7 +192,7 @@ fn reply_entry_cached(reply: ReplyEntry, r: Result<(Attr, Cache), FsError>) {
 }
 
 fn cache_of(ino: INodeNo) -> Cache {
-    dispatch::cache_of(ino.0)
+    dispatch::cache_of(node(ino))
 }
 
 fn reply_empty(reply: ReplyEmpty, r: Result<(), FsError>) {
@@ -267,15 +278,15 @@ impl Filesystem for FuseFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        reply_entry_cached(reply, self.fs.lookup(parent.0, name));
+        reply_entry_cached(reply, self.fs.lookup(node(parent), name));
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.fs.forget(ino.0, nlookup);
+        self.fs.forget(node(ino), nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.fs.getattr(ino.0, fh.map(|f| f.0)) {
+        match self.fs.getattr(node(ino), fh.map(fh_no)) {
             Ok(a) => reply.attr(&ttl(cache_of(ino)), &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
@@ -306,16 +317,16 @@ impl Filesystem for FuseFs {
             size,
             atime: atime.map(timespec),
             mtime: mtime.map(timespec),
-            fh: fh.map(|f| f.0),
+            fh: fh.map(fh_no),
         };
-        match self.fs.setattr(&caller(req), ino.0, &set) {
+        match self.fs.setattr(&caller(req), node(ino), &set) {
             Ok(a) => reply.attr(&ttl(cache_of(ino)), &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.fs.readlink(&caller(req), ino.0) {
+        match self.fs.readlink(&caller(req), node(ino)) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(&e)),
         }
@@ -333,7 +344,7 @@ impl Filesystem for FuseFs {
     ) {
         reply_entry(
             reply,
-            self.fs.mknod(&caller(req), parent.0, name, mode, rdev),
+            self.fs.mknod(&caller(req), node(parent), name, mode, rdev),
         );
     }
 
@@ -346,15 +357,21 @@ impl Filesystem for FuseFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        reply_entry(reply, self.fs.mkdir(&caller(req), parent.0, name, mode));
+        reply_entry(reply, self.fs.mkdir(&caller(req), node(parent), name, mode));
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty(reply, self.fs.remove(&caller(req), parent.0, name, false));
+        reply_empty(
+            reply,
+            self.fs.remove(&caller(req), node(parent), name, false),
+        );
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty(reply, self.fs.remove(&caller(req), parent.0, name, true));
+        reply_empty(
+            reply,
+            self.fs.remove(&caller(req), node(parent), name, true),
+        );
     }
 
     fn symlink(
@@ -368,7 +385,7 @@ impl Filesystem for FuseFs {
         reply_entry(
             reply,
             self.fs
-                .symlink(&caller(req), parent.0, link_name, target.as_os_str()),
+                .symlink(&caller(req), node(parent), link_name, target.as_os_str()),
         );
     }
 
@@ -386,9 +403,9 @@ impl Filesystem for FuseFs {
             reply,
             self.fs.rename(
                 &caller(req),
-                parent.0,
+                node(parent),
                 name,
-                newparent.0,
+                node(newparent),
                 newname,
                 flags.bits(),
             ),
@@ -405,20 +422,21 @@ impl Filesystem for FuseFs {
     ) {
         reply_entry(
             reply,
-            self.fs.link(&caller(req), ino.0, newparent.0, newname),
+            self.fs
+                .link(&caller(req), node(ino), node(newparent), newname),
         );
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.fs.open(&caller(req), ino.0, flags.0) {
+        match self.fs.open(&caller(req), node(ino), flags.0) {
             Ok((fh, cache)) => {
                 let backing = match cache {
                     Cache::Normal => self.backing_for(fh, |fd| reply.open_backing(fd)),
                     Cache::Never => None,
                 };
                 match backing {
-                    Some(b) => reply.opened_passthrough(FileHandle(fh), fopen(cache), &b),
-                    None => reply.opened(FileHandle(fh), fopen(cache)),
+                    Some(b) => reply.opened_passthrough(FileHandle(fh.0), fopen(cache), &b),
+                    None => reply.opened(FileHandle(fh.0), fopen(cache)),
                 }
             }
             Err(e) => reply.error(errno(&e)),
@@ -436,7 +454,7 @@ impl Filesystem for FuseFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.fs.read(ino.0, fh.0, offset, size) {
+        match self.fs.read(node(ino), fh_no(fh), offset, size) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(errno(&e)),
         }
@@ -455,7 +473,10 @@ impl Filesystem for FuseFs {
         reply: ReplyWrite,
     ) {
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-        match self.fs.write(&caller(req), ino.0, fh.0, offset, data, kill) {
+        match self
+            .fs
+            .write(&caller(req), node(ino), fh_no(fh), offset, data, kill)
+        {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(&e)),
         }
@@ -469,7 +490,7 @@ impl Filesystem for FuseFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.fs.flush(ino.0, fh.0));
+        reply_empty(reply, self.fs.flush(node(ino), fh_no(fh)));
     }
 
     fn release(
@@ -482,7 +503,7 @@ impl Filesystem for FuseFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.fs.release(ino.0, fh.0));
+        reply_empty(reply, self.fs.release(node(ino), fh_no(fh)));
     }
 
     fn fsync(
@@ -493,12 +514,12 @@ impl Filesystem for FuseFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.fs.fsync(ino.0, fh.0, datasync));
+        reply_empty(reply, self.fs.fsync(node(ino), fh_no(fh), datasync));
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.fs.opendir(&caller(req), ino.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+        match self.fs.opendir(&caller(req), node(ino)) {
+            Ok(fh) => reply.opened(FileHandle(fh.0), FopenFlags::empty()),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -511,8 +532,8 @@ impl Filesystem for FuseFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let r = self.fs.readdir(ino.0, fh.0, offset, false, |e| {
-            reply.add(INodeNo(e.ino), e.offset, file_type(e.kind), e.name)
+        let r = self.fs.readdir(node(ino), fh_no(fh), offset, false, |e| {
+            reply.add(INodeNo(e.ino.0), e.offset, file_type(e.kind), e.name)
         });
         match r {
             Ok(()) => reply.ok(),
@@ -528,16 +549,16 @@ impl Filesystem for FuseFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let r = self.fs.readdir(ino.0, fh.0, offset, true, |e| {
+        let r = self.fs.readdir(node(ino), fh_no(fh), offset, true, |e| {
             // `SmithFs::readdir` gives every entry its attributes when asked for `plus`.
             let Some(attr) = e.attr.map(|a| file_attr(&a)) else {
                 return false;
             };
             reply.add(
-                INodeNo(e.ino),
+                INodeNo(e.ino.0),
                 e.offset,
                 e.name,
-                &ttl(cache_of(INodeNo(e.ino))),
+                &ttl(dispatch::cache_of(e.ino)),
                 &attr,
                 Generation(0),
             )
@@ -556,7 +577,7 @@ impl Filesystem for FuseFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.fs.releasedir(ino.0, fh.0));
+        reply_empty(reply, self.fs.releasedir(node(ino), fh_no(fh)));
     }
 
     fn fsyncdir(
@@ -567,11 +588,11 @@ impl Filesystem for FuseFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.fs.fsyncdir(ino.0, fh.0, datasync));
+        reply_empty(reply, self.fs.fsyncdir(node(ino), fh_no(fh), datasync));
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        match self.fs.statfs(ino.0) {
+        match self.fs.statfs(node(ino)) {
             Ok(s) => reply.statfs(
                 s.f_blocks,
                 s.f_bfree,
@@ -598,20 +619,21 @@ impl Filesystem for FuseFs {
     ) {
         reply_empty(
             reply,
-            self.fs.setxattr(&caller(req), ino.0, name, value, flags),
+            self.fs
+                .setxattr(&caller(req), node(ino), name, value, flags),
         );
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        reply_xattr(reply, self.fs.getxattr(&caller(req), ino.0, name, size));
+        reply_xattr(reply, self.fs.getxattr(&caller(req), node(ino), name, size));
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        reply_xattr(reply, self.fs.listxattr(&caller(req), ino.0, size));
+        reply_xattr(reply, self.fs.listxattr(&caller(req), node(ino), size));
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty(reply, self.fs.removexattr(&caller(req), ino.0, name));
+        reply_empty(reply, self.fs.removexattr(&caller(req), node(ino), name));
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
@@ -629,13 +651,16 @@ impl Filesystem for FuseFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        match self.fs.create(&caller(req), parent.0, name, mode, flags) {
+        match self
+            .fs
+            .create(&caller(req), node(parent), name, mode, flags)
+        {
             Ok((a, fh)) => match self.backing_for(fh, |fd| reply.open_backing(fd)) {
                 Some(b) => reply.created_passthrough(
                     &TTL,
                     &file_attr(&a),
                     Generation(0),
-                    FileHandle(fh),
+                    FileHandle(fh.0),
                     fopen(Cache::Normal),
                     &b,
                 ),
@@ -643,7 +668,7 @@ impl Filesystem for FuseFs {
                     &TTL,
                     &file_attr(&a),
                     Generation(0),
-                    FileHandle(fh),
+                    FileHandle(fh.0),
                     fopen(Cache::Normal),
                 ),
             },
@@ -661,7 +686,7 @@ impl Filesystem for FuseFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.fs.fallocate(fh.0, offset, length, mode));
+        reply_empty(reply, self.fs.fallocate(fh_no(fh), offset, length, mode));
     }
 
     fn lseek(
@@ -673,7 +698,7 @@ impl Filesystem for FuseFs {
         whence: i32,
         reply: ReplyLseek,
     ) {
-        match self.fs.lseek(fh.0, offset, whence) {
+        match self.fs.lseek(fh_no(fh), offset, whence) {
             Ok(o) => reply.offset(o),
             Err(e) => reply.error(errno(&e)),
         }
@@ -694,7 +719,7 @@ impl Filesystem for FuseFs {
     ) {
         match self
             .fs
-            .copy_file_range(fh_in.0, offset_in, fh_out.0, offset_out, len, 0)
+            .copy_file_range(fh_no(fh_in), offset_in, fh_no(fh_out), offset_out, len, 0)
         {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(&e)),

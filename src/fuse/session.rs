@@ -6,13 +6,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock, Weak};
 
 use anyhow::{anyhow, bail, Context, Result};
-use fuser::{MountOption, Session, SessionACL};
+use fuser::{Session, SessionACL};
 
 use super::dispatch::Dispatcher;
 use super::transport::{self, Negotiated, Transport};
 use super::uring::{self, Rings};
 use super::FuseFs;
-use crate::fs::{AttrCache, SmithFs};
+use crate::backing::BackingIno;
+use crate::fs::{AttrCache, NodeId, SmithFs};
 use crate::sched::Invalidate;
 
 /// How the session is set up (from `smithfs mount`'s flags).
@@ -50,23 +51,23 @@ impl KernelCache {
         Arc::new(KernelCache::default())
     }
 
-    fn node_id(&self, backing_ino: u64) -> Option<fuser::INodeNo> {
+    fn node_id(&self, backing_ino: BackingIno) -> Option<fuser::INodeNo> {
         let fs = self.fs.get()?.upgrade()?;
-        Some(fuser::INodeNo(fs.node_id(backing_ino)))
+        Some(fuser::INodeNo(fs.node_id(backing_ino).0))
     }
 }
 
 impl AttrCache for KernelCache {
-    fn attrs_changed(&self, node: u64) {
+    fn attrs_changed(&self, node: NodeId) {
         if let Some(n) = self.notifier.get() {
             // Attributes only (negative offset): takes no inode lock, safe from a FUSE thread.
-            let _ = n.inval_inode(fuser::INodeNo(node), -1, 0);
+            let _ = n.inval_inode(fuser::INodeNo(node.0), -1, 0);
         }
     }
 }
 
 impl Invalidate for KernelCache {
-    fn entry(&self, parent_backing_ino: u64, name: &std::ffi::OsStr) {
+    fn entry(&self, parent_backing_ino: BackingIno, name: &std::ffi::OsStr) {
         let (Some(n), Some(parent)) = (self.notifier.get(), self.node_id(parent_backing_ino))
         else {
             return;
@@ -76,7 +77,7 @@ impl Invalidate for KernelCache {
         }
     }
 
-    fn inode(&self, backing_ino: u64) {
+    fn inode(&self, backing_ino: BackingIno) {
         let (Some(n), Some(ino)) = (self.notifier.get(), self.node_id(backing_ino)) else {
             return;
         };
@@ -92,18 +93,40 @@ pub struct MountedSession {
     negotiated: Arc<Negotiated>,
     /// The io_uring queues, when INIT negotiated FUSE over io_uring (already serving).
     rings: Option<Rings>,
+    /// The mount point, for the [`Unmounter`].
+    dir: PathBuf,
+    /// Undoes the mount if the session is dropped before it served.
+    guard: MountGuard,
 }
 
-/// Ends a session from another thread (the signal thread).
-pub struct Unmounter(fuser::SessionUnmounter);
+/// Detaches a mount whose session never served (the daemon failed between the mount and
+/// [`MountedSession::run`]), so that no dead mount is left behind. Disarmed once the session
+/// has run: by then the kernel has ended the mount, and unmounting again could hit a newer one.
+struct MountGuard {
+    dir: PathBuf,
+    armed: bool,
+}
+
+impl Drop for MountGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            if let Err(e) = kernel_unmount(&self.dir, true) {
+                tracing::warn!("{e:#}");
+            }
+        }
+    }
+}
+
+/// Ends a session from another thread (the signal thread): unmounts its directory.
+pub struct Unmounter(PathBuf);
 
 impl Unmounter {
-    /// Unmount the session.
+    /// Unmount the session ([`kernel_unmount`], not detached).
     ///
     /// # Errors
-    /// The unmount failed (busy).
+    /// The unmount failed (busy, or fusermount3 failed).
     pub fn unmount(&mut self) -> std::io::Result<()> {
-        self.0.unmount()
+        kernel_unmount(&self.0, false).map_err(|e| std::io::Error::other(format!("{e:#}")))
     }
 }
 
@@ -118,18 +141,7 @@ pub fn mount(
     opts: SessionOptions,
     kernel: &KernelCache,
 ) -> Result<MountedSession> {
-    let mut options = vec![
-        MountOption::FSName("smithfs".into()),
-        MountOption::Subtype("smithfs".into()),
-        MountOption::DefaultPermissions,
-        MountOption::NoDev,
-        MountOption::RW,
-    ];
-    if !opts.allow_other {
-        options.push(MountOption::NoSuid);
-    }
     let mut config = fuser::Config::default();
-    config.mount_options = options;
     config.acl = if opts.allow_other {
         SessionACL::All
     } else {
@@ -145,13 +157,23 @@ pub fn mount(
     }
     let _ = kernel.fs.set(Arc::downgrade(&fs));
     let negotiated = Arc::new(Negotiated::default());
-    let session = Session::new(
+    // Type `fuse.smithfs` whoever mounts (PROTOCOL.md §6): our own mount, then fuser serves the
+    // connection.
+    let (dev, via) = super::mount::mount(dir, opts.allow_other)?;
+    let guard = MountGuard {
+        dir: dir.to_path_buf(),
+        armed: true,
+    };
+    let acl = config.acl;
+    let session = Session::from_fd(
         FuseFs::new(fs.clone(), opts.passthrough && is_root())
             .with_transport(opts.transport, negotiated.clone()),
-        dir,
-        &config,
+        dev,
+        acl,
+        config,
     )
     .map_err(|e| anyhow!("cannot mount {}: {e}", dir.display()))?;
+    tracing::debug!(?via, "mounted");
     let _ = kernel.notifier.set(session.notifier());
     let rings = negotiated
         .io_uring()
@@ -160,6 +182,8 @@ pub fn mount(
         session,
         negotiated,
         rings,
+        dir: dir.to_path_buf(),
+        guard,
     })
 }
 
@@ -207,7 +231,7 @@ fn start_rings(
 impl MountedSession {
     /// What the signal thread ends the session with.
     pub fn unmounter(&mut self) -> Unmounter {
-        Unmounter(self.session.unmount_callable())
+        Unmounter(self.dir.clone())
     }
 
     /// Serve requests until the filesystem is unmounted.
@@ -215,8 +239,15 @@ impl MountedSession {
     /// # Errors
     /// The session failed (`FUSE session failed: …`).
     pub fn run(self) -> Result<()> {
-        let served = self.session.run().context("FUSE session failed");
-        if let Some(r) = self.rings {
+        let MountedSession {
+            session,
+            rings,
+            mut guard,
+            ..
+        } = self;
+        let served = session.run().context("FUSE session failed");
+        guard.armed = false;
+        if let Some(r) = rings {
             if !r.join(std::time::Duration::from_secs(5)) {
                 tracing::warn!("io_uring queue threads still running after unmount");
             }
@@ -267,11 +298,23 @@ pub fn block_signals() -> Result<nix::sys::signal::SigSet> {
     Ok(set)
 }
 
+/// What the signal thread asks of the daemon (implemented by `crate::daemon`).
+pub trait SignalActions: Send {
+    /// Stop every live run (journaled `run.interrupted`) and start no new one; returns once
+    /// none is live.
+    fn stop_runs(&self);
+    /// Schedule again after an unmount that failed (the mount stays up).
+    fn resume(&self);
+    /// Re-read config.json and apply it (SIGHUP; `smithfs reload`); logs and journals the
+    /// outcome.
+    fn reload(&self);
+}
+
 /// Handle the blocked signals `set` for the daemon's whole life (issue 11): SIGTERM and SIGINT
-/// call `stop` (which stops the runs, journaled `run.interrupted`; idempotent), then unmount
-/// `dir`, retrying a busy unmount for 3 s; if it still fails the holders are logged and the
-/// thread waits for the next signal, which tries again. SIGHUP is logged and otherwise ignored
-/// (`smithfs reload` is not implemented; docs/PROTOCOL-NOTES.md O9).
+/// stop the runs (`actions.stop_runs`), then unmount `dir`, retrying a busy unmount for 3 s; if
+/// it still fails the holders are logged, scheduling resumes (`actions.resume`) and the thread
+/// waits for the next signal, which tries again. SIGHUP reloads config.json (`actions.reload`;
+/// docs/PROTOCOL-NOTES.md O9, O11, O12).
 ///
 /// # Errors
 /// The thread cannot be started.
@@ -279,51 +322,45 @@ pub fn spawn_signal_thread(
     dir: PathBuf,
     set: nix::sys::signal::SigSet,
     mut unmounter: Unmounter,
-    stop: impl Fn() + Send + 'static,
+    actions: Box<dyn SignalActions>,
 ) -> Result<()> {
     std::thread::Builder::new()
         .name("smithfs-signals".into())
         .spawn(move || {
-            let mut tried = false;
             loop {
-            let sig = match set.wait() {
-                Ok(sig) => sig,
-                Err(e) => {
-                    tracing::error!("sigwait failed: {e}");
-                    std::thread::sleep(std::time::Duration::from_millis(100));
+                let sig = match set.wait() {
+                    Ok(sig) => sig,
+                    Err(e) => {
+                        tracing::error!("sigwait failed: {e}");
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                        continue;
+                    }
+                };
+                if sig == nix::sys::signal::Signal::SIGHUP {
+                    tracing::info!("SIGHUP received: reloading config.json");
+                    actions.reload();
                     continue;
                 }
-            };
-            if sig == nix::sys::signal::Signal::SIGHUP {
-                tracing::warn!("SIGHUP received: reloading config.json is not supported yet; remount to apply it");
-                continue;
-            }
-            tracing::info!(?sig, "signal received: stopping runs and unmounting");
-            stop();
-            // fuser's unmounter serves once; later attempts unmount in the kernel directly.
-            let first = if tried {
-                kernel_unmount(&dir, false).map_err(|e| e.to_string())
-            } else {
-                unmounter.unmount().map_err(|e| e.to_string())
-            };
-            tried = true;
-            let Err(e) = first else {
-                return;
-            };
-            // A process that just left the mount may still be exiting: retry a busy unmount
-            // for a moment before reporting it.
-            let retried = (0..30).any(|_| {
-                std::thread::sleep(std::time::Duration::from_millis(100));
-                kernel_unmount(&dir, false).is_ok()
-            });
-            if retried {
-                return;
-            }
-            let held = crate::identity::procfs::mount_holders(&dir, &[std::process::id()]);
-            tracing::error!(
-                "unmount failed: {e}; held by: {}; send the signal again to retry",
-                crate::identity::procfs::describe_holders(&held)
-            );
+                tracing::info!(?sig, "signal received: stopping runs and unmounting");
+                actions.stop_runs();
+                let Err(e) = unmounter.unmount() else {
+                    return;
+                };
+                // A process that just left the mount may still be exiting: retry a busy unmount
+                // for a moment before reporting it.
+                let retried = (0..30).any(|_| {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    kernel_unmount(&dir, false).is_ok()
+                });
+                if retried {
+                    return;
+                }
+                let held = crate::identity::procfs::mount_holders(&dir, &[std::process::id()]);
+                tracing::error!(
+                    "unmount failed: {e}; held by: {}; scheduling again; send the signal again to retry",
+                    crate::identity::procfs::describe_holders(&held)
+                );
+                actions.resume();
             }
         })
         .context("cannot start the signal thread")?;

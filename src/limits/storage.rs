@@ -27,7 +27,7 @@ use std::os::unix::ffi::OsStrExt;
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 
-use crate::backing::{self, SysResult};
+use crate::backing::{self, BackingIno, SysResult};
 use crate::policy::zone::{Area, Depth, Zone};
 use crate::tree::model::SmithIdx;
 
@@ -135,7 +135,7 @@ struct Charge {
 /// The books: every charged inode (by backing inode number) and each payer's total.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Books {
-    charges: FxHashMap<u64, Charge>,
+    charges: FxHashMap<BackingIno, Charge>,
     usage: FxHashMap<SmithIdx, Usage>,
 }
 
@@ -163,7 +163,7 @@ impl Books {
     }
 
     /// Is inode `ino` charged?
-    pub fn is_charged(&self, ino: u64) -> bool {
+    pub fn is_charged(&self, ino: BackingIno) -> bool {
         self.charges.contains_key(&ino)
     }
 
@@ -187,7 +187,7 @@ impl Books {
     /// `st_blocks` just read): charge it, move it to a new payer, or apply the difference to
     /// what was recorded. Returns the change of the payer's bytes (negative when space came
     /// back).
-    pub fn record(&mut self, ino: u64, home: Option<Home>, blocks: u64) -> i64 {
+    pub fn record(&mut self, ino: BackingIno, home: Option<Home>, blocks: u64) -> i64 {
         let old = self.charges.get(&ino).copied();
         match (old, home) {
             (None, None) => 0,
@@ -232,7 +232,7 @@ impl Books {
 
     /// Inode `ino` now has `blocks` allocated, wherever it lives (a write, truncate or
     /// fallocate through a handle). Unknown inodes are left alone. Returns the change in bytes.
-    pub fn resize(&mut self, ino: u64, blocks: u64) -> i64 {
+    pub fn resize(&mut self, ino: BackingIno, blocks: u64) -> i64 {
         match self.charges.get(&ino).copied() {
             Some(c) => {
                 let orphan = c.orphan;
@@ -247,13 +247,13 @@ impl Books {
     }
 
     /// Where inode `ino` is charged, if it is.
-    pub fn home(&self, ino: u64) -> Option<Home> {
+    pub fn home(&self, ino: BackingIno) -> Option<Home> {
         self.charges.get(&ino).map(|c| c.home)
     }
 
     /// Inode `ino` now lives at `home` (a rename): charged to its new payer with the blocks
     /// recorded; an inode not charged yet is left for the next settle.
-    pub fn rehome(&mut self, ino: u64, home: Option<Home>) {
+    pub fn rehome(&mut self, ino: BackingIno, home: Option<Home>) {
         if let Some(c) = self.charges.get(&ino).copied() {
             self.record(ino, home, c.blocks);
             if let Some(n) = self.charges.get_mut(&ino) {
@@ -272,7 +272,7 @@ impl Books {
     /// Replace the books by `fresh` (a scan of the whole store), keeping the orphans (unlinked
     /// inodes the daemon still holds, which no scan can see).
     pub fn replace_all(&mut self, fresh: Books) {
-        let orphans: Vec<(u64, Charge)> = self
+        let orphans: Vec<(BackingIno, Charge)> = self
             .charges
             .iter()
             .filter(|(ino, c)| c.orphan && !fresh.charges.contains_key(ino))
@@ -288,7 +288,7 @@ impl Books {
     /// The books without orphans (what a scan of the store can see), to compare with a scan.
     pub fn visible(&self) -> Books {
         let mut b = self.clone();
-        let orphans: Vec<u64> = b
+        let orphans: Vec<BackingIno> = b
             .charges
             .iter()
             .filter(|(_, c)| c.orphan)
@@ -303,7 +303,7 @@ impl Books {
     /// A name of inode `ino` was removed and `nlink` names are left. With none left the charge
     /// goes at once, unless the daemon still `held` the inode (it is open, or the kernel still
     /// references it): then it stays until [`Books::forgotten`].
-    pub fn unlinked(&mut self, ino: u64, nlink: u64, held: bool) {
+    pub fn unlinked(&mut self, ino: BackingIno, nlink: u64, held: bool) {
         if nlink > 0 {
             return;
         }
@@ -317,7 +317,7 @@ impl Books {
     }
 
     /// The daemon let go of inode `ino` (the kernel forgot it): an orphan's space comes back.
-    pub fn forgotten(&mut self, ino: u64) {
+    pub fn forgotten(&mut self, ino: BackingIno) {
         if self.charges.get(&ino).is_some_and(|c| c.orphan) {
             self.record(ino, None, 0);
         }
@@ -361,7 +361,7 @@ impl Books {
     /// (a fresh scan of that area): after the daemon wrote there itself (a scaffold, a
     /// workspace commit). Orphans are kept.
     pub fn replace_area(&mut self, smith: SmithIdx, area: Area, found: &Books) {
-        let stale: Vec<u64> = self
+        let stale: Vec<BackingIno> = self
             .charges
             .iter()
             .filter(|(ino, c)| {
@@ -521,7 +521,7 @@ impl Reserve {
 
 /// The zone of a registered smith dir, given its backing inode number (the registry's
 /// `smith_at`).
-pub type SmithAt<'a> = dyn Fn(u64) -> Option<Zone> + 'a;
+pub type SmithAt<'a> = dyn Fn(BackingIno) -> Option<Zone> + 'a;
 
 /// Rebuild the books from the store: one walk of the directory `dir` of zone `zone` (a smith
 /// dir, or an area of one), `smith_at` telling the registered smith dirs below it, each
@@ -560,13 +560,14 @@ fn walk(
             continue;
         };
         let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
-        let child = match is_dir.then(|| smith_at(st.st_ino)).flatten() {
+        let ino = BackingIno::of(&st);
+        let child = match is_dir.then(|| smith_at(ino)).flatten() {
             Some(z) => z,
             None => zone.child_zone(std::ffi::OsStr::from_bytes(name.as_bytes())),
         };
         // A second name of a charged inode changes nothing (hard links).
-        if !books.is_charged(st.st_ino) {
-            books.record(st.st_ino, payer(&child), st.st_blocks as u64);
+        if !books.is_charged(ino) {
+            books.record(ino, payer(&child), st.st_blocks as u64);
         }
         if is_dir && !backing::is_daemon_temp(name.as_bytes()) {
             subdirs.push((name, child));
@@ -661,7 +662,7 @@ mod tests {
     fn books_follow_blocks_links_and_unlinks() {
         let mut b = Books::new();
         // (step, expected X bytes, expected X inodes)
-        assert_eq!(b.record(10, home(Area::Private), 8), 4096);
+        assert_eq!(b.record(BackingIno(10), home(Area::Private), 8), 4096);
         assert_eq!(
             b.usage(X),
             Usage {
@@ -670,8 +671,8 @@ mod tests {
             }
         );
         // Growth and shrink apply the difference.
-        assert_eq!(b.resize(10, 24), 8192);
-        assert_eq!(b.resize(10, 0), -12288);
+        assert_eq!(b.resize(BackingIno(10), 24), 8192);
+        assert_eq!(b.resize(BackingIno(10), 0), -12288);
         assert_eq!(
             b.usage(X),
             Usage {
@@ -680,7 +681,7 @@ mod tests {
             }
         );
         // A rename within X's areas moves nothing.
-        b.record(10, home(Area::Outbox), 8);
+        b.record(BackingIno(10), home(Area::Outbox), 8);
         assert_eq!(
             b.usage(X),
             Usage {
@@ -689,7 +690,7 @@ mod tests {
             }
         );
         // Into the inbox of X: the file now costs X's parent.
-        b.record(10, home(Area::Inbox), 8);
+        b.record(BackingIno(10), home(Area::Inbox), 8);
         assert_eq!(b.usage(X), Usage::default());
         assert_eq!(
             b.usage(P),
@@ -699,13 +700,13 @@ mod tests {
             }
         );
         // Unknown inodes are not resized.
-        assert_eq!(b.resize(99, 8), 0);
+        assert_eq!(b.resize(BackingIno(99), 8), 0);
         // An unlink with names left changes nothing; the last one of an open file waits for
         // the forget; of a closed one, goes at once.
-        b.record(11, home(Area::Private), 16);
-        b.unlinked(11, 1, false);
+        b.record(BackingIno(11), home(Area::Private), 16);
+        b.unlinked(BackingIno(11), 1, false);
         assert_eq!(b.usage(X).inodes, 1);
-        b.unlinked(11, 0, true);
+        b.unlinked(BackingIno(11), 0, true);
         assert_eq!(
             b.usage(X),
             Usage {
@@ -714,24 +715,24 @@ mod tests {
             }
         );
         // An orphan still grows with writes through its open handle.
-        b.resize(11, 24);
+        b.resize(BackingIno(11), 24);
         assert_eq!(b.usage(X).bytes, 12288);
-        b.forgotten(10); // not an orphan: kept
-        assert!(b.is_charged(10));
-        b.forgotten(11);
+        b.forgotten(BackingIno(10)); // not an orphan: kept
+        assert!(b.is_charged(BackingIno(10)));
+        b.forgotten(BackingIno(11));
         assert_eq!(b.usage(X), Usage::default());
-        b.unlinked(10, 0, false);
+        b.unlinked(BackingIno(10), 0, false);
         assert_eq!(b.totals(), vec![]);
         // Out of every charged zone: the charge goes.
-        b.record(12, home(Area::Private), 8);
-        assert_eq!(b.record(12, None, 8), -4096);
+        b.record(BackingIno(12), home(Area::Private), 8);
+        assert_eq!(b.record(BackingIno(12), None, 8), -4096);
         assert_eq!(b.totals(), vec![]);
     }
 
     #[test]
     fn admission_by_quota() {
         let mut b = Books::new();
-        b.record(1, home(Area::Private), 2 * 1024 * 2); // 2 MiB
+        b.record(BackingIno(1), home(Area::Private), 2 * 1024 * 2); // 2 MiB
         let q = Quota {
             max_bytes: Some(3 << 20),
             max_inodes: Some(2),
@@ -752,7 +753,7 @@ mod tests {
             assert_eq!(got, *want, "{bytes} {inodes}");
         }
         // At the limit a change that adds nothing passes.
-        b.record(2, home(Area::Private), 2048);
+        b.record(BackingIno(2), home(Area::Private), 2048);
         assert!(b.admit(X, 0, 0, q).is_ok());
         assert!(b.admit(X, 1, 0, q).is_err());
         assert!(b.admit(X, 0, 1, q).is_err());
@@ -830,14 +831,19 @@ mod tests {
     #[test]
     fn replace_area_drops_what_is_gone() {
         let mut b = Books::new();
-        b.record(1, home(Area::Private), 8);
-        b.record(2, home(Area::Outbox), 8);
-        b.record(3, home(Area::Outbox), 8);
-        b.unlinked(3, 0, true);
+        b.record(BackingIno(1), home(Area::Private), 8);
+        b.record(BackingIno(2), home(Area::Outbox), 8);
+        b.record(BackingIno(3), home(Area::Outbox), 8);
+        b.unlinked(BackingIno(3), 0, true);
         let mut found = Books::new();
-        found.record(4, home(Area::Outbox), 16);
+        found.record(BackingIno(4), home(Area::Outbox), 16);
         b.replace_area(X, Area::Outbox, &found);
-        assert!(b.is_charged(1) && !b.is_charged(2) && b.is_charged(3) && b.is_charged(4));
+        assert!(
+            b.is_charged(BackingIno(1))
+                && !b.is_charged(BackingIno(2))
+                && b.is_charged(BackingIno(3))
+                && b.is_charged(BackingIno(4))
+        );
         assert_eq!(
             b.usage(X),
             Usage {
@@ -874,8 +880,9 @@ mod tests {
                 .ino()
         };
         let grandchild = SmithIdx(2);
-        let smith_at =
-            move |ino: u64| (ino == child_ino).then(|| Zone::smith_dir(grandchild, Some(X), 2));
+        let smith_at = move |ino: BackingIno| {
+            (ino == BackingIno(child_ino)).then(|| Zone::smith_dir(grandchild, Some(X), 2))
+        };
         let books = scan(root.as_fd(), child_dir(), &smith_at).expect("scan");
         let blocks = |p: &str| {
             use std::os::unix::fs::MetadataExt;

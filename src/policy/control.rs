@@ -36,7 +36,8 @@ pub fn decide_control_open(id: &Identity, is_ctl: bool, writing: bool) -> Decisi
 pub fn ctl_syntax(msg: &str) -> Denial {
     Rule::CtlSyntax.deny(
         format!("{msg}."),
-        "Write `bind <full-id>`, `cancel <full-id>` or `retry <full-id>`, one per line.".into(),
+        "Write `bind <full-id>`, `cancel <full-id>`, `retry <full-id>` or `reload`, one per line."
+            .into(),
     )
 }
 
@@ -101,6 +102,27 @@ pub fn decide_ctl(
             }
         }
     }
+}
+
+/// `reload` (re-read config.json, PROTOCOL.md §6) by `id` (named `who`): the operator's only
+/// (EACCES, `ctl-reload-operator-only`; docs/PROTOCOL-NOTES.md O12).
+pub fn decide_reload(id: &Identity, who: &str) -> Decision {
+    if *id == Identity::Operator {
+        return Decision::Allow;
+    }
+    Decision::Deny(Rule::CtlReloadOperatorOnly.deny(
+        format!("Only the operator may reload config.json; {who} may not."),
+        "Ask the operator to edit config.json and run `smithfs reload`.".into(),
+    ))
+}
+
+/// A reloaded config.json refused whole (EINVAL, `ctl-reload-refused`): `error` is the one line
+/// `mount` gives for it, naming the key (PROTOCOL.md §6, §8).
+pub fn reload_refused(error: &str) -> Denial {
+    Rule::CtlReloadRefused.deny(
+        error.to_string(),
+        "The daemon keeps its current configuration: fix config.json and reload again.".into(),
+    )
 }
 
 /// The identity resolver could not bind process `pid` to `full_id`: `errno` and `reason` are

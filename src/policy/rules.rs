@@ -473,6 +473,11 @@ pub enum Rule {
     CtlBindFailed,
     /// `cancel` is the operator's or an ancestor's (§6).
     CtlCancelAncestorOnly,
+    /// `reload` is the operator's (§6, docs/PROTOCOL-NOTES.md O12).
+    CtlReloadOperatorOnly,
+    /// A reloaded config.json was refused whole: bad, or a key that needs a remount changed
+    /// (§6, §8); the daemon keeps its configuration.
+    CtlReloadRefused,
     /// Only S itself and the operator make S's children (§4).
     ScaffoldParentOnly,
     /// `limits.max_level` (§4).
@@ -506,6 +511,7 @@ impl Rule {
             | Rule::UnknownControl
             | Rule::CtlBindOperatorOnly
             | Rule::CtlCancelAncestorOnly
+            | Rule::CtlReloadOperatorOnly
             | Rule::ScaffoldParentOnly => Errno::EACCES,
             Rule::DeviceNode
             | Rule::Structure
@@ -521,7 +527,7 @@ impl Rule {
             Rule::LinkCrossZone | Rule::LinkedRenameCrossZone => Errno::EXDEV,
             Rule::OpenFilesPerSmith => Errno::EMFILE,
             Rule::OpenFilesMount => Errno::ENFILE,
-            Rule::CtlSyntax | Rule::ScaffoldChildName => Errno::EINVAL,
+            Rule::CtlSyntax | Rule::CtlReloadRefused | Rule::ScaffoldChildName => Errno::EINVAL,
             Rule::CtlNoSuchSmith => Errno::ENOENT,
             Rule::CtlBindFailed => Errno::EIO,
             Rule::ScaffoldMaxChildren | Rule::StorageBytes | Rule::StorageInodes => Errno::EDQUOT,
@@ -568,6 +574,8 @@ impl Rule {
             Rule::CtlBindOperatorOnly,
             Rule::CtlBindFailed,
             Rule::CtlCancelAncestorOnly,
+            Rule::CtlReloadOperatorOnly,
+            Rule::CtlReloadRefused,
             Rule::ScaffoldParentOnly,
             Rule::ScaffoldMaxLevel,
             Rule::ScaffoldChildName,
@@ -646,6 +654,8 @@ impl Rule {
             Rule::CtlBindOperatorOnly => "ctl-bind-operator-only",
             Rule::CtlBindFailed => "ctl-bind-failed",
             Rule::CtlCancelAncestorOnly => "ctl-cancel-ancestor-only",
+            Rule::CtlReloadOperatorOnly => "ctl-reload-operator-only",
+            Rule::CtlReloadRefused => "ctl-reload-refused",
             Rule::ScaffoldParentOnly => "scaffold-parent-only",
             Rule::ScaffoldMaxLevel => "scaffold-max-level",
             Rule::ScaffoldChildName => "scaffold-child-name",
@@ -1134,6 +1144,8 @@ fn explain(
         | Rule::CtlBindOperatorOnly
         | Rule::CtlBindFailed
         | Rule::CtlCancelAncestorOnly
+        | Rule::CtlReloadOperatorOnly
+        | Rule::CtlReloadRefused
         | Rule::ScaffoldParentOnly
         | Rule::ScaffoldMaxLevel
         | Rule::ScaffoldChildName

@@ -24,7 +24,7 @@ use super::journal::{self, Event, Journal, LastRun, OpenRun, Terminal};
 use super::queue::{Base, Note, Outcome, Queue, RunEnd, State, Wake};
 use super::runner::{self, BindTo, Launch, Meta, Placeholders, RunBinder, RunDir};
 use super::{store_facts, time, Invalidate, Msg, SchedCtx, Shared, Trigger};
-use crate::backing;
+use crate::backing::{self, BackingIno};
 use crate::config::{AgentConfig, Config, SmithConfig};
 use crate::tree::model::SmithIdx;
 use crate::tree::registry::{Registry, SmithInfo};
@@ -99,7 +99,14 @@ pub(crate) struct Exec {
     tx: SyncSender<Msg>,
     /// Told once the first status (the journal's history) is published; taken then.
     ready: Option<SyncSender<()>>,
+    /// No run may start: the daemon is unmounting ([`Msg::Pause`] or [`Msg::Shutdown`]).
     shutting_down: bool,
+    /// End the thread once no run is live ([`Msg::Shutdown`]).
+    exiting: bool,
+    /// Told once no run is live after a [`Msg::Pause`].
+    pause_ack: Option<SyncSender<()>>,
+    /// Runs a [`Msg::Pause`] stopped, re-queued by [`Msg::Resume`].
+    paused_runs: Vec<(SmithIdx, Wake)>,
     /// Inbox paths journaled as `task.ignored` (each once per daemon).
     ignored: std::collections::HashSet<String>,
     /// `results/final.md` was written and `fleet.done` is not yet journaled for it.
@@ -166,6 +173,9 @@ impl Exec {
             tx,
             ready: Some(ready),
             shutting_down: false,
+            exiting: false,
+            pause_ack: None,
+            paused_runs: Vec::new(),
             ignored: Default::default(),
             since: Default::default(),
             final_pending: false,
@@ -180,7 +190,12 @@ impl Exec {
             self.fleet_done();
             self.publish();
             if self.shutting_down && self.live.is_empty() {
-                break;
+                if self.exiting {
+                    break;
+                }
+                if let Some(ack) = self.pause_ack.take() {
+                    let _ = ack.try_send(());
+                }
             }
             let msg = match self.next_wake() {
                 Some(d) => rx.recv_timeout(d),
@@ -417,7 +432,8 @@ impl Exec {
         meta.end = Some(time::now());
         if runner::write_meta(dir.as_fd(), &meta).is_ok() {
             if let Ok(st) = backing::stat(dir.as_fd()) {
-                self.invalidate.entry(st.st_ino, OsStr::new("meta.json"));
+                self.invalidate
+                    .entry(BackingIno::of(&st), OsStr::new("meta.json"));
             }
         }
     }
@@ -471,14 +487,63 @@ impl Exec {
                 }
             }
             Msg::Cancel(s) => self.on_cancel(s),
+            Msg::Reload { config, changed } => self.reload(*config, changed),
+            Msg::Pause(ack) => {
+                self.pause_ack = Some(ack);
+                self.stop_all();
+            }
+            Msg::Resume => self.resume(),
             Msg::Shutdown => {
-                self.shutting_down = true;
-                let live: Vec<SmithIdx> = self.live.keys().copied().collect();
-                for s in live {
-                    self.begin_stop(s, StopReason::Shutdown);
-                }
+                self.exiting = true;
+                self.stop_all();
             }
         }
+    }
+
+    /// Stop every live run as an unmount does and start nothing new.
+    fn stop_all(&mut self) {
+        self.shutting_down = true;
+        let live: Vec<SmithIdx> = self.live.keys().copied().collect();
+        for s in live {
+            self.begin_stop(s, StopReason::Shutdown);
+        }
+    }
+
+    /// After a pause whose unmount failed: re-queue what the pause stopped (as `--resume`
+    /// would) and schedule again (docs/PROTOCOL-NOTES.md O11).
+    fn resume(&mut self) {
+        if self.exiting || !self.shutting_down {
+            return;
+        }
+        self.shutting_down = false;
+        self.pause_ack = None;
+        tracing::info!("the unmount failed: scheduling again");
+        for (s, wake) in std::mem::take(&mut self.paused_runs) {
+            if self.result_is_stale(s) {
+                self.queue.request(s, wake);
+            }
+        }
+        self.rescan_all();
+    }
+
+    /// Apply a reloaded `config.json` (PROTOCOL.md §6; validated and diffed by the daemon,
+    /// `crate::reload`): agent and scheduler settings for the next runs, hooks for the next
+    /// events, the journal's rotation for the next line; then journal `config.reloaded`.
+    fn reload(&mut self, config: Config, changed: Vec<String>) {
+        self.queue
+            .set_max_concurrent(config.scheduler.max_concurrent as usize);
+        self.journal.set_limits(config.journal.rotation());
+        self.hooks.set(
+            config.hooks.clone(),
+            Duration::from_secs(config.hook_timeout_secs.max(1)),
+        );
+        self.config = config;
+        let mut ev = Event::new("config.reloaded", None);
+        ev.path = Some("config.json".into());
+        ev.changed = Some(changed);
+        self.record(ev);
+        // Tasks that waited for an agent (or for a free slot) may start now.
+        self.rescan_all();
     }
 
     fn tick(&mut self) {
@@ -1237,6 +1302,10 @@ impl Exec {
                 self.record(ev);
             }
             Some(StopReason::Shutdown) => {
+                if !self.exiting {
+                    let wake = Wake::parse(&l.meta.wake).unwrap_or(Wake::Task);
+                    self.paused_runs.push((s, wake));
+                }
                 let mut ev = self.ev("run.interrupted", s);
                 ev.run_id = Some(l.run_id.clone());
                 ev.wake = Some(l.meta.wake.clone());

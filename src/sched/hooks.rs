@@ -63,6 +63,18 @@ impl Hooks {
         }
     }
 
+    /// Replace the configured hooks and their timeout (a reload of config.json): the next event
+    /// fires the new ones; hooks running now finish as they were started.
+    pub fn set(&mut self, hooks: BTreeMap<HookEvent, Vec<Vec<String>>>, timeout: Duration) {
+        for e in hooks.keys() {
+            self.live
+                .entry(*e)
+                .or_insert_with(|| Arc::new(AtomicUsize::new(0)));
+        }
+        self.hooks = hooks;
+        self.timeout = timeout;
+    }
+
     /// Are any hooks configured for `event`?
     pub fn wants(&self, event: &str) -> bool {
         event

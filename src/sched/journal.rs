@@ -103,6 +103,10 @@ pub struct Event {
     /// `signal`, `timeout`, `cancelled`, `oom`, `spawn_error` or `bad_config`; PROTOCOL.md §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// For `config.reloaded`: the sections of config.json that changed (`agent`, `scheduler`,
+    /// `limits`, `hooks`, `journal`; PROTOCOL.md §6, docs/PROTOCOL-NOTES.md O12).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed: Option<Vec<String>>,
 }
 
 impl Event {

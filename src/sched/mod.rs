@@ -34,7 +34,7 @@ use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
 
-use crate::backing;
+use crate::backing::{self, BackingIno};
 use crate::config::Config;
 use crate::tree::model::SmithIdx;
 use crate::tree::registry::Registry;
@@ -59,9 +59,9 @@ const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 pub trait Invalidate: Send + Sync {
     /// The name `name` in the directory with backing inode `parent_backing_ino` was created or
     /// replaced.
-    fn entry(&self, parent_backing_ino: u64, name: &OsStr);
+    fn entry(&self, parent_backing_ino: BackingIno, name: &OsStr);
     /// The content or attributes of the inode `backing_ino` changed.
-    fn inode(&self, backing_ino: u64);
+    fn inode(&self, backing_ino: BackingIno);
 }
 
 /// An [`Invalidate`] that does nothing (tests, no mount).
@@ -69,8 +69,8 @@ pub trait Invalidate: Send + Sync {
 pub struct NoInvalidate;
 
 impl Invalidate for NoInvalidate {
-    fn entry(&self, _parent_backing_ino: u64, _name: &OsStr) {}
-    fn inode(&self, _backing_ino: u64) {}
+    fn entry(&self, _parent_backing_ino: BackingIno, _name: &OsStr) {}
+    fn inode(&self, _backing_ino: BackingIno) {}
 }
 
 /// Everything the scheduler needs from the daemon.
@@ -106,6 +106,18 @@ pub(crate) enum Msg {
         run_id: String,
     },
     Cancel(SmithIdx),
+    /// Apply a reloaded `config.json` (`smithfs reload`, SIGHUP; PROTOCOL.md §6): the sections
+    /// that changed are journaled as `config.reloaded`.
+    Reload {
+        config: Box<Config>,
+        changed: Vec<String>,
+    },
+    /// Stop every live run as an unmount does and start nothing new until [`Msg::Resume`];
+    /// told on the sender once no run is live (the daemon's unmount, docs/PROTOCOL-NOTES.md O11).
+    Pause(SyncSender<()>),
+    /// Schedule again after a [`Msg::Pause`] whose unmount failed: the paused runs are
+    /// re-queued.
+    Resume,
     Shutdown,
 }
 
@@ -213,6 +225,11 @@ impl Link {
         }
     }
 
+    /// The mount's journal (for the daemon's own lines, e.g. a refused reload).
+    pub fn journal(&self) -> &Arc<Journal> {
+        &self.shared.journal
+    }
+
     /// Is a run of `s` or of one of its descendants live? Answered from a snapshot the
     /// scheduler thread keeps, without waiting on it.
     pub fn subtree_live(&self, s: SmithIdx) -> bool {
@@ -242,6 +259,26 @@ impl crate::fs::Scheduling for Link {
 
     fn subtree_live(&self, smith: SmithIdx) -> bool {
         Link::subtree_live(self, smith)
+    }
+}
+
+impl Link {
+    /// Hand a reloaded configuration to the scheduler (`smithfs reload`, SIGHUP; PROTOCOL.md
+    /// §6); `changed` names the sections that differ (`agent`, `hooks` …), journaled with
+    /// `config.reloaded` once applied. Never blocks.
+    ///
+    /// # Errors
+    /// The scheduler's queue is full or the scheduler has stopped (one sentence).
+    pub fn reload(&self, config: Config, changed: Vec<String>) -> Result<(), String> {
+        self.tx
+            .try_send(Msg::Reload {
+                config: Box::new(config),
+                changed,
+            })
+            .map_err(|e| match e {
+                TrySendError::Full(_) => "the scheduler is busy; try again".to_string(),
+                TrySendError::Disconnected(_) => "the scheduler has stopped".to_string(),
+            })
     }
 }
 
@@ -373,6 +410,23 @@ impl Scheduler {
         let mut v = serde_json::to_vec_pretty(&*self.status()).unwrap_or_default();
         v.push(b'\n');
         v
+    }
+
+    /// Stop every live run the way an unmount does (TERM, KILL after `kill_grace_secs`,
+    /// journaled `run.interrupted`) and start nothing new, until [`Scheduler::resume`] or
+    /// [`Scheduler::shutdown`]; returns once no run is live (or after `patience`). The journal,
+    /// hooks and `status.json` go on meanwhile (docs/PROTOCOL-NOTES.md O11).
+    pub fn pause(&self, patience: std::time::Duration) {
+        let (ack_tx, ack_rx) = sync_channel(1);
+        if self.tx.send(Msg::Pause(ack_tx)).is_ok() {
+            let _ = ack_rx.recv_timeout(patience);
+        }
+    }
+
+    /// Schedule again after [`Scheduler::pause`] (an unmount that failed): what the pause
+    /// stopped is re-queued, tasks that arrived meanwhile run.
+    pub fn resume(&self) {
+        let _ = self.tx.send(Msg::Resume);
     }
 
     /// Stop every live run the way a dead daemon's leftovers are stopped (TERM, KILL after

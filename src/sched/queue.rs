@@ -279,6 +279,12 @@ impl Queue {
         }
     }
 
+    /// Allow `max_concurrent` runs at once from now on (at least 1; a reload of config.json).
+    /// Runs beyond a lowered limit go on; nothing new starts until fewer are live.
+    pub fn set_max_concurrent(&mut self, max_concurrent: usize) {
+        self.max_concurrent = max_concurrent.max(1);
+    }
+
     fn slot(&self, s: SmithIdx) -> Option<&Slot> {
         self.slots.get(s.0 as usize).and_then(Option::as_ref)
     }

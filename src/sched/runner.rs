@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::spawn::{self, Process, Spawn};
+use crate::backing::BackingIno;
 use crate::tree::model::SmithIdx;
 
 /// How runs are bound to their smith; implemented by the identity resolver (PROTOCOL.md §2).
@@ -274,13 +275,13 @@ pub struct RunDir {
     /// `conversations/<run-id>` (`O_PATH`).
     pub dir: OwnedFd,
     /// Its backing inode number.
-    pub dir_ino: u64,
+    pub dir_ino: BackingIno,
     /// `conversations/`'s backing inode number.
-    pub conv_ino: u64,
+    pub conv_ino: BackingIno,
     /// `messages.log`, open for appending.
     pub log: OwnedFd,
     /// Its backing inode number.
-    pub log_ino: u64,
+    pub log_ino: BackingIno,
 }
 
 /// Create `<rel_dir>/conversations/<run_id>/messages.log` in the store (`conversations/` too
@@ -303,9 +304,9 @@ pub fn create_run_dir(
         0o644,
     )?;
     Ok(RunDir {
-        dir_ino: backing::stat(dir.as_fd())?.st_ino,
-        conv_ino: backing::stat(conv.as_fd())?.st_ino,
-        log_ino: backing::stat(log.as_fd())?.st_ino,
+        dir_ino: BackingIno::of(&backing::stat(dir.as_fd())?),
+        conv_ino: BackingIno::of(&backing::stat(conv.as_fd())?),
+        log_ino: BackingIno::of(&backing::stat(log.as_fd())?),
         dir,
         log,
     })

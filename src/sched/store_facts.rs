@@ -180,7 +180,7 @@ pub fn result_time(root: BorrowedFd<'_>, rel_dir: &str) -> Option<SystemTime> {
 ///
 /// The copy streams and keeps holes ([`backing::copy_atomic`], PROTOCOL.md §9): a sparse result
 /// costs the daemon no memory and the store only its data.
-pub fn copy_final(root: BorrowedFd<'_>) -> SysResult<Option<u64>> {
+pub fn copy_final(root: BorrowedFd<'_>) -> SysResult<Option<backing::BackingIno>> {
     let outbox = backing::open_dir_path(root, Path::new("smiths/smith-root/outbox"))?;
     // O_NONBLOCK: a FIFO named result.md must not hang the scheduler.
     let result = backing::open_file(
@@ -208,7 +208,9 @@ pub fn copy_final(root: BorrowedFd<'_>) -> SysResult<Option<u64>> {
         return Ok(None);
     }
     backing::copy_atomic(result.as_fd(), results.as_fd(), c"final.md", 0o644)?;
-    Ok(Some(backing::stat(results.as_fd())?.st_ino))
+    Ok(Some(backing::BackingIno::of(&backing::stat(
+        results.as_fd(),
+    )?)))
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use super::model::SmithIdx;
+use crate::backing::BackingIno;
 
 /// One registered smith.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,7 +33,7 @@ pub struct SmithInfo {
     /// The highest child number it ever used (remembered across restarts).
     pub highest_child: Option<u32>,
     /// Backing inode number of its smith dir.
-    pub dir_ino: u64,
+    pub dir_ino: BackingIno,
 }
 
 impl SmithInfo {
@@ -52,7 +53,7 @@ impl SmithInfo {
 struct Inner {
     smiths: Vec<SmithInfo>,
     by_full_id: HashMap<String, SmithIdx>,
-    by_ino: HashMap<u64, SmithIdx>,
+    by_ino: HashMap<BackingIno, SmithIdx>,
 }
 
 /// All registered smiths.
@@ -98,7 +99,7 @@ impl Registry {
         &self,
         parent: Option<SmithIdx>,
         id: &str,
-        dir_ino: u64,
+        dir_ino: BackingIno,
         highest_child: Option<u32>,
     ) -> SmithIdx {
         let mut inner = self.inner.write();
@@ -135,7 +136,7 @@ impl Registry {
     }
 
     /// The smith whose dir has backing inode number `ino`: (smith, parent, level).
-    pub fn smith_at(&self, ino: u64) -> Option<(SmithIdx, Option<SmithIdx>, u8)> {
+    pub fn smith_at(&self, ino: BackingIno) -> Option<(SmithIdx, Option<SmithIdx>, u8)> {
         let inner = self.inner.read();
         let idx = *inner.by_ino.get(&ino)?;
         let s = &inner.smiths[idx.0 as usize];
@@ -272,14 +273,14 @@ mod tests {
     #[test]
     fn registers_a_tree() {
         let r = Registry::new();
-        let root = r.register(None, "smith-root", 10, None);
-        let a = r.register(Some(root), "smith-001", 11, None);
-        let b = r.register(Some(a), "smith-003", 12, Some(7));
+        let root = r.register(None, "smith-root", BackingIno(10), None);
+        let a = r.register(Some(root), "smith-001", BackingIno(11), None);
+        let b = r.register(Some(a), "smith-003", BackingIno(12), Some(7));
         assert_eq!(
             r.full_id(b).as_deref(),
             Some("smith-root/smith-001/smith-003")
         );
-        assert_eq!(r.smith_at(11), Some((a, Some(root), 1)));
+        assert_eq!(r.smith_at(BackingIno(11)), Some((a, Some(root), 1)));
         assert_eq!(r.get(b).map(|s| s.level), Some(2));
         assert_eq!(
             r.get(b).map(|s| s.rel_dir()).as_deref(),
@@ -293,11 +294,11 @@ mod tests {
         r.note_child_number(root, 2);
         assert_eq!(r.get(root).and_then(|s| s.highest_child), Some(4));
         assert_eq!(r.unregister(b), vec![b]);
-        assert_eq!(r.smith_at(12), None);
+        assert_eq!(r.smith_at(BackingIno(12)), None);
         assert_eq!(r.get(a).map(|s| s.children.len()), Some(0));
         assert_eq!(r.unregister(b), Vec::new(), "already forgotten");
-        let c = r.register(Some(a), "smith-004", 13, None);
-        let d = r.register(Some(c), "smith-001", 14, None);
+        let c = r.register(Some(a), "smith-004", BackingIno(13), None);
+        let d = r.register(Some(c), "smith-001", BackingIno(14), None);
         assert_eq!(
             r.unregister(a),
             vec![a, c, d],
@@ -309,10 +310,10 @@ mod tests {
     #[test]
     fn subtree_lists_parents_first() {
         let r = Registry::new();
-        let root = r.register(None, "smith-root", 10, None);
-        let a = r.register(Some(root), "smith-001", 11, None);
-        let b = r.register(Some(root), "smith-002", 12, None);
-        let aa = r.register(Some(a), "smith-001", 13, None);
+        let root = r.register(None, "smith-root", BackingIno(10), None);
+        let a = r.register(Some(root), "smith-001", BackingIno(11), None);
+        let b = r.register(Some(root), "smith-002", BackingIno(12), None);
+        let aa = r.register(Some(a), "smith-001", BackingIno(13), None);
         let ids = |v: Vec<SmithInfo>| v.into_iter().map(|s| s.idx).collect::<Vec<_>>();
         assert_eq!(ids(r.subtree(root)), vec![root, a, b, aa]);
         assert_eq!(ids(r.subtree(a)), vec![a, aa]);

@@ -8,9 +8,9 @@ use smithfs::trigger::Trigger;
 
 use crate::world::*;
 
-fn control(w: &World, name: &str) -> u64 {
+fn control(w: &World, name: &str) -> NodeId {
     let dir = w.node(".smithfs");
-    w.fs.lookup(dir, OsStr::new(name)).unwrap().0 .0.st_ino
+    w.fs.lookup(dir, OsStr::new(name)).unwrap().0.node()
 }
 
 fn read(w: &World, who: &Caller, name: &str) -> Result<String, Errno> {

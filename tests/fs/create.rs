@@ -88,7 +88,7 @@ fn creates_follow_the_create_right() {
 fn reserved_names_are_refused_and_explained() {
     let w = World::new();
     assert_eq!(
-        errno(w.fs.mkdir(&OPERATOR, 1, OsStr::new(".smithfs-state"), 0o755)),
+        errno(w.fs.mkdir(&OPERATOR, NodeId::ROOT, OsStr::new(".smithfs-state"), 0o755)),
         Errno::EPERM
     );
     let ctl = w.node(".smithfs");

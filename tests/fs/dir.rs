@@ -4,7 +4,7 @@ use nix::errno::Errno;
 
 use crate::world::*;
 
-fn names(w: &World, who: &smithfs::fs::Caller, ino: u64) -> Result<Vec<String>, Errno> {
+fn names(w: &World, who: &smithfs::fs::Caller, ino: NodeId) -> Result<Vec<String>, Errno> {
     let fh = w.fs.opendir(who, ino).map_err(|e| e.errno())?;
     let mut out = Vec::new();
     w.fs.readdir(ino, fh, 0, false, |e| {
@@ -20,7 +20,7 @@ fn names(w: &World, who: &smithfs::fs::Caller, ino: u64) -> Result<Vec<String>, 
 #[test]
 fn listing_follows_the_read_right_and_hides_the_state_dir() {
     let w = World::new();
-    let root = names(&w, &OPERATOR, 1).unwrap();
+    let root = names(&w, &OPERATOR, NodeId::ROOT).unwrap();
     assert!(root.contains(&".smithfs".to_string()), "{root:?}");
     assert!(!root.contains(&".smithfs-state".to_string()), "{root:?}");
     let smith = w.node(CHILD_DIR);
@@ -36,5 +36,5 @@ fn listing_follows_the_read_right_and_hides_the_state_dir() {
     let fh = w.fs.opendir(&CHILD, private).unwrap();
     w.fs.fsyncdir(private, fh, false).unwrap();
     w.fs.releasedir(private, fh).unwrap();
-    assert!(w.fs.statfs(1).unwrap().f_bsize > 0);
+    assert!(w.fs.statfs(NodeId::ROOT).unwrap().f_bsize > 0);
 }

@@ -11,7 +11,7 @@ use crate::world::*;
 fn the_state_dir_is_never_shown_and_the_control_dir_always_is() {
     let w = World::new();
     assert_eq!(
-        errno(w.fs.lookup(1, OsStr::new(".smithfs-state"))),
+        errno(w.fs.lookup(NodeId::ROOT, OsStr::new(".smithfs-state"))),
         Errno::ENOENT
     );
     let ctl = w.node(".smithfs");
@@ -26,9 +26,12 @@ fn getattr_shows_node_ids_and_forget_keeps_the_root() {
     let w = World::new();
     let inbox = w.node(&format!("{CHILD_DIR}/inbox"));
     let attr = w.fs.getattr(inbox, None).unwrap();
-    assert_eq!(attr.0.st_ino, inbox);
+    assert_eq!(attr.node(), inbox);
     assert_eq!(attr.0.st_mode & libc::S_IFMT, libc::S_IFDIR);
-    assert_eq!(w.fs.getattr(1, None).unwrap().0.st_ino, 1);
+    assert_eq!(
+        w.fs.getattr(NodeId::ROOT, None).unwrap().node(),
+        NodeId::ROOT
+    );
     w.fs.forget(inbox, 1);
 }
 

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use nix::errno::Errno;
-use smithfs::fs::{backing, Caller, FsError, FsOptions, Identities, SmithFs};
+use smithfs::fs::{backing, Caller, FsError, FsOptions, Identities, NodeId, SmithFs};
 use smithfs::identity::Identity;
 use smithfs::tree::model::SmithIdx;
 
@@ -60,9 +60,9 @@ struct Fixture {
     dir: tempfile::TempDir,
     fs: SmithFs,
     /// Node ids of the child's private/, outbox/ and outbox/sub/.
-    private: u64,
-    outbox: u64,
-    sub: u64,
+    private: NodeId,
+    outbox: NodeId,
+    sub: NodeId,
 }
 
 impl Fixture {
@@ -79,7 +79,7 @@ impl Fixture {
         let ids = Arc::new(Ids::default());
         let root = backing::open_store_root(dir.path()).unwrap();
         let fs = SmithFs::new(root, FsOptions::default(), ids.clone()).unwrap();
-        let children = walk(&fs, 1, "smiths/smith-root/children");
+        let children = walk(&fs, NodeId::ROOT, "smiths/smith-root/children");
         fs.mkdir(&OPERATOR, children, OsStr::new("smith-001"), 0o755)
             .unwrap();
         let reg = fs.registry();
@@ -93,8 +93,8 @@ impl Fixture {
         std::fs::create_dir(c.join("outbox/sub")).unwrap();
         setup(&c);
         let base = "smiths/smith-root/children/smith-001";
-        let private = walk(&fs, 1, &format!("{base}/private"));
-        let outbox = walk(&fs, 1, &format!("{base}/outbox"));
+        let private = walk(&fs, NodeId::ROOT, &format!("{base}/private"));
+        let outbox = walk(&fs, NodeId::ROOT, &format!("{base}/outbox"));
         let sub = walk(&fs, outbox, "sub");
         Fixture {
             dir,
@@ -112,7 +112,7 @@ impl Fixture {
 
     /// Open `name` in `dir` for reading as `who` (a lookup first, as the kernel does); the
     /// lookup is forgotten again afterwards.
-    fn read(&self, who: &Caller, dir: u64, name: &str) -> Result<(), Errno> {
+    fn read(&self, who: &Caller, dir: NodeId, name: &str) -> Result<(), Errno> {
         let ino = lookup(&self.fs, dir, name);
         let r = self.fs.open(who, ino, libc::O_RDONLY).map(|(fh, _)| {
             self.fs.release(ino, fh).unwrap();
@@ -121,21 +121,21 @@ impl Fixture {
         r.map_err(|e| e.errno())
     }
 
-    fn rename(&self, who: &Caller, from: (u64, &str), to: (u64, &str)) -> Result<(), Errno> {
+    fn rename(&self, who: &Caller, from: (NodeId, &str), to: (NodeId, &str)) -> Result<(), Errno> {
         self.fs
             .rename(who, from.0, OsStr::new(from.1), to.0, OsStr::new(to.1), 0)
             .map_err(|e| e.errno())
     }
 }
 
-fn lookup(fs: &SmithFs, dir: u64, name: &str) -> u64 {
+fn lookup(fs: &SmithFs, dir: NodeId, name: &str) -> NodeId {
     let (attr, _) = fs
         .lookup(dir, OsStr::new(name))
         .unwrap_or_else(|e| panic!("lookup {name}: {e}"));
-    attr.0.st_ino
+    attr.node()
 }
 
-fn walk(fs: &SmithFs, mut dir: u64, path: &str) -> u64 {
+fn walk(fs: &SmithFs, mut dir: NodeId, path: &str) -> NodeId {
     for part in path.split('/') {
         dir = lookup(fs, dir, part);
     }

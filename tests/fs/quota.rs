@@ -6,7 +6,7 @@
 use std::ffi::OsStr;
 
 use nix::errno::Errno;
-use smithfs::fs::{FsOptions, SetAttr};
+use smithfs::fs::{Fh, FsOptions, SetAttr};
 use smithfs::limits::storage::Usage;
 use smithfs::limits::Size;
 
@@ -31,11 +31,11 @@ fn usage(w: &World) -> Usage {
 }
 
 /// Create `name` in `dir` as the child and keep it open for writing: (node, handle).
-fn create(w: &World, dir: u64, name: &str) -> (u64, u64) {
+fn create(w: &World, dir: NodeId, name: &str) -> (NodeId, Fh) {
     let (attr, fh) =
         w.fs.create(&CHILD, dir, OsStr::new(name), 0o644, libc::O_RDWR)
             .unwrap();
-    (attr.0.st_ino, fh)
+    (attr.node(), fh)
 }
 
 #[test]
@@ -103,8 +103,7 @@ fn the_books_stay_exact_through_a_storm_of_operations() {
     let d =
         w.fs.mkdir(&CHILD, private, OsStr::new("d"), 0o755)
             .unwrap()
-            .0
-            .st_ino;
+            .node();
     w.write_file(&CHILD, d, "inner", &vec![1u8; 20_000])
         .unwrap();
     w.fs.symlink(&CHILD, private, OsStr::new("s"), OsStr::new("a"))

@@ -41,7 +41,7 @@ fn structure_is_smithfs_s_and_idle_smith_dirs_go_with_the_operator() {
         .unwrap();
     // The state dir does not exist in the mount's view.
     assert_eq!(
-        errno(w.fs.remove(&OPERATOR, 1, OsStr::new(".smithfs-state"), true)),
+        errno(w.fs.remove(&OPERATOR, NodeId::ROOT, OsStr::new(".smithfs-state"), true)),
         Errno::ENOENT
     );
     w.take_triggers();

@@ -6,6 +6,7 @@ use std::ffi::OsStr;
 use std::sync::{Arc, Mutex};
 
 use nix::errno::Errno;
+pub use smithfs::fs::NodeId;
 use smithfs::fs::{
     backing, AttrCache, BindError, Caller, FsOptions, Identities, Links, Scheduling, SmithFs,
 };
@@ -79,7 +80,7 @@ impl Identities for Ids {
 #[derive(Default)]
 pub struct Recorder {
     pub triggers: Mutex<Vec<Trigger>>,
-    pub attrs: Mutex<Vec<u64>>,
+    pub attrs: Mutex<Vec<NodeId>>,
 }
 
 impl Scheduling for Recorder {
@@ -95,7 +96,7 @@ impl Scheduling for Recorder {
 }
 
 impl AttrCache for Recorder {
-    fn attrs_changed(&self, node: u64) {
+    fn attrs_changed(&self, node: NodeId) {
         self.attrs.lock().unwrap().push(node);
     }
 }
@@ -130,6 +131,7 @@ impl World {
         let links = Links {
             sched: rec.clone(),
             kernel: rec.clone(),
+            ..Links::default()
         };
         let fs = SmithFs::with_links(root, opts, ids.clone(), links).unwrap();
         let children = walk(&fs, "smiths/smith-root/children");
@@ -152,7 +154,7 @@ impl World {
     }
 
     /// Node id of the mount-relative `path` (looked up part by part from the root).
-    pub fn node(&self, path: &str) -> u64 {
+    pub fn node(&self, path: &str) -> NodeId {
         walk(&self.fs, path)
     }
 
@@ -167,7 +169,13 @@ impl World {
     }
 
     /// Create `name` in `dir` as `who`, write `data`, release: the completion of §5.
-    pub fn write_file(&self, who: &Caller, dir: u64, name: &str, data: &[u8]) -> Result<(), Errno> {
+    pub fn write_file(
+        &self,
+        who: &Caller,
+        dir: NodeId,
+        name: &str,
+        data: &[u8],
+    ) -> Result<(), Errno> {
         let (attr, fh) = self
             .fs
             .create(
@@ -178,7 +186,7 @@ impl World {
                 libc::O_WRONLY | libc::O_TRUNC,
             )
             .map_err(|e| e.errno())?;
-        let ino = attr.0.st_ino;
+        let ino = attr.node();
         self.fs
             .write(who, ino, fh, 0, data, false)
             .map_err(|e| e.errno())?;
@@ -190,7 +198,7 @@ impl World {
     pub fn why(&self, who: &Caller) -> String {
         let ctl_dir = self.node(".smithfs");
         let (attr, _) = self.fs.lookup(ctl_dir, OsStr::new("why")).unwrap();
-        let ino = attr.0.st_ino;
+        let ino = attr.node();
         let (fh, _) = self.fs.open(who, ino, libc::O_RDONLY).unwrap();
         let data = self.fs.read(ino, fh, 0, 1 << 16).unwrap();
         self.fs.release(ino, fh).unwrap();
@@ -199,13 +207,13 @@ impl World {
 }
 
 /// Look `path` up from the root, part by part.
-pub fn walk(fs: &SmithFs, path: &str) -> u64 {
-    let mut dir = 1;
+pub fn walk(fs: &SmithFs, path: &str) -> NodeId {
+    let mut dir = NodeId::ROOT;
     for part in path.split('/').filter(|p| !p.is_empty()) {
         let (attr, _) = fs
             .lookup(dir, OsStr::new(part))
             .unwrap_or_else(|e| panic!("lookup {part} of {path}: {e}"));
-        dir = attr.0.st_ino;
+        dir = attr.node();
     }
     dir
 }

@@ -1,6 +1,7 @@
-//! Open file and directory handles. A handle records who opened it and with what rights, so
-//! that requests carrying it are judged by the opener, never by the request's pid
-//! (PROTOCOL.md §2; the kernel sends some with pid 0).
+//! Open files and directories: our per-open state, named to the kernel by an [`Fh`] number. An
+//! open file records who opened it and with what rights, so that requests carrying its number
+//! are judged by the opener, never by the request's pid (PROTOCOL.md §2; the kernel sends some
+//! with pid 0).
 
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -12,12 +13,13 @@ use rustc_hash::FxHashMap;
 use super::backing::DirStream;
 use super::budget::Slot;
 use super::error::{FsError, FsResult};
+use super::ids::Fh;
 use super::inode::Inode;
 use crate::identity::Identity;
 
 /// An open regular file.
 #[derive(Debug)]
-pub struct FileHandle {
+pub struct OpenFile {
     /// The open backing file.
     pub fd: OwnedFd,
     /// The inode it was opened on.
@@ -43,7 +45,7 @@ pub struct FileHandle {
     pub slot: Slot,
 }
 
-impl FileHandle {
+impl OpenFile {
     /// The opener as a caller, for the `why` of a refusal of a request judged by the handle.
     pub fn opener_caller(&self) -> super::Caller {
         super::Caller {
@@ -55,7 +57,7 @@ impl FileHandle {
 }
 
 /// An open directory.
-pub struct DirHandle {
+pub struct OpenDir {
     /// The directory stream, positioned by readdir offsets.
     pub stream: Mutex<DirStream>,
     /// The directory's inode.
@@ -66,47 +68,48 @@ pub struct DirHandle {
     pub slot: Slot,
 }
 
-impl std::fmt::Debug for DirHandle {
+impl std::fmt::Debug for OpenDir {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DirHandle")
+        f.debug_struct("OpenDir")
             .field("inode", &self.inode.id)
             .field("opener", &self.opener)
             .finish()
     }
 }
 
-/// A table of handles of one kind, keyed by the number given to the kernel.
+/// A table of open files (or directories, or control files), keyed by the [`Fh`] given to the
+/// kernel.
 /// Lock order: a leaf lock, never held across a syscall or a reply.
 #[derive(Debug)]
-pub struct HandleTable<H> {
+pub struct OpenTable<H> {
     next: AtomicU64,
-    map: RwLock<FxHashMap<u64, Arc<H>>>,
+    map: RwLock<FxHashMap<Fh, Arc<H>>>,
 }
 
-impl<H> Default for HandleTable<H> {
+impl<H> Default for OpenTable<H> {
     fn default() -> Self {
-        HandleTable {
+        OpenTable {
             next: AtomicU64::new(1),
             map: RwLock::new(FxHashMap::default()),
         }
     }
 }
 
-impl<H> HandleTable<H> {
+impl<H> OpenTable<H> {
     /// Store `h` and return its number.
-    pub fn insert(&self, h: H) -> u64 {
-        let fh = self.next.fetch_add(1, Ordering::Relaxed);
+    pub fn insert(&self, h: H) -> Fh {
+        let fh = Fh(self.next.fetch_add(1, Ordering::Relaxed));
         self.map.write().insert(fh, Arc::new(h));
         fh
     }
 
     /// The handle numbered `fh`, or `Stale`.
-    pub fn get(&self, fh: u64) -> FsResult<Arc<H>> {
+    pub fn get(&self, fh: Fh) -> FsResult<Arc<H>> {
         self.map.read().get(&fh).cloned().ok_or(FsError::Stale)
     }
 
     /// Remove and return the handle numbered `fh`.
-    pub fn remove(&self, fh: u64) -> Option<Arc<H>> {
+    pub fn remove(&self, fh: Fh) -> Option<Arc<H>> {
         self.map.write().remove(&fh)
     }
 

@@ -1,0 +1,242 @@
+//! `smithfs reload` and SIGHUP (PROTOCOL.md §6): re-read config.json and apply it without a
+//! remount, or refuse it whole.
+//!
+//! [`Reloader`] is made by the daemon (`crate::daemon`) before the filesystem, which calls it for
+//! the operator's `ctl` `reload`; the signal thread calls it for SIGHUP. The new file is read and
+//! validated exactly as `mount` reads it ([`crate::daemon::load_config`]: the same one-line
+//! errors naming the key, the same `--config`, `--operator` and `--identity` of the mount), then
+//! compared with the configuration in force by [`plan`]: a change of a key that only a remount
+//! can apply refuses it, naming the key; otherwise the scheduler is handed the new configuration
+//! ([`crate::sched::Link::reload`]), which applies it and journals `config.reloaded` with the
+//! sections that changed. A refusal is logged and journaled as `config.reload_failed` (with
+//! `error`), and the daemon keeps what it had (docs/PROTOCOL-NOTES.md O12).
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde_json::Value;
+
+use crate::config::Config;
+use crate::daemon::DaemonOptions;
+use crate::sched::{Event, Link};
+
+/// The sections of config.json a reload applies, in §8 order, as `config.reloaded` names them.
+/// `hook_timeout_secs` is reported as `hooks`.
+const LIVE: &[&str] = &[
+    "agent",
+    "scheduler",
+    "hooks",
+    "hook_timeout_secs",
+    "journal",
+];
+
+/// Keys whose change needs a remount: how callers are identified, what the operator may do,
+/// the project (its workspaces are made at mount), and `limits` (the scaffold's limits and the
+/// descriptor plan are fixed in the filesystem at mount, the cgroup limits in the cgroups made
+/// for every smith; docs/PROTOCOL-NOTES.md O12).
+const REMOUNT: &[&str] = &["identity", "operator", "workspace", "limits"];
+
+/// What a reload would change from `old` to `new`: the sections that differ (`agent`,
+/// `scheduler`, `hooks`, `journal`; empty when nothing did), in §8 order.
+///
+/// # Errors
+/// One line naming the first key that needs a remount and changed
+/// (`config.json: identity: changed from "auto" to "cgroup": …`).
+pub fn plan(old: &Config, new: &Config) -> Result<Vec<String>, String> {
+    let (old, new) = (to_value(old), to_value(new));
+    for key in REMOUNT {
+        let path = (*key).to_string();
+        if let Some((path, was, now)) = first_difference(&path, &old[*key], &new[*key]) {
+            return Err(format!(
+                "config.json: {path}: changed from {was} to {now}, which needs a remount (`smithfs umount DIR`, then `smithfs mount DIR`)"
+            ));
+        }
+    }
+    let mut changed: Vec<String> = Vec::new();
+    for key in LIVE {
+        let name = if *key == "hook_timeout_secs" {
+            "hooks"
+        } else {
+            key
+        };
+        if old[*key] != new[*key] && !changed.iter().any(|c| c == name) {
+            changed.push(name.to_string());
+        }
+    }
+    Ok(changed)
+}
+
+fn to_value(c: &Config) -> Value {
+    // Serializing plain strings, numbers and maps cannot fail.
+    serde_json::to_value(c).unwrap_or(Value::Null)
+}
+
+/// The dotted path of the first leaf where `a` and `b` differ (a missing key counts as
+/// `null`), with both values as JSON.
+fn first_difference(path: &str, a: &Value, b: &Value) -> Option<(String, String, String)> {
+    if a == b {
+        return None;
+    }
+    if let (Value::Object(x), Value::Object(y)) = (a, b) {
+        let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+        keys.sort();
+        keys.dedup();
+        for k in keys {
+            let (va, vb) = (
+                x.get(k).unwrap_or(&Value::Null),
+                y.get(k).unwrap_or(&Value::Null),
+            );
+            if let Some(d) = first_difference(&format!("{path}.{k}"), va, vb) {
+                return Some(d);
+            }
+        }
+    }
+    Some((path.to_string(), a.to_string(), b.to_string()))
+}
+
+/// Re-reads the mount's config.json and applies it (see the module header). Shared by the
+/// filesystem (`ctl` `reload`) and the signal thread (SIGHUP).
+pub struct Reloader {
+    dir: PathBuf,
+    opts: DaemonOptions,
+    /// The store's root (a duplicate of the filesystem's descriptor).
+    root: OwnedFd,
+    /// The configuration in force. Held across a reload: reloads are serialised.
+    current: Mutex<Config>,
+    link: Arc<Link>,
+}
+
+impl Reloader {
+    /// A reloader of the mount `dir` (mounted with `opts`) whose configuration in force is
+    /// `current`, handing new configurations to the scheduler through `link`.
+    pub fn new(
+        dir: PathBuf,
+        opts: DaemonOptions,
+        root: OwnedFd,
+        current: Config,
+        link: Arc<Link>,
+    ) -> Reloader {
+        Reloader {
+            dir,
+            opts,
+            root,
+            current: Mutex::new(current),
+            link,
+        }
+    }
+
+    /// Reload config.json: the sections that changed (empty: none), applied by the scheduler
+    /// in its queue's order.
+    ///
+    /// # Errors
+    /// One line, as `mount` words it: the file cannot be read, is bad (naming the key), a key
+    /// that needs a remount changed (naming it), or the scheduler cannot take it now. The
+    /// refusal is also logged and journaled (`config.reload_failed`).
+    pub fn reload(&self) -> Result<Vec<String>, String> {
+        let mut current = self.current.lock();
+        let outcome = crate::daemon::load_config(&self.dir, self.root.as_fd(), &self.opts)
+            .map_err(|e| format!("{e:#}"))
+            .and_then(|new| {
+                let changed = plan(&current, &new)?;
+                self.link.reload(new.clone(), changed.clone())?;
+                *current = new;
+                Ok(changed)
+            });
+        match &outcome {
+            Ok(changed) => tracing::info!(?changed, "config.json reloaded"),
+            Err(e) => {
+                tracing::warn!("reload refused: {e}");
+                let mut ev = Event::new("config.reload_failed", None);
+                ev.path = Some("config.json".into());
+                ev.error = Some(e.clone());
+                if let Err(e) = self.link.journal().append(&ev) {
+                    tracing::error!("cannot append to the journal: {e}");
+                }
+            }
+        }
+        outcome
+    }
+}
+
+impl crate::fs::Reloading for Reloader {
+    fn reload(&self) -> Result<Vec<String>, String> {
+        Reloader::reload(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Config {
+        Config::parse(text).expect("valid config")
+    }
+
+    /// (config in force, new config, the changed sections or the start of the refusal).
+    type Case = (
+        &'static str,
+        &'static str,
+        Result<&'static [&'static str], &'static str>,
+    );
+
+    #[test]
+    fn plans_reloads() {
+        let cases: &[Case] = &[
+            ("{}", "{}", Ok(&[])),
+            ("{}", r#"{"agent": {"command": ["true"]}}"#, Ok(&["agent"])),
+            (
+                r#"{"agent": {"env": {"A": "1"}}}"#,
+                r#"{"agent": {"env": {"A": "2"}}, "scheduler": {"max_concurrent": 1}}"#,
+                Ok(&["agent", "scheduler"]),
+            ),
+            (
+                "{}",
+                r#"{"hook_timeout_secs": 5, "hooks": {"fleet.done": [["true"]]}}"#,
+                Ok(&["hooks"]),
+            ),
+            (
+                "{}",
+                r#"{"journal": {"max_bytes": "8K"}}"#,
+                Ok(&["journal"]),
+            ),
+            (
+                "{}",
+                r#"{"identity": "ancestry"}"#,
+                Err("config.json: identity: changed from \"auto\" to \"ancestry\""),
+            ),
+            (
+                "{}",
+                r#"{"operator": "read-only", "agent": {"retries": 3}}"#,
+                Err("config.json: operator: "),
+            ),
+            (
+                "{}",
+                r#"{"workspace": {"rev": "main"}}"#,
+                Err("config.json: workspace.rev: "),
+            ),
+            (
+                "{}",
+                r#"{"limits": {"per_smith": {"pids_max": 64}}}"#,
+                Err("config.json: limits.per_smith.pids_max: changed from null to 64"),
+            ),
+            (
+                r#"{"limits": {"max_open_files_per_smith": 10}}"#,
+                "{}",
+                Err("config.json: limits.max_open_files_per_smith: changed from 10 to null"),
+            ),
+        ];
+        for (old, new, want) in cases {
+            let got = plan(&parse(old), &parse(new));
+            match (want, &got) {
+                (Ok(w), Ok(g)) => assert_eq!(g, w, "{old} → {new}"),
+                (Err(w), Err(g)) => {
+                    assert!(g.starts_with(w), "{old} → {new}: {g}");
+                    assert!(g.contains("needs a remount"), "{g}");
+                }
+                _ => panic!("{old} → {new}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,332 @@
+//! The operator's command line (issue 11, PROTOCOL.md §6), driven as a user would drive the
+//! real binary: the mount type `fuse.smithfs`, `mount -o`, the `mount.fuse.smithfs` helper
+//! under mount(8), completions, the man page, `--version`, `--help` examples, `doctor --json`.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+
+/// The targets `findmnt -t fuse.smithfs` lists.
+fn findmnt_smithfs() -> Vec<String> {
+    let r = run(Command::new("findmnt").args(["-n", "-r", "-o", "TARGET", "-t", "fuse.smithfs"]));
+    r.stdout.lines().map(str::to_owned).collect()
+}
+
+fn listed(dir: &Path) -> bool {
+    findmnt_smithfs().iter().any(|t| Path::new(t) == dir)
+}
+
+/// PROTOCOL.md §6: a root mount has the type `fuse.smithfs` (daemon and foreground).
+#[test]
+fn root_mounts_have_type_fuse_smithfs() {
+    let m = TestMount::new();
+    assert_eq!(
+        mount_at(m.path()),
+        Some(("fuse.smithfs".into(), "smithfs".into()))
+    );
+    assert!(
+        listed(m.path()),
+        "findmnt -t fuse.smithfs: {:?}",
+        findmnt_smithfs()
+    );
+    let f = TestMount::with(MountOpts {
+        foreground: true,
+        ..MountOpts::default()
+    });
+    assert!(
+        listed(f.path()),
+        "findmnt -t fuse.smithfs: {:?}",
+        findmnt_smithfs()
+    );
+    // And the mount works: the operator writes through it.
+    m.sh_ok("echo hi > smiths/smith-root/private/x && cat smiths/smith-root/private/x");
+    drop(f);
+    drop(m);
+}
+
+/// `doctor --json` is the same checks as the text form, as `[{"check","status","detail"}]`,
+/// and the exit code is 1 exactly when one failed.
+#[test]
+fn doctor_json_matches_the_text_form() {
+    let text = smithfs(["doctor"]);
+    let json = smithfs(["doctor", "--json"]);
+    assert_eq!(text.code, json.code, "{text:?} {json:?}");
+    let checks: serde_json::Value = serde_json::from_str(&json.stdout).expect("JSON");
+    let checks = checks.as_array().expect("a list");
+    let lines: Vec<&str> = text.stdout.lines().collect();
+    assert_eq!(checks.len(), lines.len(), "{checks:?}\n{lines:?}");
+    let mut failed = false;
+    for (c, line) in checks.iter().zip(&lines) {
+        let obj = c.as_object().unwrap();
+        assert_eq!(obj.len(), 3, "{c}");
+        let (check, status, detail) = (
+            c["check"].as_str().unwrap(),
+            c["status"].as_str().unwrap(),
+            c["detail"].as_str().unwrap(),
+        );
+        let tag = match status {
+            "ok" => "ok  ",
+            "warn" => "warn",
+            "fail" => {
+                failed = true;
+                "FAIL"
+            }
+            other => panic!("status {other}"),
+        };
+        assert_eq!(*line, format!("{tag}  {check:<14} {detail}"));
+    }
+    assert_eq!(json.code, Some(if failed { 1 } else { 0 }));
+    for want in [
+        "/dev/fuse",
+        "fusermount3",
+        "kernel",
+        "cgroups",
+        "privileges",
+    ] {
+        assert!(checks.iter().any(|c| c["check"] == want), "{want}");
+    }
+}
+
+/// An init'd smithfs directory in a private temp dir (not mounted); whatever is mounted on it
+/// at the end is unmounted (`smithfs umount`, then `umount -l`) and its daemon awaited.
+struct Store {
+    tmp: tempfile::TempDir,
+    dir: PathBuf,
+}
+
+impl Store {
+    fn new() -> Store {
+        skip_unless_fuse_usable();
+        let tmp = tempfile::Builder::new()
+            .prefix("smithfs-opcli-")
+            .tempdir()
+            .unwrap();
+        let dir = tmp.path().join("m");
+        smithfs([OsStr::new("init"), dir.as_os_str()]).expect_ok("init");
+        Store { tmp, dir }
+    }
+}
+
+/// The pid of the daemon serving `dir` (`whoami --json`'s `daemon_pid`): also for a daemon
+/// started as `mount.fuse.smithfs`, whose command line `find_daemon` does not know.
+fn daemon_of(dir: &Path) -> Option<i32> {
+    let r = run(Command::new(SMITHFS)
+        .args(["whoami", "--json", "--mount"])
+        .arg(dir));
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).ok()?;
+    v["daemon_pid"].as_i64().map(|p| p as i32)
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        let pid = daemon_of(&self.dir).or_else(|| find_daemon(&self.dir));
+        if is_smithfs_mounted(&self.dir) {
+            let r = smithfs([OsStr::new("umount"), self.dir.as_os_str()]);
+            if !r.ok() {
+                let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+            }
+        }
+        if let Some(pid) = pid {
+            poll_until(MOUNT_DEADLINE, "the daemon to exit", || process_gone(pid));
+        }
+    }
+}
+
+/// The options the kernel shows for the mount at `dir` (mountinfo's super options).
+fn super_options(dir: &Path) -> String {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines()
+        .rfind(|l| l.split(' ').nth(4) == dir.to_str())
+        .and_then(|l| l.rsplit(' ').next())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// PROTOCOL.md §6: `-o` takes fstab's options (repeatable), ignores mount(8)'s and systemd's,
+/// refuses anything else by name (exit 2, one line), and a flag that contradicts an option is
+/// refused too (O40).
+#[test]
+fn mount_o_applies_options_and_refuses_others_by_name() {
+    let s = Store::new();
+    let d = s.dir.as_os_str();
+    for (args, want) in [
+        (
+            &["-o", "allow_other,bogus"][..],
+            "-o bogus: unknown mount option",
+        ),
+        (
+            &["-o", "defaults", "-o", "uid=0"][..],
+            "-o uid=0: unknown mount option",
+        ),
+        (
+            &["-o", "identity=pid"][..],
+            "-o identity=pid: expected auto, cgroup or ancestry",
+        ),
+        (&["-o", "ro"][..], "-o ro: a smithfs mount is read-write"),
+        (
+            &["--identity", "cgroup", "-o", "identity=ancestry"][..],
+            "--identity cgroup conflicts with -o identity=ancestry",
+        ),
+        (
+            &["--transport", "dev-fuse", "-o", "transport=io-uring"][..],
+            "--transport dev-fuse conflicts with -o transport=io-uring",
+        ),
+    ] {
+        let mut a = vec![OsStr::new("mount"), d];
+        a.extend(args.iter().map(OsStr::new));
+        let r = smithfs(&a);
+        assert_eq!(r.code, Some(2), "{args:?}: {r:?}");
+        assert_eq!(r.stderr.trim().lines().count(), 1, "one line: {r:?}");
+        assert!(r.stderr.contains(want), "{args:?}: {r:?}");
+        assert!(!is_smithfs_mounted(&s.dir), "{args:?} mounted");
+    }
+    // The same flag and option agreeing is fine; options repeat; ignored ones are ignored.
+    smithfs([
+        OsStr::new("mount"),
+        d,
+        OsStr::new("--transport"),
+        OsStr::new("dev-fuse"),
+        OsStr::new("-o"),
+        OsStr::new("defaults,nofail,noauto,_netdev,x-systemd.automount,x-systemd.idle-timeout=60"),
+        OsStr::new("-o"),
+        OsStr::new("rw,allow_other,transport=dev-fuse,no_passthrough,identity=ancestry"),
+    ])
+    .expect_ok("mount -o …");
+    assert!(listed(&s.dir));
+    let opts = super_options(&s.dir);
+    assert!(opts.split(',').any(|o| o == "allow_other"), "{opts}");
+    // identity=ancestry took effect: whoami as the operator names the mode.
+    let who = run(Command::new(SMITHFS)
+        .args(["whoami", "--json"])
+        .current_dir(&s.dir));
+    assert!(who.stdout.contains("ancestry"), "{who:?}");
+    smithfs([OsStr::new("umount"), d]).expect_ok("umount");
+    // Without allow_other the kernel has no allow_other.
+    smithfs([
+        OsStr::new("mount"),
+        d,
+        OsStr::new("-o"),
+        OsStr::new("defaults"),
+    ])
+    .expect_ok("mount -o defaults");
+    let opts = super_options(&s.dir);
+    assert!(!opts.split(',').any(|o| o == "allow_other"), "{opts}");
+}
+
+/// The helper is the binary under another name: `mount.fuse.smithfs SOURCE DIR -o OPTS` mounts
+/// DIR like `smithfs mount DIR -o OPTS`; SOURCE must be `smithfs` or DIR (O41).
+#[test]
+fn mount_fuse_smithfs_by_its_name() {
+    let s = Store::new();
+    let helper = s.tmp.path().join("mount.fuse.smithfs");
+    std::os::unix::fs::symlink(SMITHFS, &helper).unwrap();
+    let r = run(Command::new(&helper).arg("/elsewhere").arg(&s.dir));
+    assert_eq!(r.code, Some(2), "{r:?}");
+    assert!(r.stderr.contains("is not the mount point"), "{r:?}");
+    let r = run(Command::new(&helper)
+        .arg("smithfs")
+        .arg(&s.dir)
+        .args(["-o", "rw,nosuid,nodev,bogus"]));
+    assert_eq!(r.code, Some(2), "{r:?}");
+    assert!(r.stderr.contains("-o bogus"), "{r:?}");
+    assert!(!is_smithfs_mounted(&s.dir));
+    // mount(8)'s fake mount does nothing.
+    run(Command::new(&helper).arg("smithfs").arg(&s.dir).arg("-f")).expect_ok("-f");
+    assert!(!is_smithfs_mounted(&s.dir));
+    run(Command::new(&helper)
+        .arg(&s.dir)
+        .arg(&s.dir)
+        .args(["-o", "rw,allow_other,nofail,_netdev"]))
+    .expect_ok("mount.fuse.smithfs DIR DIR");
+    assert!(listed(&s.dir));
+    assert!(super_options(&s.dir).contains("allow_other"));
+}
+
+/// `/sbin/mount.fuse.smithfs` for the test's duration, when nothing is there: mount(8) finds
+/// helpers only in /sbin (and /sbin/fs.d, /sbin/fs). Removes exactly the symlink it made, and
+/// only while it still points at this build; never replaces an existing file.
+struct SbinHelper {
+    path: PathBuf,
+    _lock: std::fs::File,
+}
+
+impl SbinHelper {
+    fn install() -> Option<SbinHelper> {
+        let lock = lock_file("/tmp/smithfs-tests-sbin-helper.lock");
+        let path = PathBuf::from("/sbin/mount.fuse.smithfs");
+        if std::fs::symlink_metadata(&path).is_ok() {
+            eprintln!(
+                "skipped: {} already exists (installed?); the test does not replace it",
+                path.display()
+            );
+            return None;
+        }
+        if let Err(e) = std::os::unix::fs::symlink(SMITHFS, &path) {
+            eprintln!("skipped: cannot create {}: {e}", path.display());
+            return None;
+        }
+        Some(SbinHelper { path, _lock: lock })
+    }
+}
+
+impl Drop for SbinHelper {
+    fn drop(&mut self) {
+        if std::fs::read_link(&self.path).is_ok_and(|t| t == Path::new(SMITHFS)) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// PROTOCOL.md §6: an fstab line of type `fuse.smithfs` works with mount(8) — `mount -T` on a
+/// private fstab (never /etc/fstab) — and umount(8) ends it; a bad option in the line fails the
+/// mount, naming the option, and mounts nothing.
+#[test]
+fn an_fstab_line_mounts_with_mount8() {
+    if !is_root() {
+        eprintln!("skipped: mount(8) with a helper in /sbin needs root");
+        return;
+    }
+    let good = Store::new();
+    let bad = Store::new();
+    let Some(_helper) = SbinHelper::install() else {
+        return;
+    };
+    let fstab = good.tmp.path().join("fstab");
+    std::fs::write(
+        &fstab,
+        format!(
+            "# a private fstab\nsmithfs {} fuse.smithfs defaults,nofail,allow_other,x-systemd.automount 0 0\n{} {} fuse.smithfs defaults,bogus 0 0\n",
+            good.dir.display(),
+            bad.dir.display(),
+            bad.dir.display()
+        ),
+    )
+    .unwrap();
+    run(Command::new("mount").arg("-T").arg(&fstab).arg(&good.dir)).expect_ok("mount -T");
+    assert!(listed(&good.dir), "{:?}", findmnt_smithfs());
+    assert!(super_options(&good.dir).contains("allow_other"));
+    sh_in(
+        &good.dir,
+        "echo hi > smiths/smith-root/private/n && cat smiths/smith-root/private/n",
+    )
+    .expect_ok("use the fstab mount");
+    let pid = daemon_of(&good.dir).expect("a daemon");
+    run(Command::new("umount").arg(&good.dir)).expect_ok("umount(8)");
+    assert!(!is_smithfs_mounted(&good.dir));
+    poll_until(MOUNT_DEADLINE, "the daemon to exit after umount(8)", || {
+        process_gone(pid)
+    });
+    assert_eq!(
+        std::fs::read_to_string(good.dir.join("smiths/smith-root/private/n")).unwrap(),
+        "hi\n"
+    );
+
+    let r = run(Command::new("mount").arg("-T").arg(&fstab).arg(&bad.dir));
+    assert!(!r.ok(), "{r:?}");
+    assert!(r.stderr.contains("-o bogus"), "{r:?}");
+    assert!(!is_smithfs_mounted(&bad.dir));
+}

@@ -1,0 +1,197 @@
+//! Operator experience, the daemon's side (issue 11, PROTOCOL.md §5–§7) on real mounts:
+//! `smithfs reload` and SIGHUP (a changed config.json applied without a remount, or refused
+//! whole naming the key), scheduling after a failed busy unmount, `tail -f` on
+//! `.smithfs/events.jsonl`, `events --follow` across a journal rotation.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::msched::*;
+use common::{poll_until, smithfs};
+use serde_json::{json, Value};
+
+/// A second agent for reloads: marks its runs, publishes at once.
+const AGENT_B: &str = r#"
+echo "agent-b $SMITH_FULL_ID $RELOADED_VAR"
+printf 'b %s\n' "$RELOADED_VAR" > private/r.md && mv private/r.md outbox/result.md
+"#;
+
+/// config.json of the mount with `patch` merged in.
+fn patch_config(s: &Sm, patch: Value) {
+    let mut cfg: Value =
+        serde_json::from_str(&s.read("config.json").expect("config")).expect("config JSON");
+    merge(&mut cfg, &patch);
+    s.write("config.json", &serde_json::to_string_pretty(&cfg).unwrap());
+}
+
+fn reload(s: &Sm) -> common::Run {
+    smithfs(["reload", &s.dir()])
+}
+
+#[test]
+fn reload_applies_a_new_agent_and_refuses_bad_or_remount_only_changes() {
+    let s = Sm::new(json!({}));
+    s.task("ok\n");
+    s.wait_state(30, "smith-root", "done");
+    // A new agent and its environment: the next task runs it, without a remount.
+    s.write("agents/b.sh", AGENT_B);
+    patch_config(
+        &s,
+        json!({"agent": {"command": ["sh", "{mount}/agents/b.sh"], "env": {"RELOADED_VAR": "v2"}},
+               "scheduler": {"max_concurrent": 2}}),
+    );
+    let r = reload(&s);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    assert!(
+        r.stdout.contains("agent, scheduler changed"),
+        "{}",
+        r.stdout
+    );
+    let ev = s.wait_events(10, "config.reloaded", None, 1);
+    assert_eq!(ev[0]["changed"], json!(["agent", "scheduler"]), "{ev:?}");
+    s.write("smiths/smith-root/inbox/task-2.md", "ok\n");
+    poll_until(Duration::from_secs(30), "agent-b's result", || {
+        s.read("smiths/smith-root/outbox/result.md")
+            .is_some_and(|r| r == "b v2\n")
+    });
+
+    // Bad JSON: one line naming the problem, exit 1, and the old config stays live.
+    let good = s.read("config.json").expect("config");
+    s.write("config.json", "{\"agent\": ");
+    let r = reload(&s);
+    assert_eq!(r.code, Some(1), "{r:?}");
+    let err = r.stderr.trim();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("config.json: invalid JSON"), "{err}");
+    assert!(err.contains("keeps its current configuration"), "{err}");
+    // A wrong type names the key, as mount does.
+    s.write(
+        "config.json",
+        &good.replace("\"max_concurrent\": 2", "\"max_concurrent\": \"2\""),
+    );
+    let r = reload(&s);
+    assert_eq!(r.code, Some(1), "{r:?}");
+    assert!(
+        r.stderr
+            .contains("config.json: scheduler.max_concurrent: invalid type"),
+        "{r:?}"
+    );
+    // A key that needs a remount: refused by name.
+    let mut cfg: Value = serde_json::from_str(&good).unwrap();
+    cfg["identity"] = json!("ancestry");
+    cfg["agent"]["env"]["RELOADED_VAR"] = json!("v3");
+    s.write("config.json", &serde_json::to_string(&cfg).unwrap());
+    let r = reload(&s);
+    assert_eq!(r.code, Some(1), "{r:?}");
+    assert!(
+        r.stderr.contains("config.json: identity: changed from")
+            && r.stderr.contains("needs a remount"),
+        "{r:?}"
+    );
+    assert_eq!(s.of("config.reload_failed", None).len(), 3, "journaled");
+    // Still the old agent with the old env.
+    s.write("smiths/smith-root/inbox/task-3.md", "ok\n");
+    s.wait_events(30, "run.exited", Some("smith-root"), 3);
+    assert_eq!(
+        s.read("smiths/smith-root/outbox/result.md").as_deref(),
+        Some("b v2\n")
+    );
+    // Usage errors exit 2.
+    let r = smithfs(["reload", &s.dir(), "extra"]);
+    assert_eq!(r.code, Some(2), "{r:?}");
+}
+
+#[test]
+fn reload_of_an_agent_lets_waiting_tasks_run_and_status_stops_asking_for_one() {
+    let s = Sm::new(json!({}));
+    let mut cfg: Value = serde_json::from_str(&s.read("config.json").unwrap()).unwrap();
+    cfg["agent"]
+        .as_object_mut()
+        .expect("agent")
+        .remove("command");
+    s.write("config.json", &serde_json::to_string(&cfg).unwrap());
+    let r = reload(&s);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    s.task("ok\n");
+    let st = s.cli("status", &[]).expect_ok("status");
+    assert!(st.contains("set agent.command"), "{st}");
+    s.write("agents/b.sh", AGENT_B);
+    patch_config(
+        &s,
+        json!({"agent": {"command": ["sh", "{mount}/agents/b.sh"]}}),
+    );
+    assert_eq!(reload(&s).code, Some(0));
+    s.wait_state(30, "smith-root", "done");
+    let st = s.cli("status", &[]).expect_ok("status");
+    assert!(!st.contains("set agent.command"), "{st}");
+}
+
+#[test]
+fn sighup_reloads_config_json_and_journals_the_outcome() {
+    let s = Sm::new(json!({}));
+    let pid = s.m.daemon_pid().expect("daemon pid");
+    patch_config(&s, json!({"hook_timeout_secs": 7}));
+    // SAFETY: signalling the daemon this test mounted.
+    unsafe { libc::kill(pid, libc::SIGHUP) };
+    let ev = s.wait_events(10, "config.reloaded", None, 1);
+    assert_eq!(ev[0]["changed"], json!(["hooks"]), "{ev:?}");
+    s.write("config.json", "{\"scheduler\": {\"max_concurrent\": 0}}");
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGHUP) };
+    let ev = s.wait_events(10, "config.reload_failed", None, 1);
+    assert!(
+        ev[0]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("scheduler.max_concurrent")),
+        "{ev:?}"
+    );
+    assert!(common::is_smithfs_mounted(s.m.path()), "still mounted");
+}
+
+/// A process with its working directory inside `dir` (killed on drop).
+struct Holder(std::process::Child);
+
+impl Holder {
+    fn new(dir: &std::path::Path) -> Holder {
+        let c = Command::new("sleep")
+            .arg("120")
+            .current_dir(dir.join("smiths"))
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn sleep");
+        Holder(c)
+    }
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_failed_busy_unmount_leaves_the_scheduler_and_journal_running() {
+    let s = Sm::new(json!({}));
+    s.task("ok\n");
+    s.wait_state(30, "smith-root", "done");
+    let holder = Holder::new(s.m.path());
+    let r = smithfs(["umount", &s.dir()]);
+    assert_ne!(r.code, Some(0), "{r:?}");
+    assert!(
+        r.stderr.contains(&format!("pid {} (sleep)", holder.pid())),
+        "{r:?}"
+    );
+    // The daemon gave up the unmount (it retries for 3 s) and schedules again.
+    let began = Instant::now();
+    s.write("smiths/smith-root/inbox/task-2.md", "ok\n");
+    s.wait_events(30, "run.exited", Some("smith-root"), 2);
+    s.wait_state(30, "smith-root", "done");
+    assert!(began.elapsed() < Duration::from_secs(30));
+    drop(holder);
+}
