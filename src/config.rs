@@ -381,8 +381,8 @@ impl Default for SchedulerConfig {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            max_level: 3,
-            max_children: 5,
+            max_level: crate::tree::model::DEFAULT_MAX_LEVEL,
+            max_children: crate::tree::model::DEFAULT_MAX_CHILDREN,
             max_open_files_per_smith: None,
             max_bytes_per_smith: None,
             max_inodes_per_smith: None,

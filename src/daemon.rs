@@ -24,7 +24,7 @@ use crate::fuse::session::{self, KernelCache, SessionOptions};
 use crate::identity::resolve::Resolver;
 use crate::sched::runner::BindTo;
 use crate::sched::{Link, RunBinder, SchedCtx, Scheduler};
-use crate::tree::model::SmithIdx;
+use crate::tree::model::{FullId, SmithIdx};
 use crate::tree::template::Templates;
 
 /// What `smithfs mount` asks of the daemon.
@@ -457,7 +457,7 @@ impl Identities for Binding {
         })
     }
 
-    fn register_smith(&self, smith: SmithIdx, full_id: &str) {
+    fn register_smith(&self, smith: SmithIdx, full_id: &FullId) {
         if let Err(e) = self.0.register_smith(smith, full_id) {
             tracing::error!("cannot register {full_id}: {e}");
         }

@@ -15,11 +15,12 @@ use proptest::prelude::*;
 use proptest::test_runner::Config as PtConfig;
 
 use smithfs::config::{Config, SmithConfig};
-use smithfs::fs::control::{parse_command, valid_full_id, Command};
+use smithfs::fs::control::{parse_command, Command};
 use smithfs::identity::procfs::{
     parse_cgroup, parse_mountinfo, parse_mountinfo_line, parse_stat, parse_status, unescape_octal,
 };
 use smithfs::policy::{classify, Area, Depth, RootArea, SmithRef, Zone};
+use smithfs::tree::model::FullId;
 use smithfs::tree::model::SmithIdx;
 
 fn cases() -> u32 {
@@ -684,7 +685,7 @@ fn ctl_parse_fuzz() {
                     };
                     prop_assert_eq!(words[0], verb);
                     prop_assert_eq!(words[1], id.as_str());
-                    prop_assert!(valid_full_id(id));
+                    prop_assert!(FullId::parse(id).is_some());
                 }
                 Err(msg) => {
                     prop_assert!(!msg.is_empty());
@@ -706,9 +707,9 @@ fn ctl_valid_commands_parse() {
                 let verb = if bind { "bind" } else { "cancel" };
                 let line = format!("{pre}{verb} {id}{post}");
                 let want = if bind {
-                    Command::Bind(id.clone())
+                    Command::Bind(FullId::parse(&id).unwrap())
                 } else {
-                    Command::Cancel(id.clone())
+                    Command::Cancel(FullId::parse(&id).unwrap())
                 };
                 prop_assert_eq!(parse_command(&line), Ok(want));
                 // Any one malformed component makes it an error.

@@ -281,3 +281,61 @@ fn without_fusermount3_doctor_and_mount_both_fail() {
     drop(m);
     drop(grant);
 }
+
+/// Workspaces need a root daemon (docs/PROTOCOL-NOTES.md W1): a non-root user may `init --repo`
+/// a repository of its own, but mounting it is refused with one line that says why, and nothing
+/// is mounted.
+#[test]
+fn a_non_root_mount_with_a_workspace_is_refused_in_one_line() {
+    if !is_root() {
+        eprintln!("skipped: needs root to create the test user and grant /dev/fuse");
+        return;
+    }
+    let _grant = DevFuseGrant::new();
+    let (uid, gid) = test_user();
+    let tmp = tempfile::Builder::new()
+        .prefix("smithfs-unpriv-ws-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let home = tmp.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    std::os::unix::fs::chown(&home, Some(uid), Some(gid)).unwrap();
+    let r = sh_as(
+        uid,
+        gid,
+        &home,
+        "export HOME=$PWD; mkdir repo && cd repo && git init -q . && echo x > a.txt && git add a.txt \
+         && git -c user.name=u -c user.email=u@e commit -qm one",
+    );
+    assert!(r.ok(), "{r:?}");
+    let init = run(Command::new("setpriv")
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={gid}"))
+        .arg("--clear-groups")
+        .arg("--")
+        .arg(SMITHFS)
+        .arg("init")
+        .arg(home.join("m"))
+        .arg("--repo")
+        .arg(home.join("repo"))
+        .env("HOME", &home));
+    assert!(init.ok(), "init --repo as the user: {init:?}");
+    let m = home.join("m");
+    let r = run(Command::new("setpriv")
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={gid}"))
+        .arg("--clear-groups")
+        .arg("--")
+        .arg(SMITHFS)
+        .arg("mount")
+        .arg(&m)
+        .env("HOME", &home));
+    assert!(!r.ok(), "an unprivileged workspace mount worked: {r:?}");
+    assert_eq!(r.stderr.trim().lines().count(), 1, "one line: {r:?}");
+    assert!(
+        r.stderr.contains("workspace") && r.stderr.contains("root"),
+        "{r:?}"
+    );
+    assert!(!is_smithfs_mounted(&m));
+}

@@ -58,11 +58,12 @@ pub(crate) fn locate(args: &[String], cmd: &str) -> Result<Result<Located, Exit2
             dir.display()
         );
     }
-    let id = id.trim().trim_matches('/');
-    let Some(rel) = smith_dir_rel(id) else {
-        return Ok(Err(Exit2(format!(
-            "no smith {id}: give a full id such as smith-root/smith-001"
-        ))));
+    // A full id, a short id only one smith has or a unique suffix (PROTOCOL.md §6); ambiguous
+    // and unknown ids are usage errors (exit 2, the candidates listed).
+    let src = super::store::source(&dir)?;
+    let id = super::store::resolve_id(&src, id)?;
+    let Some(rel) = smith_dir_rel(&id) else {
+        return Ok(Err(Exit2(format!("no smith {id}"))));
     };
     if !dir.join(&rel).is_dir() {
         return Ok(Err(Exit2(format!("no smith {id} in {}", dir.display()))));
@@ -73,7 +74,7 @@ pub(crate) fn locate(args: &[String], cmd: &str) -> Result<Result<Located, Exit2
     }
     Ok(Ok(Located {
         dir,
-        full_id: id.to_string(),
+        full_id: id,
         ws,
         config,
     }))

@@ -1,9 +1,10 @@
 //! `smithfs doctor [--json]`: what this machine offers smithfs (PROTOCOL.md §6): `/dev/fuse`,
 //! `fusermount3`, the kernel and FUSE passthrough (Linux ≥ 6.9), FUSE over io_uring, the cgroup2
 //! hierarchy and whether we may create cgroups (identity `auto` → `cgroup`), the cgroup limits
-//! backend, and privileges. Every check is a [`Check`]; the text form prints one line each, the
-//! JSON form the list `[{"check","status","detail"}]`; exit 1 when a check failed, that is when
-//! `smithfs mount` by this user would fail (docs/PROTOCOL-NOTES.md O43).
+//! backend, privileges, and the git version workspaces need. Every check is a [`Check`]; the text
+//! form prints one line each, the JSON form the list `[{"check","status","detail"}]`; exit 1 when
+//! a check failed, that is when `smithfs mount` by this user would fail (docs/PROTOCOL-NOTES.md
+//! O43).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -292,6 +293,51 @@ fn check_privileges(root: bool) -> Check {
     )
 }
 
+/// The git that workspaces run (PROTOCOL.md §11): a parent's `git pull` from a child must run
+/// nothing the child configured, which needs git ≥ 2.45.1 or one of its backports
+/// (`workspace::git::SAFE_PULL_VERSIONS`, docs/PROTOCOL-NOTES.md W4, W13). `version` is the output
+/// of `git --version`, `None` when git cannot be run. Only workspaces need git, so the worst is
+/// `warn`. Pure.
+fn check_git(version: Option<&str>) -> Check {
+    use crate::workspace::git::{parse_version, pull_is_safe};
+    let c = |status, detail: String| Check::new("git", status, detail);
+    let Some(text) = version else {
+        return c(
+            Status::Warn,
+            "git not found: no workspaces (init --repo needs git ≥ 2.45.1)".into(),
+        );
+    };
+    let text = text.trim();
+    match parse_version(text) {
+        Some(v) if pull_is_safe(v) => c(
+            Status::Ok,
+            format!("{text}: workspaces isolated (a parent's pull from a child runs nothing the child configured: ≥ 2.45.1 or a backport)"),
+        ),
+        Some(_) => c(
+            Status::Warn,
+            format!("{text}: too old for workspaces' isolation: a parent's git pull from a child could run code the child planted (CVE-2024-32002/32004/32465, fixed in 2.45.1, 2.44.1, 2.43.4, 2.42.2, 2.41.1, 2.40.2, 2.39.4); upgrade git before using init --repo"),
+        ),
+        None => c(
+            Status::Warn,
+            format!("cannot read a version from `{text}`: workspaces need git ≥ 2.45.1"),
+        ),
+    }
+}
+
+/// `git --version`, or `None` when git cannot be run.
+fn git_version() -> Option<String> {
+    let out = std::process::Command::new("git")
+        .arg("--version")
+        .env("LC_ALL", "C")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 fn check_procfs() -> Check {
     if Path::new("/proc/self/mountinfo").exists() {
         Check::new(
@@ -318,6 +364,7 @@ pub fn checks() -> Vec<Check> {
         check_limits(),
         check_privileges(root),
         check_procfs(),
+        check_git(git_version().as_deref()),
     ]
 }
 
@@ -356,6 +403,27 @@ mod tests {
             "{}",
             w.line()
         );
+    }
+
+    #[test]
+    fn git_versions() {
+        for (version, status, says) in [
+            (
+                Some("git version 2.47.3\n"),
+                Status::Ok,
+                "2.47.3: workspaces isolated",
+            ),
+            (Some("git version 2.43.4"), Status::Ok, "isolated"),
+            (Some("git version 2.43.0"), Status::Warn, "too old"),
+            (Some("git version 2.30.2"), Status::Warn, "CVE-2024-32002"),
+            (Some("hg"), Status::Warn, "cannot read a version"),
+            (None, Status::Warn, "git not found"),
+        ] {
+            let c = check_git(version);
+            assert_eq!(c.check, "git");
+            assert_eq!(c.status, status, "{version:?}");
+            assert!(c.detail.contains(says), "{version:?}: {}", c.detail);
+        }
     }
 
     #[test]

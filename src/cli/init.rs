@@ -330,7 +330,8 @@ fn lay_out(
                 .map_err(|e| io("the bundled skill", e))?;
         }
     }
-    let mut plan = plan_smith(t, ROOT_ID, ROOT_ID, None, 0).map_err(|e| anyhow!("{e}"))?;
+    let mut plan =
+        plan_smith(t, &crate::tree::model::FullId::root()).map_err(|e| anyhow!("{e}"))?;
     if let Some(description) = task {
         let first_line = description.lines().next().unwrap_or("").trim();
         let title = title.unwrap_or(if first_line.is_empty() {

@@ -29,7 +29,7 @@ use clap::Args;
 use super::util;
 use super::whoami::{self, CONTROL_DIR};
 use crate::identity::keeper;
-use crate::tree::scaffold_plan::smith_dir_rel;
+use crate::tree::model::FullId;
 
 /// Arguments of `smithfs run`.
 #[derive(Debug, Args)]
@@ -89,36 +89,34 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
 
 /// The full id and what follows from it: the `SMITH_*` variables.
 struct SmithEnv {
-    full_id: String,
-    dir: PathBuf,
+    full_id: FullId,
 }
 
 impl SmithEnv {
     fn new(full_id: &str) -> Result<SmithEnv> {
-        let dir = smith_dir_rel(full_id).ok_or_else(|| {
+        let full_id = FullId::parse(full_id).ok_or_else(|| {
             anyhow!(
                 "not a full smith id: {full_id:?} (expected smith-root, smith-root/smith-001, …)"
             )
         })?;
-        Ok(SmithEnv {
-            full_id: full_id.to_string(),
-            dir,
-        })
+        Ok(SmithEnv { full_id })
     }
 
     fn vars(&self, mount: &Path) -> Vec<(String, OsString)> {
-        let (parent, id) = match self.full_id.rsplit_once('/') {
-            Some((p, id)) => (p, id),
-            None => ("", self.full_id.as_str()),
-        };
-        let level = self.full_id.matches('/').count();
+        let parent = self.full_id.parent().map(String::from).unwrap_or_default();
         vec![
             ("SMITH_MOUNT".into(), mount.as_os_str().to_owned()),
-            ("SMITH_FULL_ID".into(), self.full_id.clone().into()),
-            ("SMITH_ID".into(), id.into()),
-            ("SMITH_LEVEL".into(), level.to_string().into()),
+            ("SMITH_FULL_ID".into(), self.full_id.as_str().into()),
+            ("SMITH_ID".into(), self.full_id.short().into()),
+            (
+                "SMITH_LEVEL".into(),
+                self.full_id.level().to_string().into(),
+            ),
             ("SMITH_PARENT".into(), parent.into()),
-            ("SMITH_DIR".into(), mount.join(&self.dir).into_os_string()),
+            (
+                "SMITH_DIR".into(),
+                mount.join(self.full_id.smith_dir_rel()).into_os_string(),
+            ),
         ]
     }
 }

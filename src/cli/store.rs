@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use super::util::{self, MountState};
 use crate::sched::journal::{self, Terminal};
 use crate::sched::view::{SmithRow, StatusDoc};
-use crate::tree::scaffold_plan::{parse_child_name, ROOT_ID};
+use crate::tree::model::{parse_child_name, FullId, ROOT_ID};
 
 /// What a reporting command reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,13 +113,10 @@ fn walk(dir: &Path) -> Vec<(String, Option<String>, u8)> {
 
 /// `smiths/smith-root/children/smith-001` for `smith-root/smith-001`.
 pub fn rel_dir(full_id: &str) -> String {
-    let mut parts = full_id.split('/');
-    let mut out = format!("smiths/{}", parts.next().unwrap_or(ROOT_ID));
-    for p in parts {
-        out.push_str("/children/");
-        out.push_str(p);
-    }
-    out
+    FullId::parse(full_id).map_or_else(
+        || format!("smiths/{}", full_id.replace('/', "/children/")),
+        |f| f.smith_path(),
+    )
 }
 
 /// The status document of a store that is not mounted (PROTOCOL.md §7, §9): smiths found in

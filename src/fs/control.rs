@@ -6,6 +6,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
 use super::ids::NodeId;
+use crate::tree::model::FullId;
 
 /// Node id of `.smithfs/` itself. Virtual ids sit far above any backing inode number.
 pub const DIR_ID: NodeId = NodeId(0xFFFF_FFFF_FFFF_0000);
@@ -104,12 +105,12 @@ pub fn is_virtual(id: NodeId) -> bool {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
     /// Bind the writing process to a smith (operator only).
-    Bind(String),
+    Bind(FullId),
     /// Cancel a smith's run and its subtree's (operator or an ancestor smith).
-    Cancel(String),
+    Cancel(FullId),
     /// Run a failed or cancelled smith again on its newest task (operator or an ancestor
     /// smith; `smithfs retry`, PROTOCOL.md §6).
-    Retry(String),
+    Retry(FullId),
     /// Re-read config.json and apply it without a remount (operator only; `smithfs reload`,
     /// PROTOCOL.md §6).
     Reload,
@@ -124,14 +125,10 @@ pub fn parse_command(line: &str) -> Result<Command, String> {
     if words.next().is_some() {
         return Err(format!("too many words in `{}`", line.trim()));
     }
-    let full_id = |a: Option<&str>| -> Result<String, String> {
+    let full_id = |a: Option<&str>| -> Result<FullId, String> {
         let a = a.ok_or_else(|| format!("`{verb}` needs a smith's full id"))?;
-        if !valid_full_id(a) {
-            return Err(format!(
-                "`{a}` is not a full id (smith-root or smith-root/smith-NNN/…)"
-            ));
-        }
-        Ok(a.to_string())
+        FullId::parse(a)
+            .ok_or_else(|| format!("`{a}` is not a full id (smith-root or smith-root/smith-NNN/…)"))
     };
     match verb {
         "reload" if arg.is_some() => Err("`reload` takes no argument".into()),
@@ -145,30 +142,25 @@ pub fn parse_command(line: &str) -> Result<Command, String> {
     }
 }
 
-/// Is `s` shaped like a full id: `smith-root` then `/smith-NNN` parts (PROTOCOL.md §1)?
-pub fn valid_full_id(s: &str) -> bool {
-    let mut parts = s.split('/');
-    if parts.next() != Some(crate::tree::scaffold_plan::ROOT_ID) {
-        return false;
-    }
-    parts.all(|p| crate::tree::scaffold_plan::parse_child_name(OsStr::new(p)).is_some())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn fid(s: &str) -> FullId {
+        FullId::parse(s).unwrap()
+    }
+
     #[test]
     fn parses_ctl_commands() {
         let cases: &[(&str, Result<Command, ()>)] = &[
-            ("bind smith-root", Ok(Command::Bind("smith-root".into()))),
+            ("bind smith-root", Ok(Command::Bind(FullId::root()))),
             (
                 "  cancel smith-root/smith-001 \n",
-                Ok(Command::Cancel("smith-root/smith-001".into())),
+                Ok(Command::Cancel(fid("smith-root/smith-001"))),
             ),
             (
                 "retry smith-root/smith-002",
-                Ok(Command::Retry("smith-root/smith-002".into())),
+                Ok(Command::Retry(fid("smith-root/smith-002"))),
             ),
             ("bind", Err(())),
             ("bind smith-1", Err(())),

@@ -135,16 +135,9 @@ impl SmithFs {
             Ok(n) => n,
             Err(d) => return Err(self.denied(caller, who, "mkdir", self.child_path(dir, name), d)),
         };
-        let id = name.to_string_lossy().into_owned();
-        let full_id = format!("{}/{id}", info.full_id);
-        let plan = plan_smith(
-            &self.opts.templates,
-            &id,
-            &full_id,
-            Some(&info.full_id),
-            info.level + 1,
-        )
-        .map_err(|e| {
+        let id = name.to_str().ok_or(FsError::BadName)?;
+        let full_id = info.full_id.child(id).ok_or(FsError::BadName)?;
+        let plan = plan_smith(&self.opts.templates, &full_id).map_err(|e| {
             tracing::error!("scaffold of {full_id}: {e}");
             FsError::Scaffold
         })?;
@@ -190,7 +183,8 @@ impl SmithFs {
         let st = backing::stat_at(dir.fd()?.as_fd(), &cname)?;
         let idx = self
             .registry
-            .register(Some(parent), &id, BackingIno::of(&st), None);
+            .register(Some(parent), id, BackingIno::of(&st), None)
+            .ok_or(FsError::BadName)?;
         self.registry.note_child_number(parent, number);
         if let Err(e) = rebuild::save_highest(self.state.as_fd(), &self.registry) {
             tracing::error!("cannot remember child numbers: {e}");

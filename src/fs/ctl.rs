@@ -141,6 +141,7 @@ impl SmithFs {
                     let parent = info
                         .parent
                         .and_then(|p| self.registry.full_id(p))
+                        .map(String::from)
                         .unwrap_or_default();
                     out.push_str(&format!("full id: {}\n", info.full_id));
                     out.push_str(&format!("smith id: {}\n", info.id));

@@ -106,7 +106,7 @@ impl SmithFs {
             Identity::Smith(s) => self
                 .registry
                 .full_id(s)
-                .unwrap_or_else(|| format!("smith #{}", s.0)),
+                .map_or_else(|| format!("smith #{}", s.0), String::from),
             Identity::Operator => "operator".into(),
             Identity::Unknown => "unknown".into(),
         }

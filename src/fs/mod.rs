@@ -55,7 +55,7 @@ pub use self::xattr::XattrReply;
 use crate::config::{Limits, OperatorMode};
 use crate::identity::Identity;
 use crate::policy::{Ctx, Zone};
-use crate::tree::model::SmithIdx;
+use crate::tree::model::{FullId, SmithIdx};
 use crate::tree::registry::Registry;
 use crate::tree::template::Templates;
 use crate::trigger::Trigger;
@@ -228,7 +228,7 @@ pub trait Identities: Send + Sync {
     /// A [`BindError`]: the errno for the `ctl` write and the reason, which `.smithfs/why` shows.
     fn bind(&self, pid: u32, smith: SmithIdx) -> Result<(), BindError>;
     /// A smith was registered (cgroup mode makes its cgroup).
-    fn register_smith(&self, smith: SmithIdx, full_id: &str);
+    fn register_smith(&self, smith: SmithIdx, full_id: &FullId);
     /// A smith's dir was removed: release what was kept for it (cgroup mode removes its
     /// cgroup once it is empty). Nothing by default.
     fn unregister_smith(&self, _smith: SmithIdx) {}
@@ -263,7 +263,7 @@ impl Identities for NoBinding {
             reason: "this mount binds no processes".into(),
         })
     }
-    fn register_smith(&self, _smith: SmithIdx, _full_id: &str) {}
+    fn register_smith(&self, _smith: SmithIdx, _full_id: &FullId) {}
     fn mode_name(&self) -> &'static str {
         "none"
     }
@@ -371,7 +371,7 @@ struct RegistryNames<'a>(&'a Registry);
 
 impl crate::policy::Names for RegistryNames<'_> {
     fn full_id(&self, smith: SmithIdx) -> Option<String> {
-        self.0.full_id(smith)
+        self.0.full_id(smith).map(String::from)
     }
 }
 

@@ -10,8 +10,8 @@ use std::path::Path;
 
 use super::backing::{self, BackingIno, SysResult};
 use crate::tree::model::SmithIdx;
+use crate::tree::model::{parse_child_name, FullId, ROOT_ID};
 use crate::tree::registry::Registry;
-use crate::tree::scaffold_plan::{parse_child_name, ROOT_ID};
 
 /// The file in `.smithfs-state/` that remembers each smith's highest child number.
 pub const CHILDREN_FILE: &str = "children.json";
@@ -35,12 +35,14 @@ pub fn scan(
     if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
         return Ok(());
     }
-    let idx = registry.register(
+    let Some(idx) = registry.register(
         None,
         ROOT_ID,
         BackingIno::of(&st),
         highest.get(ROOT_ID).copied(),
-    );
+    ) else {
+        return Ok(());
+    };
     let dir = backing::open_beneath(
         smiths.as_fd(),
         &root_name,
@@ -66,14 +68,19 @@ pub fn scan_moved(
     if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
         return Err(nix::errno::Errno::ENOTDIR);
     }
-    let id = String::from_utf8_lossy(name.to_bytes()).into_owned();
-    let full = format!("{}/{id}", registry.full_id(parent).unwrap_or_default());
-    let idx = registry.register(
-        Some(parent),
-        &id,
-        BackingIno::of(&st),
-        highest.get(&full).copied(),
-    );
+    let id = name.to_str().map_err(|_| nix::errno::Errno::EINVAL)?;
+    let full = registry
+        .full_id(parent)
+        .and_then(|p| p.child(id))
+        .ok_or(nix::errno::Errno::EINVAL)?;
+    let idx = registry
+        .register(
+            Some(parent),
+            id,
+            BackingIno::of(&st),
+            highest.get(full.as_str()).copied(),
+        )
+        .ok_or(nix::errno::Errno::EINVAL)?;
     let dir = backing::open_beneath(children, name, libc::O_PATH | libc::O_DIRECTORY, 0)?;
     scan_children(dir.as_fd(), idx, registry, highest)?;
     Ok(idx)
@@ -108,13 +115,17 @@ fn scan_children(
         }
         registry.note_child_number(parent, n);
         let id = String::from_utf8_lossy(&name).into_owned();
-        let full = format!("{}/{id}", registry.full_id(parent).unwrap_or_default());
-        let idx = registry.register(
+        let Some(full) = registry.full_id(parent).and_then(|p| p.child(&id)) else {
+            continue;
+        };
+        let Some(idx) = registry.register(
             Some(parent),
             &id,
             BackingIno::of(&st),
-            highest.get(&full).copied(),
-        );
+            highest.get(full.as_str()).copied(),
+        ) else {
+            continue;
+        };
         let dir = backing::open_beneath(children.as_fd(), &c, libc::O_PATH | libc::O_DIRECTORY, 0)?;
         scan_children(dir.as_fd(), idx, registry, highest)?;
     }
@@ -183,7 +194,7 @@ pub fn load_highest(state: BorrowedFd<'_>) -> HashMap<String, u32> {
 
 /// Write [`CHILDREN_FILE`] atomically.
 pub fn save_highest(state: BorrowedFd<'_>, registry: &Registry) -> SysResult<()> {
-    let map: std::collections::BTreeMap<String, u32> =
+    let map: std::collections::BTreeMap<FullId, u32> =
         registry.highest_children().into_iter().collect();
     let text = serde_json::to_vec_pretty(&map).unwrap_or_default();
     let name = CString::new(CHILDREN_FILE).map_err(|_| nix::errno::Errno::EINVAL)?;

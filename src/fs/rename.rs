@@ -218,20 +218,27 @@ impl SmithFs {
                 return Err(self.denied(caller, who, "rename", self.child_path(from, name), d))
             }
         };
-        let old_full = self.registry.full_id(m.smith).unwrap_or_default();
+        let old_full = self
+            .registry
+            .full_id(m.smith)
+            .map(String::from)
+            .unwrap_or_default();
         // Remembered child numbers move with the subtree, re-keyed by the new full ids.
         let carried: std::collections::HashMap<String, u32> = match &family {
             Some(f) => {
                 let new_full = format!(
                     "{}/{}",
-                    self.registry.full_id(f.parent).unwrap_or_default(),
+                    self.registry
+                        .full_id(f.parent)
+                        .map(String::from)
+                        .unwrap_or_default(),
                     dst.name.to_string_lossy()
                 );
                 self.registry
                     .subtree(m.smith)
                     .into_iter()
                     .filter_map(|s| {
-                        let rest = s.full_id.strip_prefix(&old_full)?;
+                        let rest = s.full_id.strip_prefix(old_full.as_str())?;
                         Some((format!("{new_full}{rest}"), s.highest_child?))
                     })
                     .collect()

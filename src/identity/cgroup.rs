@@ -64,8 +64,7 @@ pub fn own_cgroup_dir(mounts: &[MountInfo], own: &Cgroups) -> Option<PathBuf> {
 /// (`smith-root/smith-001`). `None` if `full_id` is not `smith-root(/smith-NNN)*`, so no
 /// component can be `.`, `..`, [`SELF_CGROUP`] or [`OPERATOR_CGROUP`].
 pub fn smith_node_rel(full_id: &str) -> Option<PathBuf> {
-    crate::tree::scaffold_plan::smith_dir_rel(full_id)?;
-    Some(PathBuf::from(full_id))
+    crate::tree::model::FullId::parse(full_id).map(|f| PathBuf::from(f.as_str()))
 }
 
 /// A cgroup directory smithfs created: its path, an `O_DIRECTORY` descriptor (for

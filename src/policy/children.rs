@@ -9,7 +9,7 @@ use crate::config::OperatorMode;
 use crate::identity::Identity;
 use crate::policy::rules::{full_id, short, smith_path, Ctx, Denial, Rule};
 use crate::tree::model::SmithIdx;
-use crate::tree::scaffold_plan::{child_name, parse_child_name};
+use crate::tree::model::{child_name, is_numbered_name, parse_child_name};
 
 /// What the check needs to know of S, the smith a child is made for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,7 +116,7 @@ pub fn check_new_child(
     };
     let Some(number) = number.filter(|_| fresh) else {
         let problem = match number {
-            None if is_numbered(name) => format!(
+            None if is_numbered_name(name) => format!(
                 "has a number too large for a child id (the largest is {})",
                 child_name(u32::MAX)
             ),
@@ -152,13 +152,4 @@ pub fn check_new_child(
         ));
     }
     Ok(number)
-}
-
-/// Is `name` `smith-` and three or more digits, whatever their value (a number too large to
-/// parse is still a numbered name, and `why` says the number is the problem)?
-fn is_numbered(name: &OsStr) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    name.as_bytes()
-        .strip_prefix(b"smith-")
-        .is_some_and(|d| d.len() >= 3 && d.iter().all(u8::is_ascii_digit))
 }

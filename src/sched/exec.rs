@@ -236,7 +236,7 @@ impl Exec {
     }
 
     fn full_id(&self, s: SmithIdx) -> Option<String> {
-        self.registry.full_id(s)
+        self.registry.full_id(s).map(String::from)
     }
 
     fn ev(&self, event: &str, s: SmithIdx) -> Event {
@@ -259,7 +259,7 @@ impl Exec {
             smith_dir: self.in_mount(&rel),
             task_file: task,
             smith_id: info.id.clone(),
-            full_id: info.full_id.clone(),
+            full_id: info.full_id.to_string(),
             level: info.level.to_string(),
             mount,
         }
@@ -299,7 +299,7 @@ impl Exec {
             self.queue.add(info.idx, info.parent);
         }
         for info in &all {
-            let h = hist.get(&info.full_id).cloned().unwrap_or_default();
+            let h = hist.get(info.full_id.as_str()).cloned().unwrap_or_default();
             let has_result = store_facts::has_result(self.root.as_fd(), &info.rel_dir());
             let base = if has_result {
                 Base::Done
@@ -332,7 +332,7 @@ impl Exec {
         let mut interrupted: Vec<(SmithIdx, Wake)> = all
             .iter()
             .filter_map(|i| {
-                let w = hist.get(&i.full_id)?.interrupted.as_deref()?;
+                let w = hist.get(i.full_id.as_str())?.interrupted.as_deref()?;
                 Some((i.idx, Wake::parse(w).unwrap_or(Wake::Task)))
             })
             .collect();
@@ -980,7 +980,7 @@ impl Exec {
         let mut env: BTreeMap<String, String> = agent.env.clone();
         for (k, v) in [
             ("SMITH_ID", info.id.clone()),
-            ("SMITH_FULL_ID", info.full_id.clone()),
+            ("SMITH_FULL_ID", info.full_id.to_string()),
             ("SMITH_LEVEL", info.level.to_string()),
             ("SMITH_PARENT", parent),
             ("SMITH_DIR", ph.smith_dir.clone()),
@@ -1047,7 +1047,7 @@ impl Exec {
         let cgroup = self.binder.cgroup_path(s);
         let meta = Meta {
             run_id: run_id.clone(),
-            smith: info.full_id.clone(),
+            smith: info.full_id.to_string(),
             command: argv,
             wake: wake.as_str().into(),
             pid: Some(pid),

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
-use super::model::SmithIdx;
+use super::model::{FullId, SmithIdx, ROOT_ID};
 use crate::backing::BackingIno;
 
 /// One registered smith.
@@ -23,7 +23,7 @@ pub struct SmithInfo {
     /// Short id: `smith-root`, `smith-001`.
     pub id: String,
     /// Full id: `smith-root/smith-001`.
-    pub full_id: String,
+    pub full_id: FullId,
     /// Its parent; `None` for the root.
     pub parent: Option<SmithIdx>,
     /// Level: root 0.
@@ -39,20 +39,14 @@ pub struct SmithInfo {
 impl SmithInfo {
     /// The smith dir relative to the mount root: `smiths/smith-root/children/smith-001`.
     pub fn rel_dir(&self) -> String {
-        let mut parts = self.full_id.split('/');
-        let mut out = format!("smiths/{}", parts.next().unwrap_or("smith-root"));
-        for p in parts {
-            out.push_str("/children/");
-            out.push_str(p);
-        }
-        out
+        self.full_id.smith_path()
     }
 }
 
 #[derive(Debug, Default)]
 struct Inner {
     smiths: Vec<SmithInfo>,
-    by_full_id: HashMap<String, SmithIdx>,
+    by_full_id: HashMap<FullId, SmithIdx>,
     by_ino: HashMap<BackingIno, SmithIdx>,
 }
 
@@ -93,26 +87,31 @@ impl Registry {
     }
 
     /// Register a smith dir with backing inode `dir_ino` as child `id` of `parent` (`None`:
-    /// the root). Returns its index; registering the same full id again returns the first index
-    /// with the inode number updated.
+    /// the root, whose `id` is `smith-root`). Returns its index; registering the same full id
+    /// again returns the first index with the inode number updated. `None` when `id` is not a
+    /// child name ([`super::model::parse_child_name`]) or `parent` is not registered.
     pub fn register(
         &self,
         parent: Option<SmithIdx>,
         id: &str,
         dir_ino: BackingIno,
         highest_child: Option<u32>,
-    ) -> SmithIdx {
+    ) -> Option<SmithIdx> {
         let mut inner = self.inner.write();
-        let (full_id, level) = match parent.and_then(|p| inner.smiths.get(p.0 as usize)) {
-            Some(p) => (format!("{}/{id}", p.full_id), p.level + 1),
-            None => (id.to_string(), 0),
+        let (full_id, level) = match parent {
+            Some(p) => {
+                let p = inner.smiths.get(p.0 as usize)?;
+                (p.full_id.child(id)?, p.level + 1)
+            }
+            None if id == ROOT_ID => (FullId::root(), 0),
+            None => return None,
         };
         if let Some(&idx) = inner.by_full_id.get(&full_id) {
             let old = inner.smiths[idx.0 as usize].dir_ino;
             inner.by_ino.remove(&old);
             inner.smiths[idx.0 as usize].dir_ino = dir_ino;
             inner.by_ino.insert(dir_ino, idx);
-            return idx;
+            return Some(idx);
         }
         let idx = SmithIdx(inner.smiths.len() as u32);
         inner.smiths.push(SmithInfo {
@@ -132,7 +131,7 @@ impl Registry {
                 p.children.push(idx);
             }
         }
-        idx
+        Some(idx)
     }
 
     /// The smith whose dir has backing inode number `ino`: (smith, parent, level).
@@ -149,7 +148,7 @@ impl Registry {
     }
 
     /// The full id of `idx`.
-    pub fn full_id(&self, idx: SmithIdx) -> Option<String> {
+    pub fn full_id(&self, idx: SmithIdx) -> Option<FullId> {
         self.inner
             .read()
             .smiths
@@ -164,7 +163,7 @@ impl Registry {
 
     /// The root smith, if registered.
     pub fn root(&self) -> Option<SmithIdx> {
-        self.by_full_id(crate::tree::scaffold_plan::ROOT_ID)
+        self.by_full_id(ROOT_ID)
     }
 
     /// Is `a` an ancestor (strictly above) of `b`?
@@ -258,7 +257,7 @@ impl Registry {
     }
 
     /// Highest child number per full id, for persisting across restarts.
-    pub fn highest_children(&self) -> Vec<(String, u32)> {
+    pub fn highest_children(&self) -> Vec<(FullId, u32)> {
         self.all()
             .into_iter()
             .filter_map(|s| s.highest_child.map(|h| (s.full_id, h)))
@@ -273,9 +272,15 @@ mod tests {
     #[test]
     fn registers_a_tree() {
         let r = Registry::new();
-        let root = r.register(None, "smith-root", BackingIno(10), None);
-        let a = r.register(Some(root), "smith-001", BackingIno(11), None);
-        let b = r.register(Some(a), "smith-003", BackingIno(12), Some(7));
+        let root = r
+            .register(None, "smith-root", BackingIno(10), None)
+            .unwrap();
+        let a = r
+            .register(Some(root), "smith-001", BackingIno(11), None)
+            .unwrap();
+        let b = r
+            .register(Some(a), "smith-003", BackingIno(12), Some(7))
+            .unwrap();
         assert_eq!(
             r.full_id(b).as_deref(),
             Some("smith-root/smith-001/smith-003")
@@ -297,8 +302,12 @@ mod tests {
         assert_eq!(r.smith_at(BackingIno(12)), None);
         assert_eq!(r.get(a).map(|s| s.children.len()), Some(0));
         assert_eq!(r.unregister(b), Vec::new(), "already forgotten");
-        let c = r.register(Some(a), "smith-004", BackingIno(13), None);
-        let d = r.register(Some(c), "smith-001", BackingIno(14), None);
+        let c = r
+            .register(Some(a), "smith-004", BackingIno(13), None)
+            .unwrap();
+        let d = r
+            .register(Some(c), "smith-001", BackingIno(14), None)
+            .unwrap();
         assert_eq!(
             r.unregister(a),
             vec![a, c, d],
@@ -310,10 +319,18 @@ mod tests {
     #[test]
     fn subtree_lists_parents_first() {
         let r = Registry::new();
-        let root = r.register(None, "smith-root", BackingIno(10), None);
-        let a = r.register(Some(root), "smith-001", BackingIno(11), None);
-        let b = r.register(Some(root), "smith-002", BackingIno(12), None);
-        let aa = r.register(Some(a), "smith-001", BackingIno(13), None);
+        let root = r
+            .register(None, "smith-root", BackingIno(10), None)
+            .unwrap();
+        let a = r
+            .register(Some(root), "smith-001", BackingIno(11), None)
+            .unwrap();
+        let b = r
+            .register(Some(root), "smith-002", BackingIno(12), None)
+            .unwrap();
+        let aa = r
+            .register(Some(a), "smith-001", BackingIno(13), None)
+            .unwrap();
         let ids = |v: Vec<SmithInfo>| v.into_iter().map(|s| s.idx).collect::<Vec<_>>();
         assert_eq!(ids(r.subtree(root)), vec![root, a, b, aa]);
         assert_eq!(ids(r.subtree(a)), vec![a, aa]);

@@ -1,14 +1,15 @@
-//! The scaffold as a pure plan: what a new smith dir contains (PROTOCOL.md §1, §4), the root task
-//! file, and the child-name rules (`smith-NNN`).
+//! The scaffold as a pure plan: what a new smith dir contains (PROTOCOL.md §1, §4) and the root
+//! task file. The child-name rules and full ids are the tree model's (`super::model`), re-exported
+//! here for the plan's callers.
 //!
 //! Nothing here touches the disk. The daemon's backing-store module applies a [`Plan`] under a
 //! temporary name and renames the finished directory into place, so no half-made child is ever
 //! visible (PROTOCOL.md §4, §9). `smithfs init` uses the same plan for `smith-root`.
 
-use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use super::model::FullId;
+pub use super::model::{child_name, parse_child_name, ROOT_ID};
 use super::template::{render_named, TemplateError, Templates, SMITH_MD, START_HERE_MD, TASK_MD};
 
 /// Permission bits of every directory in a plan. Access is decided by smithfs's policy (§3), not
@@ -17,8 +18,6 @@ pub const DIR_MODE: u32 = 0o755;
 /// Permission bits of every file in a plan (see [`DIR_MODE`]). `smith.md` is 0644 too, because the
 /// operator may edit it (§3); smithfs refuses writes by smiths.
 pub const FILE_MODE: u32 = 0o644;
-/// The root smith's id and full id (§1).
-pub const ROOT_ID: &str = "smith-root";
 /// The areas every smith dir has, besides `.claude/` (§1, §4), in the order the plan creates them.
 pub const AREAS: [&str; 5] = ["inbox", "private", "outbox", "children", "conversations"];
 /// Where skills are copied to, relative to the smith dir (§1).
@@ -29,8 +28,6 @@ pub const SMITH_MD_PATH: &str = "smith.md";
 pub const START_HERE_PATH: &str = "private/START_HERE.md";
 /// The root task written by `smithfs init`, relative to the root smith dir.
 pub const ROOT_TASK_PATH: &str = "inbox/task-root.md";
-
-const CHILD_PREFIX: &str = "smith-";
 
 /// One thing to create in a new smith dir. Paths are relative to the smith dir, never empty, never
 /// absolute and free of `.`/`..`; `mode` holds permission bits only (no file-type bits) and is the
@@ -76,34 +73,24 @@ pub struct Plan {
 
 /// Plans the smith dir of `full_id` (PROTOCOL.md §4): the areas `inbox/ private/ outbox/ children/
 /// conversations/`, `.claude/skills/` with every skill of `t` below it, `smith.md` and
-/// `private/START_HERE.md` rendered with `{SMITH_ID}` = `smith_id`, `{PARENT_ID}` =
-/// `parent_full_id` or `none`, `{LEVEL}` = `level`, `{FULL_ID}` = `full_id` and `{SMITH_DIR}` = the
-/// smith dir relative to the mount root (see [`smith_dir_rel`]). Skills are copied verbatim.
-///
-/// The arguments are redundant on purpose and must agree: `full_id` is `smith-root` followed by
-/// zero or more `/smith-NNN` ([`parse_child_name`]), `smith_id` is its last component,
-/// `parent_full_id` is the rest (`None` for the root) and `level` is its number of `/`.
+/// `private/START_HERE.md` rendered with `{SMITH_ID}` = its short id, `{PARENT_ID}` = the parent's
+/// full id or `none`, `{LEVEL}` = its level, `{FULL_ID}` = `full_id` and `{SMITH_DIR}` = the
+/// smith dir relative to the mount root ([`FullId::smith_dir_rel`]). Skills are copied verbatim.
 ///
 /// # Errors
-/// [`TemplateError::BadArgument`] if the arguments disagree or `full_id` is malformed;
 /// [`TemplateError::UnknownPlaceholder`] if a template uses a placeholder outside
 /// [`SMITH_VARS`](super::template::SMITH_VARS) (impossible for a `Templates` built by its
 /// constructors, which validate).
-pub fn plan_smith(
-    t: &Templates,
-    smith_id: &str,
-    full_id: &str,
-    parent_full_id: Option<&str>,
-    level: u8,
-) -> Result<Plan, TemplateError> {
-    let smith_dir = check_identity(smith_id, full_id, parent_full_id, level)?;
-    let level_text = level.to_string();
+pub fn plan_smith(t: &Templates, full_id: &FullId) -> Result<Plan, TemplateError> {
+    let smith_dir = full_id.smith_dir_rel();
+    let parent = full_id.parent();
+    let level_text = full_id.level().to_string();
     let smith_dir_text = smith_dir.to_string_lossy();
     let vars = [
-        ("SMITH_ID", smith_id),
-        ("PARENT_ID", parent_full_id.unwrap_or("none")),
+        ("SMITH_ID", full_id.short()),
+        ("PARENT_ID", parent.as_ref().map_or("none", |p| p.as_str())),
         ("LEVEL", level_text.as_str()),
-        ("FULL_ID", full_id),
+        ("FULL_ID", full_id.as_str()),
         ("SMITH_DIR", smith_dir_text.as_ref()),
     ];
     let smith_md = render_named(SMITH_MD, t.smith_md(), &vars)?;
@@ -159,69 +146,11 @@ fn push_unique(dirs: &mut Vec<PathBuf>, p: &Path) {
     }
 }
 
-/// Validates the identity arguments of [`plan_smith`]; returns the mount-relative smith dir.
-fn check_identity(
-    smith_id: &str,
-    full_id: &str,
-    parent_full_id: Option<&str>,
-    level: u8,
-) -> Result<PathBuf, TemplateError> {
-    let bad = |what, value: &str, reason| TemplateError::BadArgument {
-        what,
-        value: value.to_owned(),
-        reason,
-    };
-    let smith_dir = smith_dir_rel(full_id).ok_or_else(|| {
-        bad(
-            "full_id",
-            full_id,
-            "not a full smith id: `smith-root` followed by zero or more `/smith-NNN`",
-        )
-    })?;
-    let (parent, last) = match full_id.rsplit_once('/') {
-        Some((parent, last)) => (Some(parent), last),
-        None => (None, full_id),
-    };
-    if smith_id != last {
-        return Err(bad(
-            "smith_id",
-            smith_id,
-            "is not the last component of full_id",
-        ));
-    }
-    if parent_full_id != parent {
-        return Err(bad(
-            "parent_full_id",
-            parent_full_id.unwrap_or("<none>"),
-            "is not full_id without its last component (none for the root)",
-        ));
-    }
-    if full_id.matches('/').count() != usize::from(level) {
-        return Err(bad(
-            "level",
-            &level.to_string(),
-            "is not the depth of full_id (its number of `/`)",
-        ));
-    }
-    Ok(smith_dir)
-}
-
 /// The smith dir of `full_id` relative to the mount root: `smith-root` → `smiths/smith-root`,
 /// `smith-root/smith-001/smith-002` → `smiths/smith-root/children/smith-001/children/smith-002`.
 /// `None` if `full_id` is not `smith-root` followed by zero or more `/smith-NNN` (§1).
 pub fn smith_dir_rel(full_id: &str) -> Option<PathBuf> {
-    let mut parts = full_id.split('/');
-    if parts.next() != Some(ROOT_ID) {
-        return None;
-    }
-    let mut dir = PathBuf::from("smiths");
-    dir.push(ROOT_ID);
-    for part in parts {
-        parse_child_name(OsStr::new(part))?;
-        dir.push("children");
-        dir.push(part);
-    }
-    Some(dir)
+    FullId::parse(full_id).map(|f| f.smith_dir_rel())
 }
 
 /// The values of `task.md`'s placeholders (the seed's task template), for [`plan_task`].
@@ -273,34 +202,6 @@ pub fn plan_task(t: &Templates, task: &TaskSpec<'_>) -> Result<Vec<u8>, Template
     render_named(TASK_MD, t.task_md(), &vars).map(String::into_bytes)
 }
 
-/// The number of a child dir name, or `None` if `name` is not a valid child name (§4 rule 3 →
-/// EINVAL).
-///
-/// Valid: `smith-` followed by three or more ASCII digits and nothing else (no sign, no spaces),
-/// whose value fits in a `u32`. `smith-000` is a valid name, as PROTOCOL.md §4 rule 3 reads (three
-/// digits, and 0 is above every number a smith without children has used); the scheduler and
-/// `why` still suggest `smith-001` first (docs/PROTOCOL-NOTES.md). Extra leading
-/// zeros are accepted (`smith-0042` is 42, as "three or more digits" allows); the strictly
-/// increasing rule compares numbers, so `smith-042` and `smith-0042` can never both exist.
-pub fn parse_child_name(name: &OsStr) -> Option<u32> {
-    let digits = name.as_bytes().strip_prefix(CHILD_PREFIX.as_bytes())?;
-    if digits.len() < 3 || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let mut n: u32 = 0;
-    for d in digits {
-        n = n.checked_mul(10)?.checked_add(u32::from(d - b'0'))?;
-    }
-    Some(n)
-}
-
-/// The canonical name of child number `n`: `smith-` and `n` zero-padded to three digits
-/// (`1` → `smith-001`, `1234` → `smith-1234`). For every `n`,
-/// `parse_child_name(child_name(n)) == Some(n)`.
-pub fn child_name(n: u32) -> String {
-    format!("{CHILD_PREFIX}{n:03}")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -343,7 +244,7 @@ mod tests {
 
     #[test]
     fn root_plan_has_the_layout() {
-        let plan = plan_smith(&Templates::builtin(), ROOT_ID, ROOT_ID, None, 0).unwrap();
+        let plan = plan_smith(&Templates::builtin(), &FullId::root()).unwrap();
         let paths: Vec<_> = plan
             .entries
             .iter()
@@ -388,14 +289,8 @@ mod tests {
 
     #[test]
     fn child_plan_fills_placeholders() {
-        let plan = plan_smith(
-            &Templates::builtin(),
-            "smith-002",
-            "smith-root/smith-001/smith-002",
-            Some("smith-root/smith-001"),
-            2,
-        )
-        .unwrap();
+        let full = FullId::parse("smith-root/smith-001/smith-002").unwrap();
+        let plan = plan_smith(&Templates::builtin(), &full).unwrap();
         assert_parents_first(&plan);
         let smith_md = content(&plan, "smith.md");
         assert!(smith_md.starts_with("# Smith smith-002\n"));
@@ -426,14 +321,7 @@ mod tests {
                 ("a/SKILL.md".into(), "a".into()),
             ])
             .unwrap();
-        let plan = plan_smith(
-            &t,
-            "smith-001",
-            "smith-root/smith-001",
-            Some("smith-root"),
-            1,
-        )
-        .unwrap();
+        let plan = plan_smith(&t, &FullId::parse("smith-root/smith-001").unwrap()).unwrap();
         assert_parents_first(&plan);
         assert_eq!(content(&plan, "smith.md"), "smith-root/smith-001");
         assert_eq!(
@@ -442,64 +330,11 @@ mod tests {
         );
         assert_eq!(content(&plan, ".claude/skills/b/scripts/run.sh"), "echo");
         let empty = Templates::builtin().with_skills(Vec::new()).unwrap();
-        let plan = plan_smith(&empty, ROOT_ID, ROOT_ID, None, 0).unwrap();
+        let plan = plan_smith(&empty, &FullId::root()).unwrap();
         assert!(plan
             .entries
             .iter()
             .any(|e| e.path() == Path::new(SKILLS_DEST)));
-    }
-
-    #[test]
-    fn inconsistent_arguments_are_refused() {
-        let t = Templates::builtin();
-        let cases: &[(&str, &str, Option<&str>, u8, &str)] = &[
-            ("smith-001", "smith-001", None, 0, "full_id"),
-            ("smith-root", "root", None, 0, "full_id"),
-            ("x", "smith-root/x", Some("smith-root"), 1, "full_id"),
-            ("", "", None, 0, "full_id"),
-            (
-                "smith-root",
-                "smith-root/",
-                Some("smith-root"),
-                1,
-                "full_id",
-            ),
-            (
-                "smith-002",
-                "smith-root/smith-001",
-                Some("smith-root"),
-                1,
-                "smith_id",
-            ),
-            (
-                "smith-001",
-                "smith-root/smith-001",
-                None,
-                1,
-                "parent_full_id",
-            ),
-            (
-                "smith-root",
-                "smith-root",
-                Some("smith-root"),
-                0,
-                "parent_full_id",
-            ),
-            (
-                "smith-001",
-                "smith-root/smith-001",
-                Some("smith-root"),
-                2,
-                "level",
-            ),
-            ("smith-root", "smith-root", None, 1, "level"),
-        ];
-        for (id, full, parent, level, what) in cases {
-            match plan_smith(&t, id, full, *parent, *level) {
-                Err(TemplateError::BadArgument { what: w, .. }) => assert_eq!(w, *what, "{full}"),
-                other => panic!("{full}: {other:?}"),
-            }
-        }
     }
 
     #[test]
@@ -545,63 +380,5 @@ mod tests {
         assert!(text.contains("2025-01-02T03:04:05Z"));
         assert!(text.contains("(level 0)"));
         assert!(text.contains("A markdown file"));
-    }
-
-    #[test]
-    fn child_names_table() {
-        let cases: &[(&[u8], Option<u32>)] = &[
-            (b"smith-001", Some(1)),
-            (b"smith-042", Some(42)),
-            (b"smith-999", Some(999)),
-            (b"smith-1000", Some(1000)),
-            (b"smith-0042", Some(42)),
-            (b"smith-4294967295", Some(u32::MAX)),
-            (b"smith-4294967296", None),
-            (b"smith-99999999999999999999", None),
-            (b"smith-000", Some(0)),
-            (b"smith-0000", Some(0)),
-            (b"smith-01", None),
-            (b"smith-1", None),
-            (b"smith-", None),
-            (b"smith-+01", None),
-            (b"smith--01", None),
-            (b"smith-+001", None),
-            (b"smith-001 ", None),
-            (b" smith-001", None),
-            (b"smith-00a", None),
-            (b"Smith-001", None),
-            (b"smith_001", None),
-            (b"smith-root", None),
-            (b"smith-\xd9\xa1\xd9\xa2\xd9\xa3", None), // Arabic-Indic digits
-            (b"smith-\xff01", None),
-            (b"", None),
-        ];
-        for (name, want) in cases {
-            assert_eq!(parse_child_name(OsStr::from_bytes(name)), *want, "{name:?}");
-        }
-        assert_eq!(child_name(1), "smith-001");
-        assert_eq!(child_name(42), "smith-042");
-        assert_eq!(child_name(1000), "smith-1000");
-        assert_eq!(child_name(0), "smith-000");
-    }
-
-    mod prop {
-        use super::super::*;
-        use proptest::prelude::*;
-
-        proptest! {
-            #[test]
-            fn child_name_round_trips(n in 0u32..) {
-                prop_assert_eq!(parse_child_name(OsStr::new(&child_name(n))), Some(n));
-            }
-
-            #[test]
-            fn parse_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..40)) {
-                let mut name = b"smith-".to_vec();
-                name.extend_from_slice(&bytes);
-                let _ = parse_child_name(OsStr::from_bytes(&name));
-                let _ = parse_child_name(OsStr::from_bytes(&bytes));
-            }
-        }
     }
 }

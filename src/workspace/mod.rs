@@ -233,6 +233,10 @@ impl GitRun<'_> {
     }
 }
 
+/// The `-c` setting of the checkout that writes a workspace's files: git's parallel checkout, one
+/// worker per CPU (`0`), used from git's default threshold of 100 files (docs/PROTOCOL-NOTES.md W12).
+pub const PARALLEL_CHECKOUT: &str = "checkout.workers=0";
+
 /// What a new workspace starts from (PROTOCOL.md §11).
 #[derive(Clone, Copy, Debug)]
 pub enum Base<'a> {
@@ -303,8 +307,11 @@ pub fn populate(
         none,
         &[gd.clone(), os("config"), os("smithfs.base"), os(&commit)],
     )?;
+    // Writing the files is nearly all of a big workspace's cost (one create, write, close and
+    // stat each); git's parallel checkout spreads it over one worker per CPU from 100 files up
+    // (docs/PROTOCOL-NOTES.md W12: ~2x faster for 10 000 files on a loaded 2-core machine).
     run.run(
-        none,
+        &[PARALLEL_CHECKOUT.to_string()],
         &[gd, wt, os("read-tree"), os("--reset"), os("-u"), os("HEAD")],
     )?;
     Ok(commit)

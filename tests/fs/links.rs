@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use nix::errno::Errno;
 use smithfs::fs::{backing, Caller, FsError, FsOptions, Identities, NodeId, SmithFs};
 use smithfs::identity::Identity;
-use smithfs::tree::model::SmithIdx;
+use smithfs::tree::model::{FullId, SmithIdx};
 
 const SMITHFS: &str = env!("CARGO_BIN_EXE_smithfs");
 const OPERATOR: Caller = Caller {
@@ -50,7 +50,7 @@ impl Identities for Ids {
             reason: "test identities bind nothing".into(),
         })
     }
-    fn register_smith(&self, _smith: SmithIdx, _full_id: &str) {}
+    fn register_smith(&self, _smith: SmithIdx, _full_id: &FullId) {}
     fn mode_name(&self) -> &'static str {
         "test"
     }

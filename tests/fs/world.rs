@@ -11,7 +11,7 @@ use smithfs::fs::{
     backing, AttrCache, BindError, Caller, FsOptions, Identities, Links, Scheduling, SmithFs,
 };
 use smithfs::identity::Identity;
-use smithfs::tree::model::SmithIdx;
+use smithfs::tree::model::{FullId, SmithIdx};
 use smithfs::trigger::Trigger;
 
 const SMITHFS: &str = env!("CARGO_BIN_EXE_smithfs");
@@ -70,7 +70,7 @@ impl Identities for Ids {
         self.bound.lock().unwrap().push((pid, smith));
         Ok(())
     }
-    fn register_smith(&self, _smith: SmithIdx, _full_id: &str) {}
+    fn register_smith(&self, _smith: SmithIdx, _full_id: &FullId) {}
     fn mode_name(&self) -> &'static str {
         "test"
     }
