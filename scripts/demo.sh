@@ -74,7 +74,8 @@ fi
 [ -c /dev/fuse ] || die "/dev/fuse is missing (modprobe fuse)"
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 if [ "$BUILD" = 1 ]; then
-    (cd "$REPO" && cargo build --release --quiet) || die "cargo build --release failed"
+    # Progress every 10 s while cargo works (scripts/build.sh): never two silent minutes.
+    "$REPO/scripts/build.sh" || die "cargo build --release failed"
 fi
 [ -x "$SMITHFS" ] || die "$SMITHFS is missing (build with cargo build --release)"
 say "smithfs: $("$SMITHFS" --version)"

@@ -152,6 +152,12 @@ struct AgentMount {
 
 impl AgentMount {
     fn init(agent: &str) -> Self {
+        Self::init_with(agent, |_| Vec::new())
+    }
+
+    /// `init` with more `smithfs init` arguments; `prepare` gets the scratch dir first (to make a
+    /// repository there for `--repo`).
+    fn init_with(agent: &str, prepare: impl FnOnce(&Path) -> Vec<std::ffi::OsString>) -> Self {
         // Under target/tmp, not /tmp: Codex's workspace-write sandbox always lets it write /tmp,
         // which would hide what its sandbox blocks on a mount anywhere else.
         let tmp = tempfile::Builder::new()
@@ -161,13 +167,14 @@ impl AgentMount {
         std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755))
             .expect("chmod tempdir");
         let dir = tmp.path().join("m");
-        smithfs([
-            OsStr::new("init"),
-            dir.as_os_str(),
-            OsStr::new("--agent"),
-            OsStr::new(agent),
-        ])
-        .expect_ok("smithfs init --agent");
+        let mut args: Vec<std::ffi::OsString> = vec![
+            "init".into(),
+            dir.clone().into_os_string(),
+            "--agent".into(),
+            agent.into(),
+        ];
+        args.extend(prepare(tmp.path()));
+        smithfs(&args).expect_ok("smithfs init --agent");
         AgentMount { tmp, dir }
     }
 
@@ -562,6 +569,81 @@ fn tree_with(cli: &str) {
         version(&bin, cli),
         took.as_secs_f64()
     );
+}
+
+/// The marker of the commit the CLI makes in its workspace (`model_server.py`'s WORKSPACE_MARKER).
+const WORKSPACE_MARKER: &str = "ws-commit-3e8d";
+
+/// A real CLI in a workspace (PROTOCOL.md §11, docs/AGENTS.md §5): with the shipped config, it
+/// edits a file in `workspace/` and commits it with its own `git`; the commit is on the smith's
+/// branch, authored by the smith's full id, and the auto-commit at run exit has nothing left.
+fn commits_in_its_workspace(cli: &str) {
+    let bin = installed(cli);
+    let m = AgentMount::init_with(cli, |tmp| {
+        let repo = tmp.join("repo");
+        std::fs::create_dir_all(&repo).expect("repo");
+        std::fs::write(repo.join("main.rs"), "fn main() {}\n").expect("a file");
+        let r = common::run(
+            Command::new("bash")
+                .arg("-ec")
+                .arg("git init -q . && git add -A && git -c user.name=u -c user.email=u@e commit -qm base")
+                .current_dir(&repo),
+        );
+        assert!(r.ok(), "{}", r.stderr);
+        vec!["--repo".into(), repo.into_os_string()]
+    });
+    let server = ModelServer::start(m.scratch());
+    let env = pointing_env(cli, &bin, &server, m.scratch());
+    m.mount(&env);
+    give_root_task(&m);
+    let took = wait_final(&m, &server, cli);
+    let steps = server.results("smith-root", "task");
+    assert!(
+        steps.len() >= 5,
+        "{cli}: the script stopped early: {steps:#?}\n{}",
+        m.messages(ROOT)
+    );
+    for (i, what) in [(2, "git add"), (3, "git commit")] {
+        assert!(
+            !refused(&steps[i]),
+            "{cli}: {what} in the workspace failed: {}",
+            steps[i]
+        );
+    }
+    assert!(
+        steps[4].contains(&format!("smith-root\t{WORKSPACE_MARKER}")),
+        "{cli}: git log does not show the CLI's commit by smith-root: {}",
+        steps[4]
+    );
+    let ws = m.p(&format!("{ROOT}/workspace"));
+    let log = common::run(Command::new("git").arg("-C").arg(&ws).args([
+        "log",
+        "--format=%an %s",
+        "smith/smith-root",
+    ]));
+    let first = log.stdout.lines().next().unwrap_or("").to_string();
+    assert_eq!(
+        first,
+        format!("smith-root {WORKSPACE_MARKER}: the CLI commits"),
+        "{cli}: {}",
+        log.stdout
+    );
+    let ev = m.events();
+    assert!(
+        !ev.iter().any(|e| e["event"] == "workspace.commit_failed"),
+        "{cli}: {ev:?}"
+    );
+    m.umount();
+    eprintln!(
+        "{cli} {}: committed in its workspace in {:.1} s",
+        version(&bin, cli),
+        took.as_secs_f64()
+    );
+}
+
+#[test]
+fn claude_code_commits_in_its_workspace() {
+    commits_in_its_workspace("claude");
 }
 
 #[test]

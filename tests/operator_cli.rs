@@ -330,3 +330,213 @@ fn an_fstab_line_mounts_with_mount8() {
     assert!(r.stderr.contains("-o bogus"), "{r:?}");
     assert!(!is_smithfs_mounted(&bad.dir));
 }
+
+/// `--version` names the version and the commit it was built from (build.rs: `git rev-parse`).
+#[test]
+fn version_names_the_commit() {
+    let v = smithfs(["--version"]).expect_ok("--version");
+    let want = format!("smithfs {} (commit ", env!("CARGO_PKG_VERSION"));
+    assert!(v.starts_with(&want), "{v}");
+    let head = run(Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR")));
+    if head.ok() {
+        assert_eq!(v.trim(), format!("{want}{})", head.stdout.trim()));
+    } else {
+        assert!(v.trim().ends_with("(commit unknown)"), "{v}");
+    }
+}
+
+/// `completions bash` is a script bash loads and that completes subcommands and options;
+/// zsh and fish get theirs (checked by their shells when installed).
+#[test]
+fn completions_complete_in_bash() {
+    let script = smithfs(["completions", "bash"]).expect_ok("completions bash");
+    let tmp = tempfile::tempdir().unwrap();
+    let f = tmp.path().join("smithfs.bash");
+    std::fs::write(&f, &script).unwrap();
+    let complete = |line: &str| {
+        let words: Vec<&str> = line.split(' ').collect();
+        let prog = format!(
+            "source {}; COMP_WORDS=({}); COMP_CWORD={}; COMP_LINE='{line}'; COMP_POINT=${{#COMP_LINE}}; _smithfs smithfs '{}' '{}'; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            f.display(),
+            words.iter().map(|w| format!("'{w}'")).collect::<Vec<_>>().join(" "),
+            words.len() - 1,
+            words.last().unwrap(),
+            words.get(words.len().wrapping_sub(2)).unwrap_or(&""),
+        );
+        run(Command::new("bash").args(["--norc", "-c", &prog])).expect_ok("bash completion")
+    };
+    let subs = complete("smithfs mo");
+    assert!(subs.lines().any(|l| l == "mount"), "{subs}");
+    let opts = complete("smithfs mount --no");
+    assert!(opts.lines().any(|l| l == "--no-passthrough"), "{opts}");
+    let shells = complete("smithfs completions ");
+    for s in ["bash", "zsh", "fish"] {
+        assert!(shells.lines().any(|l| l == s), "{shells}");
+    }
+    let zsh = smithfs(["completions", "zsh"]).expect_ok("completions zsh");
+    assert!(zsh.starts_with("#compdef smithfs"), "{}", &zsh[..40]);
+    let fish = smithfs(["completions", "fish"]).expect_ok("completions fish");
+    assert!(fish.contains("complete -c smithfs"), "{fish}");
+    for (shell, text) in [("zsh", &zsh), ("fish", &fish)] {
+        if run(Command::new("which").arg(shell)).ok() {
+            let p = tmp.path().join(format!("c.{shell}"));
+            std::fs::write(&p, text).unwrap();
+            run(Command::new(shell).arg("-n").arg(&p)).expect_ok(shell);
+        }
+    }
+    let r = smithfs(["completions", "tcsh"]);
+    assert_eq!(r.code, Some(2), "{r:?}");
+}
+
+/// The man page renders (groff) and documents the commands; `man --dir` writes a page per
+/// command, as `scripts/install.sh` installs them.
+#[test]
+fn man_pages_render() {
+    let page = smithfs(["man"]).expect_ok("man");
+    assert!(page.contains(".TH smithfs 1"), "{}", &page[..200]);
+    let tmp = tempfile::tempdir().unwrap();
+    let f = tmp.path().join("smithfs.1");
+    std::fs::write(&f, &page).unwrap();
+    if run(Command::new("which").arg("groff")).ok() {
+        let text = run(Command::new("groff")
+            .args(["-man", "-Tutf8", "-P-cbou"])
+            .arg(&f))
+        .expect_ok("groff");
+        for want in ["SYNOPSIS", "mount", "doctor", "completions", "Examples:"] {
+            assert!(text.contains(want), "{want} missing in\n{text}");
+        }
+    }
+    let dir = tmp.path().join("man1");
+    smithfs([OsStr::new("man"), OsStr::new("--dir"), dir.as_os_str()]).expect_ok("man --dir");
+    let mount = std::fs::read_to_string(dir.join("smithfs-mount.1")).unwrap();
+    assert!(
+        mount.contains("allow_other") && mount.contains("fuse.smithfs"),
+        "{mount}"
+    );
+    assert!(dir.join("smithfs.1").is_file());
+}
+
+/// `--help` of the main commands ends with examples.
+#[test]
+fn help_shows_examples() {
+    for cmd in [
+        &["--help"][..],
+        &["init", "--help"],
+        &["mount", "--help"],
+        &["status", "--help"],
+        &["logs", "--help"],
+        &["wait", "--help"],
+        &["retry", "--help"],
+        &["umount", "--help"],
+        &["doctor", "--help"],
+        &["events", "--help"],
+    ] {
+        let h = smithfs(cmd).expect_ok("--help");
+        let ex = h.split("Examples:\n").nth(1).unwrap_or_default();
+        assert!(ex.trim_start().starts_with("smithfs "), "{cmd:?}:\n{h}");
+    }
+}
+
+/// `scripts/install.sh` (without its build step) puts the binary, the mount(8) helper,
+/// completions and man pages under the prefix and says where; it never replaces a helper that
+/// is not a smithfs link; a non-root user gets `~/.local` by default.
+#[test]
+fn install_sh_installs_everything_under_the_prefix() {
+    let tmp = tempfile::Builder::new()
+        .prefix("smithfs-install-")
+        .tempdir()
+        .unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install.sh");
+    let prefix = tmp.path().join("p");
+    let sbin = tmp.path().join("sbin");
+    let out = run(Command::new(&script)
+        .arg("--no-build")
+        .arg("--prefix")
+        .arg(&prefix)
+        .arg("--sbin")
+        .arg(&sbin)
+        .env("SMITHFS_BIN", SMITHFS))
+    .expect_ok("install.sh");
+    let bin = prefix.join("bin/smithfs");
+    let files = [
+        bin.clone(),
+        prefix.join("share/bash-completion/completions/smithfs"),
+        prefix.join("share/zsh/site-functions/_smithfs"),
+        prefix.join("share/fish/vendor_completions.d/smithfs.fish"),
+        prefix.join("share/man/man1/smithfs.1"),
+        prefix.join("share/man/man1/smithfs-mount.1"),
+    ];
+    for f in &files {
+        assert!(f.is_file(), "{} missing", f.display());
+    }
+    for f in &files[..5] {
+        assert!(
+            out.contains(f.to_str().unwrap()),
+            "not named: {}\n{out}",
+            f.display()
+        );
+    }
+    let version = smithfs(["--version"]).expect_ok("--version");
+    assert_eq!(
+        run(Command::new(&bin).arg("--version")).expect_ok("installed"),
+        version
+    );
+    let helper = sbin.join("mount.fuse.smithfs");
+    assert_eq!(std::fs::read_link(&helper).unwrap(), bin);
+    let r = run(Command::new(&helper).arg("only-one"));
+    assert_eq!(r.code, Some(2), "{r:?}");
+    assert!(
+        r.stderr.contains("usage: mount.fuse.smithfs SOURCE DIR"),
+        "{r:?}"
+    );
+    run(Command::new("bash").arg("--norc").arg("-c").arg(format!(
+        "source {} && complete -p smithfs",
+        files[1].display()
+    )))
+    .expect_ok("bash loads the installed completion");
+
+    // A helper that is not ours is never replaced.
+    let other = tmp.path().join("other-sbin");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("mount.fuse.smithfs"), "#!/bin/sh\n").unwrap();
+    let out = run(Command::new(&script)
+        .arg("--no-build")
+        .arg("--prefix")
+        .arg(&prefix)
+        .arg("--sbin")
+        .arg(&other)
+        .env("SMITHFS_BIN", SMITHFS))
+    .expect_ok("install.sh over a foreign helper");
+    assert!(out.contains("left alone"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(other.join("mount.fuse.smithfs")).unwrap(),
+        "#!/bin/sh\n"
+    );
+
+    // Unprivileged: ~/.local by default.
+    if is_root() {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let home = tmp.path().join("home");
+        std::fs::create_dir(&home).unwrap();
+        std::os::unix::fs::chown(&home, Some(65534), Some(65534)).unwrap();
+        let out = run(Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(&script)
+            .arg("--no-build")
+            .env("HOME", &home)
+            .env("SMITHFS_BIN", SMITHFS))
+        .expect_ok("install.sh as a user");
+        assert!(home.join(".local/bin/smithfs").is_file(), "{out}");
+        assert!(
+            home.join(".local/sbin/mount.fuse.smithfs").is_symlink(),
+            "{out}"
+        );
+        assert!(
+            home.join(".local/share/man/man1/smithfs.1").is_file(),
+            "{out}"
+        );
+    }
+}

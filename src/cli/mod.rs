@@ -3,9 +3,11 @@
 
 mod accept;
 mod cancel;
+mod completions;
 mod diff;
 mod doctor;
 mod events;
+mod help;
 pub mod ids;
 pub mod init;
 mod logs;
@@ -28,7 +30,7 @@ use clap::{Parser, Subcommand};
 
 /// smithfs: a FUSE filesystem that enforces the Agent Smith protocol for fleets of agents.
 #[derive(Debug, Parser)]
-#[command(name = "smithfs", version, about)]
+#[command(name = "smithfs", version = help::VERSION, about, after_help = help::MAIN)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -37,36 +39,44 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Create the layout, a default config.json and the root smith in DIR.
+    #[command(after_help = help::INIT)]
     Init(init::InitArgs),
     /// Mount DIR over itself (the directory is both mount point and backing store).
+    #[command(after_help = help::MOUNT)]
     Mount(mount::MountArgs),
     /// Unmount DIR (stopping live runs first).
+    #[command(after_help = help::UMOUNT)]
     Umount(umount::UmountArgs),
     /// Run CMD bound to a smith (operator only); exits with CMD's status.
     Run(run::RunArgs),
     /// The calling process's identity and rights.
     Whoami(whoami::WhoamiArgs),
     /// Show the tree: state, runs, durations, result present.
+    #[command(after_help = help::STATUS)]
     Status(status::StatusArgs),
     /// Show the journal (--follow: new events within a second).
+    #[command(after_help = help::EVENTS)]
     Events(events::EventsArgs),
     /// Show a run's messages.log (the latest run by default), or the daemon's log.
     #[command(
         override_usage = "smithfs logs [DIR] ID [--run RUN_ID] [--follow]\n       \
-                                smithfs logs [DIR] --daemon [--follow]"
+                                smithfs logs [DIR] --daemon [--follow]",
+        after_help = help::LOGS
     )]
     Logs(logs::LogsArgs),
     /// Wait until the tree, a smith or the final result is done (exit 0), failed (1), or the timeout (124).
+    #[command(after_help = help::WAIT)]
     Wait(wait::WaitArgs),
     /// Stop a smith's run and its subtree's.
     #[command(override_usage = "smithfs cancel [DIR] ID")]
     Cancel(cancel::CancelArgs),
     /// Run a failed or cancelled smith again on its newest task (SMITH_WAKE=retry).
-    #[command(override_usage = "smithfs retry [DIR] ID")]
+    #[command(override_usage = "smithfs retry [DIR] ID", after_help = help::RETRY)]
     Retry(retry::RetryArgs),
     /// Re-read DIR/config.json and apply it without a remount (also SIGHUP to the daemon).
     Reload(reload::ReloadArgs),
     /// Check /dev/fuse, fusermount3, kernel features, cgroups and privileges.
+    #[command(after_help = help::DOCTOR)]
     Doctor(doctor::DoctorArgs),
     /// With a project: a smith's changes since its base commit (PROTOCOL.md §11).
     #[command(override_usage = "smithfs diff [DIR] ID [--stat]")]
@@ -74,6 +84,14 @@ enum Command {
     /// With a project: fetch a smith's branch into the repository; prints `BRANCH COMMIT`.
     #[command(override_usage = "smithfs accept [DIR] ID [--branch NAME]")]
     Accept(accept::AcceptArgs),
+    /// Print a completion script for bash, zsh or fish on stdout.
+    #[command(
+        after_help = "Examples:\n  smithfs completions bash > ~/.local/share/bash-completion/completions/smithfs\n  smithfs completions zsh > ~/.zfunc/_smithfs\n  smithfs completions fish > ~/.config/fish/completions/smithfs.fish"
+    )]
+    Completions(completions::CompletionsArgs),
+    /// Print the man page (or write one per command with --dir).
+    #[command(hide = true)]
+    Man(completions::ManArgs),
 }
 
 /// Parse the command line, run the subcommand and map its outcome to an exit code.
@@ -113,6 +131,8 @@ pub fn run() -> ExitCode {
         Command::Doctor(a) => doctor::run(a),
         Command::Diff(a) => diff::run(a),
         Command::Accept(a) => accept::run(a),
+        Command::Completions(a) => completions::run(a),
+        Command::Man(a) => completions::man(a),
     };
     match result {
         Ok(code) => code,
