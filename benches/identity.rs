@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use criterion::{BatchSize, Criterion};
 use smithfs::config::IdentityMode;
-use smithfs::identity::{pidfd, Identity, Resolver};
+use smithfs::identity::{Identity, Resolver};
+use smithfs::process::pidfd;
 use smithfs::tree::model::SmithIdx;
 
 struct Killed(Child);

@@ -150,14 +150,14 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
         // Descriptors track live processes: the resolver drops what it holds for exited ones
         // (and removes emptied cgroups of removed smiths) once a second.
         let weak = Arc::downgrade(&resolver);
-        crate::sched::reaper::every_second(move || {
+        crate::process::reaper::every_second(move || {
             if let Some(r) = weak.upgrade() {
                 r.housekeep();
             }
         });
     }
     // The resolver made the daemon a subreaper: orphans of runs land here and are reaped.
-    crate::sched::reaper::start();
+    crate::process::reaper::start();
     tracing::info!(mode = resolver.mode().as_str(), "identity resolution");
     // The scheduler's queue and the kernel cache, before the filesystem that feeds them.
     let link = Link::open(state.as_fd(), config.journal.rotation())

@@ -17,6 +17,7 @@ pub mod fuse;
 pub mod identity;
 pub mod limits;
 pub mod policy;
+pub mod process;
 pub mod reload;
 pub mod sched;
 pub mod time;

@@ -8,7 +8,7 @@
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
-use smithfs::identity::keeper::keep;
+use smithfs::process::keeper::keep;
 
 fn argv(args: &[&str]) -> Vec<OsString> {
     args.iter().map(OsString::from).collect()

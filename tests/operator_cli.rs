@@ -540,3 +540,45 @@ fn install_sh_installs_everything_under_the_prefix() {
         );
     }
 }
+
+/// `scripts/build.sh` (what the demo and install.sh build with) is never silent for long: a
+/// progress line every BUILD_PROGRESS_SECS while cargo works, then the time; a failed build
+/// prints cargo's last lines and exits with cargo's code. Against a stand-in `cargo`.
+#[test]
+fn build_sh_shows_progress_and_failures() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let cargo = bin.join("cargo");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build.sh");
+    let build = |body: &str| {
+        std::fs::write(&cargo, format!("#!/bin/sh\n{body}\n")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&cargo, std::fs::Permissions::from_mode(0o755)).unwrap();
+        run(Command::new(&script)
+            .env("CARGO_HOME", tmp.path())
+            .env("BUILD_PROGRESS_SECS", "1"))
+    };
+    let ok = build(
+        "echo '   Compiling libc v0.2.1' >&2; sleep 1; echo '   Compiling smithfs v0.1.0 (/x)' >&2; sleep 3",
+    );
+    assert_eq!(ok.code, Some(0), "{ok:?}");
+    let progress: Vec<&str> = ok
+        .stdout
+        .lines()
+        .filter(|l| l.contains("crates compiled"))
+        .collect();
+    assert!(progress.len() >= 2, "{ok:?}");
+    assert!(
+        progress
+            .last()
+            .unwrap()
+            .contains("now compiling smithfs v0.1.0"),
+        "{ok:?}"
+    );
+    assert!(ok.stdout.contains("build: done in"), "{ok:?}");
+    let bad = build("echo 'error[E0425]: cannot find value' >&2; exit 101");
+    assert_eq!(bad.code, Some(101), "{bad:?}");
+    assert!(bad.stderr.contains("error[E0425]"), "{bad:?}");
+    assert!(bad.stderr.contains("failed (exit 101)"), "{bad:?}");
+}

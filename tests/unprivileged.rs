@@ -43,6 +43,19 @@ fn smithfs_as(uid: u32, gid: u32, args: &[&OsStr]) -> Run {
         .args(args))
 }
 
+/// The `doctor --json` checks of `out` (its stdout), and the one named `name`.
+fn doctor_check(out: &str, name: &str) -> (serde_json::Value, serde_json::Value) {
+    let checks: serde_json::Value = serde_json::from_str(out).expect("doctor --json");
+    let one = checks
+        .as_array()
+        .expect("a list")
+        .iter()
+        .find(|c| c["check"] == name)
+        .unwrap_or_else(|| panic!("no {name} check in {checks}"))
+        .clone();
+    (checks, one)
+}
+
 /// A smithfs directory owned by the test user in a private temp dir; unmounted on drop (as the
 /// user, then `umount -l` as root), its daemon reaped, the temp dir removed.
 struct UserMount {
@@ -121,7 +134,8 @@ fn a_non_root_user_mounts_through_fusermount3_and_uses_the_mount() {
     // doctor tells the truth before the mount: nothing fails, so the mount works.
     let d = smithfs_as(uid, gid, &[OsStr::new("doctor"), OsStr::new("--json")]);
     assert_eq!(d.code, Some(0), "{d:?}");
-    let checks: serde_json::Value = serde_json::from_str(&d.stdout).unwrap();
+    let (checks, dev) = doctor_check(&d.stdout, "/dev/fuse");
+    assert_eq!(dev["status"], "ok", "{checks}");
     assert!(
         checks
             .as_array()
@@ -221,13 +235,7 @@ fn without_access_to_dev_fuse_mount_fails_with_one_line_and_mounts_nothing() {
     );
     let d = smithfs_as(uid, gid, &[OsStr::new("doctor"), OsStr::new("--json")]);
     assert_eq!(d.code, Some(1), "{d:?}");
-    let checks: serde_json::Value = serde_json::from_str(&d.stdout).unwrap();
-    let dev = checks
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["check"] == "/dev/fuse")
-        .unwrap();
+    let (checks, dev) = doctor_check(&d.stdout, "/dev/fuse");
     assert_eq!(dev["status"], "fail", "{checks}");
 
     let r = smithfs_as(uid, gid, &[OsStr::new("mount"), m.path().as_os_str()]);
@@ -265,13 +273,7 @@ fn without_fusermount3_doctor_and_mount_both_fail() {
     };
     let d = bare(&[OsStr::new("doctor"), OsStr::new("--json")]);
     assert_eq!(d.code, Some(1), "{d:?}");
-    let checks: serde_json::Value = serde_json::from_str(&d.stdout).unwrap();
-    let fm = checks
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["check"] == "fusermount3")
-        .unwrap();
+    let (checks, fm) = doctor_check(&d.stdout, "fusermount3");
     assert_eq!(fm["status"], "fail", "{checks}");
     let r = bare(&[OsStr::new("mount"), m.path().as_os_str()]);
     assert!(!r.ok(), "{r:?}");

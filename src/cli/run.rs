@@ -28,7 +28,7 @@ use clap::Args;
 
 use super::util;
 use super::whoami::{self, CONTROL_DIR};
-use crate::identity::keeper;
+use crate::process::keeper;
 use crate::tree::model::FullId;
 
 /// Arguments of `smithfs run`.

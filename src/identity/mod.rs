@@ -2,8 +2,6 @@
 
 pub mod ancestry;
 pub mod cgroup;
-pub mod keeper;
-pub mod pidfd;
 pub mod procfs;
 pub mod resolve;
 

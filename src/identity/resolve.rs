@@ -44,10 +44,10 @@ use parking_lot::{Mutex, RwLock};
 
 use super::ancestry::{self, ProcNode};
 use super::cgroup::{self, Cgroup, OPERATOR_CGROUP};
-use super::pidfd::{self, PidfdInfo, PIDFD_THREAD};
 use super::procfs;
 use super::Identity;
 use crate::config::IdentityMode;
+use crate::process::pidfd::{self, PidfdInfo, PIDFD_THREAD};
 use crate::tree::model::SmithIdx;
 
 /// Default cap of the resolution cache, in entries (each holds one descriptor). Lowered to a
@@ -465,13 +465,10 @@ impl Resolver {
             .map_err(IdentityError::PidfdUnsupported)?;
         let daemon =
             live_process(daemon_pid).map_err(|_| IdentityError::NoSuchProcess(daemon_pid))?;
-        // SAFETY: prctl with integer arguments only.
-        if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
-            return Err(IdentityError::Io {
-                what: "prctl(PR_SET_CHILD_SUBREAPER)".into(),
-                source: io::Error::last_os_error(),
-            });
-        }
+        crate::process::become_subreaper().map_err(|source| IdentityError::Io {
+            what: "prctl(PR_SET_CHILD_SUBREAPER)".into(),
+            source,
+        })?;
         let key = plan.first_key();
         let mut cgroups = match (mode, &key) {
             (IdentityMode::Ancestry, Some(key)) => {

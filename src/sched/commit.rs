@@ -17,10 +17,10 @@ use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::hooks::wait_pidfd;
 use super::journal::{Event, Journal};
 use super::runner::{self, BindTo, Launch, RunBinder};
 use super::Msg;
+use crate::process::wait_pidfd;
 use crate::tree::model::SmithIdx;
 use crate::workspace::{self, git};
 
@@ -204,7 +204,7 @@ impl CommitJob {
             unsafe { libc::kill(-(started.pid as i32), libc::SIGKILL) };
         }
         let status = started.child.wait();
-        super::reaper::untrack(started.pid);
+        crate::process::reaper::untrack(started.pid);
         let out = reader.join().unwrap_or_default();
         if !exited {
             return Err(format!(

@@ -1083,7 +1083,7 @@ impl Exec {
             .name("smithfs-reaper".into())
             .spawn(move || {
                 let status = child.wait().map_err(|e| e.to_string());
-                super::reaper::untrack(child.id());
+                crate::process::reaper::untrack(child.id());
                 let _ = tx.send(Msg::Exited {
                     smith: s,
                     run_id: waiter_run,

@@ -12,13 +12,14 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::HookEvent;
+use crate::process::wait_pidfd;
 use crate::sched::journal::{Event, Journal};
 use crate::sched::runner::{self, BindTo, Launch, Placeholders, RunBinder};
 
@@ -219,7 +220,7 @@ impl HookJob {
             self.done.timed_out = Some(true);
         }
         let waited = started.child.wait();
-        super::reaper::untrack(started.pid);
+        crate::process::reaper::untrack(started.pid);
         match waited {
             Ok(st) => {
                 self.done.exit_code = st.code();
@@ -234,32 +235,10 @@ impl HookJob {
 /// Returns true if it exited.
 pub fn wait_exit(pid: u32, deadline: Instant) -> bool {
     // Our child: its pid cannot be recycled before we reap it.
-    let Ok(fd) = crate::identity::pidfd::open(pid, 0) else {
+    let Ok(fd) = crate::process::pidfd::open(pid, 0) else {
         return true; // already gone (or no pidfd support): let wait() decide
     };
     wait_pidfd(fd.as_fd(), deadline)
-}
-
-/// Wait until the process of pidfd `fd` exits or `deadline` passes, without reaping it.
-/// Returns true if it exited.
-pub fn wait_pidfd(fd: BorrowedFd<'_>, deadline: Instant) -> bool {
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return false;
-        }
-        let mut p = libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd.
-        let n = unsafe { libc::poll(&mut p, 1, ms) };
-        if n > 0 {
-            return true;
-        }
-    }
 }
 
 #[cfg(test)]

@@ -18,9 +18,7 @@ mod exec;
 pub mod hooks;
 pub mod journal;
 pub mod queue;
-pub mod reaper;
 pub mod runner;
-pub mod spawn;
 pub mod store_facts;
 pub mod view;
 

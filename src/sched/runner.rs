@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::spawn::{self, Process, Spawn};
 use crate::backing::BackingIno;
+use crate::process::spawn::{self, Process, Spawn};
 use crate::tree::model::SmithIdx;
 
 /// How runs are bound to their smith; implemented by the identity resolver (PROTOCOL.md §2).

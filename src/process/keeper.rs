@@ -163,10 +163,7 @@ pub fn keep(argv: &[OsString]) -> std::io::Result<u8> {
     envp.push(std::ptr::null());
     let fail_prefix = format!("smithfs: cannot execute {}: ", Path::new(prog).display());
 
-    // SAFETY: prctl with integer arguments only.
-    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    super::become_subreaper()?;
     let saved = Dispositions::install()?;
     // SAFETY: the child runs only async-signal-safe calls (sigaction, execve, write, _exit) on
     // memory prepared above.

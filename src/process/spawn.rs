@@ -43,7 +43,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::ExitStatus;
 
-use crate::identity::pidfd;
+use super::pidfd;
 
 /// The byte the child writes on the error pipe as its first instruction: a child that dies
 /// without it never ran (killed at birth).
@@ -797,7 +797,7 @@ mod tests {
     fn finish(mut p: Process) -> ExitStatus {
         let deadline = Instant::now() + Duration::from_secs(20);
         if let Some(fd) = p.pidfd() {
-            if !super::super::hooks::wait_pidfd(fd, deadline) {
+            if !super::super::wait_pidfd(fd, deadline) {
                 p.kill();
             }
         }

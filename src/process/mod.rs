@@ -1,0 +1,63 @@
+//! Process primitives, kept together because they share one discipline (code that runs between
+//! `fork`/`clone3` and `execve` makes async-signal-safe calls only) and one goal: no process of
+//! a smith's tree ever escapes it (PROTOCOL.md §2).
+//!
+//! - [`spawn`]: `clone3(CLONE_INTO_CGROUP)` — a run or hook is born inside its smith's cgroup,
+//!   becomes a session leader and a child subreaper, and `execve`s (the scheduler's runs and
+//!   hooks use it);
+//! - [`keeper`]: the keeper of `smithfs run` (ancestry mode): a bound subreaper that runs a
+//!   command, forwards signals to it and outlives its last descendant;
+//! - [`reaper`]: the daemon's reaper of orphans (a subreaper must reap them) that leaves the
+//!   processes it started itself to their owners, and its once-a-second upkeep;
+//! - [`pidfd`]: safe wrappers of the pidfd system calls (`pidfd_open`, `PIDFD_GET_INFO`, …),
+//!   which identity resolution and the spawn use;
+//! - [`wait_pidfd`]: wait for a started process's exit without reaping it;
+//! - [`become_subreaper`]: `PR_SET_CHILD_SUBREAPER` for the calling process (the daemon, so
+//!   orphans of its runs re-parent to it; the keeper).
+//!
+//! Nothing here knows smiths, the store or the scheduler: callers pass argv, environment,
+//! descriptors and a cgroup.
+
+pub mod keeper;
+pub mod pidfd;
+pub mod reaper;
+pub mod spawn;
+
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::time::Instant;
+
+/// Make the calling process a child subreaper (`prctl(PR_SET_CHILD_SUBREAPER, 1)`): orphaned
+/// descendants re-parent to it instead of to init, so it can reap them and knows when the
+/// last is gone.
+///
+/// # Errors
+/// The `prctl` error (none is expected on Linux ≥ 3.4).
+pub fn become_subreaper() -> std::io::Result<()> {
+    // SAFETY: prctl with integer arguments only; it reads and writes no memory of ours.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Wait until the process of pidfd `fd` exits or `deadline` passes, without reaping it.
+/// Returns true if it exited.
+pub fn wait_pidfd(fd: BorrowedFd<'_>, deadline: Instant) -> bool {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        let mut p = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut p, 1, ms) };
+        if n > 0 {
+            return true;
+        }
+    }
+}
