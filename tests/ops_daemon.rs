@@ -195,3 +195,182 @@ fn a_failed_busy_unmount_leaves_the_scheduler_and_journal_running() {
     assert!(began.elapsed() < Duration::from_secs(30));
     drop(holder);
 }
+
+/// Lines a child prints on `pipe` (stdout or stderr), with the time each arrived.
+fn lines_of(
+    pipe: impl std::io::Read + Send + 'static,
+) -> std::sync::mpsc::Receiver<(Instant, String)> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(pipe).lines() {
+            let Ok(line) = line else { break };
+            if tx.send((Instant::now(), line)).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Collect lines from `rx` until one contains `needle` (bounded by `secs`).
+fn until_line(
+    rx: &std::sync::mpsc::Receiver<(Instant, String)>,
+    seen: &mut Vec<String>,
+    needle: &str,
+    secs: u64,
+) -> Instant {
+    let end = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((t, l)) => {
+                let hit = l.contains(needle);
+                seen.push(l);
+                if hit {
+                    return t;
+                }
+            }
+            Err(_) => panic!("no line with {needle:?} within {secs} s; saw {seen:#?}"),
+        }
+    }
+}
+
+/// A child process killed on drop.
+struct Kid(std::process::Child);
+
+impl Drop for Kid {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `tail -f PATH` (polling every `interval` seconds; GNU tail's default is 1).
+fn tail_f(
+    path: &std::path::Path,
+    interval: &str,
+) -> (Kid, std::sync::mpsc::Receiver<(Instant, String)>) {
+    let mut c = Command::new("tail")
+        .args(["-f", "-s", interval])
+        .arg(path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tail");
+    let out = lines_of(c.stdout.take().expect("stdout"));
+    let err = c.stderr.take().expect("stderr");
+    // tail's complaints ("file truncated") become lines too, marked.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let errs = lines_of(err);
+    let tx2 = tx.clone();
+    std::thread::spawn(move || {
+        for (t, l) in errs {
+            let _ = tx2.send((t, format!("STDERR {l}")));
+        }
+    });
+    std::thread::spawn(move || {
+        for x in out {
+            if tx.send(x).is_err() {
+                break;
+            }
+        }
+    });
+    (Kid(c), rx)
+}
+
+#[test]
+fn tail_f_follows_the_virtual_events_file() {
+    let s = Sm::new(json!({}));
+    s.task("ok\n");
+    s.wait_state(30, "smith-root", "done");
+    let events = s.p(".smithfs/events.jsonl");
+    let size = std::fs::metadata(&events).expect("stat").len();
+    let cat = std::fs::read(&events).expect("read");
+    assert_eq!(size, cat.len() as u64, "nothing rotated: size = content");
+    let (_tail, rx) = tail_f(&events, "1");
+    let mut seen = Vec::new();
+    until_line(&rx, &mut seen, "result.published", 10);
+    let wrote = Instant::now();
+    s.write("smiths/smith-root/inbox/task-2.md", "ok\n");
+    let t = until_line(&rx, &mut seen, "task-2.md", 10);
+    let lag = t.duration_since(wrote);
+    eprintln!("tail -f showed the new line after {lag:?}");
+    assert!(lag < Duration::from_millis(1500), "{lag:?}");
+    until_line(&rx, &mut seen, "\"run.exited\"", 20);
+    assert!(
+        !seen.iter().any(|l| l.starts_with("STDERR")),
+        "tail complained: {seen:#?}"
+    );
+}
+
+#[test]
+fn followers_see_every_line_once_across_journal_rotations() {
+    // 4 KiB files, one kept: many rotations, and older files dropped while followed.
+    let s = Sm::new(json!({"journal": {"max_bytes": 4096, "keep": 1}}));
+    let dir = s.dir();
+    let mut follow = Command::new(common::SMITHFS)
+        .args(["events", &dir, "--follow", "--json"])
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn follower");
+    let frx = lines_of(follow.stdout.take().expect("stdout"));
+    let _follow = Kid(follow);
+    let events = s.p(".smithfs/events.jsonl");
+    let (_tail, trx) = tail_f(&events, "0.2");
+    let n = 20;
+    let (mut fseen, mut tseen) = (Vec::new(), Vec::new());
+    for i in 1..=n {
+        let name = format!("task-{i:03}.md");
+        s.write(&format!("smiths/smith-root/inbox/{name}"), "ok\n");
+        // Paced by the followers (they cannot see what rotation dropped before they looked).
+        until_line(&frx, &mut fseen, &name, 15);
+        until_line(&trx, &mut tseen, &name, 15);
+        poll_until(Duration::from_secs(30), &format!("run {i}"), || {
+            let st = s.status_file();
+            smith_of(&st, "smith-root")["runs"].as_u64() >= Some(i as u64)
+                && smith_of(&st, "smith-root")["state"] == "done"
+        });
+    }
+    let want: Vec<String> = (1..=n)
+        .map(|i| format!("smiths/smith-root/inbox/task-{i:03}.md"))
+        .collect();
+    for (name, seen) in [("events --follow", &fseen), ("tail -f", &tseen)] {
+        assert!(
+            !seen.iter().any(|l| l.starts_with("STDERR")),
+            "{name} complained: {seen:#?}"
+        );
+        let assigned: Vec<String> = seen
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["event"] == "task.assigned")
+            .filter_map(|v| v["path"].as_str().map(str::to_string))
+            .collect();
+        assert_eq!(assigned, want, "{name}: every task once, in order");
+        for l in seen {
+            assert!(
+                serde_json::from_str::<Value>(l).is_ok(),
+                "{name}: not a journal line: {l:?}"
+            );
+        }
+    }
+    // The store was rotated and its oldest files dropped (each close to 4 KiB); the size
+    // counts every byte ever.
+    let size = std::fs::metadata(&events).expect("stat").len();
+    let cat = std::fs::read(&events).expect("read");
+    assert!(
+        size > cat.len() as u64 + 3000,
+        "files dropped: {size} vs {}",
+        cat.len()
+    );
+    assert!(
+        String::from_utf8_lossy(&cat)
+            .lines()
+            .all(|l| serde_json::from_str::<Value>(l).is_ok()),
+        "cat reads whole lines"
+    );
+}

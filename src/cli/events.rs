@@ -3,9 +3,10 @@
 //! `.smithfs/events.jsonl`, or from the store (`.smithfs-state/events.jsonl` and its rotated
 //! files) when the directory is not mounted.
 //!
-//! `--follow` re-opens the file for every poll (every [`POLL`]) and reads on from where it left
-//! off, so a new line shows within a second and a follower never holds the mount busy between
-//! polls (O3). It follows across an unmount (then reading the store) until interrupted.
+//! `--follow` re-opens the file for every poll (every [`POLL`]) and reads on from the journal
+//! offset where it left off, so a new line shows within a second, none is missed or repeated
+//! across a rotation, and a follower never holds the mount busy between polls (O3, O13). It
+//! follows across an unmount (then reading the store) until interrupted.
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -14,8 +15,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use super::store::{self, Source};
+use super::store;
 use super::util::resolve_mount;
+use crate::sched::journal;
 use crate::sched::view::format_event;
 
 /// How often `--follow` looks for new lines.
@@ -59,42 +61,75 @@ fn print_line(
     }
 }
 
-/// Where the journal of `dir` is right now: the mount's virtual file while it is mounted, else
-/// the store's current journal file.
-fn journal_path(dir: &Path) -> PathBuf {
+/// Where the journal of `dir` is read from right now: the mount's virtual file while it is
+/// mounted, else the store's journal files. Both are addressed by journal offsets (every byte
+/// ever journaled, across rotations; docs/PROTOCOL-NOTES.md O13), so a follower goes on from the
+/// same offset after a mount or an unmount.
+fn live_path(dir: &Path) -> Option<PathBuf> {
     let live = dir.join(".smithfs/events.jsonl");
-    if live.exists() {
-        live
-    } else {
-        dir.join(crate::fs::STATE_DIR).join("events.jsonl")
+    live.exists().then_some(live)
+}
+
+/// The journal from journal offset `offset` (0: from the oldest line kept) to its end, holding
+/// a file open only for the read. Returns the bytes and the offset after them.
+fn read_from(dir: &Path, offset: u64) -> std::io::Result<(Vec<u8>, u64)> {
+    match live_path(dir) {
+        Some(path) => read_live(&path, offset),
+        None => read_store(dir, offset),
     }
 }
 
-/// Read `path` from `offset` to its end, holding it open only for the read. A file shorter than
-/// `offset` was rotated or replaced: read it from the start. Returns the bytes and the new
-/// offset; a missing file reads as nothing.
-fn read_from(path: &Path, offset: u64) -> std::io::Result<(Vec<u8>, u64)> {
+/// [`read_from`] of the mount's `.smithfs/events.jsonl`, whose size is the journal's end and
+/// whose data starts (`SEEK_DATA`) at the oldest offset kept.
+fn read_live(path: &Path, offset: u64) -> std::io::Result<(Vec<u8>, u64)> {
     let mut f = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), offset)),
         Err(e) => return Err(e),
     };
-    let mut buf = Vec::new();
-    f.seek(SeekFrom::Start(offset))?;
-    f.read_to_end(&mut buf)?;
-    if buf.is_empty() && offset > 0 {
-        // Nothing new, or a shorter file (rotated): its size tells. The control file has no
-        // size of its own, so only the store's file can say it was rotated.
-        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-        if len > 0 && len < offset {
-            f.seek(SeekFrom::Start(0))?;
-            f.read_to_end(&mut buf)?;
-            let n = buf.len() as u64;
-            return Ok((buf, n));
+    let start = if offset == 0 {
+        use std::os::fd::AsRawFd;
+        // SAFETY: lseek on a descriptor we own.
+        let s = unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_DATA) };
+        if s < 0 {
+            // ENXIO: nothing journaled yet.
+            return Ok((Vec::new(), 0));
         }
-    }
-    let n = offset + buf.len() as u64;
+        s as u64
+    } else {
+        offset
+    };
+    f.seek(SeekFrom::Start(start))?;
+    let mut buf = Vec::new();
+    f.read_to_end(&mut buf)?;
+    let n = start + buf.len() as u64;
     Ok((buf, n))
+}
+
+/// [`read_from`] of an unmounted store's journal files.
+fn read_store(dir: &Path, offset: u64) -> std::io::Result<(Vec<u8>, u64)> {
+    let err = |e: nix::errno::Errno| std::io::Error::from_raw_os_error(e as i32);
+    let root = crate::backing::open_store_root(dir).map_err(err)?;
+    let state = match crate::backing::open_dir_path(
+        std::os::fd::AsFd::as_fd(&root),
+        Path::new(crate::fs::STATE_DIR),
+    ) {
+        Ok(s) => s,
+        Err(nix::errno::Errno::ENOENT) => return Ok((Vec::new(), offset)),
+        Err(e) => return Err(err(e)),
+    };
+    let state = std::os::fd::AsFd::as_fd(&state);
+    let base = journal::stored_base(state);
+    let mut out = Vec::new();
+    let mut at = offset;
+    loop {
+        let (start, bytes) = journal::read_range(state, base, at, 1 << 20).map_err(err)?;
+        if bytes.is_empty() {
+            return Ok((out, at.max(start)));
+        }
+        at = start + bytes.len() as u64;
+        out.extend_from_slice(&bytes);
+    }
 }
 
 /// Print the complete lines of `pending` (a torn tail waits for its newline).
@@ -121,43 +156,15 @@ pub fn run(args: EventsArgs) -> Result<ExitCode> {
         Some(q) => Some(store::resolve_id(&src, q)?),
         None => None,
     };
-    let mut pending = Vec::new();
-    let mut offset = 0u64;
-    match &src {
-        Source::Mount(_) => {
-            let path = journal_path(&dir);
-            let (bytes, n) =
-                read_from(&path, 0).with_context(|| format!("cannot read {}", path.display()))?;
-            pending = bytes;
-            offset = n;
-        }
-        Source::Store(_) => {
-            // Every rotated file first, then the current one (where a follower goes on).
-            let files = store::journal_files(&dir);
-            for (i, f) in files.iter().enumerate() {
-                let (bytes, n) = read_from(f, 0).unwrap_or_default();
-                if i + 1 == files.len() {
-                    offset = n;
-                    pending.extend_from_slice(&bytes);
-                } else if let Some(end) = bytes.iter().rposition(|b| *b == b'\n') {
-                    pending.extend_from_slice(&bytes[..=end]);
-                }
-            }
-        }
-    }
+    let (mut pending, mut offset) = read_from(&dir, 0)
+        .with_context(|| format!("cannot read the journal of {}", dir.display()))?;
     flush_lines(&mut pending, &args, smith.as_deref())?;
     if !args.follow {
         return Ok(ExitCode::SUCCESS);
     }
-    let mut path = journal_path(&dir);
     loop {
         std::thread::sleep(POLL);
-        let now = journal_path(&dir);
-        if now != path {
-            // Mounted or unmounted meanwhile: the same journal, seen from the other side.
-            path = now;
-        }
-        match read_from(&path, offset) {
+        match read_from(&dir, offset) {
             Ok((bytes, n)) => {
                 offset = n;
                 pending.extend_from_slice(&bytes);
@@ -165,7 +172,10 @@ pub fn run(args: EventsArgs) -> Result<ExitCode> {
             }
             // A mount going away under the read: try again at the next poll.
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ENOENT)) => {}
-            Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+            Err(e) => {
+                return Err(e)
+                    .with_context(|| format!("cannot read the journal of {}", dir.display()))
+            }
         }
     }
 }

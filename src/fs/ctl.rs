@@ -35,17 +35,99 @@ impl SmithFs {
                 Some(s) => s.into_bytes(),
                 None => self.plain_status().into_bytes(),
             },
+            // Served live from the journal when there is one (`read_control`).
+            ControlFile::Events if self.links.sched.journal_end().is_some() => Vec::new(),
             ControlFile::Events => journal_lines(
                 // Across the rotated files, oldest first (PROTOCOL.md §7).
                 &crate::sched::journal::read_all_bytes(self.state.as_fd()).unwrap_or_default(),
             ),
-            ControlFile::DaemonLog => {
-                backing::read_file(self.state.as_fd(), std::path::Path::new("daemon.log"))
-                    .unwrap_or_default()
-            }
+            // Served live from the file (`read_control`).
+            ControlFile::DaemonLog => Vec::new(),
             ControlFile::Ctl => Vec::new(),
         };
-        Ok(self.controls.insert(OpenControl { file: f, data }))
+        Ok(self.controls.insert(OpenControl {
+            file: f,
+            data,
+            origin: std::sync::atomic::AtomicU64::new(u64::MAX),
+        }))
+    }
+
+    /// The size of control file `f` as `stat` shows it: the journal's end for `events.jsonl`
+    /// and the file's size for `daemon.log`, both read live, so `tail -f` follows them; 0 for
+    /// the others, whose content is made at open (docs/PROTOCOL-NOTES.md O13).
+    pub(super) fn control_size(&self, f: ControlFile) -> u64 {
+        match f {
+            ControlFile::Events => self.links.sched.journal_end().unwrap_or(0),
+            ControlFile::DaemonLog => backing::stat_at(self.state.as_fd(), DAEMON_LOG)
+                .map_or(0, |st| st.st_size.max(0) as u64),
+            _ => 0,
+        }
+    }
+
+    /// Read up to `size` bytes at `offset` of the open control file `fh`: `events.jsonl` and
+    /// `daemon.log` live (O13), the others from the content made at open.
+    pub(super) fn read_control(&self, fh: Fh, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        use std::sync::atomic::Ordering;
+        let h = self.controls.get(fh)?;
+        match h.file {
+            ControlFile::Events => {
+                // A first read at 0 (`cat`) starts at the oldest line kept, and this handle's
+                // offsets are journal offsets less that; any other first read (`tail`, which
+                // seeks near the size) reads journal offsets as they are.
+                let origin = match h.origin.load(Ordering::Relaxed) {
+                    u64::MAX if offset == 0 => None,
+                    u64::MAX => {
+                        h.origin.store(0, Ordering::Relaxed);
+                        Some(0)
+                    }
+                    o => Some(o),
+                };
+                let at = offset + origin.unwrap_or(0);
+                if let Some(got) = self.links.sched.journal_read(at, size as usize) {
+                    let (start, bytes) = got?;
+                    if origin.is_none() {
+                        h.origin.store(start, Ordering::Relaxed);
+                    }
+                    return Ok(bytes);
+                }
+            }
+            ControlFile::DaemonLog => {
+                let fd = match backing::open_file(self.state.as_fd(), DAEMON_LOG, libc::O_RDONLY, 0)
+                {
+                    Ok(fd) => fd,
+                    Err(nix::errno::Errno::ENOENT) => return Ok(Vec::new()),
+                    Err(e) => return Err(e.into()),
+                };
+                let mut buf = vec![0u8; size as usize];
+                let n = backing::pread(fd.as_fd(), &mut buf, offset)?;
+                buf.truncate(n);
+                return Ok(buf);
+            }
+            _ => {}
+        }
+        let start = (offset as usize).min(h.data.len());
+        let end = (start + size as usize).min(h.data.len());
+        Ok(h.data[start..end].to_vec())
+    }
+
+    /// `lseek` with `SEEK_DATA`/`SEEK_HOLE` on an open control file: `events.jsonl`'s data
+    /// starts at the oldest journal offset still kept (what a first read at 0 starts at);
+    /// everything else is data up to the size.
+    pub(super) fn lseek_control(&self, f: ControlFile, offset: i64, whence: i32) -> FsResult<i64> {
+        let size = self.control_size(f) as i64;
+        let first = match f {
+            ControlFile::Events => match self.links.sched.journal_read(0, 0) {
+                Some(Ok((start, _))) => start as i64,
+                _ => 0,
+            },
+            _ => 0,
+        };
+        match whence {
+            libc::SEEK_DATA if offset < size => Ok(offset.max(first)),
+            libc::SEEK_HOLE if offset < size => Ok(size),
+            libc::SEEK_DATA | libc::SEEK_HOLE => Err(FsError::Backing(nix::errno::Errno::ENXIO)),
+            _ => Err(FsError::Backing(nix::errno::Errno::EINVAL)),
+        }
     }
 
     pub(super) fn write_control(&self, caller: &Caller, fh: Fh, data: &[u8]) -> FsResult<u32> {
@@ -214,6 +296,9 @@ impl SmithFs {
         self.registry.idle_status(false).to_string() + "\n"
     }
 }
+
+/// The daemon's log in `.smithfs-state/` (`.smithfs/daemon.log`, O8).
+const DAEMON_LOG: &std::ffi::CStr = c"daemon.log";
 
 /// The journal as served in `.smithfs/events.jsonl`: complete lines that are JSON objects; a
 /// torn line left by a crash is dropped (PROTOCOL.md §7).

@@ -116,6 +116,7 @@ impl SmithFs {
             Some(f) => {
                 st.st_mode = libc::S_IFREG | f.mode();
                 st.st_nlink = 1;
+                st.st_size = self.control_size(f) as i64;
             }
             None => {
                 st.st_mode = libc::S_IFDIR | 0o555;

@@ -179,10 +179,7 @@ impl SmithFs {
     /// Read up to `size` bytes at `offset` through handle `fh` (FUSE read).
     pub fn read(&self, ino: NodeId, fh: Fh, offset: u64, size: u32) -> FsResult<Vec<u8>> {
         if control::is_virtual(ino) {
-            let h = self.controls.get(fh)?;
-            let start = (offset as usize).min(h.data.len());
-            let end = (start + size as usize).min(h.data.len());
-            return Ok(h.data[start..end].to_vec());
+            return self.read_control(fh, offset, size);
         }
         let h = self.files.get(fh)?;
         let mut buf = vec![0u8; size as usize];
@@ -330,7 +327,11 @@ impl SmithFs {
     }
 
     /// Seek for data or holes through handle `fh` (FUSE lseek).
-    pub fn lseek(&self, fh: Fh, offset: i64, whence: i32) -> FsResult<i64> {
+    pub fn lseek(&self, ino: NodeId, fh: Fh, offset: i64, whence: i32) -> FsResult<i64> {
+        if let Some(f) = ControlFile::by_id(ino) {
+            self.controls.get(fh)?;
+            return self.lseek_control(f, offset, whence);
+        }
         let h = self.files.get(fh)?;
         Ok(backing::lseek(h.fd.as_fd(), offset, whence)?)
     }

@@ -152,6 +152,21 @@ pub trait Scheduling: Send + Sync {
     fn status_json(&self) -> Option<String>;
     /// Is a run of `smith` or of one of its descendants live?
     fn subtree_live(&self, smith: SmithIdx) -> bool;
+    /// The journal's end in journal offsets (every byte ever journaled): the size of
+    /// `.smithfs/events.jsonl`. `None`: no live journal (the file is then a snapshot taken at
+    /// open; docs/PROTOCOL-NOTES.md O13).
+    fn journal_end(&self) -> Option<u64> {
+        None
+    }
+    /// Up to `len` journal bytes from journal offset `offset` on and the offset they start at
+    /// (later than `offset` when rotation dropped it); `None`: no live journal.
+    fn journal_read(
+        &self,
+        _offset: u64,
+        _len: usize,
+    ) -> Option<Result<(u64, Vec<u8>), nix::errno::Errno>> {
+        None
+    }
 }
 
 /// Re-reads config.json and applies it without a remount (`.smithfs/ctl` `reload`, PROTOCOL.md
@@ -314,6 +329,9 @@ impl Default for FsOptions {
 struct OpenControl {
     file: ControlFile,
     data: Vec<u8>,
+    /// `events.jsonl` served live: the journal offset of this handle's offset 0, fixed by its
+    /// first read (`u64::MAX` until then; docs/PROTOCOL-NOTES.md O13).
+    origin: std::sync::atomic::AtomicU64,
 }
 
 /// The registered smith dir a rename moves.

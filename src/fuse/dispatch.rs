@@ -333,7 +333,7 @@ impl Dispatcher {
                 mode,
             } => empty(fs.fallocate(Fh(fh), offset, length, mode as i32)),
             Request::Lseek { fh, offset, whence } => {
-                match fs.lseek(Fh(fh), offset, whence as i32) {
+                match fs.lseek(ino, Fh(fh), offset, whence as i32) {
                     Ok(o) => Reply::Lseek(o),
                     Err(e) => err(&e),
                 }

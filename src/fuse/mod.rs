@@ -692,13 +692,13 @@ impl Filesystem for FuseFs {
     fn lseek(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: i64,
         whence: i32,
         reply: ReplyLseek,
     ) {
-        match self.fs.lseek(fh_no(fh), offset, whence) {
+        match self.fs.lseek(node(ino), fh_no(fh), offset, whence) {
             Ok(o) => reply.offset(o),
             Err(e) => reply.error(errno(&e)),
         }

@@ -161,8 +161,17 @@ struct Writer {
     fd: OwnedFd,
     /// The current file's size in bytes.
     size: u64,
+    /// The journal offset of the current file's first byte: every byte journaled before it,
+    /// rotated files and dropped ones alike ([`BASE_NAME`]).
+    base: u64,
     limits: Rotation,
 }
+
+/// `.smithfs-state/journal-base`: the journal offset (decimal) of the first byte of the current
+/// `events.jsonl`. Journal offsets count every byte ever journaled, so they only grow across
+/// rotations: the offsets of `.smithfs/events.jsonl` (docs/PROTOCOL-NOTES.md O13). Written
+/// before a rotation's renames; missing (a store older than it): the rotated files' sizes.
+pub const BASE_NAME: &CStr = c"journal-base";
 
 /// The open journal. Appends are serialised by a leaf mutex held across one `write` (and, at
 /// most once per `max_bytes`, a rotation's renames); folding a removed file into the snapshot
@@ -191,15 +200,41 @@ impl Journal {
                 size += 1;
             }
         }
+        let base = stored_base(state);
         let j = Journal {
             state: state
                 .try_clone_to_owned()
                 .map_err(|e| nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?,
-            w: Mutex::new(Writer { fd, size, limits }),
+            w: Mutex::new(Writer {
+                fd,
+                size,
+                base,
+                limits,
+            }),
             fold: Mutex::new(()),
         };
         j.fold_dropped();
         Ok(j)
+    }
+
+    /// The journal offset just past its last line: every byte ever journaled (the size of
+    /// `.smithfs/events.jsonl`; docs/PROTOCOL-NOTES.md O13).
+    pub fn end(&self) -> u64 {
+        let w = self.w.lock();
+        w.base + w.size
+    }
+
+    /// Up to `len` bytes of the journal from journal offset `offset` on, across the rotated
+    /// files, with the journal offset they start at: `offset`, or the oldest byte still kept
+    /// when rotation dropped `offset` (nothing at or past [`Journal::end`]). Held against
+    /// rotation meanwhile. A complete line that is not a JSON object (a torn line a crash
+    /// left) is blanked to spaces, so offsets stay those of the files.
+    ///
+    /// # Errors
+    /// A journal file cannot be read.
+    pub fn read_at(&self, offset: u64, len: usize) -> SysResult<(u64, Vec<u8>)> {
+        let w = self.w.lock();
+        read_range(self.state.as_fd(), w.base, offset, len)
     }
 
     /// Apply new rotation limits (a reload of config.json); they take effect at the next line.
@@ -245,6 +280,10 @@ impl Journal {
             // A fold that failed before: it must not be overwritten.
             self.fold_dropped_locked();
         }
+        // The offsets go on from here, also if a crash stops the renames half way.
+        let base = w.base + w.size;
+        backing::write_atomic(st, BASE_NAME, base.to_string().as_bytes(), 0o600)?;
+        w.base = base;
         let keep = w.limits.keep;
         if keep == 0 {
             backing::rename(st, JOURNAL_NAME, st, DROP_NAME, 0)?;
@@ -389,6 +428,124 @@ pub fn files(state: BorrowedFd<'_>) -> SysResult<Vec<CString>> {
     out.extend(numbered.into_iter().map(rotated_name));
     out.push(JOURNAL_NAME.to_owned());
     Ok(out)
+}
+
+/// The journal offset of the first byte of the current `events.jsonl` in the state directory
+/// `state`: [`BASE_NAME`], or without it the sizes of the rotated files before it.
+pub fn stored_base(state: BorrowedFd<'_>) -> u64 {
+    if let Ok(b) = backing::read_file(state, Path::new(BASE_NAME.to_str().unwrap_or_default())) {
+        if let Some(n) = std::str::from_utf8(&b)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            return n;
+        }
+    }
+    segments(state, 0)
+        .map(|segs| segs.iter().map(|s| s.len).sum::<u64>() - segs.last().map_or(0, |s| s.len))
+        .unwrap_or(0)
+}
+
+/// One journal file at its place in the journal's offsets.
+#[derive(Debug)]
+struct Segment {
+    name: CString,
+    start: u64,
+    len: u64,
+}
+
+/// The journal files of `state`, oldest first, placed so that the current file starts at
+/// journal offset `base` (each earlier file ends where the next starts).
+fn segments(state: BorrowedFd<'_>, base: u64) -> SysResult<Vec<Segment>> {
+    let mut out: Vec<Segment> = Vec::new();
+    let mut start = base;
+    for (i, name) in files(state)?.into_iter().rev().enumerate() {
+        let len = match backing::stat_at(state, &name) {
+            Ok(st) => st.st_size.max(0) as u64,
+            Err(nix::errno::Errno::ENOENT) if i > 0 => continue,
+            Err(nix::errno::Errno::ENOENT) => 0,
+            Err(e) => return Err(e),
+        };
+        if i > 0 {
+            start = start.saturating_sub(len);
+        }
+        out.push(Segment { name, start, len });
+    }
+    out.reverse();
+    Ok(out)
+}
+
+/// [`Journal::read_at`] of the journal in `state` whose current file starts at `base` (from
+/// [`stored_base`] when no daemon holds it).
+///
+/// # Errors
+/// A journal file cannot be read.
+pub fn read_range(
+    state: BorrowedFd<'_>,
+    base: u64,
+    offset: u64,
+    len: usize,
+) -> SysResult<(u64, Vec<u8>)> {
+    let segs = segments(state, base)?;
+    let first = segs.first().map_or(base, |s| s.start);
+    let start = offset.max(first);
+    let mut out = Vec::new();
+    let mut pos = start;
+    let mut line_start = true;
+    for seg in &segs {
+        if seg.start + seg.len <= pos {
+            continue;
+        }
+        if out.len() >= len {
+            break;
+        }
+        let Ok(fd) = backing::open_file(state, &seg.name, libc::O_RDONLY, 0) else {
+            continue;
+        };
+        let mut at = pos - seg.start;
+        if out.is_empty() && at > 0 {
+            let mut b = [0u8; 1];
+            line_start = backing::pread(fd.as_fd(), &mut b, at - 1)? == 1 && b[0] == b'\n';
+        }
+        let want = (len - out.len()).min((seg.len - at) as usize);
+        let mut buf = vec![0u8; want];
+        let mut got = 0;
+        while got < want {
+            let n = backing::pread(fd.as_fd(), &mut buf[got..], at)?;
+            if n == 0 {
+                break;
+            }
+            got += n;
+            at += n as u64;
+        }
+        buf.truncate(got);
+        pos += got as u64;
+        out.extend_from_slice(&buf);
+        if got < want {
+            break;
+        }
+    }
+    blank_torn_lines(&mut out, line_start);
+    Ok((start, out))
+}
+
+/// Blank (to spaces, keeping the newline) every complete line of `buf` that is not a JSON
+/// object: a torn line a crash left, which readers ignore (PROTOCOL.md §7). The first line is
+/// only judged when `line_start` says `buf` begins one; the unterminated tail never is.
+fn blank_torn_lines(buf: &mut [u8], line_start: bool) {
+    let mut from = 0;
+    let mut judge = line_start;
+    while let Some(i) = buf[from..].iter().position(|b| *b == b'\n') {
+        let end = from + i;
+        if judge
+            && serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&buf[from..end])
+                .is_err()
+        {
+            buf[from..end].fill(b' ');
+        }
+        judge = true;
+        from = end + 1;
+    }
 }
 
 /// The complete lines of every journal file, oldest first, as bytes: what
@@ -631,6 +788,71 @@ mod tests {
         assert_eq!(got.len(), 2);
         assert_eq!(parse(b"{\"ts\":"), vec![]);
         assert!(!a.contains('\n'));
+    }
+
+    #[test]
+    fn torn_lines_are_blanked_in_place() {
+        let cases: &[(&str, bool, &str)] = &[
+            ("{\"a\":1}\n", true, "{\"a\":1}\n"),
+            (
+                "{\"a\":1}\n{\"b\n{\"c\":2}\n",
+                true,
+                "{\"a\":1}\n   \n{\"c\":2}\n",
+            ),
+            // A first line not known to start a line, and an unterminated tail: left as they are.
+            ("\"a\":1}\n{\"b", false, "\"a\":1}\n{\"b"),
+            ("x\n\n[1]\n", true, " \n\n   \n"),
+        ];
+        for (input, line_start, want) in cases {
+            let mut b = input.as_bytes().to_vec();
+            blank_torn_lines(&mut b, *line_start);
+            assert_eq!(String::from_utf8_lossy(&b), *want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn journal_offsets_grow_across_rotations_and_reads_resume_anywhere() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = std::fs::File::open(tmp.path()).expect("open");
+        let limits = Rotation {
+            max_bytes: 4096,
+            keep: 1,
+        };
+        let j = Journal::open(dir.as_fd(), limits).expect("journal");
+        let mut all = Vec::new();
+        // Read on in small steps while writing, as a follower does.
+        let mut at = 0u64;
+        let mut seen = Vec::new();
+        for i in 0..200u32 {
+            let mut e = ev("run.started", "smith-root", Some(&format!("run-{i:04}")));
+            e.pid = Some(i);
+            let line = j.append(&e).expect("append");
+            all.extend_from_slice(line.as_bytes());
+            all.push(b'\n');
+            loop {
+                let (start, bytes) = j.read_at(at, 100).expect("read");
+                assert_eq!(start, at, "never behind by more than the kept files");
+                if bytes.is_empty() {
+                    break;
+                }
+                at += bytes.len() as u64;
+                seen.extend_from_slice(&bytes);
+            }
+        }
+        assert_eq!(j.end(), all.len() as u64, "every byte counted");
+        assert_eq!(seen, all, "every line once, in order");
+        // From 0: the oldest byte kept; its lines are whole.
+        let (start, kept) = j.read_at(0, 1 << 20).expect("read");
+        assert!(start > 0 && start + kept.len() as u64 == j.end());
+        assert_eq!(&all[start as usize..], &kept[..]);
+        // A reopened journal (the next daemon, or the CLI on the store) agrees.
+        drop(j);
+        assert_eq!(
+            read_range(dir.as_fd(), stored_base(dir.as_fd()), start, 1 << 20).expect("read"),
+            (start, kept)
+        );
+        let j = Journal::open(dir.as_fd(), limits).expect("journal");
+        assert_eq!(j.end(), all.len() as u64);
     }
 
     #[test]

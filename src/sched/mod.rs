@@ -258,6 +258,18 @@ impl crate::fs::Scheduling for Link {
     fn subtree_live(&self, smith: SmithIdx) -> bool {
         Link::subtree_live(self, smith)
     }
+
+    fn journal_end(&self) -> Option<u64> {
+        Some(self.shared.journal.end())
+    }
+
+    fn journal_read(
+        &self,
+        offset: u64,
+        len: usize,
+    ) -> Option<Result<(u64, Vec<u8>), nix::errno::Errno>> {
+        Some(self.shared.journal.read_at(offset, len))
+    }
 }
 
 impl Link {

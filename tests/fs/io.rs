@@ -40,7 +40,7 @@ fn open_is_judged_by_the_opener_and_handles_keep_their_access() {
     assert_eq!(errno(w.fs.open(&UNKNOWN, f, libc::O_RDONLY)), Errno::EACCES);
     let (fh, _) = w.fs.open(&CHILD, f, libc::O_RDONLY).unwrap();
     assert_eq!(w.fs.read(f, fh, 0, 16).unwrap(), b"hello");
-    assert_eq!(w.fs.lseek(fh, 0, libc::SEEK_END).unwrap(), 5);
+    assert_eq!(w.fs.lseek(f, fh, 0, libc::SEEK_END).unwrap(), 5);
     // A read-only handle does not write, whoever asks.
     assert_eq!(
         errno(w.fs.write(&CHILD, f, fh, 0, b"x", false)),
