@@ -574,10 +574,11 @@ fn tree_with(cli: &str) {
 /// The marker of the commit the CLI makes in its workspace (`model_server.py`'s WORKSPACE_MARKER).
 const WORKSPACE_MARKER: &str = "ws-commit-3e8d";
 
-/// A real CLI in a workspace (PROTOCOL.md §11, docs/AGENTS.md §5): with the shipped config, it
-/// edits a file in `workspace/` and commits it with its own `git`; the commit is on the smith's
-/// branch, authored by the smith's full id, and the auto-commit at run exit has nothing left.
-fn commits_in_its_workspace(cli: &str) {
+/// A real CLI in a workspace (PROTOCOL.md §11, docs/AGENTS.md §5): it edits a file in
+/// `workspace/` and commits it with its own `git`. `edit` changes one string of the shipped
+/// `agent.command` first (e.g. Codex's sandbox), `None` runs the shipped config. The commit is on
+/// the smith's branch, authored by the smith's full id, and the auto-commit finds nothing to do.
+fn commits_in_its_workspace(cli: &str, edit: Option<(&str, &str)>) {
     let bin = installed(cli);
     let m = AgentMount::init_with(cli, |tmp| {
         let repo = tmp.join("repo");
@@ -592,6 +593,11 @@ fn commits_in_its_workspace(cli: &str) {
         assert!(r.ok(), "{}", r.stderr);
         vec!["--repo".into(), repo.into_os_string()]
     });
+    if let Some((from, to)) = edit {
+        let config = m.read("config.json");
+        assert!(config.contains(from), "{cli}: no {from} in\n{config}");
+        std::fs::write(m.p("config.json"), config.replace(from, to)).expect("config.json");
+    }
     let server = ModelServer::start(m.scratch());
     let env = pointing_env(cli, &bin, &server, m.scratch());
     m.mount(&env);
@@ -602,6 +608,20 @@ fn commits_in_its_workspace(cli: &str) {
         steps.len() >= 5,
         "{cli}: the script stopped early: {steps:#?}\n{}",
         m.messages(ROOT)
+    );
+    let ws = m.p(&format!("{ROOT}/workspace"));
+    let git_log = || {
+        common::run(Command::new("git").arg("-C").arg(&ws).args([
+            "log",
+            "--format=%an %s",
+            "smith/smith-root",
+        ]))
+        .stdout
+    };
+    let ev = m.events();
+    assert!(
+        !ev.iter().any(|e| e["event"] == "workspace.commit_failed"),
+        "{cli}: {ev:?}"
     );
     for (i, what) in [(2, "git add"), (3, "git commit")] {
         assert!(
@@ -615,35 +635,44 @@ fn commits_in_its_workspace(cli: &str) {
         "{cli}: git log does not show the CLI's commit by smith-root: {}",
         steps[4]
     );
-    let ws = m.p(&format!("{ROOT}/workspace"));
-    let log = common::run(Command::new("git").arg("-C").arg(&ws).args([
-        "log",
-        "--format=%an %s",
-        "smith/smith-root",
-    ]));
-    let first = log.stdout.lines().next().unwrap_or("").to_string();
+    let log = git_log();
     assert_eq!(
-        first,
+        log.lines().next().unwrap_or(""),
         format!("smith-root {WORKSPACE_MARKER}: the CLI commits"),
-        "{cli}: {}",
-        log.stdout
+        "{cli}: {log}"
     );
-    let ev = m.events();
     assert!(
-        !ev.iter().any(|e| e["event"] == "workspace.commit_failed"),
-        "{cli}: {ev:?}"
+        !ev.iter().any(|e| e["event"] == "workspace.committed"),
+        "{cli}: the auto-commit found work the CLI had not committed: {ev:?}"
     );
     m.umount();
     eprintln!(
-        "{cli} {}: committed in its workspace in {:.1} s",
+        "{cli} {}: committed in its workspace ({}) in {:.1} s",
         version(&bin, cli),
+        edit.map(|e| e.1).unwrap_or("shipped config"),
         took.as_secs_f64()
     );
 }
 
 #[test]
 fn claude_code_commits_in_its_workspace() {
-    commits_in_its_workspace("claude");
+    commits_in_its_workspace("claude", None);
+}
+
+/// The shipped `--sandbox workspace-write` (cwd = the smith dir): Codex 0.171 commits in
+/// `workspace/` (its read-only `.git` rule covers the `.git` at the top of a writable root, and a
+/// smith dir has none).
+#[test]
+fn codex_commits_in_its_workspace() {
+    commits_in_its_workspace("codex", None);
+}
+
+/// If a Codex release keeps every nested `.git` read-only under `workspace-write` too, the work
+/// still lands on the branch through the auto-commit; `danger-full-access` lets it commit itself
+/// (smithfs's rules are the boundary either way).
+#[test]
+fn codex_with_full_access_commits_in_its_workspace() {
+    commits_in_its_workspace("codex", Some(("workspace-write", "danger-full-access")));
 }
 
 #[test]

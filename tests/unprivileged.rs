@@ -311,28 +311,20 @@ fn a_non_root_mount_with_a_workspace_is_refused_in_one_line() {
          && git -c user.name=u -c user.email=u@e commit -qm one",
     );
     assert!(r.ok(), "{r:?}");
-    let init = run(Command::new("setpriv")
-        .arg(format!("--reuid={uid}"))
-        .arg(format!("--regid={gid}"))
-        .arg("--clear-groups")
-        .arg("--")
-        .arg(SMITHFS)
-        .arg("init")
-        .arg(home.join("m"))
-        .arg("--repo")
-        .arg(home.join("repo"))
-        .env("HOME", &home));
-    assert!(init.ok(), "init --repo as the user: {init:?}");
     let m = home.join("m");
-    let r = run(Command::new("setpriv")
-        .arg(format!("--reuid={uid}"))
-        .arg(format!("--regid={gid}"))
-        .arg("--clear-groups")
-        .arg("--")
-        .arg(SMITHFS)
-        .arg("mount")
-        .arg(&m)
-        .env("HOME", &home));
+    let repo = home.join("repo");
+    smithfs_as(
+        uid,
+        gid,
+        &[
+            OsStr::new("init"),
+            m.as_os_str(),
+            OsStr::new("--repo"),
+            repo.as_os_str(),
+        ],
+    )
+    .expect_ok("init --repo as the user");
+    let r = smithfs_as(uid, gid, &[OsStr::new("mount"), m.as_os_str()]);
     assert!(!r.ok(), "an unprivileged workspace mount worked: {r:?}");
     assert_eq!(r.stderr.trim().lines().count(), 1, "one line: {r:?}");
     assert!(

@@ -46,6 +46,23 @@ enum Mode {
     Ancestry,
 }
 
+impl Mode {
+    /// Mount options: `--allow-other` and this identity mode.
+    fn opts(self) -> MountOpts {
+        MountOpts {
+            allow_other: true,
+            foreground: false,
+            extra: vec![
+                "--identity",
+                match self {
+                    Mode::Cgroup => "cgroup",
+                    Mode::Ancestry => "ancestry",
+                },
+            ],
+        }
+    }
+}
+
 struct Ws {
     m: TestMount,
     repo: PathBuf,
@@ -56,24 +73,11 @@ impl Ws {
     fn new(mode: Mode) -> Ws {
         let mut base = String::new();
         let mut repo = PathBuf::new();
-        let m = TestMount::with_init(
-            MountOpts {
-                allow_other: true,
-                foreground: false,
-                extra: vec![
-                    "--identity",
-                    match mode {
-                        Mode::Cgroup => "cgroup",
-                        Mode::Ancestry => "ancestry",
-                    },
-                ],
-            },
-            |tmp| {
-                repo = tmp.join("repo");
-                base = make_repo(&repo);
-                vec![OsString::from("--repo"), repo.clone().into_os_string()]
-            },
-        );
+        let m = TestMount::with_init(mode.opts(), |tmp| {
+            repo = tmp.join("repo");
+            base = make_repo(&repo);
+            vec![OsString::from("--repo"), repo.clone().into_os_string()]
+        });
         Ws { m, repo, base }
     }
 
@@ -852,53 +856,40 @@ fn license_directly(dir: &Path) -> usize {
 // branch, accepted into the repository, equals the same edit applied directly.
 both_modes!(coding_job_end_to_end, |mode| {
     let mut repo = PathBuf::new();
-    let m = TestMount::with_init(
-        MountOpts {
-            allow_other: true,
-            foreground: false,
-            extra: vec![
-                "--identity",
-                match mode {
-                    Mode::Cgroup => "cgroup",
-                    Mode::Ancestry => "ancestry",
-                },
-            ],
-        },
-        |tmp| {
-            repo = tmp.join("repo");
-            let files: [(&str, &str); 10] = [
-                ("top.py", "#!/usr/bin/env python3\nprint(1)\n"),
-                ("README.md", "# readme\n"),
-                ("lib/top.rs", "#![allow(dead_code)]\nfn top() {}\n"),
-                ("lib/a/one.rs", "//! one\nfn one() {}\n"),
-                ("lib/a/two.rs", "fn two() {}\n"),
-                ("lib/a/empty.rs", ""),
-                ("lib/b/three.c", "int three(void) { return 3; }\n"),
-                (
-                    "lib/b/done.rs",
-                    "// Copyright 2026 Test authors\n// SPDX-License-Identifier: MIT\nfn done() {}\n",
-                ),
-                ("tools/run.sh", "#!/bin/sh\necho run\n"),
-                ("tools/x.go", "package x\n"),
-            ];
-            for (p, text) in files {
-                let f = repo.join(p);
-                std::fs::create_dir_all(f.parent().unwrap()).unwrap();
-                std::fs::write(f, text).unwrap();
-            }
-            let r = run(Command::new("bash")
+    let m = TestMount::with_init(mode.opts(), |tmp| {
+        repo = tmp.join("repo");
+        let files: [(&str, &str); 10] = [
+            ("top.py", "#!/usr/bin/env python3\nprint(1)\n"),
+            ("README.md", "# readme\n"),
+            ("lib/top.rs", "#![allow(dead_code)]\nfn top() {}\n"),
+            ("lib/a/one.rs", "//! one\nfn one() {}\n"),
+            ("lib/a/two.rs", "fn two() {}\n"),
+            ("lib/a/empty.rs", ""),
+            ("lib/b/three.c", "int three(void) { return 3; }\n"),
+            (
+                "lib/b/done.rs",
+                "// Copyright 2026 Test authors\n// SPDX-License-Identifier: MIT\nfn done() {}\n",
+            ),
+            ("tools/run.sh", "#!/bin/sh\necho run\n"),
+            ("tools/x.go", "package x\n"),
+        ];
+        for (p, text) in files {
+            let f = repo.join(p);
+            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+            std::fs::write(f, text).unwrap();
+        }
+        let r = run(Command::new("bash")
                 .arg("-ec")
                 .arg("git init -q -b main . && git add -A && git -c user.name=u -c user.email=u@e commit -qm base")
                 .current_dir(&repo));
-            assert!(r.ok(), "{}", r.stderr);
-            vec![
-                "--repo".into(),
-                repo.clone().into_os_string(),
-                "--agent".into(),
-                "coder".into(),
-            ]
-        },
-    );
+        assert!(r.ok(), "{}", r.stderr);
+        vec![
+            "--repo".into(),
+            repo.clone().into_os_string(),
+            "--agent".into(),
+            "coder".into(),
+        ]
+    });
     assert!(m.path().join("agents/coder.sh").is_file());
     let base = git(&repo, &["rev-parse", "HEAD"]);
     let root = m.path().join("smiths/smith-root");
