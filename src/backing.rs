@@ -218,6 +218,13 @@ pub fn reopen(fd: BorrowedFd<'_>, flags: i32) -> SysResult<OwnedFd> {
     Ok(take_fd(ret))
 }
 
+/// `fcntl(fd, F_DUPFD_CLOEXEC, 3)`: a second descriptor of the same open file.
+pub fn dup(fd: BorrowedFd<'_>) -> SysResult<OwnedFd> {
+    // SAFETY: fcntl with an integer argument on a valid descriptor.
+    let ret = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) })?;
+    Ok(take_fd(ret))
+}
+
 /// `fstatat(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)`: the attributes of a held inode.
 pub fn stat(fd: BorrowedFd<'_>) -> SysResult<libc::stat> {
     // SAFETY: a plain C struct of integers, for which all-zero bytes are a valid value.

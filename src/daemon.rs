@@ -450,10 +450,7 @@ impl Identities for Binding {
     fn bind(&self, pid: u32, smith: SmithIdx) -> Result<(), BindError> {
         self.0.bind(pid, smith).map_err(|e| {
             tracing::warn!("bind of {pid}: {e}");
-            BindError {
-                errno: e.errno(),
-                reason: e.to_string(),
-            }
+            BindError::from(&e)
         })
     }
 

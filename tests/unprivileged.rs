@@ -333,3 +333,48 @@ fn a_non_root_mount_with_a_workspace_is_refused_in_one_line() {
     );
     assert!(!is_smithfs_mounted(&m));
 }
+
+/// doctor's `privileges` line is true about `allow_other`: without `user_allow_other` in
+/// /etc/fuse.conf it says `--allow-other` is refused, and `mount -o allow_other` as the user
+/// fails with one line naming user_allow_other (fusermount3's reason), mounting nothing.
+#[test]
+fn allow_other_without_user_allow_other_is_refused_as_doctor_says() {
+    if !is_root() {
+        eprintln!("skipped: needs root to create the test user and grant /dev/fuse");
+        return;
+    }
+    let conf = std::fs::read_to_string("/etc/fuse.conf").unwrap_or_default();
+    if conf.lines().any(|l| l.trim() == "user_allow_other") {
+        eprintln!("skipped: /etc/fuse.conf has user_allow_other on this machine");
+        return;
+    }
+    let grant = DevFuseGrant::new();
+    let (uid, gid) = test_user();
+    let m = UserMount::init(uid, gid);
+    let d = smithfs_as(uid, gid, &[OsStr::new("doctor"), OsStr::new("--json")]);
+    let (checks, p) = doctor_check(&d.stdout, "privileges");
+    assert_eq!(p["status"], "warn", "{checks}");
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap()
+            .contains("--allow-other refused"),
+        "{checks}"
+    );
+    let r = smithfs_as(
+        uid,
+        gid,
+        &[
+            OsStr::new("mount"),
+            m.path().as_os_str(),
+            OsStr::new("-o"),
+            OsStr::new("allow_other"),
+        ],
+    );
+    assert!(!r.ok(), "{r:?}");
+    assert_eq!(r.stderr.trim().lines().count(), 1, "one line: {r:?}");
+    assert!(r.stderr.contains("user_allow_other"), "{r:?}");
+    assert!(!is_smithfs_mounted(m.path()));
+    drop(m);
+    drop(grant);
+}

@@ -997,3 +997,61 @@ fn coder_agent_needs_a_repo() {
     assert!(r.stderr.contains("--repo"), "{}", r.stderr);
     assert!(!d.exists());
 }
+
+/// The coding agent on a merge conflict (docs/AGENTS.md §1a), run without a mount in a plain
+/// directory laid out as a smith dir whose dispatched child committed a conflicting change: the
+/// agent aborts that merge (its workspace as before, no merge in progress), publishes, and lists
+/// the child and the path under "Not merged" and as a `conflict` line.
+#[test]
+fn coder_agent_aborts_a_conflicting_merge() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("smith-root");
+    std::fs::create_dir(&d).unwrap();
+    let agent = Path::new(env!("CARGO_MANIFEST_DIR")).join("agents/coder.sh");
+    let setup = r#"
+        export GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1
+        mkdir -p inbox private/coder/plan outbox children/smith-001/outbox
+        printf '# Task: t\n\ncoder-header: H\n' > inbox/task-root.md
+        git init -q -b smith/smith-root workspace
+        git -C workspace config user.name smith-root && git -C workspace config user.email r@e
+        mkdir workspace/a && echo 'fn a() {}' > workspace/a/x.rs && git -C workspace add -A
+        git -C workspace commit -qm base
+        git clone -q -b smith/smith-root workspace children/smith-001/workspace
+        c=children/smith-001/workspace
+        git -C $c checkout -q -b smith/smith-root.smith-001
+        git -C $c config user.name smith-root/smith-001 && git -C $c config user.email c@e
+        echo 'fn child() {}' > $c/a/x.rs && git -C $c commit -qam child
+        echo 'fn parent() {}' > workspace/a/x.rs && git -C workspace commit -qam parent
+        printf '# r\n\n```coder-tsv\nedited\t1\nkept\t0\nsmiths\t1\nmaxlevel\t1\ncommit\t%s\nbranch\tsmith/smith-root.smith-001\n```\n' \
+            "$(git -C $c rev-parse HEAD)" > children/smith-001/outbox/result.md
+        printf '%s %s\n' task-root.md "$(cksum < inbox/task-root.md | awk '{print $1}')" > private/coder/task-key
+        printf 'part-1\tsmith-001\n' > private/coder/dispatch.tsv
+        echo a > private/coder/plan/part-1
+        printf 'edited\t0\nkept\t0\n' > private/coder/own.tsv
+        touch private/coder/dispatch.done
+        git -C workspace rev-parse HEAD
+    "#;
+    let head = run(Command::new("bash").arg("-ec").arg(setup).current_dir(&d));
+    assert!(head.ok(), "{}", head.stderr);
+    let r = run(Command::new("bash")
+        .arg(&agent)
+        .current_dir(&d)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("SMITH_ID", "smith-root")
+        .env("SMITH_FULL_ID", "smith-root")
+        .env("SMITH_LEVEL", "0")
+        .env("SMITH_WAKE", "children")
+        .env("SMITH_TASK_FILE", "inbox/task-root.md")
+        .env_remove("SMITH_MOUNT"));
+    assert!(r.ok(), "{}{}", r.stdout, r.stderr);
+    let result = std::fs::read_to_string(d.join("outbox/result.md")).unwrap();
+    assert!(result.contains("Not merged: conflicts"), "{result}");
+    assert!(
+        result.contains("conflict\tsmith-root/smith-001\ta/x.rs"),
+        "{result}"
+    );
+    let ws = d.join("workspace");
+    assert_eq!(git(&ws, &["rev-parse", "HEAD"]), head.stdout.trim());
+    assert_eq!(git(&ws, &["status", "--porcelain"]), "");
+    assert!(!ws.join(".git/MERGE_HEAD").exists());
+}

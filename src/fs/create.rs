@@ -154,6 +154,9 @@ impl SmithFs {
             creds: Some((caller.uid, caller.gid)),
         };
         let started = std::time::Instant::now();
+        // The workspace is not a system call: its failure is the scaffold's (FsError::Scaffold),
+        // passed through `build_tree` as that variant's errno and told apart afterwards.
+        let mut workspace_failed = false;
         let mut finish = |tmp: &CStr| -> backing::SysResult<()> {
             let ws = std::path::Path::new(OsStr::from_bytes(tmp.to_bytes()))
                 .join(crate::workspace::AREA);
@@ -165,11 +168,12 @@ impl SmithFs {
                 }
                 Err(e) => {
                     tracing::error!(smith = %full_id, "cannot make the workspace: {e}");
-                    Err(nix::errno::Errno::EIO)
+                    workspace_failed = true;
+                    Err(FsError::Scaffold.errno())
                 }
             }
         };
-        scaffold_write::create_smith_dir(
+        let made = scaffold_write::create_smith_dir(
             children.as_fd(),
             &cname,
             &plan,
@@ -179,7 +183,12 @@ impl SmithFs {
             } else {
                 None
             },
-        )?;
+        );
+        match made {
+            Ok(()) => {}
+            Err(_) if workspace_failed => return Err(FsError::Scaffold),
+            Err(e) => return Err(FsError::Backing(e)),
+        }
         let st = backing::stat_at(dir.fd()?.as_fd(), &cname)?;
         let idx = self
             .registry

@@ -58,6 +58,24 @@ pub enum FsError {
     /// The control files carry no extended attributes: ENODATA.
     #[error("no such extended attribute")]
     NoSuchXattr,
+    /// A request from a uid other than the mount's owner, on a mount that lets only its owner
+    /// in (fuser's `SessionACL::Owner`, which the io_uring transport applies itself): EACCES.
+    #[error("only the mount's owner may use it")]
+    NotOwner,
+    /// A FUSE operation smithfs does not implement: ENOSYS (the kernel then stops sending it).
+    #[error("operation not implemented")]
+    Unimplemented,
+    /// A FUSE request the io_uring codec cannot decode: EIO, logged as a warning.
+    #[error("undecodable FUSE request")]
+    BadRequest,
+    /// The reply does not fit the request's buffer, or its handler panicked: EIO, logged at
+    /// error (the daemon's own fault).
+    #[error("the reply could not be made")]
+    ReplyFailed,
+    /// `--transport io-uring` asked for, but the kernel does not offer FUSE over io_uring: the
+    /// INIT fails with EPROTONOSUPPORT and the mount with it.
+    #[error("the kernel does not offer FUSE over io_uring")]
+    NoUring,
 }
 
 impl FsError {
@@ -75,6 +93,25 @@ impl FsError {
             FsError::ControlFixed => Errno::EPERM,
             FsError::ControlUnknown => Errno::EACCES,
             FsError::NoSuchXattr => Errno::ENODATA,
+            FsError::NotOwner => Errno::EACCES,
+            FsError::Unimplemented => Errno::ENOSYS,
+            FsError::BadRequest | FsError::ReplyFailed => Errno::EIO,
+            FsError::NoUring => Errno::EPROTONOSUPPORT,
+        }
+    }
+
+    /// [`FsError::errno`] as the raw number FUSE replies carry.
+    pub fn raw(&self) -> i32 {
+        self.errno() as i32
+    }
+
+    /// Log this failure of request `op` at its [`FsError::level`].
+    pub fn log(&self, op: &str) {
+        let errno = self.errno();
+        match self.level() {
+            tracing::Level::ERROR => tracing::error!(op, %errno, "{self}"),
+            tracing::Level::WARN => tracing::warn!(op, %errno, "{self}"),
+            _ => tracing::debug!(op, %errno, "{self}"),
         }
     }
 
@@ -82,7 +119,8 @@ impl FsError {
     /// failed scaffold is the daemon's own fault (error).
     pub fn level(&self) -> tracing::Level {
         match self {
-            FsError::Scaffold => tracing::Level::ERROR,
+            FsError::Scaffold | FsError::ReplyFailed | FsError::NoUring => tracing::Level::ERROR,
+            FsError::BadRequest => tracing::Level::WARN,
             FsError::Backing(_)
             | FsError::Denied(_)
             | FsError::Stale
@@ -97,7 +135,9 @@ impl FsError {
             | FsError::ControlIsDir
             | FsError::ControlFixed
             | FsError::ControlUnknown
-            | FsError::NoSuchXattr => tracing::Level::DEBUG,
+            | FsError::NoSuchXattr
+            | FsError::NotOwner
+            | FsError::Unimplemented => tracing::Level::DEBUG,
         }
     }
 }

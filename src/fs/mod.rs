@@ -53,6 +53,7 @@ pub use self::why::DenialRecord;
 use self::why::WhyStore;
 pub use self::xattr::XattrReply;
 use crate::config::{Limits, OperatorMode};
+use crate::identity::resolve::IdentityError;
 use crate::identity::Identity;
 use crate::policy::{Ctx, Zone};
 use crate::tree::model::{FullId, SmithIdx};
@@ -260,6 +261,16 @@ pub struct BindError {
     pub reason: String,
 }
 
+impl From<&IdentityError> for BindError {
+    /// The errno of `e` ([`IdentityError::errno`], the identity errors' table) and its text.
+    fn from(e: &IdentityError) -> BindError {
+        BindError {
+            errno: e.errno(),
+            reason: e.to_string(),
+        }
+    }
+}
+
 /// No binding: every process with a pid is the operator, pid 0 is Unknown.
 #[derive(Debug, Default)]
 pub struct NoBinding;
@@ -273,10 +284,7 @@ impl Identities for NoBinding {
         }
     }
     fn bind(&self, _pid: u32, _smith: SmithIdx) -> Result<(), BindError> {
-        Err(BindError {
-            errno: Errno::ENOSYS,
-            reason: "this mount binds no processes".into(),
-        })
+        Err(BindError::from(&IdentityError::NoBinding))
     }
     fn register_smith(&self, _smith: SmithIdx, _full_id: &FullId) {}
     fn mode_name(&self) -> &'static str {

@@ -64,7 +64,8 @@ impl Reply {
         }
         if out.overflowed() {
             out.clear();
-            return -libc::EIO;
+            FsError::ReplyFailed.log("reply");
+            return -FsError::ReplyFailed.raw();
         }
         0
     }
@@ -198,7 +199,7 @@ impl Dispatcher {
                     | Request::Releasedir { .. }
             );
             if h.uid != owner && !kernel_only {
-                return Reply::Error(libc::EACCES);
+                return err(&FsError::NotOwner);
             }
         }
         let fs = &self.fs;
@@ -350,7 +351,7 @@ impl Dispatcher {
                 Err(e) => err(&e),
             },
             Request::Destroy => Reply::Empty,
-            Request::Other(_) => Reply::Error(libc::ENOSYS),
+            Request::Other(_) => err(&FsError::Unimplemented),
         }
     }
 }
@@ -391,7 +392,8 @@ fn open_flags(cache: Cache, backing: u32) -> u32 {
 }
 
 fn err(e: &FsError) -> Reply {
-    Reply::Error(e.errno() as i32)
+    e.log("fuse request");
+    Reply::Error(e.raw())
 }
 
 fn normal(r: Result<Attr, FsError>) -> Result<(Attr, Cache), FsError> {

@@ -99,7 +99,8 @@ fn caller(req: &Request) -> Caller {
 }
 
 fn errno(e: &FsError) -> Errno {
-    Errno::from_i32(e.errno() as i32)
+    e.log("fuse request");
+    Errno::from_i32(e.raw())
 }
 
 fn time(sec: i64, nsec: i64) -> SystemTime {
@@ -242,7 +243,7 @@ impl Filesystem for FuseFs {
                     "--transport io-uring: the kernel does not offer FUSE over io_uring ({} is off, or the kernel lacks CONFIG_FUSE_IO_URING); see `smithfs doctor`",
                     transport::ENABLE_URING
                 );
-                return Err(std::io::Error::from_raw_os_error(libc::EPROTONOSUPPORT));
+                return Err(std::io::Error::from_raw_os_error(FsError::NoUring.raw()));
             }
         };
         if io_uring {

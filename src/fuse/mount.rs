@@ -74,7 +74,8 @@ pub fn mount(dir: &Path, allow_other: bool) -> Result<(OwnedFd, Via)> {
     match mount_fusermount(&helper, dir, allow_other) {
         Ok(fd) => Ok((fd, Via::Fusermount)),
         // fusermount3 (libfuse 3) opens /dev/fuse as the calling user: say what to change.
-        Err(e) if dev_denied => Err(e.context(format!(
+        // SAFETY: geteuid has no preconditions.
+        Err(e) if dev_denied && unsafe { libc::geteuid() } != 0 => Err(e.context(format!(
             "{denied} ({}): as root, chmod 0666 /dev/fuse (the mode distributions ship)",
             dev_fuse_mode()
         ))),

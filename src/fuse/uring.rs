@@ -26,6 +26,7 @@ use io_uring::{opcode, squeue, types, IoUring};
 
 use super::dispatch::{Dispatcher, Reply};
 use super::wire::{self, InHeader, Out, Request};
+use crate::fs::FsError;
 
 /// Ring entries per queue. Requests on one queue are served in order by its thread; a second
 /// entry lets the kernel hand over the next request while the first is being answered. Each
@@ -334,16 +335,16 @@ fn serve_entry(disp: &Dispatcher, e: &mut Entry) -> u64 {
                 }))
                 .unwrap_or_else(|_| {
                     tracing::error!(opcode = h.opcode, "request handler panicked");
-                    Reply::Error(libc::EIO)
+                    Reply::Error(FsError::ReplyFailed.raw())
                 }),
                 Err(err) => {
                     tracing::warn!(opcode = h.opcode, "undecodable FUSE request: {err}");
-                    Reply::Error(libc::EIO)
+                    Reply::Error(FsError::BadRequest.raw())
                 }
             };
             (h.unique, reply)
         }
-        Err(_) => (commit_id, Reply::Error(libc::EIO)),
+        Err(_) => (commit_id, Reply::Error(FsError::BadRequest.raw())),
     };
     let mut out = Out::new(&mut e.payload);
     let error = reply.encode(&mut out);

@@ -121,6 +121,10 @@ pub enum IdentityError {
         /// Its smith.
         smith: SmithIdx,
     },
+    /// This mount binds no processes (a filesystem made without an identity resolver, as in
+    /// tests): ENOSYS.
+    #[error("this mount binds no processes")]
+    NoBinding,
     /// A system call failed; `what` says which step.
     #[error("{what}: {source}")]
     Io {
@@ -142,6 +146,7 @@ impl IdentityError {
             IdentityError::NoSuchProcess(_) => Errno::ESRCH,
             IdentityError::UnknownSmith(_) => Errno::ENOENT,
             IdentityError::AlreadyBound { .. } => Errno::EBUSY,
+            IdentityError::NoBinding => Errno::ENOSYS,
             IdentityError::NoCgroup(_)
             | IdentityError::Limits(_)
             | IdentityError::PidfdUnsupported(_)

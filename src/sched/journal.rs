@@ -202,9 +202,7 @@ impl Journal {
         }
         let base = stored_base(state);
         let j = Journal {
-            state: state
-                .try_clone_to_owned()
-                .map_err(|e| nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?,
+            state: backing::dup(state)?,
             w: Mutex::new(Writer {
                 fd,
                 size,
