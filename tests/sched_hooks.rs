@@ -173,7 +173,10 @@ fn a_denial_storm_does_not_starve_other_hooks() {
         smith: root,
         file: "task-1.md".into(),
     });
-    let ran = poll_until(20, "the run.exited hook", || env.read("exited-hook"));
+    // `echo ran > F` creates F before it writes: wait for the line, not the name.
+    let ran = poll_until(20, "the run.exited hook", || {
+        env.read("exited-hook").filter(|s| s.ends_with('\n'))
+    });
     assert_eq!(ran, "ran\n");
     s.shutdown();
 }
