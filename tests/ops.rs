@@ -73,9 +73,20 @@ fn failed_tree(patch: Value) -> Sm {
 fn a_failed_smith_shows_why_in_status_logs_and_events_and_retry_reruns_it() {
     let done_log = tempfile::NamedTempFile::new().expect("tempfile");
     let done = done_log.path().display().to_string();
+    let exits_log = tempfile::NamedTempFile::new().expect("tempfile");
+    let exits = exits_log.path().display().to_string();
+    // The hooks read what they need from the environment (PROTOCOL.md §5), not from stdin.
+    let record = |file: &str| {
+        format!(
+            "printf 'event=%s full=%s run=[%s] exit=[%s] path=%s\\n' \"$SMITH_EVENT\" \"$SMITH_FULL_ID\" \"$SMITH_RUN_ID\" \"$SMITH_EXIT_CODE\" \"$SMITH_PATH\" >> {file}"
+        )
+    };
     let s = failed_tree(json!({
         "agent": {"retries": 0},
-        "hooks": {"fleet.done": [["sh", "-c", format!("cat >> {done}; echo >> {done}")]]},
+        "hooks": {
+            "fleet.done": [["sh", "-c", record(&done)]],
+            "run.exited": [["sh", "-c", record(&exits)]],
+        },
     }));
 
     // status --json: §7 fields.
@@ -173,10 +184,29 @@ fn a_failed_smith_shows_why_in_status_logs_and_events_and_retry_reruns_it() {
         || {
             std::fs::read_to_string(&done)
                 .unwrap_or_default()
-                .matches("\"fleet.done\"")
+                .lines()
                 .count()
                 >= 2
         },
+    );
+    let text = std::fs::read_to_string(&done).unwrap_or_default();
+    for l in text.lines() {
+        assert_eq!(
+            l, "event=fleet.done full=smith-root run=[] exit=[] path=results/final.md",
+            "{text}"
+        );
+    }
+    // run.exited: the run's id and exit code (3: the failing agent, 0 once retried).
+    let text = std::fs::read_to_string(&exits).unwrap_or_default();
+    assert!(
+        text.lines()
+            .any(|l| l == format!("event=run.exited full={C1} run=[run-0001] exit=[3] path=")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l == format!("event=run.exited full={C1} run=[run-0002] exit=[0] path=")),
+        "{text}"
     );
     // The daemon's log, while mounted.
     let daemon = s.cli("logs", &["--daemon"]).expect_ok("logs --daemon");

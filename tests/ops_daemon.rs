@@ -374,3 +374,43 @@ fn followers_see_every_line_once_across_journal_rotations() {
         "cat reads whole lines"
     );
 }
+
+#[test]
+fn a_waiting_parent_with_an_idle_child_is_woken_once_its_other_children_failed() {
+    let s = Sm::new(json!({"agent": {"retries": 0}}));
+    // The root makes three children but gives only two a task; they fail (after the root's
+    // run is over); the third never gets one.
+    s.write(
+        "agents/agent.sh",
+        r#"
+if [ "$SMITH_WAKE" = children ]; then
+  ls children > private/r.md; mv private/r.md outbox/result.md; exit 0
+fi
+if [ "$SMITH_ID" = smith-root ]; then
+  mkdir children/smith-001 children/smith-002 children/smith-003
+  for c in smith-001 smith-002; do
+    echo fail > private/t.md; mv private/t.md children/$c/inbox/task-1.md
+  done
+  exit 0
+fi
+sleep 0.5
+exit 3
+"#,
+    );
+    s.task("go\n");
+    s.wait_state(30, "smith-root/smith-001", "failed");
+    s.wait_state(30, "smith-root/smith-002", "failed");
+    s.wait_state(30, "smith-root", "done");
+    assert_eq!(s.state("smith-root/smith-003"), "idle");
+    let started = s.of("run.started", Some("smith-root"));
+    assert_eq!(
+        started.last().map(|e| e["wake"].clone()),
+        Some(json!("children")),
+        "{started:?}"
+    );
+    assert_eq!(started.len(), 2, "woken once: {started:?}");
+    assert_eq!(
+        s.read("smiths/smith-root/outbox/result.md").as_deref(),
+        Some("smith-001\nsmith-002\nsmith-003\n")
+    );
+}

@@ -57,20 +57,9 @@ impl SmithFs {
                 self.path_of(&inode)
             })?;
         }
-        let fh = self.files.insert(OpenFile {
-            fd,
-            inode,
-            opener: who,
-            opener_pid: caller.pid,
-            opener_uid: caller.uid,
-            flags,
-            may_write,
-            // Opened with write access or O_TRUNC: its release completes the file (§5).
-            dirty: std::sync::atomic::AtomicBool::new(may_write || truncates),
-            passthrough: std::sync::atomic::AtomicBool::new(false),
-            slot,
-        });
-        Ok((fh, Cache::Normal))
+        // Opened with write access or O_TRUNC: its release completes the file (§5).
+        let open = OpenFile::new(fd, inode, who, caller, flags, may_write || truncates, slot);
+        Ok((self.files.insert(open), Cache::Normal))
     }
 
     /// Create and open `name` in `parent` (FUSE create); the new file belongs to the caller.
@@ -90,20 +79,9 @@ impl SmithFs {
             backing::open_beneath(dir.fd()?.as_fd(), &cname, flags | libc::O_CREAT, mode)?
         };
         let (inode, attr) = self.lookup_created(&dir, &cname, name)?;
-        let may_write = flags & libc::O_ACCMODE != libc::O_RDONLY;
-        let fh = self.files.insert(OpenFile {
-            fd,
-            inode,
-            opener: who,
-            opener_pid: caller.pid,
-            opener_uid: caller.uid,
-            flags,
-            may_write,
-            dirty: std::sync::atomic::AtomicBool::new(true),
-            passthrough: std::sync::atomic::AtomicBool::new(false),
-            slot,
-        });
-        Ok((attr, fh))
+        // A new file: its release completes it (§5).
+        let open = OpenFile::new(fd, inode, who, caller, flags, true, slot);
+        Ok((attr, self.files.insert(open)))
     }
 
     /// The passthrough backing for the freshly opened handle `fh` of a regular file: the inode's

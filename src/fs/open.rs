@@ -46,6 +46,32 @@ pub struct OpenFile {
 }
 
 impl OpenFile {
+    /// The open file `fd` of `inode`, opened by `caller` (identified as `opener`) with `flags`;
+    /// writable when `flags` ask for write access; `dirty` when its release completes the file
+    /// already (opened for writing, with `O_TRUNC`, or created, PROTOCOL.md §5).
+    pub fn new(
+        fd: OwnedFd,
+        inode: Arc<Inode>,
+        opener: Identity,
+        caller: &super::Caller,
+        flags: i32,
+        dirty: bool,
+        slot: Slot,
+    ) -> OpenFile {
+        OpenFile {
+            fd,
+            inode,
+            opener,
+            opener_pid: caller.pid,
+            opener_uid: caller.uid,
+            flags,
+            may_write: flags & libc::O_ACCMODE != libc::O_RDONLY,
+            dirty: AtomicBool::new(dirty),
+            passthrough: AtomicBool::new(false),
+            slot,
+        }
+    }
+
     /// The opener as a caller, for the `why` of a refusal of a request judged by the handle.
     pub fn opener_caller(&self) -> super::Caller {
         super::Caller {

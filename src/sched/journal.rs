@@ -2,6 +2,10 @@
 //! only, written through a held `O_APPEND` descriptor with one `write` per line; and its reader,
 //! which ignores a torn last line, plus the replay that start-up uses to rebuild `failed` and
 //! `cancelled` states and to find runs that started but never exited (§9).
+//!
+//! Long on purpose: the writer, the reader, the replay and the fold of dropped lines share one
+//! line format and one set of invariants (one `write` per line, a torn last line ignored), and
+//! their tests exercise them together.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};

@@ -342,7 +342,7 @@ impl Queue {
             p.children.retain(|c| *c != s);
         }
         if let Some(p) = parent {
-            self.check_settled(p);
+            self.settle_or_release(p);
         }
         live
     }
@@ -481,7 +481,7 @@ impl Queue {
         slot.attempts = 0;
         let parent = slot.parent;
         if let Some(p) = parent {
-            self.check_settled(p);
+            self.settle_or_release(p);
         }
     }
 
@@ -602,7 +602,7 @@ impl Queue {
             self.fifo.retain(|q| *q != s);
         }
         if let Some(p) = self.parent(s) {
-            self.check_settled(p);
+            self.settle_or_release(p);
         }
         Some(outcome)
     }
@@ -627,9 +627,54 @@ impl Queue {
             out.push((x, live));
         }
         if let Some(p) = self.parent(s) {
-            self.check_settled(p);
+            self.settle_or_release(p);
         }
         out
+    }
+
+    /// A child of `p` settled, was removed, or ended its pending work: [`Queue::check_settled`],
+    /// then [`Queue::check_released`].
+    fn settle_or_release(&mut self, p: SmithIdx) {
+        self.check_settled(p);
+        self.check_released(p);
+    }
+
+    /// A waiting parent `p` (no live or pending run) whose children have no pending work left
+    /// but are not all settled — some are idle, never given a task or stopped by an unmount
+    /// without `--resume` — would wait for ever: nothing will come from them unless someone
+    /// acts. Wake it with `SMITH_WAKE=children`, as if they had settled, at most once per
+    /// settlement (`children_run_used`): it aggregates what is there or gives the idle child a
+    /// task; ending again without a result and with a child still idle is a failed run (§5).
+    /// `children.settled` is not noted for it (docs/PROTOCOL-NOTES.md O14).
+    fn check_released(&mut self, p: SmithIdx) {
+        let Some(slot) = self.slot(p) else {
+            return;
+        };
+        if slot.base != Base::Waiting
+            || slot.running.is_some()
+            || slot.pending.is_some()
+            || slot.children_run_used
+            || slot.children.is_empty()
+        {
+            return;
+        }
+        let child = |c: &SmithIdx| self.slot(*c);
+        let pending = slot
+            .children
+            .iter()
+            .any(|c| child(c).is_some_and(Slot::has_pending_work));
+        let idle = slot
+            .children
+            .iter()
+            .any(|c| child(c).is_some_and(|x| !x.has_pending_work() && !x.state().is_settled()));
+        if pending || !idle {
+            // Work still to come, or every child settled (check_settled's case).
+            return;
+        }
+        if let Some(slot) = self.slot_mut(p) {
+            slot.pending = Some(Wake::Children);
+        }
+        self.fifo.push_back(p);
     }
 
     /// If every child of `p` is settled (and `children.settled` was not yet noted for this
@@ -1028,6 +1073,38 @@ mod tests {
         );
         assert_eq!(q.state(R), State::Queued);
         assert_eq!(q.start(R), Some(Wake::Children));
+    }
+
+    #[test]
+    fn a_waiting_parent_is_woken_when_only_idle_children_are_left() {
+        // R ran and split into A (task) and B (never given one); R waits for A.
+        let mut q = Queue::new(4);
+        q.add(R, None);
+        q.add(A, Some(R));
+        q.add(B, Some(R));
+        q.request(R, Wake::Task);
+        assert_eq!(q.next(), Some(R));
+        q.start(R);
+        q.request(A, Wake::Task);
+        assert_eq!(
+            q.exited(R, RunEnd::Exited, false, 0),
+            Some(Outcome::Waiting)
+        );
+        assert_eq!(q.next(), Some(A));
+        q.start(A);
+        // A fails for good: only idle B is left, so R is woken to act (once).
+        assert_eq!(q.exited(A, RunEnd::Exited, false, 0), Some(Outcome::Failed));
+        assert_eq!(q.state(R), State::Queued);
+        assert!(
+            q.take_notes().is_empty(),
+            "not children.settled: B is not settled"
+        );
+        assert_eq!(q.next(), Some(R));
+        assert_eq!(q.start(R), Some(Wake::Children));
+        // It ends without a result and B still idle: a failed run (retries 0).
+        assert_eq!(q.exited(R, RunEnd::Exited, false, 0), Some(Outcome::Failed));
+        assert_eq!(q.state(R), State::Failed);
+        check_invariants(&q);
     }
 
     #[test]
