@@ -122,22 +122,6 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
         init_logging(opts.log_level.as_deref(), Some(File::from(log)));
     }
     let config = load_config(dir, root.as_fd(), opts)?;
-    // Storage quotas (PROTOCOL.md §8) are not enforced by this build: refuse rather than
-    // pretend (docs/PROTOCOL-NOTES.md, L8).
-    for (key, set) in [
-        (
-            "limits.max_bytes_per_smith",
-            config.limits.max_bytes_per_smith.is_some(),
-        ),
-        (
-            "limits.max_inodes_per_smith",
-            config.limits.max_inodes_per_smith.is_some(),
-        ),
-    ] {
-        if set {
-            bail!("{key} cannot be enforced: storage quotas are not implemented in this build yet (remove the key, or set it to null)");
-        }
-    }
     let templates = load_templates(root.as_fd())?;
     let fds = crate::fs::budget::plan(nofile, config.limits.max_open_files_per_smith);
     if fds.per_smith > fds.handles {

@@ -339,26 +339,3 @@ fn per_smith_limits_above_the_subtree_are_clamped_and_journaled() {
     assert_eq!(clamped.len(), 1, "{clamped:#?}");
     assert_eq!(clamped[0]["rule"], "limits.per_smith.pids_max");
 }
-
-/// Storage quotas are not enforced by this build: a configured one refuses the mount with one
-/// line naming the key instead of being silently ignored (docs/PROTOCOL-NOTES.md, L8).
-#[test]
-fn storage_quotas_refuse_the_mount_until_enforced() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("m");
-    smithfs(["init", dir.to_str().expect("utf-8")]).expect_ok("init");
-    for cfg in [
-        r#"{"limits": {"max_bytes_per_smith": "10M"}}"#,
-        r#"{"limits": {"max_inodes_per_smith": 100}}"#,
-    ] {
-        std::fs::write(dir.join("config.json"), cfg).expect("config");
-        let r = smithfs(["mount", dir.to_str().expect("utf-8")]);
-        if r.ok() {
-            let _ = smithfs(["umount", dir.to_str().expect("utf-8")]);
-            panic!("mounted with an unenforced storage quota: {cfg}");
-        }
-        let err = r.stderr.trim();
-        assert_eq!(err.lines().count(), 1, "{err}");
-        assert!(err.contains("_per_smith cannot be enforced"), "{err}");
-    }
-}

@@ -37,7 +37,24 @@ impl SmithFs {
         let zone = self.new_zone(&dir, name);
         let d = self.decide_zone(who, Op::Create(kind), &zone);
         self.enforce(caller, who, d, label, || self.child_path(&dir, name))?;
+        self.admit_storage(caller, who, &zone, 0, 1, label, || {
+            self.child_path(&dir, name)
+        })?;
         Ok((dir, cname))
+    }
+
+    /// Look up the entry `cname` (`name`) just created in `dir` and charge it (PROTOCOL.md §8).
+    pub(super) fn lookup_created(
+        &self,
+        dir: &Inode,
+        cname: &CStr,
+        name: &OsStr,
+    ) -> FsResult<(Arc<Inode>, Attr)> {
+        let (inode, attr) = self.lookup_in(dir, cname)?;
+        let mut st = attr.0;
+        st.st_ino = self.inodes.ids.backing_ino(NodeId(st.st_ino)).0;
+        self.settle_new(dir, &self.new_zone(dir, name), &st);
+        Ok((inode, attr))
     }
 
     /// Create a node (FUSE mknod): regular file, FIFO, socket or device, owned by the caller.
@@ -61,7 +78,7 @@ impl SmithFs {
             let _cred = as_caller(caller)?;
             backing::mknod(dir.fd()?.as_fd(), &cname, mode, u64::from(rdev))?;
         }
-        self.lookup_in(&dir, &cname).map(|(_, a)| a)
+        self.lookup_created(&dir, &cname, name).map(|(_, a)| a)
     }
 
     /// Create a directory owned by the caller (FUSE mkdir). In a smith's `children/` this is
@@ -87,7 +104,7 @@ impl SmithFs {
             let _cred = as_caller(caller)?;
             backing::mkdir(dir.fd()?.as_fd(), &cname, mode)?;
         }
-        self.lookup_in(&dir, &cname).map(|(_, a)| a)
+        self.lookup_created(&dir, &cname, name).map(|(_, a)| a)
     }
 
     /// The scaffold: check §4 in order, build the child under a temporary name, rename it into
@@ -203,6 +220,13 @@ impl SmithFs {
             tracing::error!("cannot remember child numbers: {e}");
         }
         self.identities.register_smith(idx, &full_id);
+        // What the scaffold wrote costs the parent (config, .claude/) and the child (its
+        // workspace): docs/PROTOCOL-NOTES.md, L10.
+        self.charge_subtree(
+            dir,
+            &cname,
+            &Zone::smith_dir(idx, Some(parent), info.level + 1),
+        );
         tracing::info!(smith = %full_id, "smith created");
         self.emit(Trigger::SmithCreated {
             smith: idx,
@@ -226,7 +250,7 @@ impl SmithFs {
             let _cred = as_caller(caller)?;
             backing::symlink(&ctarget, dir.fd()?.as_fd(), &cname)?;
         }
-        self.lookup_in(&dir, &cname).map(|(_, a)| a)
+        self.lookup_created(&dir, &cname, name).map(|(_, a)| a)
     }
 
     /// Add the name `newname` in `newparent` for `ino` (FUSE link): only within one zone, else
@@ -261,6 +285,8 @@ impl SmithFs {
         });
         self.enforce(caller, who, d, "link", || self.child_path(&dir, newname))?;
         backing::link(inode.fd()?.as_fd(), dir.fd()?.as_fd(), &cname)?;
+        // One inode, charged once: only the directory may have grown.
+        self.settle_fd(dir.fd()?.as_fd());
         let (linked, attr) = self.lookup_in(&dir, &cname)?;
         self.completed_at(caller, &dir, newname, &linked);
         Ok(attr)

@@ -277,6 +277,7 @@ impl SmithFs {
                         mine.unwrap_or(0),
                         self.open_limits.per_smith()
                     ));
+                    out.push_str(&self.storage_lines(s));
                 }
             }
             Identity::Operator => {

@@ -89,8 +89,8 @@ impl SmithFs {
 
     /// Drop `n` kernel references to `ino` (FUSE forget).
     pub fn forget(&self, ino: NodeId, n: u64) {
-        if !control::is_virtual(ino) {
-            self.inodes.forget(ino, n);
+        if !control::is_virtual(ino) && self.inodes.forget(ino, n) {
+            self.storage_forgotten(self.inodes.ids.backing_ino(ino));
         }
     }
 
@@ -186,13 +186,17 @@ impl SmithFs {
                     if !h.may_write {
                         return Err(FsError::NotOpenForWriting);
                     }
-                    backing::ftruncate(h.fd.as_fd(), size)?;
+                    let done = backing::ftruncate(h.fd.as_fd(), size);
+                    self.settle_fd(h.fd.as_fd());
+                    done?;
                     h.dirty.store(true, Ordering::Relaxed);
                 }
                 None => {
                     self.check_inode(caller, who, Op::Write, "truncate", &inode)?;
                     let fd = backing::reopen(inode.fd()?.as_fd(), libc::O_WRONLY)?;
-                    backing::ftruncate(fd.as_fd(), size)?;
+                    let done = backing::ftruncate(fd.as_fd(), size);
+                    self.settle_fd(fd.as_fd());
+                    done?;
                 }
             }
             if caller.uid != 0 && set.mode.is_none() {

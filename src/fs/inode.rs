@@ -495,10 +495,11 @@ impl InodeTable {
         self.budget.open.load(Ordering::Relaxed)
     }
 
-    /// Drop `n` kernel references to `id`; forget the inode when none remain.
-    pub fn forget(&self, id: NodeId, n: u64) {
+    /// Drop `n` kernel references to `id`; forget the inode when none remain. Returns whether
+    /// it was forgotten.
+    pub fn forget(&self, id: NodeId, n: u64) -> bool {
         if id == NodeId::ROOT {
-            return;
+            return false;
         }
         let mut map = self.map.write();
         if let Some(inode) = map.get(&id) {
@@ -506,8 +507,10 @@ impl InodeTable {
             inode.nlookup.store(left, Ordering::Relaxed);
             if left == 0 {
                 map.remove(&id);
+                return true;
             }
         }
+        false
     }
 
     /// Number of inodes held (for status and tests).

@@ -38,8 +38,24 @@ impl SmithFs {
         }
         let slot = self.charge(caller, who, "open", || self.path_of(&inode))?;
         let fd = backing::reopen(inode.fd()?.as_fd(), flags)?;
+        if truncates {
+            self.settle_fd(fd.as_fd());
+        }
         if truncates && caller.uid != 0 && kill_suid_sgid(&inode, caller)? {
             self.attrs_changed(inode.id);
+        }
+        // A limited writer's writes must reach the daemon (PROTOCOL.md §8). While other opens
+        // of the file are passed through, the kernel takes only a passthrough open beside them
+        // (any other is EINVAL): the writer joins them, admitted only while it is below its
+        // limits, and the books catch up at its release (docs/PROTOCOL-NOTES.md, L13).
+        if may_write
+            && matches!(*inode.passthrough.lock(), Passthrough::Active { .. })
+            && self.checks_writes_of(who)
+        {
+            let zone = self.zone(&inode);
+            self.admit_storage(caller, who, &zone, 4096, 0, "open for writing", || {
+                self.path_of(&inode)
+            })?;
         }
         // Opened with write access or O_TRUNC: its release completes the file (§5).
         let open = OpenFile::new(fd, inode, who, caller, flags, may_write || truncates, slot);
@@ -62,7 +78,7 @@ impl SmithFs {
             let _cred = as_caller(caller)?;
             backing::open_beneath(dir.fd()?.as_fd(), &cname, flags | libc::O_CREAT, mode)?
         };
-        let (inode, attr) = self.lookup_in(&dir, &cname)?;
+        let (inode, attr) = self.lookup_created(&dir, &cname, name)?;
         // A new file: its release completes it (§5).
         let open = OpenFile::new(fd, inode, who, caller, flags, true, slot);
         Ok((attr, self.files.insert(open)))
@@ -83,8 +99,17 @@ impl SmithFs {
         if h.inode.kind != libc::S_IFREG {
             return None;
         }
+        // A limited writer is never passed through (PROTOCOL.md §8): the file's opens go
+        // through the daemon until all are closed, unless other opens already pass through
+        // (then it joins them, see `open`).
+        let checked = h.may_write && self.checks_writes_of(h.opener);
         let mut pt = h.inode.passthrough.lock();
         let backing = match &mut *pt {
+            Passthrough::Idle if checked => {
+                *pt = Passthrough::Cached { users: 1 };
+                h.passthrough.store(true, Ordering::Relaxed);
+                return None;
+            }
             Passthrough::Never => return None,
             Passthrough::Cached { users } => {
                 *users += 1;
@@ -170,6 +195,26 @@ impl SmithFs {
         if kill_suidgid && kill_suid_sgid(&h.inode, caller)? {
             self.attrs_changed(h.inode.id);
         }
+        let append = h.flags & libc::O_APPEND != 0;
+        self.admit_write(
+            caller,
+            h.opener,
+            &h.inode,
+            h.fd.as_fd(),
+            offset,
+            data.len() as u64,
+            append,
+            "write",
+        )?;
+        let written = self.write_all(&h, offset, data);
+        self.settle_fd(h.fd.as_fd());
+        let done = written?;
+        h.dirty.store(true, Ordering::Relaxed);
+        Ok(done as u32)
+    }
+
+    /// Write `data` at `offset` (or at the end, with `O_APPEND`) through `h`; the bytes written.
+    fn write_all(&self, h: &OpenFile, offset: u64, data: &[u8]) -> FsResult<usize> {
         let mut done = 0usize;
         while done < data.len() {
             let n = if h.flags & libc::O_APPEND != 0 {
@@ -182,8 +227,7 @@ impl SmithFs {
             }
             done += n;
         }
-        h.dirty.store(true, Ordering::Relaxed);
-        Ok(done as u32)
+        Ok(done)
     }
 
     /// Flush (FUSE flush, at each close of a descriptor): nothing is buffered in the daemon.
@@ -201,6 +245,10 @@ impl SmithFs {
             return self.controls.remove(fh).map(drop).ok_or(FsError::Stale);
         }
         let h = self.files.remove(fh).ok_or(FsError::Stale)?;
+        if h.may_write {
+            // Passthrough writes never reached the daemon: the books catch up at the close.
+            self.settle_fd(h.fd.as_fd());
+        }
         if h.passthrough.load(Ordering::Relaxed) {
             let mut pt = h.inode.passthrough.lock();
             match &mut *pt {
@@ -238,10 +286,20 @@ impl SmithFs {
     /// Allocate or punch space through handle `fh` (FUSE fallocate), judged by its opener.
     pub fn fallocate(&self, fh: Fh, offset: u64, length: u64, mode: i32) -> FsResult<()> {
         let h = self.files.get(fh)?;
+        let caller = &h.opener_caller();
         if !h.may_write {
             return Err(FsError::NotOpenForWriting);
         }
-        backing::fallocate(h.fd.as_fd(), mode, offset, length)?;
+        // Punching or collapsing frees space; every other mode may allocate the whole range.
+        let frees = mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_COLLAPSE_RANGE) != 0;
+        let adds = if frees { 0 } else { length };
+        let zone = self.zone(&h.inode);
+        self.admit_storage(caller, h.opener, &zone, adds, 0, "fallocate", || {
+            self.path_of(&h.inode)
+        })?;
+        let done = backing::fallocate(h.fd.as_fd(), mode, offset, length);
+        self.settle_fd(h.fd.as_fd());
+        done?;
         h.dirty.store(true, Ordering::Relaxed);
         Ok(())
     }
@@ -272,8 +330,20 @@ impl SmithFs {
             return Err(FsError::NotOpenForWriting);
         }
         let len = len.min(u64::from(u32::MAX >> 1)) as usize;
+        let zone = self.zone(&hout.inode);
+        self.admit_storage(
+            &hout.opener_caller(),
+            hout.opener,
+            &zone,
+            len as u64,
+            0,
+            "copy_file_range",
+            || self.path_of(&hout.inode),
+        )?;
         let n =
-            backing::copy_file_range(hin.fd.as_fd(), off_in, hout.fd.as_fd(), off_out, len, flags)?;
+            backing::copy_file_range(hin.fd.as_fd(), off_in, hout.fd.as_fd(), off_out, len, flags);
+        self.settle_fd(hout.fd.as_fd());
+        let n = n?;
         hout.dirty.store(true, Ordering::Relaxed);
         Ok(n as u32)
     }

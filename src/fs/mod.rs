@@ -29,6 +29,7 @@ mod deny;
 mod dir;
 mod entries;
 mod io;
+mod quota;
 mod remove;
 mod rename;
 mod xattr;
@@ -376,6 +377,10 @@ pub struct SmithFs {
     state: OwnedFd,
     opts: FsOptions,
     links: Links,
+    /// The storage books (PROTOCOL.md §8), kept when a storage quota is configured.
+    ledger: Option<crate::limits::storage::Ledger>,
+    /// The part of the store kept for the daemon's own writes (PROTOCOL.md §8).
+    reserve: crate::limits::storage::Reserve,
 }
 
 impl std::fmt::Debug for SmithFs {
@@ -427,7 +432,12 @@ impl SmithFs {
         for s in registry.all() {
             identities.register_smith(s.idx, &s.full_id);
         }
-        Ok(SmithFs {
+        let quota = crate::limits::storage::Quota {
+            max_bytes: opts.limits.max_bytes_per_smith.map(|b| b.bytes()),
+            max_inodes: opts.limits.max_inodes_per_smith,
+        };
+        let reserve = quota::reserve_of(root.as_fd());
+        let fs = SmithFs {
             inodes: InodeTable::new(root, opts.max_fds)?,
             files: OpenTable::default(),
             dirs: OpenTable::default(),
@@ -440,7 +450,24 @@ impl SmithFs {
             state,
             opts,
             links,
-        })
+            ledger: quota
+                .is_set()
+                .then(|| crate::limits::storage::Ledger::new(quota, Default::default())),
+            reserve,
+        };
+        if fs.ledger.is_some() {
+            let started = std::time::Instant::now();
+            let books = fs.storage_scan().unwrap_or_default();
+            tracing::info!(
+                smiths = books.totals().len(),
+                ms = started.elapsed().as_millis() as u64,
+                "storage counted"
+            );
+            if let Some(l) = &fs.ledger {
+                l.with(|b| b.replace_all(books));
+            }
+        }
+        Ok(fs)
     }
 
     /// The smith registry.

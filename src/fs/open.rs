@@ -71,6 +71,15 @@ impl OpenFile {
             slot,
         }
     }
+
+    /// The opener as a caller, for the `why` of a refusal of a request judged by the handle.
+    pub fn opener_caller(&self) -> super::Caller {
+        super::Caller {
+            pid: self.opener_pid,
+            uid: self.opener_uid,
+            gid: u32::MAX,
+        }
+    }
 }
 
 /// An open directory.

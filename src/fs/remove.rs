@@ -50,6 +50,7 @@ impl SmithFs {
             || self.child_path(&dir, name),
         )?;
         backing::unlink(dir.fd()?.as_fd(), &cname, is_dir)?;
+        self.storage_unlinked(&dir, &st);
         if is_dir {
             self.smith_dir_gone(BackingIno::of(&st));
         } else {

@@ -123,6 +123,20 @@ impl SmithFs {
             }
         }
         self.moved(&src_st, (from.id, name.as_bytes()), &to, newname.as_bytes());
+        // Storage (PROTOCOL.md §8): the moved entry is charged where it now is; a replaced one
+        // loses a name.
+        self.storage_moved(&src_st, &to, &cnew, &dst_zone);
+        match &replaced {
+            Some((_, st)) if exchange => self.storage_moved(st, &from, &cname, &back),
+            Some((_, st)) => self.storage_unlinked(&to, st),
+            None => {}
+        }
+        if let Ok(fd) = from.fd() {
+            self.settle_fd(fd.as_fd());
+        }
+        if let Ok(fd) = to.fd() {
+            self.settle_fd(fd.as_fd());
+        }
         match &replaced {
             Some((_, st)) if exchange => {
                 self.moved(st, (to.id, newname.as_bytes()), &from, name.as_bytes());
@@ -277,6 +291,8 @@ impl SmithFs {
         for s in &registered {
             self.identities.register_smith(s.idx, &s.full_id);
         }
+        // Its smiths were registered anew (or became data): count the store again.
+        self.storage_recount();
         match registered.first() {
             Some(top) => tracing::info!(from = %old_full, to = %top.full_id, "smith dir moved"),
             None => tracing::info!(

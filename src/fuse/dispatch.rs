@@ -392,7 +392,6 @@ fn open_flags(cache: Cache, backing: u32) -> u32 {
 }
 
 fn err(e: &FsError) -> Reply {
-    e.log("fuse request");
     Reply::Error(e.raw())
 }
 

@@ -99,7 +99,6 @@ fn caller(req: &Request) -> Caller {
 }
 
 fn errno(e: &FsError) -> Errno {
-    e.log("fuse request");
     Errno::from_i32(e.raw())
 }
 

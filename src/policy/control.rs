@@ -198,3 +198,75 @@ pub fn decide_rename_whiteout(id: &Identity, whiteout: bool) -> Decision {
         ),
     )
 }
+
+/// Which storage bound a change would pass (PROTOCOL.md §8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StorageBound {
+    /// The smith holds `used` allocated bytes and the change adds about `asked`, beyond
+    /// `limit` (`limits.max_bytes_per_smith`; EDQUOT).
+    Bytes {
+        /// The limit in bytes.
+        limit: u64,
+        /// What the smith's zones hold now.
+        used: u64,
+        /// The estimate of what the change adds.
+        asked: u64,
+    },
+    /// The smith holds `used` inodes, `limit` at most (`limits.max_inodes_per_smith`; EDQUOT).
+    Inodes {
+        /// The limit.
+        limit: u64,
+        /// What the smith's zones hold now.
+        used: u64,
+    },
+    /// The store has `free` bytes (or inodes, with `inodes`) left, at or below the `reserve`
+    /// kept for the daemon's own writes (ENOSPC).
+    Reserve {
+        /// Free bytes or inodes of the store for unprivileged writers.
+        free: u64,
+        /// The reserve.
+        reserve: u64,
+        /// Counted in inodes rather than bytes.
+        inodes: bool,
+    },
+}
+
+/// The denial of a write, create, truncate or fallocate by `who` (a full id) beyond `bound`
+/// (PROTOCOL.md §8: "fails with EDQUOT and a why").
+pub fn storage_denial(who: &str, bound: StorageBound) -> Denial {
+    let mib = |b: u64| format!("{:.1} MiB", b as f64 / f64::from(1u32 << 20));
+    match bound {
+        StorageBound::Bytes { limit, used, asked } => Rule::StorageBytes.deny(
+            format!(
+                "{who}'s zones already hold {} of allocated space and this change adds about {}, beyond the {} one smith may hold (limits.max_bytes_per_smith).",
+                mib(used),
+                mib(asked),
+                mib(limit)
+            ),
+            "remove or truncate files you no longer need in your private/, outbox/ or workspace/ (a task you wrote into a child's inbox counts for you too), or ask the operator to raise limits.max_bytes_per_smith in config.json".into(),
+        ),
+        StorageBound::Inodes { limit, used } => Rule::StorageInodes.deny(
+            format!(
+                "{who}'s zones already hold {used} files and directories, the {limit} one smith may hold (limits.max_inodes_per_smith)."
+            ),
+            "remove files or directories you no longer need, or ask the operator to raise limits.max_inodes_per_smith in config.json".into(),
+        ),
+        StorageBound::Reserve {
+            free,
+            reserve,
+            inodes,
+        } => {
+            let (free, reserve) = if inodes {
+                (format!("{free} inodes"), format!("{reserve} inodes"))
+            } else {
+                (mib(free), mib(reserve))
+            };
+            Rule::StoreReserve.deny(
+                format!(
+                    "The store has {free} left, no more than the {reserve} smithfs keeps for its own writes (the journal, scaffolds, results/final.md), so smiths may not fill it further."
+                ),
+                "remove files you no longer need, or ask the operator to free space on the store".into(),
+            )
+        }
+    }
+}

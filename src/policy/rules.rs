@@ -490,6 +490,12 @@ pub enum Rule {
     StructureRootSmith,
     /// A smith dir is never exchanged (§3).
     StructureExchange,
+    /// `limits.max_bytes_per_smith` (§8).
+    StorageBytes,
+    /// `limits.max_inodes_per_smith` (§8).
+    StorageInodes,
+    /// The store's reserve for the daemon's own writes (§8).
+    StoreReserve,
 }
 
 impl Rule {
@@ -524,7 +530,8 @@ impl Rule {
             Rule::CtlSyntax | Rule::CtlReloadRefused | Rule::ScaffoldChildName => Errno::EINVAL,
             Rule::CtlNoSuchSmith => Errno::ENOENT,
             Rule::CtlBindFailed => Errno::EIO,
-            Rule::ScaffoldMaxChildren => Errno::EDQUOT,
+            Rule::ScaffoldMaxChildren | Rule::StorageBytes | Rule::StorageInodes => Errno::EDQUOT,
+            Rule::StoreReserve => Errno::ENOSPC,
         }
     }
 
@@ -575,6 +582,9 @@ impl Rule {
             Rule::ScaffoldMaxChildren,
             Rule::StructureRootSmith,
             Rule::StructureExchange,
+            Rule::StorageBytes,
+            Rule::StorageInodes,
+            Rule::StoreReserve,
         ];
         v.extend(
             [
@@ -652,6 +662,9 @@ impl Rule {
             Rule::ScaffoldMaxChildren => "scaffold-max-children",
             Rule::StructureRootSmith => "structure-root-smith",
             Rule::StructureExchange => "structure-exchange",
+            Rule::StorageBytes => "storage-bytes-per-smith",
+            Rule::StorageInodes => "storage-inodes-per-smith",
+            Rule::StoreReserve => "store-reserve",
         }
     }
 }
@@ -1138,7 +1151,10 @@ fn explain(
         | Rule::ScaffoldChildName
         | Rule::ScaffoldMaxChildren
         | Rule::StructureRootSmith
-        | Rule::StructureExchange => (
+        | Rule::StructureExchange
+        | Rule::StorageBytes
+        | Rule::StorageInodes
+        | Rule::StoreReserve => (
             format!("{who} may not {what}."),
             own_work(&home),
         ),

@@ -11,6 +11,7 @@ mod dir;
 mod entries;
 mod io;
 mod links;
+mod quota;
 mod remove;
 mod rename;
 mod xattr;

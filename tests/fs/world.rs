@@ -113,6 +113,11 @@ pub struct World {
 impl World {
     /// `smithfs init`, then the operator scaffolds `smith-001` under the root smith.
     pub fn new() -> World {
+        World::with_options(FsOptions::default())
+    }
+
+    /// [`World::new`] with the filesystem options `opts`.
+    pub fn with_options(opts: FsOptions) -> World {
         let dir = tempfile::tempdir().unwrap();
         let out = std::process::Command::new(SMITHFS)
             .arg("init")
@@ -128,7 +133,7 @@ impl World {
             kernel: rec.clone(),
             ..Links::default()
         };
-        let fs = SmithFs::with_links(root, FsOptions::default(), ids.clone(), links).unwrap();
+        let fs = SmithFs::with_links(root, opts, ids.clone(), links).unwrap();
         let children = walk(&fs, "smiths/smith-root/children");
         fs.mkdir(&OPERATOR, children, OsStr::new("smith-001"), 0o755)
             .unwrap();
