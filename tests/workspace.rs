@@ -498,6 +498,13 @@ both_modes!(diff_and_accept, |mode| {
     assert!(a.ok(), "{}", a.stderr);
     let head = git(&ws, &["rev-parse", "smith/smith-root"]);
     assert_eq!(a.stdout, format!("smith/smith-root {head}\n"));
+    // Only commits travel, and accept says what stayed behind (W17).
+    assert!(
+        a.stderr
+            .contains("2 uncommitted change(s) in smith-root's workspace not included"),
+        "{}",
+        a.stderr
+    );
     assert_eq!(git(&w.repo, &["rev-parse", "smith/smith-root"]), head);
     assert_eq!(git(&w.repo, &["rev-parse", "HEAD"]), w.base);
     assert_eq!(git(&w.repo, &["symbolic-ref", "HEAD"]), "refs/heads/main");

@@ -111,5 +111,29 @@ pub fn run(args: AcceptArgs) -> Result<ExitCode> {
         );
     }
     println!("{target} {commit}");
+    // Only commits travel: say so when the work tree holds more (the auto-commit at the end of
+    // the smith's next run would take it; docs/PROTOCOL-NOTES.md W17).
+    let changed = git_out(
+        &l.ws,
+        &ws_extra,
+        &[],
+        &["diff-index", "--name-only", "HEAD", "--"],
+    )
+    .map_or(0, |o| o.lines().count());
+    let untracked = git_out(
+        &l.ws,
+        &ws_extra,
+        &[],
+        &["ls-files", "--others", "--exclude-standard"],
+    )
+    .map_or(0, |o| o.lines().count());
+    if changed + untracked > 0 {
+        eprintln!(
+            "smithfs: {} uncommitted change(s) in {}'s workspace not included (see `smithfs diff {}`)",
+            changed + untracked,
+            l.full_id,
+            l.full_id
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
