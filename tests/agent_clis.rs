@@ -675,6 +675,12 @@ fn codex_with_full_access_commits_in_its_workspace() {
     commits_in_its_workspace("codex", Some(("workspace-write", "danger-full-access")));
 }
 
+/// Gemini CLI 0.61 with the shipped config (`--yolo`, its shell tool): commits in `workspace/`.
+#[test]
+fn gemini_cli_commits_in_its_workspace() {
+    commits_in_its_workspace("gemini", None);
+}
+
 #[test]
 fn claude_code_runs_a_tree_end_to_end() {
     tree_with("claude");
