@@ -478,35 +478,10 @@ fn strip_ansi(s: &str) -> String {
     out
 }
 
-/// A process with its working directory inside `dir` (killed on drop).
-struct Holder(std::process::Child);
-
-impl Holder {
-    fn new(dir: &std::path::Path) -> Holder {
-        let c = Command::new("sleep")
-            .arg("120")
-            .current_dir(dir.join("smiths"))
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("spawn sleep");
-        Holder(c)
-    }
-    fn pid(&self) -> u32 {
-        self.0.id()
-    }
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn umount_of_a_busy_mount_names_the_holders() {
     let m = common::TestMount::new();
-    let holder = Holder::new(m.path());
+    let holder = common::Holder::new(m.path());
     let began = Instant::now();
     let r = smithfs(["umount", m.path().to_str().unwrap()]);
     assert_ne!(r.code, Some(0), "{r:?}");
@@ -537,7 +512,7 @@ fn signals_keep_working_after_a_failed_unmount() {
         ..Default::default()
     });
     let pid = m.daemon_pid().expect("server pid");
-    let holder = Holder::new(m.path());
+    let holder = common::Holder::new(m.path());
     // SAFETY: signalling the foreground server this test started.
     unsafe { libc::kill(pid, libc::SIGINT) };
     let log = m.scratch().join("foreground.log");

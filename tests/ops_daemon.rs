@@ -150,37 +150,12 @@ fn sighup_reloads_config_json_and_journals_the_outcome() {
     assert!(common::is_smithfs_mounted(s.m.path()), "still mounted");
 }
 
-/// A process with its working directory inside `dir` (killed on drop).
-struct Holder(std::process::Child);
-
-impl Holder {
-    fn new(dir: &std::path::Path) -> Holder {
-        let c = Command::new("sleep")
-            .arg("120")
-            .current_dir(dir.join("smiths"))
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("spawn sleep");
-        Holder(c)
-    }
-    fn pid(&self) -> u32 {
-        self.0.id()
-    }
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn a_failed_busy_unmount_leaves_the_scheduler_and_journal_running() {
     let s = Sm::new(json!({}));
     s.task("ok\n");
     s.wait_state(30, "smith-root", "done");
-    let holder = Holder::new(s.m.path());
+    let holder = common::Holder::new(s.m.path());
     let r = smithfs(["umount", &s.dir()]);
     assert_ne!(r.code, Some(0), "{r:?}");
     assert!(

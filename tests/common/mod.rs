@@ -802,3 +802,32 @@ pub fn daemon_cgroup_names(pid: i32) -> Vec<String> {
     names.sort();
     names
 }
+
+/// A process (`sleep 120`) with its working directory in `dir/smiths`, keeping a mount busy;
+/// killed and reaped on drop.
+pub struct Holder(Child);
+
+impl Holder {
+    /// Start the holder in `dir/smiths` (a mount point).
+    pub fn new(dir: &Path) -> Holder {
+        let c = Command::new("sleep")
+            .arg("120")
+            .current_dir(dir.join("smiths"))
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn sleep");
+        Holder(c)
+    }
+
+    /// The holder's pid.
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
