@@ -74,7 +74,12 @@ pub fn check_new_child(
                     full_id(*s, ctx),
                     short(&parent)
                 ),
-                format!("make your own children with mkdir {own}/children/{}", child_name(1)),
+                // The caller's own numbering is not this family's: name the rule, not a number
+                // that may be taken already.
+                format!(
+                    "make your own children with mkdir {own}/children/smith-NNN, numbered above every child you have had (the first is {})",
+                    child_name(1)
+                ),
             ));
         }
         Identity::Unknown => {
