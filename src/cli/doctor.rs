@@ -324,6 +324,24 @@ fn check_git(version: Option<&str>) -> Check {
     }
 }
 
+/// Landlock, which the scaffold of a child's workspace needs (docs/PROTOCOL-NOTES.md W16): the
+/// daemon's git reads the parent's repository only inside a Landlock domain. `abi` is the
+/// kernel's Landlock ABI version, `None` without Landlock. Only workspaces need it: warn at worst.
+fn check_landlock(abi: Option<i64>) -> Check {
+    match abi {
+        Some(v) => Check::new(
+            "landlock",
+            Status::Ok,
+            format!("ABI {v}: a child's workspace is made in a sandbox"),
+        ),
+        None => Check::new(
+            "landlock",
+            Status::Warn,
+            "not available: children of a smith with a workspace cannot be made (init --repo); enable Landlock (CONFIG_SECURITY_LANDLOCK, lsm=landlock,…)",
+        ),
+    }
+}
+
 /// `git --version`, or `None` when git cannot be run.
 fn git_version() -> Option<String> {
     let out = std::process::Command::new("git")
@@ -365,6 +383,7 @@ pub fn checks() -> Vec<Check> {
         check_privileges(root),
         check_procfs(),
         check_git(git_version().as_deref()),
+        check_landlock(crate::workspace::sandbox::abi()),
     ]
 }
 
@@ -387,6 +406,16 @@ pub fn run(args: DoctorArgs) -> Result<ExitCode> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn landlock_check() {
+        let ok = super::check_landlock(Some(7));
+        assert_eq!((ok.check, ok.status), ("landlock", super::Status::Ok));
+        assert!(ok.detail.contains("ABI 7"), "{}", ok.detail);
+        let none = super::check_landlock(None);
+        assert_eq!(none.status, super::Status::Warn);
+        assert!(none.detail.contains("workspace"), "{}", none.detail);
+    }
+
     use super::*;
 
     #[test]

@@ -53,6 +53,21 @@ pub struct Sandbox {
     ruleset: OwnedFd,
 }
 
+/// The Landlock ABI version the kernel offers (1 and up), or `None` when Landlock is not
+/// available (kernel without it, or not in the LSM list).
+pub fn abi() -> Option<i64> {
+    // SAFETY: the version query takes no pointer (NULL, size 0) and returns an int.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<RulesetAttr>(),
+            0usize,
+            CREATE_RULESET_VERSION,
+        )
+    };
+    (v >= 1).then_some(v)
+}
+
 impl Sandbox {
     /// A ruleset allowing reads beneath each of `read` (descriptors of directories, `O_PATH` is
     /// enough), every right beneath each of `write`, and reads and execution of the system
@@ -61,18 +76,9 @@ impl Sandbox {
     /// Errors: Landlock is not available (kernel without it, or disabled: `ENOSYS`/`EOPNOTSUPP`),
     /// or a rule could not be added.
     pub fn new(read: &[BorrowedFd<'_>], write: &[BorrowedFd<'_>]) -> std::io::Result<Sandbox> {
-        // SAFETY: the version query takes no pointer (NULL, size 0) and returns an int.
-        let abi = unsafe {
-            libc::syscall(
-                libc::SYS_landlock_create_ruleset,
-                std::ptr::null::<RulesetAttr>(),
-                0usize,
-                CREATE_RULESET_VERSION,
-            )
-        };
-        if abi < 1 {
+        let Some(abi) = abi() else {
             return Err(std::io::Error::last_os_error());
-        }
+        };
         let mut handled = ABI1_ALL;
         if abi >= 2 {
             handled |= REFER;
