@@ -13,6 +13,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 
 use super::util::{self, MountState};
+use super::whoami;
 use crate::fs::STATE_DIR;
 use crate::fuse::session::kernel_unmount;
 use crate::identity::procfs;
@@ -57,11 +58,8 @@ pub fn run(args: UmountArgs) -> Result<ExitCode> {
 /// "cleans up" with `smithfs umount`, not an attacker.
 fn refuse_smith(dir: &std::path::Path) -> Result<()> {
     let whoami = std::fs::read_to_string(dir.join(".smithfs/whoami")).unwrap_or_default();
-    if whoami.lines().next() == Some("identity: smith") {
-        let full_id = whoami
-            .lines()
-            .find_map(|l| l.strip_prefix("full id: "))
-            .unwrap_or("a smith");
+    if whoami::lookup(&whoami, "identity").as_deref() == Some("smith") {
+        let full_id = whoami::lookup(&whoami, "full id").unwrap_or_else(|| "a smith".into());
         bail!(
             "umount refused: this process is {full_id}; only the operator unmounts {}",
             dir.display()
@@ -125,9 +123,7 @@ fn descends_from(mut pid: u32, ancestor: u32) -> bool {
 /// The pid of the daemon serving the live mount `dir`, from `.smithfs/whoami`.
 fn daemon_pid(dir: &std::path::Path) -> Option<i32> {
     let text = std::fs::read_to_string(dir.join(".smithfs/whoami")).ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("daemon pid: "))
-        .and_then(|p| p.trim().parse().ok())
+    whoami::lookup(&text, "daemon pid")?.parse().ok()
 }
 
 /// Wait (up to 10 s) for the daemon that served `dir` to let go of the store: its lock on
