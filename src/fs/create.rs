@@ -148,12 +148,6 @@ impl SmithFs {
         }
         let children = dir.fd()?;
         let mount_point = &self.opts.mount_point;
-        let run = crate::workspace::GitRun {
-            cwd: children.as_fd(),
-            detach: (!mount_point.as_os_str().is_empty()).then_some(mount_point.as_path()),
-            creds: Some((caller.uid, caller.gid)),
-            sandbox: None,
-        };
         let started = std::time::Instant::now();
         // The workspace is not a system call: its failure is the scaffold's (FsError::Scaffold),
         // passed through `build_tree` as that variant's errno and told apart afterwards.
@@ -179,8 +173,10 @@ impl SmithFs {
                 }
             };
             let run = crate::workspace::GitRun {
+                cwd: children.as_fd(),
+                detach: (!mount_point.as_os_str().is_empty()).then_some(mount_point.as_path()),
+                creds: Some((caller.uid, caller.gid)),
                 sandbox: Some(&sandbox),
-                ..run
             };
             match crate::workspace::populate(&run, &ws, &full_id, base) {
                 Ok(commit) => {
