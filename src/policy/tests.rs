@@ -1676,3 +1676,26 @@ fn whiteout_reserved_and_budgets() {
     let d = open_budget_denial("operator", OpenBudget::Mount { limit: 9 });
     assert_eq!((d.errno, d.rule), (Errno::ENFILE, "open-files-mount"));
 }
+
+/// `CtlAnswer::of` reads back the errnos of the `ctl-*` rules (PROTOCOL.md §6).
+#[test]
+fn ctl_answers_read_back_the_rule_errnos() {
+    use crate::policy::CtlAnswer;
+    let of = |e: Errno| CtlAnswer::of(&std::io::Error::from_raw_os_error(e as i32));
+    for (rule, want) in [
+        (Rule::CtlBindOperatorOnly, CtlAnswer::NotAllowed),
+        (Rule::CtlCancelAncestorOnly, CtlAnswer::NotAllowed),
+        (Rule::CtlReloadOperatorOnly, CtlAnswer::NotAllowed),
+        (Rule::CtlNoSuchSmith, CtlAnswer::NoSuchSmith),
+        (Rule::CtlSyntax, CtlAnswer::Refused),
+        (Rule::CtlReloadRefused, CtlAnswer::Refused),
+        (Rule::CtlBindFailed, CtlAnswer::Other),
+    ] {
+        assert_eq!(of(rule.errno()), want, "{rule:?}");
+    }
+    assert_eq!(of(Errno::EPERM), CtlAnswer::NotAllowed);
+    assert_eq!(
+        CtlAnswer::of(&std::io::Error::other("no errno")),
+        CtlAnswer::Other
+    );
+}

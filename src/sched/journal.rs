@@ -390,7 +390,18 @@ fn unfolded_drop(state: BorrowedFd<'_>, snap: &Snapshot) -> Option<FileId> {
     (snap.folded != Some(id)).then_some(id)
 }
 
-fn fold_drop(state: BorrowedFd<'_>) -> SysResult<()> {
+/// Why a dropped journal file could not be folded into the snapshot; logged.
+#[derive(Debug, thiserror::Error)]
+enum FoldError {
+    /// A system call on the state directory failed.
+    #[error("{0}")]
+    Backing(#[from] nix::errno::Errno),
+    /// The snapshot could not be encoded.
+    #[error("cannot encode the state snapshot: {0}")]
+    Encode(#[from] serde_json::Error),
+}
+
+fn fold_drop(state: BorrowedFd<'_>) -> Result<(), FoldError> {
     if backing::stat_at(state, DROP_NAME).is_err() {
         return Ok(());
     }
@@ -401,10 +412,10 @@ fn fold_drop(state: BorrowedFd<'_>) -> SysResult<()> {
             snap.replay.apply(&ev);
         }
         snap.folded = Some(id);
-        let text = serde_json::to_vec(&snap).map_err(|_| nix::errno::Errno::EINVAL)?;
+        let text = serde_json::to_vec(&snap)?;
         backing::write_atomic(state, SNAPSHOT_NAME, &text, 0o600)?;
     }
-    backing::unlink(state, DROP_NAME, false)
+    Ok(backing::unlink(state, DROP_NAME, false)?)
 }
 
 /// The journal files in the held state directory `state`, oldest first: an unfolded drop file,
