@@ -22,7 +22,7 @@ const CHILD: SmithIdx = SmithIdx(3); // a child of X
 const SIBLING: SmithIdx = SmithIdx(4); // another child of P
 const COUSIN: SmithIdx = SmithIdx(5); // smith-root/smith-002, a sibling of P
 
-fn names(s: SmithIdx) -> Option<String> {
+fn names(s: SmithIdx) -> Option<crate::tree::model::FullId> {
     let full = match s.0 {
         0 => "smith-root",
         1 => "smith-root/smith-001",
@@ -32,7 +32,7 @@ fn names(s: SmithIdx) -> Option<String> {
         5 => "smith-root/smith-002",
         _ => return None,
     };
-    Some(full.to_owned())
+    crate::tree::model::FullId::parse(full)
 }
 
 fn ctx(operator: OperatorMode) -> Ctx<'static> {
@@ -1505,7 +1505,10 @@ proptest! {
 #[test]
 fn names_from_a_map() {
     let map: HashMap<SmithIdx, String> = [(X, "smith-root/smith-007".to_owned())].into();
-    let lookup = |s: SmithIdx| map.get(&s).cloned();
+    let lookup = |s: SmithIdx| {
+        map.get(&s)
+            .and_then(|f| crate::tree::model::FullId::parse(f))
+    };
     let c = Ctx {
         names: &lookup,
         ..rw()
