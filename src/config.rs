@@ -5,10 +5,8 @@
 //! message (`config.json: scheduler.max_concurrent: invalid type: string "4", expected u32`).
 //!
 //! The serde types below are the single source of truth for the schema. `serde_json` does not report the
-//! path of a data error, so on failure `locate` narrows the document (keep one key or element at each
-//! level, re-run the same derived deserializer) until it finds the innermost key that still fails. This
-//! relies on every object of the schema accepting `{}` and every list accepting `[]` (all keys are
-//! optional), which the tests check.
+//! path of a data error, so on failure the document is deserialized again through `serde_path_to_error`,
+//! which records the key path where the derived deserializer failed.
 //!
 //! Long on purpose: every key of §8 with its validation and exact error text, and their tests.
 
@@ -18,7 +16,7 @@ use std::str::FromStr;
 
 use serde::de::{DeserializeOwned, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// Placeholders allowed in `agent.command` and hook argv (PROTOCOL.md §5).
 pub const PLACEHOLDERS: &[&str] = &[
@@ -214,8 +212,11 @@ pub struct Limits {
     pub per_subtree: crate::limits::CgroupLimits,
 }
 
-/// `operator` in `config.json` or `--operator` (PROTOCOL.md §3, §8).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// `operator` in `config.json` or `--operator` (PROTOCOL.md §3, §8). serde and clap spell the
+/// variants alike (kebab-case), as [`OperatorMode::as_str`] does.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum OperatorMode {
     /// The operator may do everything the rules give it (default).
@@ -226,8 +227,11 @@ pub enum OperatorMode {
     ReadOnly,
 }
 
-/// `identity` in `config.json` or `--identity` (PROTOCOL.md §2, §8).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// `identity` in `config.json` or `--identity` (PROTOCOL.md §2, §8). serde and clap spell the
+/// variants alike (kebab-case), as [`IdentityMode::as_str`] does.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum IdentityMode {
     /// cgroup where smithfs may create cgroups, else ancestry (default).
@@ -599,19 +603,6 @@ impl OperatorMode {
     }
 }
 
-impl FromStr for OperatorMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "read-write" => Ok(OperatorMode::ReadWrite),
-            "read-only" => Ok(OperatorMode::ReadOnly),
-            other => Err(format!(
-                "unknown operator mode `{other}`, expected read-write or read-only"
-            )),
-        }
-    }
-}
-
 impl IdentityMode {
     /// The config / command-line spelling.
     pub fn as_str(self) -> &'static str {
@@ -619,20 +610,6 @@ impl IdentityMode {
             IdentityMode::Auto => "auto",
             IdentityMode::Cgroup => "cgroup",
             IdentityMode::Ancestry => "ancestry",
-        }
-    }
-}
-
-impl FromStr for IdentityMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "auto" => Ok(IdentityMode::Auto),
-            "cgroup" => Ok(IdentityMode::Cgroup),
-            "ancestry" => Ok(IdentityMode::Ancestry),
-            other => Err(format!(
-                "unknown identity mode `{other}`, expected auto, cgroup or ancestry"
-            )),
         }
     }
 }
@@ -704,12 +681,16 @@ fn parse_strict<T: DeserializeOwned + Serialize>(text: &str) -> Result<T, Config
     };
     // Whether the text is JSON at all is decided by parsing it as a `Value`: serde_json reports some type
     // errors (a number for an enum) as syntax errors, and a type error may come before a syntax error.
+    // Deserializing the `Value` (not the text) also keeps "at line L column C" out of data errors.
     let doc: Value =
         serde_json::from_str(text).map_err(|e| ConfigError::Syntax { msg: e.to_string() })?;
-    match locate::<T>(&doc) {
-        Some((path, msg)) => Err(classify_error(&path, msg)),
+    match serde_path_to_error::deserialize::<_, T>(&doc) {
+        Err(e) => {
+            let path: Vec<Seg> = e.path().iter().filter_map(Seg::from_tracked).collect();
+            Err(classify_error(&path, e.into_inner().to_string()))
+        }
         // Only the text showed the error (e.g. a duplicate key, which a `Value` silently drops).
-        None => Err(ConfigError::Invalid {
+        Ok(_) => Err(ConfigError::Invalid {
             path: String::new(),
             msg: first.to_string(),
         }),
@@ -758,58 +739,17 @@ enum Seg {
     Index(usize),
 }
 
-/// Find the innermost key of `doc` at which deserializing `T` fails, and serde's message there.
-/// `None` if `doc` deserializes.
-fn locate<T: DeserializeOwned>(doc: &Value) -> Option<(Vec<Seg>, String)> {
-    let fails = |v: &Value| T::deserialize(v).err().map(|e| e.to_string());
-    fails(doc)?;
-    let mut path: Vec<Seg> = Vec::new();
-    loop {
-        let segs: Vec<Seg> = match value_at(doc, &path) {
-            Value::Object(m) => m.keys().cloned().map(Seg::Key).collect(),
-            Value::Array(a) => (0..a.len()).map(Seg::Index).collect(),
-            Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => break,
-        };
-        let culprit = segs.into_iter().find(|seg| {
-            let mut p = path.clone();
-            p.push(seg.clone());
-            fails(&narrow(doc, &p, value_at(doc, &p))).is_some()
-        });
-        let Some(seg) = culprit else { break };
-        path.push(seg);
-        // Is the fault in the value's contents, or in the key / the value's kind? An empty container
-        // of the same kind is always valid where a container is expected, so: still failing ⇒ stop here.
-        let empty = match value_at(doc, &path) {
-            Value::Object(_) => Value::Object(Map::new()),
-            Value::Array(_) => Value::Array(Vec::new()),
-            Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => break,
-        };
-        if fails(&narrow(doc, &path, &empty)).is_some() {
-            break;
+impl Seg {
+    /// The step `serde_path_to_error` recorded; `None` for steps a JSON document has no name for (an
+    /// enum variant, a non-string key), which are left out of the rendered path.
+    fn from_tracked(seg: &serde_path_to_error::Segment) -> Option<Seg> {
+        match seg {
+            serde_path_to_error::Segment::Map { key } => Some(Seg::Key(key.clone())),
+            serde_path_to_error::Segment::Seq { index } => Some(Seg::Index(*index)),
+            serde_path_to_error::Segment::Enum { .. } | serde_path_to_error::Segment::Unknown => {
+                None
+            }
         }
-    }
-    let msg = fails(&narrow(doc, &path, value_at(doc, &path))).or_else(|| fails(doc))?;
-    Some((path, msg))
-}
-
-/// The value at `path` (which was built from `doc`'s own keys and indices).
-fn value_at<'a>(doc: &'a Value, path: &[Seg]) -> &'a Value {
-    path.iter().fold(doc, |v, seg| match seg {
-        Seg::Key(k) => &v[k.as_str()],
-        Seg::Index(i) => &v[*i],
-    })
-}
-
-/// `doc` with only the entries along `path` kept, and `leaf` at its end.
-fn narrow(doc: &Value, path: &[Seg], leaf: &Value) -> Value {
-    match path.split_first() {
-        None => leaf.clone(),
-        Some((Seg::Key(k), rest)) => {
-            let mut m = Map::new();
-            m.insert(k.clone(), narrow(&doc[k.as_str()], rest, leaf));
-            Value::Object(m)
-        }
-        Some((Seg::Index(i), rest)) => Value::Array(vec![narrow(&doc[*i], rest, leaf)]),
     }
 }
 
@@ -1169,7 +1109,7 @@ mod tests {
         );
     }
 
-    /// `locate` assumes every object of the schema accepts `{}` and every list `[]`.
+    /// Every object of the schema accepts `{}` and every list `[]` (all keys are optional).
     #[test]
     fn every_container_of_the_schema_accepts_empty() {
         let text =
@@ -1247,20 +1187,33 @@ mod tests {
         assert_eq!((m.timeout_secs, m.kill_grace_secs), (9, 0));
     }
 
+    /// `as_str`, serde (config.json) and clap (`--operator`, `--identity`, `-o`) spell each mode
+    /// alike.
     #[test]
-    fn modes_parse_from_their_spelling() {
-        for m in [OperatorMode::ReadWrite, OperatorMode::ReadOnly] {
-            assert_eq!(m.as_str().parse::<OperatorMode>(), Ok(m));
+    fn modes_are_spelled_alike_everywhere() {
+        use clap::ValueEnum;
+        for m in OperatorMode::value_variants() {
+            let name = m.to_possible_value().map(|v| v.get_name().to_owned());
+            assert_eq!(name.as_deref(), Some(m.as_str()));
+            assert_eq!(serde_json::to_value(m).ok(), Some(Value::from(m.as_str())));
+            assert_eq!(
+                <OperatorMode as ValueEnum>::from_str(m.as_str(), false),
+                Ok(*m)
+            );
         }
-        for m in [
-            IdentityMode::Auto,
-            IdentityMode::Cgroup,
-            IdentityMode::Ancestry,
-        ] {
-            assert_eq!(m.as_str().parse::<IdentityMode>(), Ok(m));
+        for m in IdentityMode::value_variants() {
+            let name = m.to_possible_value().map(|v| v.get_name().to_owned());
+            assert_eq!(name.as_deref(), Some(m.as_str()));
+            assert_eq!(serde_json::to_value(m).ok(), Some(Value::from(m.as_str())));
+            assert_eq!(
+                <IdentityMode as ValueEnum>::from_str(m.as_str(), false),
+                Ok(*m)
+            );
         }
-        assert!("rw".parse::<OperatorMode>().is_err());
-        assert!("pid".parse::<IdentityMode>().is_err());
+        assert_eq!(OperatorMode::value_variants().len(), 2);
+        assert_eq!(IdentityMode::value_variants().len(), 3);
+        assert!(<OperatorMode as ValueEnum>::from_str("rw", false).is_err());
+        assert!(<IdentityMode as ValueEnum>::from_str("pid", false).is_err());
     }
 
     #[test]

@@ -32,10 +32,10 @@ use crate::tree::template::Templates;
 pub struct DaemonOptions {
     /// Read the configuration from this file instead of DIR/config.json (`--config`).
     pub config: Option<PathBuf>,
-    /// `--operator` (`read-write` or `read-only`), overriding the configuration.
-    pub operator: Option<String>,
-    /// `--identity` (`auto`, `cgroup` or `ancestry`), overriding the configuration.
-    pub identity: Option<String>,
+    /// `--operator`, overriding the configuration.
+    pub operator: Option<crate::config::OperatorMode>,
+    /// `--identity`, overriding the configuration.
+    pub identity: Option<crate::config::IdentityMode>,
     /// Re-queue runs interrupted by a dead daemon (`--resume`).
     pub resume: bool,
     /// How the FUSE session is set up.
@@ -314,11 +314,11 @@ pub fn load_config(
         Some(t) => Config::parse(&t).map_err(|e| anyhow!("{e}"))?,
         None => Config::default(),
     };
-    if let Some(op) = &opts.operator {
-        config.operator = op.parse().map_err(|e| anyhow!("--operator: {e}"))?;
+    if let Some(op) = opts.operator {
+        config.operator = op;
     }
-    if let Some(id) = &opts.identity {
-        config.identity = id.parse().map_err(|e| anyhow!("--identity: {e}"))?;
+    if let Some(id) = opts.identity {
+        config.identity = id;
     }
     if config.workspace.enabled() {
         let project = crate::workspace::PROJECT_GIT;

@@ -36,8 +36,8 @@ pub struct InitArgs {
     /// Write a working `agent` configuration for this agent CLI (`reference` also installs the
     /// bundled census agent as `agents/reference.sh`, `coder` the bundled coding agent as
     /// `agents/coder.sh`, which needs `--repo`).
-    #[arg(long, value_parser = ["reference", "coder", "claude", "codex", "gemini", "aider"])]
-    pub agent: Option<String>,
+    #[arg(long, value_enum)]
+    pub agent: Option<AgentPreset>,
     /// The user's git repository every smith works on (PROTOCOL.md §11): copied to
     /// `DIR/project.git`; every smith dir gets a `workspace/`.
     #[arg(long, value_name = "PATH")]
@@ -64,31 +64,65 @@ pub const REFERENCE_AGENT: &str = include_str!("../../agents/reference.sh");
 /// docs/PROTOCOL-NOTES.md W11), installed like the reference agent.
 pub const CODER_AGENT: &str = include_str!("../../agents/coder.sh");
 
-/// The script `init --agent NAME` installs under the mount's `agents/`: its file name and text.
-fn bundled_script(name: &str) -> Option<(&'static std::ffi::CStr, &'static str)> {
-    match name {
-        "reference" => Some((c"reference.sh", REFERENCE_AGENT)),
-        "coder" => Some((c"coder.sh", CODER_AGENT)),
-        _ => None,
+/// An agent `init --agent NAME` configures: its `agent` section of config.json
+/// (`agents/configs/NAME.json`) and, for the two bundled agents, a script under `agents/`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AgentPreset {
+    /// The bundled census agent (`agents/reference.sh`).
+    Reference,
+    /// The bundled coding agent (`agents/coder.sh`; needs `--repo`).
+    Coder,
+    /// Claude Code.
+    Claude,
+    /// OpenAI Codex CLI.
+    Codex,
+    /// Gemini CLI.
+    Gemini,
+    /// aider.
+    Aider,
+}
+
+impl AgentPreset {
+    /// The name as `--agent` takes it and `init` prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            AgentPreset::Reference => "reference",
+            AgentPreset::Coder => "coder",
+            AgentPreset::Claude => "claude",
+            AgentPreset::Codex => "codex",
+            AgentPreset::Gemini => "gemini",
+            AgentPreset::Aider => "aider",
+        }
+    }
+
+    /// The `agent` section this preset writes into config.json (JSON text).
+    pub fn config(self) -> &'static str {
+        match self {
+            AgentPreset::Reference => include_str!("../../agents/configs/reference.json"),
+            AgentPreset::Coder => include_str!("../../agents/configs/coder.json"),
+            AgentPreset::Claude => include_str!("../../agents/configs/claude.json"),
+            AgentPreset::Codex => include_str!("../../agents/configs/codex.json"),
+            AgentPreset::Gemini => include_str!("../../agents/configs/gemini.json"),
+            AgentPreset::Aider => include_str!("../../agents/configs/aider.json"),
+        }
+    }
+
+    /// The script this preset installs under the mount's `agents/`: its file name and text.
+    fn bundled_script(self) -> Option<(&'static std::ffi::CStr, &'static str)> {
+        match self {
+            AgentPreset::Reference => Some((c"reference.sh", REFERENCE_AGENT)),
+            AgentPreset::Coder => Some((c"coder.sh", CODER_AGENT)),
+            AgentPreset::Claude | AgentPreset::Codex | AgentPreset::Gemini | AgentPreset::Aider => {
+                None
+            }
+        }
     }
 }
 
-/// The `agent` section `init --agent NAME` writes into config.json.
-pub fn agent_config(name: &str) -> Option<&'static str> {
-    Some(match name {
-        "reference" => include_str!("../../agents/configs/reference.json"),
-        "coder" => include_str!("../../agents/configs/coder.json"),
-        "claude" => include_str!("../../agents/configs/claude.json"),
-        "codex" => include_str!("../../agents/configs/codex.json"),
-        "gemini" => include_str!("../../agents/configs/gemini.json"),
-        "aider" => include_str!("../../agents/configs/aider.json"),
-        _ => return None,
-    })
-}
-
 /// The default config.json with `agent` replaced by `agent`'s configuration.
-fn config_with_agent(agent: &str) -> Result<String> {
-    let section = agent_config(agent).ok_or_else(|| anyhow!("unknown agent {agent}"))?;
+fn config_with_agent(agent: AgentPreset) -> Result<String> {
+    let section = agent.config();
+    let agent = agent.name();
     let mut config: serde_json::Value = serde_json::from_str(DEFAULT_CONFIG)?;
     config["agent"] = serde_json::from_str(section)?;
     let text = serde_json::to_string_pretty(&config)? + "\n";
@@ -149,12 +183,12 @@ pub fn run(args: InitArgs) -> Result<ExitCode> {
         ),
         (None, None) => None,
     };
-    if args.agent.as_deref() == Some("coder") && args.repo.is_none() {
+    if args.agent == Some(AgentPreset::Coder) && args.repo.is_none() {
         bail!("--agent coder needs --repo PATH: the coding agent edits the project in workspaces (PROTOCOL.md §11)");
     }
     // checked before anything is created, so a bad --agent-command leaves nothing behind
     let config = match (&args.agent, &args.agent_command) {
-        (Some(a), _) => config_with_agent(a)?,
+        (Some(a), _) => config_with_agent(*a)?,
         (None, Some(cmd)) => config_with_command(cmd)?,
         (None, None) => DEFAULT_CONFIG.to_string(),
     };
@@ -187,8 +221,8 @@ pub fn run(args: InitArgs) -> Result<ExitCode> {
     // SAFETY: umask has no preconditions; the scaffold's modes are meant literally.
     let old_umask = unsafe { libc::umask(0o022) };
     let agent = match (&args.agent, &args.agent_command) {
-        (Some(a), _) => Some(a.as_str()),
-        (None, Some(_)) => Some("command"),
+        (Some(a), _) => Some(Agent::Preset(*a)),
+        (None, Some(_)) => Some(Agent::Command),
         (None, None) => None,
     };
     let config = match &project {
@@ -258,7 +292,7 @@ pub fn run(args: InitArgs) -> Result<ExitCode> {
         println!("  root task: smiths/smith-root/{ROOT_TASK_PATH}");
     }
     match (&args.agent, &args.agent_command) {
-        (Some(a), _) => println!("  agent: {a} (config.json \"agent\")"),
+        (Some(a), _) => println!("  agent: {} (config.json \"agent\")", a.name()),
         (None, Some(cmd)) => println!(
             "  agent: {} (config.json \"agent\".\"command\")",
             serde_json::to_string(cmd).unwrap_or_default()
@@ -271,6 +305,13 @@ pub fn run(args: InitArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The agent `init` configured, if any: a preset (`--agent`) or a command (`--agent-command`).
+#[derive(Clone, Copy, Debug)]
+enum Agent {
+    Preset(AgentPreset),
+    Command,
+}
+
 fn cstr(s: &str) -> Result<CString> {
     Ok(CString::new(s)?)
 }
@@ -279,7 +320,7 @@ fn lay_out(
     root: BorrowedFd<'_>,
     t: &Templates,
     config: &str,
-    agent: Option<&str>,
+    agent: Option<Agent>,
     task: Option<&str>,
     title: Option<&str>,
     project: Option<&project::Checked>,
@@ -304,7 +345,10 @@ fn lay_out(
         Err(nix::errno::Errno::EEXIST) => {}
         Err(e) => return Err(io("config.json", e)),
     }
-    if let Some((file, text)) = agent.and_then(bundled_script) {
+    if let Some((file, text)) = match agent {
+        Some(Agent::Preset(a)) => a.bundled_script(),
+        Some(Agent::Command) | None => None,
+    } {
         let agents =
             backing::open_dir_path(root, Path::new("agents")).map_err(|e| io("agents", e))?;
         backing::write_atomic(agents.as_fd(), file, text.as_bytes(), 0o755)
@@ -382,7 +426,8 @@ fn lay_out(
         let ws = Path::new(std::ffi::OsStr::from_bytes(tmp.to_bytes())).join(workspace::AREA);
         workspace::populate(&run, &ws, ROOT_ID, Base::Commit(&p.commit)).map_err(|e| {
             failure = Some(e.to_string());
-            nix::errno::Errno::EIO
+            // The scaffold's failure, as the mount reports it; `failure` says what went wrong.
+            crate::fs::FsError::Scaffold.errno()
         })?;
         Ok(())
     };

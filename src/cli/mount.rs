@@ -15,6 +15,7 @@ use anyhow::{anyhow, bail, Result};
 use clap::Args;
 
 use super::util::{self, MountState};
+use crate::config::{IdentityMode, OperatorMode};
 use crate::daemon::DaemonOptions;
 use crate::fs::STATE_DIR;
 use crate::fuse::session::SessionOptions;
@@ -32,11 +33,11 @@ pub struct MountArgs {
     #[arg(long, value_name = "F")]
     pub config: Option<PathBuf>,
     /// Operator access mode.
-    #[arg(long, value_parser = ["read-write", "read-only"])]
-    pub operator: Option<String>,
+    #[arg(long, value_enum)]
+    pub operator: Option<OperatorMode>,
     /// How smith identity is known.
-    #[arg(long, value_parser = ["auto", "cgroup", "ancestry"])]
-    pub identity: Option<String>,
+    #[arg(long, value_enum)]
+    pub identity: Option<IdentityMode>,
     /// Re-queue runs interrupted by a dead daemon.
     #[arg(long)]
     pub resume: bool,
@@ -76,13 +77,9 @@ impl MountArgs {
         self.allow_other |= o.allow_other;
         self.resume |= o.resume;
         self.no_passthrough |= o.no_passthrough;
-        let s = |v: &String| v.clone();
-        self.identity = merge("identity", self.identity.take(), o.identity, s)?;
-        self.operator = merge("operator", self.operator.take(), o.operator, s)?;
-        self.transport = merge("transport", self.transport, o.transport, |t: &Transport| {
-            clap::ValueEnum::to_possible_value(t)
-                .map_or_else(|| format!("{t:?}"), |v| v.get_name().to_owned())
-        })?;
+        self.identity = merge("identity", self.identity, o.identity)?;
+        self.operator = merge("operator", self.operator, o.operator)?;
+        self.transport = merge("transport", self.transport, o.transport)?;
         self.options.clear();
         Ok(())
     }
@@ -91,8 +88,8 @@ impl MountArgs {
     fn daemon_options(&self) -> DaemonOptions {
         DaemonOptions {
             config: self.config.clone(),
-            operator: self.operator.clone(),
-            identity: self.identity.clone(),
+            operator: self.operator,
+            identity: self.identity,
             resume: self.resume,
             session: SessionOptions {
                 allow_other: self.allow_other,

@@ -2,7 +2,10 @@
 //! mount(8) hands them to `mount.fuse.smithfs`. Pure: lists in, [`MountOptions`] or one usage
 //! line out (docs/PROTOCOL-NOTES.md O40).
 
+use clap::ValueEnum;
+
 use super::ids::UsageError;
+use crate::config::{IdentityMode, OperatorMode};
 use crate::fuse::transport::Transport;
 
 /// What `-o` asked for. `None`/`false`: not named (the flags or the defaults decide).
@@ -11,9 +14,9 @@ pub struct MountOptions {
     /// `allow_other`.
     pub allow_other: bool,
     /// `identity=auto|cgroup|ancestry`.
-    pub identity: Option<String>,
+    pub identity: Option<IdentityMode>,
     /// `operator=read-write|read-only`.
-    pub operator: Option<String>,
+    pub operator: Option<OperatorMode>,
     /// `transport=auto|io-uring|dev-fuse`.
     pub transport: Option<Transport>,
     /// `resume`.
@@ -28,10 +31,6 @@ const IGNORED: &[&str] = &["defaults", "nofail", "noauto", "_netdev"];
 /// (`nosuid`, `nodev`): accepted, no effect (O40).
 const IMPLIED: &[&str] = &["rw", "nosuid", "nodev"];
 
-const IDENTITIES: &[&str] = &["auto", "cgroup", "ancestry"];
-const OPERATORS: &[&str] = &["read-write", "read-only"];
-const TRANSPORTS: &[&str] = &["auto", "io-uring", "dev-fuse"];
-
 /// `auto, cgroup or ancestry`.
 fn one_of(values: &[&str]) -> String {
     match values {
@@ -41,16 +40,30 @@ fn one_of(values: &[&str]) -> String {
     }
 }
 
-fn pick(name: &str, value: Option<&str>, allowed: &[&str]) -> Result<String, UsageError> {
+/// The command-line spelling of `value` (`read-only`, `io-uring`), as clap shows and takes it.
+fn spelling<T: ValueEnum>(value: &T) -> String {
+    value
+        .to_possible_value()
+        .map(|v| v.get_name().to_owned())
+        .unwrap_or_default()
+}
+
+/// The value of `-o NAME=VALUE`, spelled as its command-line flag takes it.
+fn pick<T: ValueEnum>(name: &str, value: Option<&str>) -> Result<T, UsageError> {
+    let allowed = || -> Vec<String> { T::value_variants().iter().map(spelling).collect() };
     match value {
-        Some(v) if allowed.contains(&v) => Ok(v.to_owned()),
-        Some(v) => Err(UsageError(format!(
-            "-o {name}={v}: expected {}",
-            one_of(allowed)
-        ))),
+        Some(v) => T::value_variants()
+            .iter()
+            .find(|t| spelling(*t) == v)
+            .cloned()
+            .ok_or_else(|| {
+                let allowed = allowed();
+                let allowed: Vec<&str> = allowed.iter().map(String::as_str).collect();
+                UsageError(format!("-o {name}={v}: expected {}", one_of(&allowed)))
+            }),
         None => Err(UsageError(format!(
             "-o {name} needs a value: {name}={}",
-            allowed.join("|")
+            allowed().join("|")
         ))),
     }
 }
@@ -84,15 +97,9 @@ pub fn parse<S: AsRef<str>>(lists: &[S]) -> Result<MountOptions, UsageError> {
             "allow_other" => flag(&mut o.allow_other)?,
             "resume" => flag(&mut o.resume)?,
             "no_passthrough" => flag(&mut o.no_passthrough)?,
-            "identity" => o.identity = Some(pick(name, value, IDENTITIES)?),
-            "operator" => o.operator = Some(pick(name, value, OPERATORS)?),
-            "transport" => {
-                let t = pick(name, value, TRANSPORTS)?;
-                o.transport = Some(
-                    <Transport as clap::ValueEnum>::from_str(&t, false)
-                        .map_err(|e| UsageError(format!("-o transport={t}: {e}")))?,
-                );
-            }
+            "identity" => o.identity = Some(pick(name, value)?),
+            "operator" => o.operator = Some(pick(name, value)?),
+            "transport" => o.transport = Some(pick(name, value)?),
             "ro" => {
                 return Err(UsageError(
                     "-o ro: a smithfs mount is read-write (for a read-only operator: -o operator=read-only)"
@@ -115,18 +122,17 @@ pub fn parse<S: AsRef<str>>(lists: &[S]) -> Result<MountOptions, UsageError> {
 ///
 /// # Errors
 /// They disagree: `--NAME A conflicts with -o NAME=B` (O40).
-pub fn merge<T: PartialEq + Clone>(
+pub fn merge<T: ValueEnum + PartialEq>(
     name: &str,
     flag: Option<T>,
     opt: Option<T>,
-    show: impl Fn(&T) -> String,
 ) -> Result<Option<T>, UsageError> {
     match (flag, opt) {
         (Some(f), Some(o)) if f != o => Err(UsageError(format!(
             "--{} {} conflicts with -o {name}={}",
             name.replace('_', "-"),
-            show(&f),
-            show(&o)
+            spelling(&f),
+            spelling(&o)
         ))),
         (f, o) => Ok(f.or(o)),
     }
@@ -174,8 +180,8 @@ mod tests {
             (
                 &["identity=cgroup,operator=read-only,transport=dev-fuse"],
                 MountOptions {
-                    identity: Some("cgroup".into()),
-                    operator: Some("read-only".into()),
+                    identity: Some(IdentityMode::Cgroup),
+                    operator: Some(OperatorMode::ReadOnly),
                     transport: Some(Transport::DevFuse),
                     ..d()
                 },
@@ -184,7 +190,7 @@ mod tests {
             (
                 &["identity=cgroup", "identity=ancestry,transport=io-uring"],
                 MountOptions {
-                    identity: Some("ancestry".into()),
+                    identity: Some(IdentityMode::Ancestry),
                     transport: Some(Transport::IoUring),
                     ..d()
                 },
@@ -256,16 +262,25 @@ mod tests {
 
     #[test]
     fn flags_and_options_merge_or_conflict() {
-        let s = |v: &String| v.clone();
-        let a = || Some("cgroup".to_owned());
-        let b = || Some("ancestry".to_owned());
-        assert_eq!(merge("identity", a(), None, s).unwrap(), a());
-        assert_eq!(merge("identity", None, b(), s).unwrap(), b());
-        assert_eq!(merge("identity", a(), a(), s).unwrap(), a());
-        assert_eq!(merge::<String>("identity", None, None, s).unwrap(), None);
+        let a = || Some(IdentityMode::Cgroup);
+        let b = || Some(IdentityMode::Ancestry);
+        assert_eq!(merge("identity", a(), None).unwrap(), a());
+        assert_eq!(merge("identity", None, b()).unwrap(), b());
+        assert_eq!(merge("identity", a(), a()).unwrap(), a());
+        assert_eq!(merge::<IdentityMode>("identity", None, None).unwrap(), None);
         assert_eq!(
-            merge("identity", a(), b(), s).unwrap_err().0,
+            merge("identity", a(), b()).unwrap_err().0,
             "--identity cgroup conflicts with -o identity=ancestry"
+        );
+        assert_eq!(
+            merge(
+                "transport",
+                Some(Transport::IoUring),
+                Some(Transport::DevFuse)
+            )
+            .unwrap_err()
+            .0,
+            "--transport io-uring conflicts with -o transport=dev-fuse"
         );
     }
 }

@@ -29,7 +29,7 @@ use crate::backing::{self, BackingIno};
 use crate::config::{AgentConfig, Config, SmithConfig};
 use crate::limits::storage::{Home, Storage};
 use crate::policy::zone::Area;
-use crate::tree::model::SmithIdx;
+use crate::tree::model::{FullId, SmithIdx};
 use crate::tree::registry::{Registry, SmithInfo};
 
 /// How long after SIGKILL the executor waits for a stopped group to vanish before it gives up
@@ -258,8 +258,8 @@ impl Exec {
         }
     }
 
-    fn full_id(&self, s: SmithIdx) -> Option<String> {
-        self.registry.full_id(s).map(String::from)
+    fn full_id(&self, s: SmithIdx) -> Option<FullId> {
+        self.registry.full_id(s)
     }
 
     fn ev(&self, event: &str, s: SmithIdx) -> Event {
@@ -1024,6 +1024,7 @@ impl Exec {
         let parent = info
             .parent
             .and_then(|p| self.full_id(p))
+            .map(String::from)
             .unwrap_or_default();
         let mut env: BTreeMap<String, String> = agent.env.clone();
         for (k, v) in [
@@ -1045,7 +1046,7 @@ impl Exec {
                 log: dir.log.try_clone()?,
                 log_ino: dir.log_ino,
                 home: Some(run_home(s)),
-                run: Some((info.full_id.to_string(), run_id.clone())),
+                run: Some((info.full_id.clone(), run_id.clone())),
                 path: format!("{rel}/conversations/{run_id}/messages.log"),
             };
             Ok((self.pump.add(r, sink)?, w))
@@ -1197,7 +1198,7 @@ impl Exec {
             self.invalidate.inode(d.log_ino);
             let meta = Meta {
                 run_id: run_id.to_string(),
-                smith: self.full_id(s).unwrap_or_default(),
+                smith: self.full_id(s).map(String::from).unwrap_or_default(),
                 wake: wake.as_str().into(),
                 start: now.clone(),
                 end: Some(now.clone()),

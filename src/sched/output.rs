@@ -28,6 +28,7 @@ use super::{Invalidate, Msg};
 use crate::backing::{self, BackingIno};
 use crate::limits::storage::{Exceeded, Home, Storage};
 use crate::policy::Rule;
+use crate::tree::model::FullId;
 
 /// The longest a growing log goes without an invalidation of its inode in the kernel's cache.
 pub const INVALIDATE_EVERY: Duration = Duration::from_millis(200);
@@ -51,7 +52,7 @@ pub struct Sink {
     pub home: Option<Home>,
     /// The run's smith (full id) and run id, for the journal; `None` for a hook (its drops are
     /// only logged: a journal event could fire a hook whose output is dropped again).
-    pub run: Option<(String, String)>,
+    pub run: Option<(FullId, String)>,
     /// The log's mount-relative path, for the journal.
     pub path: String,
 }
