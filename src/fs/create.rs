@@ -37,10 +37,27 @@ impl SmithFs {
         let zone = self.new_zone(&dir, name);
         let d = self.decide_zone(who, Op::Create(kind), &zone);
         self.enforce(caller, who, d, label, || self.child_path(&dir, name))?;
-        self.admit_storage(caller, who, &zone, 0, 1, label, || {
-            self.child_path(&dir, name)
-        })?;
+        self.admit_storage(
+            caller,
+            who,
+            &zone,
+            Self::new_entry_bytes(kind),
+            1,
+            label,
+            || self.child_path(&dir, name),
+        )?;
         Ok((dir, cname))
+    }
+
+    /// What a new entry of `kind` is estimated to allocate before it exists (PROTOCOL.md §8,
+    /// note L19): a directory takes one 4 KiB block on ext4, a symlink's target up to one block
+    /// (a short one lives in the inode; the estimate is the bound), other nodes nothing until
+    /// written. The books then take what the store really allocated (`settle_new`).
+    fn new_entry_bytes(kind: NewKind) -> u64 {
+        match kind {
+            NewKind::Dir | NewKind::Symlink => 4096,
+            _ => 0,
+        }
     }
 
     /// Look up the entry `cname` (`name`) just created in `dir` and charge it (PROTOCOL.md §8).

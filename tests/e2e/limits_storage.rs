@@ -540,3 +540,47 @@ fn logs_follow_sees_new_lines_within_a_second() {
     assert_eq!(lags.len(), 25, "every tick seen: {lags:?}");
     assert!(lags.iter().all(|l| *l < 1000), "{lags:?}");
 }
+
+/// Directories and symlinks allocate blocks too: a smith making long-target symlinks and
+/// directories without end meets `EDQUOT` at its byte quota, like a writer does (trial finding
+/// F-quota-1, note L19), and its books stay within the quota.
+#[test]
+fn symlinks_and_directories_stop_at_the_byte_quota() {
+    let s = with_agent(json!({"limits": {"max_bytes_per_smith": "1M"}}));
+    std::fs::create_dir(s.p("smiths/smith-root/children/smith-001")).expect("scaffold");
+    let dir = format!("{}/{}", s.dir(), rel("smith-root/smith-001"));
+    let script = r#"
+import errno, os, sys
+os.chdir(sys.argv[1])
+made, err = 0, None
+target = "a" * 4000
+try:
+    for i in range(3000):
+        os.symlink(target, "private/L%d" % i)
+        os.mkdir("private/d%d" % i)
+        made += 1
+except OSError as e:
+    err = errno.errorcode.get(e.errno, str(e.errno))
+print(made, err)
+"#;
+    let out = smithfs([
+        "run",
+        "--mount",
+        &s.dir(),
+        "--smith",
+        "smith-root/smith-001",
+        "--",
+        "python3",
+        "-c",
+        script,
+        &dir,
+    ])
+    .expect_ok("symlink storm");
+    let mut words = out.split_whitespace();
+    let made: u64 = words.next().and_then(|w| w.parse().ok()).expect("count");
+    assert_eq!(words.next(), Some("EDQUOT"), "{out}");
+    // Each pair allocates two blocks (8 KiB): a 1 MiB quota admits at most 128 pairs.
+    assert!(made <= 128, "{out}");
+    let (bytes, _) = storage_of(s.m.path(), "smith-root/smith-001");
+    assert!(bytes <= 1 << 20, "{bytes}");
+}
