@@ -885,11 +885,22 @@ mod tests {
         assert!(environ
             .split(|b| *b == 0)
             .any(|kv| kv.starts_with(b"PATH=")));
-        let mut fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-            .expect("fds")
-            .map(|e| e.expect("fd").file_name().to_string_lossy().into_owned())
-            .collect();
-        fds.sort();
+        // Right after exec the program's dynamic loader holds the libraries it maps open (as
+        // fd 3, briefly): poll until it settles rather than read once (flaky under load).
+        let fds_of = || {
+            let mut fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+                .expect("fds")
+                .map(|e| e.expect("fd").file_name().to_string_lossy().into_owned())
+                .collect();
+            fds.sort();
+            fds
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut fds = fds_of();
+        while fds != ["0", "1", "2"] && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+            fds = fds_of();
+        }
         assert_eq!(fds, ["0", "1", "2"]);
         assert_eq!(status_field(pid, "SigBlk:"), "0000000000000000");
         let ign = u64::from_str_radix(&status_field(pid, "SigIgn:"), 16).expect("SigIgn");
