@@ -81,8 +81,8 @@ impl SmithFs {
     }
 
     /// How long the kernel may cache node `ino`'s entry and attributes ([`Cache`]): never for
-    /// `.smithfs/`, briefly where the store changes without a notification (`conversations/`),
-    /// else long.
+    /// `.smithfs/`, not at all where the store changes without a notification (`conversations/`),
+    /// 1 s for the mount root, else long.
     pub fn cache_of(&self, ino: NodeId) -> Cache {
         if control::is_virtual(ino) {
             return Cache::Never;
@@ -94,6 +94,9 @@ impl SmithFs {
     }
 
     pub(super) fn cache_for(&self, inode: &Inode) -> Cache {
+        if inode.id == NodeId::ROOT {
+            return Cache::Brief;
+        }
         match self.zone(inode) {
             Zone::Smith(z) if z.area == Area::Conversations => Cache::Volatile,
             _ => Cache::Normal,

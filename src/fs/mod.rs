@@ -77,6 +77,11 @@ pub enum Cache {
     /// `conversations/` (a run's `messages.log` grows through the descriptor the daemon handed
     /// it). TTL zero, but cached (not direct) I/O.
     Volatile,
+    /// The mount root: 1 s, so that a `stat` of the mount point reaches the daemon within a second
+    /// and reports a dead daemon (ENOTCONN) — how `mount`, `umount` and `doctor` tell a dead
+    /// mount (PROTOCOL.md §9); a second, not zero, so that path walks from the root (whose
+    /// permission check needs its attributes) do not each cost a GETATTR.
+    Brief,
     /// `.smithfs/`: never cache, direct I/O (content and rights depend on the caller).
     Never,
 }

@@ -76,11 +76,12 @@ impl Reply {
 /// kernel's own requests is invalidated by the daemon (docs/PROTOCOL-NOTES.md C4, U4).
 pub const TTL_SECS: u64 = 86_400;
 
-/// Entry/attribute validity for `cache`, in seconds: [`TTL_SECS`] for [`Cache::Normal`], 0 for
-/// [`Cache::Volatile`] and [`Cache::Never`].
+/// Entry/attribute validity for `cache`, in seconds: [`TTL_SECS`] for [`Cache::Normal`], 1 for
+/// [`Cache::Brief`], 0 for [`Cache::Volatile`] and [`Cache::Never`].
 pub fn ttl_secs(cache: Cache) -> u64 {
     match cache {
         Cache::Normal => TTL_SECS,
+        Cache::Brief => 1,
         Cache::Volatile | Cache::Never => 0,
     }
 }
@@ -97,7 +98,7 @@ pub fn cached(fs: &SmithFs, r: Result<Attr, FsError>) -> Result<(Attr, Cache), F
 pub fn fopen_bits(cache: Cache) -> u32 {
     match cache {
         // Nothing is buffered in the daemon and locks are the kernel's: a close needs no FLUSH.
-        Cache::Normal | Cache::Volatile => wire::fopen::NOFLUSH,
+        Cache::Normal | Cache::Brief | Cache::Volatile => wire::fopen::NOFLUSH,
         Cache::Never => wire::fopen::DIRECT_IO,
     }
 }
@@ -268,7 +269,7 @@ impl Dispatcher {
             Request::Open { flags } => match fs.open(&c, ino, flags as i32) {
                 Ok((fh, cache)) => {
                     let backing = match cache {
-                        Cache::Normal | Cache::Volatile => self.backing(fh),
+                        Cache::Normal | Cache::Brief | Cache::Volatile => self.backing(fh),
                         Cache::Never => 0,
                     };
                     Reply::Open(fh.0, open_flags(cache, backing), backing)

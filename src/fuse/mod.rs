@@ -431,7 +431,7 @@ impl Filesystem for FuseFs {
         match self.fs.open(&caller(req), node(ino), flags.0) {
             Ok((fh, cache)) => {
                 let backing = match cache {
-                    Cache::Normal | Cache::Volatile => {
+                    Cache::Normal | Cache::Brief | Cache::Volatile => {
                         self.backing_for(fh, |fd| reply.open_backing(fd))
                     }
                     Cache::Never => None,
