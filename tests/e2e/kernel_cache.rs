@@ -10,7 +10,7 @@
 //!   a cached listing), `meta.json` rewritten at the run's end, `results/final.md` replaced by a
 //!   longer result after the old one was read and stat'ed through the mount.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
