@@ -13,7 +13,7 @@
 //! per smith, the storage quotas). Last the scheduler is handed the new configuration
 //! ([`crate::sched::Link::reload`]), which applies the rest and journals `config.reloaded` with
 //! the sections that changed. A refusal is logged and journaled as `config.reload_failed` (with
-//! `error`), and the daemon keeps what it had (docs/PROTOCOL-NOTES.md O12, L16).
+//! `error`), and the daemon keeps what it had (docs/PROTOCOL-NOTES.md O12, L20).
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;

@@ -1,5 +1,5 @@
 //! `smithfs reload` (and SIGHUP) applies `limits` live (PROTOCOL.md §6, §8;
-//! docs/PROTOCOL-NOTES.md L16) on real mounts, driven by the CLI as a user would: edit
+//! docs/PROTOCOL-NOTES.md L20) on real mounts, driven by the CLI as a user would: edit
 //! config.json, reload, and the new limit holds — the scaffold's `max_children`/`max_level`,
 //! `max_open_files_per_smith`, the cgroup limits of every existing smith and of smiths made
 //! later — while limits that cannot be enforced are refused whole with `mount`'s one line.

@@ -153,7 +153,7 @@ impl Drop for Slot {
 /// The limits on open handles of one mount (see the module header). The limit per smith is
 /// read from the mount's live limits at every open, so a reload changes it at once: handles
 /// already open stay open when it is lowered, and only new opens beyond it are refused
-/// (docs/PROTOCOL-NOTES.md L16).
+/// (docs/PROTOCOL-NOTES.md L20).
 #[derive(Debug)]
 pub struct OpenLimits {
     live: Arc<LiveLimits>,

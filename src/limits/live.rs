@@ -1,6 +1,6 @@
 //! The limits in force (PROTOCOL.md §8 `limits`), one cell shared by everyone who enforces
 //! them, so that `smithfs reload` and SIGHUP (§6) change them without a remount
-//! (docs/PROTOCOL-NOTES.md L16).
+//! (docs/PROTOCOL-NOTES.md L20).
 //!
 //! Readers: the filesystem (the scaffold's `max_level`/`max_children` in the policy context of
 //! every request, `max_open_files_per_smith` at every open, the storage quotas at every
