@@ -10,14 +10,14 @@ use smithfs::policy::{
     decide, decide_all, Area, Ctx, Depth, Limits, NewKind, Op, OperatorMode, Removal, RootArea,
     SmithZone, Zone,
 };
-use smithfs::tree::model::SmithIdx;
+use smithfs::tree::model::{FullId, SmithIdx};
 
 const ROOT: SmithIdx = SmithIdx(0);
 const P: SmithIdx = SmithIdx(1);
 const X: SmithIdx = SmithIdx(2);
 const SIBLING: SmithIdx = SmithIdx(3);
 
-fn names(s: SmithIdx) -> Option<String> {
+fn names(s: SmithIdx) -> Option<FullId> {
     let full = match s.0 {
         0 => "smith-root",
         1 => "smith-root/smith-001",
@@ -25,7 +25,7 @@ fn names(s: SmithIdx) -> Option<String> {
         3 => "smith-root/smith-001/smith-003",
         _ => return None,
     };
-    Some(full.to_owned())
+    FullId::parse(full)
 }
 
 /// A zone in X's smith dir (X is smith-002 at level 2, child of P).

@@ -24,6 +24,39 @@ use nix::errno::Errno;
 /// Result of a backing-store syscall: the value or the raw errno.
 pub type SysResult<T> = Result<T, Errno>;
 
+/// What this layer refuses itself, before any system call: each is mapped once, in
+/// [`Refused::errno`], to the errno the kernel gives for the same input. Every other errno of a
+/// [`SysResult`] is one a system call returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// Not one path component (empty, `.`, `..`, a `/`), a NUL byte in a name or path, or a
+    /// path with a component that is not a plain name: EINVAL.
+    BadName,
+    /// A component over `NAME_MAX` (255) bytes: ENAMETOOLONG, as open(2).
+    NameTooLong,
+    /// A size or offset beyond `off_t`: EFBIG, as ftruncate(2).
+    TooLarge,
+    /// A file handle too short or too long to be one: EINVAL, as open_by_handle_at(2).
+    BadHandle,
+}
+
+impl Refused {
+    /// The errno this refusal is reported with.
+    pub const fn errno(self) -> Errno {
+        match self {
+            Refused::BadName | Refused::BadHandle => Errno::EINVAL,
+            Refused::NameTooLong => Errno::ENAMETOOLONG,
+            Refused::TooLarge => Errno::EFBIG,
+        }
+    }
+}
+
+impl From<Refused> for Errno {
+    fn from(r: Refused) -> Errno {
+        r.errno()
+    }
+}
+
 /// An inode number of the backing store (`st_ino` of a store file). Not a FUSE node id
 /// (`crate::fs::NodeId`): the filesystem makes those from these.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -71,12 +104,12 @@ fn cvt_size(ret: libc::ssize_t) -> SysResult<usize> {
 pub fn component(name: &OsStr) -> SysResult<CString> {
     let bytes = name.as_bytes();
     if bytes.is_empty() || bytes == b"." || bytes == b".." || bytes.contains(&b'/') {
-        return Err(Errno::EINVAL);
+        return Err(Refused::BadName.into());
     }
     if bytes.len() > 255 {
-        return Err(Errno::ENAMETOOLONG);
+        return Err(Refused::NameTooLong.into());
     }
-    CString::new(bytes).map_err(|_| Errno::EINVAL)
+    Ok(CString::new(bytes).map_err(|_| Refused::BadName)?)
 }
 
 /// Prefixes of the temporary names the daemon's atomic writes use (a scaffold being built, a
@@ -136,7 +169,7 @@ fn take_fd(fd: libc::c_int) -> OwnedFd {
 ///
 /// Errors: the `open(2)` errno (ENOENT, ENOTDIR, EACCES …).
 pub fn open_store_root(path: &std::path::Path) -> SysResult<OwnedFd> {
-    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| Refused::BadName)?;
     // SAFETY: `c` is a valid NUL-terminated string for the duration of the call.
     let fd = cvt(unsafe {
         libc::open(
@@ -383,7 +416,7 @@ pub fn utimens(fd: BorrowedFd<'_>, times: &[libc::timespec; 2]) -> SysResult<()>
 
 /// `ftruncate` on an open file.
 pub fn ftruncate(fd: BorrowedFd<'_>, size: u64) -> SysResult<()> {
-    let size = i64::try_from(size).map_err(|_| Errno::EFBIG)?;
+    let size = i64::try_from(size).map_err(|_| Refused::TooLarge)?;
     // SAFETY: plain syscall on a descriptor we hold.
     cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), size) }).map(drop)
 }
@@ -756,7 +789,7 @@ pub fn copy_atomic(
 /// The data segments `[start, end)` of the file `fd` of `size` bytes, by `SEEK_DATA` and
 /// `SEEK_HOLE`; the whole file as one segment where the filesystem cannot tell.
 pub fn data_segments(fd: BorrowedFd<'_>, size: u64) -> SysResult<Vec<(u64, u64)>> {
-    let size_i = i64::try_from(size).map_err(|_| Errno::EFBIG)?;
+    let size_i = i64::try_from(size).map_err(|_| Refused::TooLarge)?;
     let mut out = Vec::new();
     let mut off = 0i64;
     while off < size_i {
@@ -890,7 +923,7 @@ fn fill_renamed(
         std::process::id(),
         next_tmp_serial()
     ))
-    .map_err(|_| Errno::EINVAL)?;
+    .map_err(|_| Refused::BadName)?;
     let fd = open_beneath(
         dir,
         &tmp,
@@ -932,7 +965,7 @@ pub fn open_dir_path(dir: BorrowedFd<'_>, path: &std::path::Path) -> SysResult<O
     let mut cur: Option<OwnedFd> = None;
     for comp in path.components() {
         let std::path::Component::Normal(name) = comp else {
-            return Err(Errno::EINVAL);
+            return Err(Refused::BadName.into());
         };
         let c = component(name)?;
         let base = cur.as_ref().map_or(dir, |f| f.as_fd());
@@ -969,7 +1002,7 @@ pub fn build_tree(
         std::process::id(),
         next_tmp_serial()
     ))
-    .map_err(|_| Errno::EINVAL)?;
+    .map_err(|_| Refused::BadName)?;
     mkdir(dir, &tmp, mode)?;
     let result = (|| {
         let root = open_beneath(dir, &tmp, libc::O_PATH | libc::O_DIRECTORY, 0)?;
@@ -981,7 +1014,7 @@ pub fn build_tree(
                 Node::Dir(p, m) => (*p, *m),
                 Node::File(p, m, _) => (*p, *m),
             };
-            let leaf = path.file_name().ok_or(Errno::EINVAL)?;
+            let leaf = path.file_name().ok_or(Refused::BadName)?;
             let leaf = component(leaf)?;
             let parent = open_dir_path(
                 root.as_fd(),
@@ -1047,7 +1080,7 @@ pub fn remove_tree(dir: BorrowedFd<'_>, name: &CStr) -> SysResult<()> {
     }
     let sub = open_beneath(dir, name, libc::O_PATH | libc::O_DIRECTORY, 0)?;
     for n in dir_names(sub.as_fd())? {
-        let c = CString::new(n).map_err(|_| Errno::EINVAL)?;
+        let c = CString::new(n).map_err(|_| Refused::BadName)?;
         remove_tree(sub.as_fd(), &c)?;
     }
     unlink(dir, name, true)
@@ -1055,7 +1088,7 @@ pub fn remove_tree(dir: BorrowedFd<'_>, name: &CStr) -> SysResult<()> {
 
 /// Read the whole regular file at relative `path` beneath `dir` (never following a symlink).
 pub fn read_file(dir: BorrowedFd<'_>, path: &std::path::Path) -> SysResult<Vec<u8>> {
-    let leaf = component(path.file_name().ok_or(Errno::EINVAL)?)?;
+    let leaf = component(path.file_name().ok_or(Refused::BadName)?)?;
     let parent = open_dir_path(dir, path.parent().unwrap_or(std::path::Path::new("")))?;
     let f = open_beneath(parent.as_fd(), &leaf, libc::O_RDONLY, 0)?;
     let mut out = Vec::new();
@@ -1115,7 +1148,7 @@ pub fn file_handle(fd: BorrowedFd<'_>) -> SysResult<KernelFileHandle> {
 /// CAP_DAC_READ_SEARCH. Errors: ESTALE when the inode is gone.
 pub fn open_by_handle(mount: BorrowedFd<'_>, handle: &[u8]) -> SysResult<OwnedFd> {
     if handle.len() < 4 || handle.len() - 4 > MAX_HANDLE_SZ {
-        return Err(Errno::EINVAL);
+        return Err(Refused::BadHandle.into());
     }
     let mut raw = RawHandle {
         handle_bytes: (handle.len() - 4) as u32,

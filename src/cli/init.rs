@@ -426,7 +426,8 @@ fn lay_out(
         let ws = Path::new(std::ffi::OsStr::from_bytes(tmp.to_bytes())).join(workspace::AREA);
         workspace::populate(&run, &ws, ROOT_ID, Base::Commit(&p.commit)).map_err(|e| {
             failure = Some(e.to_string());
-            nix::errno::Errno::EIO
+            // The scaffold's failure, as the mount reports it; `failure` says what went wrong.
+            crate::fs::FsError::Scaffold.errno()
         })?;
         Ok(())
     };

@@ -33,13 +33,13 @@ pub fn run(args: ReloadArgs) -> Result<ExitCode> {
         .open(&ctl)
         .and_then(|mut f| f.write_all(b"reload\n"));
     if let Err(e) = written {
-        match e.raw_os_error() {
-            Some(libc::EACCES) | Some(libc::EPERM) => bail!(
+        match crate::policy::CtlAnswer::of(&e) {
+            crate::policy::CtlAnswer::NotAllowed => bail!(
                 "not allowed to reload {}: only the operator may (see {}/.smithfs/why)",
                 dir.display(),
                 dir.display()
             ),
-            Some(libc::EINVAL) => bail!(
+            crate::policy::CtlAnswer::Refused => bail!(
                 "{} (not reloaded: the daemon keeps its current configuration)",
                 refusal(&dir).unwrap_or_else(|| e.to_string())
             ),

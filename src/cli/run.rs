@@ -141,13 +141,15 @@ fn bind(control: &Path, full_id: &str) -> Result<()> {
     };
     let why = std::fs::read_to_string(control.join("why")).unwrap_or_default();
     let why = why.lines().next().unwrap_or("").trim();
-    let what = match err.raw_os_error() {
-        Some(libc::EACCES) | Some(libc::EPERM) => {
+    let what = match crate::policy::CtlAnswer::of(&err) {
+        crate::policy::CtlAnswer::NotAllowed => {
             "bind refused: `smithfs run` is for the operator only".to_string()
         }
-        Some(libc::ENOENT) => format!("no such smith {full_id}"),
-        Some(libc::EINVAL) => format!("the daemon refused `bind {full_id}` as malformed"),
-        _ => format!("bind {full_id} failed"),
+        crate::policy::CtlAnswer::NoSuchSmith => format!("no such smith {full_id}"),
+        crate::policy::CtlAnswer::Refused => {
+            format!("the daemon refused `bind {full_id}` as malformed")
+        }
+        crate::policy::CtlAnswer::Other => format!("bind {full_id} failed"),
     };
     if why.is_empty() {
         bail!("{what} ({err})")

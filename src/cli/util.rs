@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 
 use crate::identity::procfs::{self, MountInfo};
+use crate::policy::CtlAnswer;
 
 /// The FUSE filesystem type smithfs mounts as (`fuse.smithfs` in mountinfo).
 pub const FS_TYPE: &str = "fuse.smithfs";
@@ -202,23 +203,23 @@ pub fn ctl(dir: &Path, line: &str, verb: &str, full: &str) -> Result<()> {
     let Err(e) = result else {
         return Ok(());
     };
-    match e.raw_os_error() {
-        Some(libc::EACCES) | Some(libc::EPERM) => bail!(
+    match CtlAnswer::of(&e) {
+        CtlAnswer::NotAllowed => bail!(
             "not allowed to {verb} {full}: only the operator or an ancestor smith may (see {}/.smithfs/why)",
             dir.display()
         ),
-        Some(libc::ENOENT) if ctl.exists() => {
+        CtlAnswer::NoSuchSmith if ctl.exists() => {
             super::ids::usage!("no such smith {full} in {}", dir.display())
         }
-        Some(libc::ENOENT) => bail!(
+        CtlAnswer::NoSuchSmith => bail!(
             "cannot open {} (is {} a live smithfs mount?)",
             ctl.display(),
             dir.display()
         ),
-        _ => {
+        answer @ (CtlAnswer::Refused | CtlAnswer::Other) => {
             let why = std::fs::read_to_string(dir.join(".smithfs/why")).unwrap_or_default();
             match why.lines().find(|l| !l.trim().is_empty()) {
-                Some(first) if e.raw_os_error() == Some(libc::EINVAL) => {
+                Some(first) if answer == CtlAnswer::Refused => {
                     bail!("cannot {verb} {full}: {}", first.trim())
                 }
                 _ => bail!("cannot {verb} {full}: {e}"),

@@ -125,8 +125,8 @@ impl SmithFs {
         match whence {
             libc::SEEK_DATA if offset < size => Ok(offset.max(first)),
             libc::SEEK_HOLE if offset < size => Ok(size),
-            libc::SEEK_DATA | libc::SEEK_HOLE => Err(FsError::Backing(nix::errno::Errno::ENXIO)),
-            _ => Err(FsError::Backing(nix::errno::Errno::EINVAL)),
+            libc::SEEK_DATA | libc::SEEK_HOLE => Err(FsError::SeekPastEnd),
+            _ => Err(FsError::BadWhence),
         }
     }
 

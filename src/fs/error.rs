@@ -76,6 +76,13 @@ pub enum FsError {
     /// INIT fails with EPROTONOSUPPORT and the mount with it.
     #[error("the kernel does not offer FUSE over io_uring")]
     NoUring,
+    /// `lseek` with `SEEK_DATA`/`SEEK_HOLE` at or past the end of a control file: ENXIO, as
+    /// lseek(2) answers for a regular file.
+    #[error("seek past the end of the control file")]
+    SeekPastEnd,
+    /// `lseek` on a control file with a `whence` it does not take: EINVAL, as lseek(2).
+    #[error("unknown lseek whence")]
+    BadWhence,
 }
 
 impl FsError {
@@ -87,7 +94,8 @@ impl FsError {
             FsError::Hidden | FsError::UnknownSmith | FsError::NoSuchControlFile => Errno::ENOENT,
             FsError::NotOpenForWriting | FsError::NotCtl => Errno::EBADF,
             FsError::Exists => Errno::EEXIST,
-            FsError::BadName => Errno::EINVAL,
+            FsError::BadName | FsError::BadWhence => Errno::EINVAL,
+            FsError::SeekPastEnd => Errno::ENXIO,
             FsError::Scaffold => Errno::EIO,
             FsError::ControlIsDir => Errno::EISDIR,
             FsError::ControlFixed => Errno::EPERM,
@@ -137,7 +145,9 @@ impl FsError {
             | FsError::ControlUnknown
             | FsError::NoSuchXattr
             | FsError::NotOwner
-            | FsError::Unimplemented => tracing::Level::DEBUG,
+            | FsError::Unimplemented
+            | FsError::SeekPastEnd
+            | FsError::BadWhence => tracing::Level::DEBUG,
         }
     }
 }

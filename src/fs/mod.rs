@@ -393,8 +393,8 @@ impl std::fmt::Debug for SmithFs {
 struct RegistryNames<'a>(&'a Registry);
 
 impl crate::policy::Names for RegistryNames<'_> {
-    fn full_id(&self, smith: SmithIdx) -> Option<String> {
-        self.0.full_id(smith).map(String::from)
+    fn full_id(&self, smith: SmithIdx) -> Option<FullId> {
+        self.0.full_id(smith)
     }
 }
 

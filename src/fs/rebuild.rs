@@ -28,7 +28,7 @@ pub fn scan(
         Err(nix::errno::Errno::ENOENT) => return Ok(()),
         Err(e) => return Err(e),
     };
-    let root_name = CString::new(ROOT_ID).map_err(|_| nix::errno::Errno::EINVAL)?;
+    let root_name = backing::component(OsStr::new(ROOT_ID))?;
     let Ok(st) = backing::stat_at(smiths.as_fd(), &root_name) else {
         return Ok(());
     };
@@ -52,6 +52,20 @@ pub fn scan(
     scan_children(dir.as_fd(), idx, registry, highest)
 }
 
+/// Why a moved smith dir could not be registered ([`scan_moved`]); logged, never a reply.
+#[derive(Debug, thiserror::Error)]
+pub enum ScanError {
+    /// A system call on the store failed (ENOTDIR: the entry is not a directory).
+    #[error("{0}")]
+    Backing(#[from] nix::errno::Errno),
+    /// The name is no child name of the new parent (not UTF-8, or the parent is unknown).
+    #[error("not a child name of its new parent")]
+    BadName,
+    /// The registry refused the smith (its parent is gone, or the name is taken).
+    #[error("the registry refused it")]
+    NotRegistered,
+}
+
 /// Register the directory `name` in the `children/` directory `children` as the child `name` of
 /// `parent`, and every smith dir below it, as the start-up scan would (a smith dir the operator
 /// moved into that `children/`, docs/PROTOCOL-NOTES.md, C35). `highest` gives remembered
@@ -63,16 +77,15 @@ pub fn scan_moved(
     parent: SmithIdx,
     registry: &Registry,
     highest: &HashMap<String, u32>,
-) -> SysResult<SmithIdx> {
-    let st = backing::stat_at(children, name)?;
-    if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
-        return Err(nix::errno::Errno::ENOTDIR);
-    }
-    let id = name.to_str().map_err(|_| nix::errno::Errno::EINVAL)?;
+) -> Result<SmithIdx, ScanError> {
+    // O_DIRECTORY: the kernel answers ENOTDIR for anything else.
+    let dir = backing::open_beneath(children, name, libc::O_PATH | libc::O_DIRECTORY, 0)?;
+    let st = backing::stat(dir.as_fd())?;
+    let id = name.to_str().map_err(|_| ScanError::BadName)?;
     let full = registry
         .full_id(parent)
         .and_then(|p| p.child(id))
-        .ok_or(nix::errno::Errno::EINVAL)?;
+        .ok_or(ScanError::BadName)?;
     let idx = registry
         .register(
             Some(parent),
@@ -80,8 +93,7 @@ pub fn scan_moved(
             BackingIno::of(&st),
             highest.get(full.as_str()).copied(),
         )
-        .ok_or(nix::errno::Errno::EINVAL)?;
-    let dir = backing::open_beneath(children, name, libc::O_PATH | libc::O_DIRECTORY, 0)?;
+        .ok_or(ScanError::NotRegistered)?;
     scan_children(dir.as_fd(), idx, registry, highest)?;
     Ok(idx)
 }
@@ -106,7 +118,7 @@ fn scan_children(
     }
     found.sort();
     for (n, name) in found {
-        let c = CString::new(name.clone()).map_err(|_| nix::errno::Errno::EINVAL)?;
+        let c = backing::component(OsStr::from_bytes(&name))?;
         let Ok(st) = backing::stat_at(children.as_fd(), &c) else {
             continue;
         };
@@ -197,6 +209,6 @@ pub fn save_highest(state: BorrowedFd<'_>, registry: &Registry) -> SysResult<()>
     let map: std::collections::BTreeMap<FullId, u32> =
         registry.highest_children().into_iter().collect();
     let text = serde_json::to_vec_pretty(&map).unwrap_or_default();
-    let name = CString::new(CHILDREN_FILE).map_err(|_| nix::errno::Errno::EINVAL)?;
+    let name = backing::component(OsStr::new(CHILDREN_FILE))?;
     backing::write_atomic(state, &name, &text, 0o600)
 }

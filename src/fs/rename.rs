@@ -264,9 +264,9 @@ impl SmithFs {
         self.smith_gone(m.smith);
         let mut registered = Vec::new();
         if let (Some(f), Some(n)) = (&family, number) {
-            let scanned = dst.dir.fd().and_then(|fd| {
+            let scanned = dst.dir.fd().map_err(|e| e.to_string()).and_then(|fd| {
                 rebuild::scan_moved(fd.as_fd(), dst.cname, f.parent, &self.registry, &carried)
-                    .map_err(FsError::Backing)
+                    .map_err(|e| e.to_string())
             });
             match scanned {
                 Ok(idx) => registered = self.registry.subtree(idx),

@@ -24,12 +24,12 @@
 //! by, never the pid in the name: a daemon in another pid namespace (a container, `unshare -pf
 //! --mount-proc`) cannot see the pids of the others, and its own pid may be any other's.
 
-use std::ffi::{CString, OsStr};
+use std::ffi::OsStr;
 use std::fs;
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -104,20 +104,13 @@ impl Cgroup {
     }
 
     fn open(path: &Path) -> io::Result<Cgroup> {
-        let c = CString::new(path.as_os_str().as_bytes())
-            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        // SAFETY: `c` is a NUL-terminated path that outlives the call.
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a descriptor the kernel just returned, owned by nobody else.
-        let dir = unsafe { OwnedFd::from_raw_fd(fd) };
+        // std opens close-on-exec.
+        let dir = OwnedFd::from(
+            fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECTORY)
+                .open(path)?,
+        );
         let id = fs::metadata(path)?.ino();
         Ok(Cgroup {
             path: path.to_path_buf(),

@@ -272,9 +272,30 @@ fn live_process(pid: u32) -> io::Result<LiveNode> {
     })
 }
 
+/// Why a process of the ancestry walk could not be pinned; the walk then gives
+/// `Identity::Unknown`. Only [`PinError::Sys`] carries an errno: the one a pidfd call returned.
+#[derive(Debug, thiserror::Error)]
+enum PinError {
+    /// A pidfd call failed (ESRCH: the process is gone).
+    #[error("{0}")]
+    Sys(io::Error),
+    /// The process was re-parented each time its parent was pinned.
+    #[error("re-parented while its parent was pinned")]
+    Reparented,
+    /// The thread left the thread group it was pinned in (an exec by another thread).
+    #[error("left its thread group while pinned")]
+    LeftGroup,
+}
+
+impl From<io::Error> for PinError {
+    fn from(e: io::Error) -> PinError {
+        PinError::Sys(e)
+    }
+}
+
 /// The parent of `child`, checked: after pinning the parent, `child` must still have it as its
 /// parent (else it was re-parented and the pid may be another process; retry a few times).
-fn live_parent(child: &LiveNode) -> io::Result<LiveNode> {
+fn live_parent(child: &LiveNode) -> Result<LiveNode, PinError> {
     let mut ppid = child.ppid;
     for _ in 0..8 {
         if ppid == 0 {
@@ -290,15 +311,15 @@ fn live_parent(child: &LiveNode) -> io::Result<LiveNode> {
             ppid = pidfd::info(child.fd.as_fd())?.ppid;
         }
     }
-    Err(io::Error::from_raw_os_error(libc::EAGAIN))
+    Err(PinError::Reparented)
 }
 
 /// The thread group of the thread pinned by `thread`, pinned, checked against the thread still
 /// living in it.
-fn live_thread_group(thread: BorrowedFd<'_>, info: &PidfdInfo) -> io::Result<LiveNode> {
+fn live_thread_group(thread: BorrowedFd<'_>, info: &PidfdInfo) -> Result<LiveNode, PinError> {
     let node = live_process(info.tgid)?;
     if pidfd::info(thread)?.tgid != info.tgid {
-        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        return Err(PinError::LeftGroup);
     }
     Ok(node)
 }
@@ -644,10 +665,7 @@ impl Resolver {
         limits: Option<&crate::limits::cgroup::LimitTree>,
         rel: &std::path::Path,
     ) -> Result<Cgroup, IdentityError> {
-        let limit_err = |e: String| IdentityError::Io {
-            what: e,
-            source: io::Error::from_raw_os_error(libc::EIO),
-        };
+        let limit_err = IdentityError::Limits;
         let mut prefix = PathBuf::new();
         for part in rel.components() {
             prefix.push(part);
@@ -1151,7 +1169,8 @@ impl Resolver {
         let gone = |_| IdentityError::NoSuchProcess(pid);
         let thread = pidfd::open(pid, PIDFD_THREAD).map_err(gone)?;
         let info = pidfd::info(thread.as_fd()).map_err(gone)?;
-        let process = live_thread_group(thread.as_fd(), &info).map_err(gone)?;
+        let process = live_thread_group(thread.as_fd(), &info)
+            .map_err(|_| IdentityError::NoSuchProcess(pid))?;
         match self.walk_uncached(&process) {
             Identity::Smith(smith) if Identity::Smith(smith) != identity => {
                 return Err(IdentityError::AlreadyBound { pid, smith });

@@ -270,3 +270,36 @@ pub fn storage_denial(who: &str, bound: StorageBound) -> Denial {
         }
     }
 }
+
+/// How a `ctl` client (`smithfs cancel`, `retry`, `run`, `reload`) reads the errno of a refused
+/// write (PROTOCOL.md §6): the errnos of the `ctl-*` rules above, read back in one place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CtlAnswer {
+    /// EACCES (`ctl-bind-operator-only`, `ctl-cancel-ancestor-only`,
+    /// `ctl-reload-operator-only`), or EPERM from the kernel's own permission check.
+    NotAllowed,
+    /// ENOENT: no such smith (`ctl-no-such-smith`), or no `ctl` file at all.
+    NoSuchSmith,
+    /// EINVAL: the daemon refused the line (`ctl-syntax`, `ctl-reload-refused`); `.smithfs/why`
+    /// says why.
+    Refused,
+    /// Any other error.
+    Other,
+}
+
+impl CtlAnswer {
+    /// What the failed write `err` to `ctl` means.
+    pub fn of(err: &std::io::Error) -> CtlAnswer {
+        let Some(raw) = err.raw_os_error() else {
+            return CtlAnswer::Other;
+        };
+        match Errno::from_raw(raw) {
+            e if e == Rule::CtlCancelAncestorOnly.errno() || e == Errno::EPERM => {
+                CtlAnswer::NotAllowed
+            }
+            e if e == Rule::CtlNoSuchSmith.errno() => CtlAnswer::NoSuchSmith,
+            e if e == Rule::CtlSyntax.errno() => CtlAnswer::Refused,
+            _ => CtlAnswer::Other,
+        }
+    }
+}

@@ -17,7 +17,7 @@ use nix::errno::Errno;
 use crate::config::{Limits, OperatorMode};
 use crate::identity::Identity;
 use crate::policy::zone::{Area, Depth, RootArea, SmithZone, Zone};
-use crate::tree::model::SmithIdx;
+use crate::tree::model::{FullId, SmithIdx};
 
 /// The operation classes of PROTOCOL.md §3.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -136,11 +136,11 @@ pub struct Ctx<'a> {
 /// Full ids of smiths, for the sentences of a denial (`smith-root/smith-001`).
 pub trait Names {
     /// The full id of `smith`, if known.
-    fn full_id(&self, smith: SmithIdx) -> Option<String>;
+    fn full_id(&self, smith: SmithIdx) -> Option<FullId>;
 }
 
-impl<F: Fn(SmithIdx) -> Option<String>> Names for F {
-    fn full_id(&self, smith: SmithIdx) -> Option<String> {
+impl<F: Fn(SmithIdx) -> Option<FullId>> Names for F {
+    fn full_id(&self, smith: SmithIdx) -> Option<FullId> {
         self(smith)
     }
 }
@@ -150,7 +150,7 @@ impl<F: Fn(SmithIdx) -> Option<String>> Names for F {
 pub struct NoNames;
 
 impl Names for NoNames {
-    fn full_id(&self, _smith: SmithIdx) -> Option<String> {
+    fn full_id(&self, _smith: SmithIdx) -> Option<FullId> {
         None
     }
 }
@@ -1228,7 +1228,7 @@ fn caller_name(id: &Identity, ctx: &Ctx<'_>) -> String {
 pub(crate) fn full_id(s: SmithIdx, ctx: &Ctx<'_>) -> String {
     ctx.names
         .full_id(s)
-        .unwrap_or_else(|| format!("smith #{}", s.0))
+        .map_or_else(|| format!("smith #{}", s.0), String::from)
 }
 
 /// The last component of a full id.

@@ -22,7 +22,7 @@ const CHILD: SmithIdx = SmithIdx(3); // a child of X
 const SIBLING: SmithIdx = SmithIdx(4); // another child of P
 const COUSIN: SmithIdx = SmithIdx(5); // smith-root/smith-002, a sibling of P
 
-fn names(s: SmithIdx) -> Option<String> {
+fn names(s: SmithIdx) -> Option<crate::tree::model::FullId> {
     let full = match s.0 {
         0 => "smith-root",
         1 => "smith-root/smith-001",
@@ -32,7 +32,7 @@ fn names(s: SmithIdx) -> Option<String> {
         5 => "smith-root/smith-002",
         _ => return None,
     };
-    Some(full.to_owned())
+    crate::tree::model::FullId::parse(full)
 }
 
 fn ctx(operator: OperatorMode) -> Ctx<'static> {
@@ -1505,7 +1505,10 @@ proptest! {
 #[test]
 fn names_from_a_map() {
     let map: HashMap<SmithIdx, String> = [(X, "smith-root/smith-007".to_owned())].into();
-    let lookup = |s: SmithIdx| map.get(&s).cloned();
+    let lookup = |s: SmithIdx| {
+        map.get(&s)
+            .and_then(|f| crate::tree::model::FullId::parse(f))
+    };
     let c = Ctx {
         names: &lookup,
         ..rw()
@@ -1675,4 +1678,27 @@ fn whiteout_reserved_and_budgets() {
     assert!(d.why.starts_with("smith-root already holds 3 open files"));
     let d = open_budget_denial("operator", OpenBudget::Mount { limit: 9 });
     assert_eq!((d.errno, d.rule), (Errno::ENFILE, "open-files-mount"));
+}
+
+/// `CtlAnswer::of` reads back the errnos of the `ctl-*` rules (PROTOCOL.md §6).
+#[test]
+fn ctl_answers_read_back_the_rule_errnos() {
+    use crate::policy::CtlAnswer;
+    let of = |e: Errno| CtlAnswer::of(&std::io::Error::from_raw_os_error(e as i32));
+    for (rule, want) in [
+        (Rule::CtlBindOperatorOnly, CtlAnswer::NotAllowed),
+        (Rule::CtlCancelAncestorOnly, CtlAnswer::NotAllowed),
+        (Rule::CtlReloadOperatorOnly, CtlAnswer::NotAllowed),
+        (Rule::CtlNoSuchSmith, CtlAnswer::NoSuchSmith),
+        (Rule::CtlSyntax, CtlAnswer::Refused),
+        (Rule::CtlReloadRefused, CtlAnswer::Refused),
+        (Rule::CtlBindFailed, CtlAnswer::Other),
+    ] {
+        assert_eq!(of(rule.errno()), want, "{rule:?}");
+    }
+    assert_eq!(of(Errno::EPERM), CtlAnswer::NotAllowed);
+    assert_eq!(
+        CtlAnswer::of(&std::io::Error::other("no errno")),
+        CtlAnswer::Other
+    );
 }

@@ -142,7 +142,7 @@ pub fn keep(argv: &[OsString]) -> std::io::Result<u8> {
         );
         return Ok(127);
     };
-    let nul = |_| std::io::Error::from_raw_os_error(libc::EINVAL);
+    let nul = |_| super::refused("a NUL byte in the command");
     let cpath = CString::new(path.into_os_string().into_vec()).map_err(nul)?;
     let cargs: Vec<CString> = argv
         .iter()

@@ -26,6 +26,13 @@ pub mod spawn;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::time::Instant;
 
+/// An input the process primitives refuse before any system call (a pid or descriptor out of
+/// range, a NUL byte in an argument): `InvalidInput` saying what was wrong. It carries no errno:
+/// here only a failed system call does.
+pub(crate) fn refused(what: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidInput, what.to_owned())
+}
+
 /// Make the calling process a child subreaper (`prctl(PR_SET_CHILD_SUBREAPER, 1)`): orphaned
 /// descendants re-parent to it instead of to init, so it can reap them and knows when the
 /// last is gone.

@@ -61,19 +61,19 @@ pub struct PidfdInfo {
 /// thread-group leader) or the thread `pid` (`PIDFD_THREAD`).
 ///
 /// # Errors
-/// `ESRCH` no such process (or it was reaped), `EINVAL` a non-leader without `PIDFD_THREAD` or a
-/// bad pid, `EMFILE`/`ENFILE` out of descriptors, `ENOSYS` before Linux 5.3.
+/// `ESRCH` no such process (or it was reaped), `EINVAL` a non-leader without `PIDFD_THREAD`,
+/// `InvalidInput` (no errno) a pid of 0 or beyond `pid_t`, `EMFILE`/`ENFILE` out of descriptors, `ENOSYS` before Linux 5.3.
 pub fn open(pid: u32, flags: u32) -> io::Result<OwnedFd> {
-    let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let pid = libc::pid_t::try_from(pid).map_err(|_| super::refused("pid out of range"))?;
     if pid <= 0 {
-        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        return Err(super::refused("pid 0"));
     }
     // SAFETY: pidfd_open takes two integers and returns a new descriptor or -1; no memory is shared.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, flags) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
-    let fd = libc::c_int::try_from(fd).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    let fd = libc::c_int::try_from(fd).map_err(|_| super::refused("descriptor out of range"))?;
     // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }

@@ -127,8 +127,8 @@ impl Process {
     /// # Errors
     /// `waitpid`'s error (`ECHILD` if it was already reaped).
     pub fn wait(&mut self) -> io::Result<ExitStatus> {
-        let pid = libc::pid_t::try_from(self.pid)
-            .map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+        let pid =
+            libc::pid_t::try_from(self.pid).map_err(|_| super::refused("pid out of range"))?;
         loop {
             let mut status = 0;
             // SAFETY: waitpid on our own unreaped child; `status` is a valid out-pointer.
@@ -158,6 +158,14 @@ impl Process {
         }
     }
 }
+
+/// The errnos the spawn reports itself, each standing in for the answer of the call it
+/// replaces (docs/ARCHITECTURE.md, "Errnos"): an empty program name is what execvp(3) answers
+/// ENOENT for ...
+const NO_PROGRAM: i32 = libc::ENOENT;
+/// ... and a child whose parent closed the go pipe without binding it never executes: EPERM,
+/// reported as the bind step's failure.
+const NOT_BOUND: i32 = libc::EPERM;
 
 /// The steps after the clone that can fail, as reported over the error pipe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -218,10 +226,10 @@ struct ChildPlan<'a> {
     envp: *const *const libc::c_char,
 }
 
+/// The calling thread's `errno` (async-signal-safe).
 fn errno() -> i32 {
-    io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
+    // SAFETY: `__errno_location` returns the calling thread's errno slot, valid for reading.
+    unsafe { *libc::__errno_location() }
 }
 
 /// The child's side, from the clone to exec. Never returns.
@@ -277,7 +285,7 @@ unsafe fn child(p: &mut ChildPlan<'_>) -> ! {
                 }
                 if n == 0 {
                     // The parent did not bind us: never execute anything.
-                    fail(err, Step::Bind, libc::EPERM);
+                    fail(err, Step::Bind, NOT_BOUND);
                 }
                 let e = errno();
                 if e != libc::EINTR {
@@ -409,7 +417,7 @@ fn environment(env: &BTreeMap<String, String>) -> io::Result<Vec<CString>> {
 /// it is a search.
 fn candidates(program: &str, env: &BTreeMap<String, String>) -> io::Result<(Vec<CString>, bool)> {
     if program.is_empty() {
-        return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        return Err(io::Error::from_raw_os_error(NO_PROGRAM));
     }
     if program.contains('/') {
         return Ok((vec![cstring(program, "command")?], false));
@@ -448,7 +456,7 @@ unsafe fn clone3(cgroup: Option<RawFd>) -> io::Result<(libc::pid_t, Option<Owned
     };
     if let Some(cg) = cgroup {
         args.flags |= CLONE_INTO_CGROUP;
-        args.cgroup = u64::try_from(cg).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+        args.cgroup = u64::try_from(cg).map_err(|_| super::refused("descriptor out of range"))?;
     }
     // SAFETY: `args` is a valid clone_args of the size passed; no CLONE_VM, no stack: the
     // child continues here on a copy of this thread (the caller's contract).
@@ -462,7 +470,7 @@ unsafe fn clone3(cgroup: Option<RawFd>) -> io::Result<(libc::pid_t, Option<Owned
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
-    let pid = libc::pid_t::try_from(r).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let pid = libc::pid_t::try_from(r).map_err(|_| super::refused("pid out of range"))?;
     if pid == 0 {
         return Ok((0, None));
     }

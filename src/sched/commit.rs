@@ -36,7 +36,7 @@ pub(crate) struct CommitJob {
     /// The smith.
     pub smith: SmithIdx,
     /// Its full id (author, committer, journal).
-    pub full_id: String,
+    pub full_id: crate::tree::model::FullId,
     /// The run that exited.
     pub run_id: String,
     /// Its wake reason (`task`, `children`, `retry`).
@@ -166,7 +166,7 @@ impl CommitJob {
             .collect();
         let email = workspace::email(&self.full_id);
         for k in ["GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME"] {
-            env.insert(k.into(), self.full_id.clone());
+            env.insert(k.into(), self.full_id.to_string());
         }
         for k in ["GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"] {
             env.insert(k.into(), email.clone());

@@ -26,7 +26,7 @@ use super::runner::{self, BindTo, Launch, Meta, Placeholders, RunBinder, RunDir}
 use super::{store_facts, time, Invalidate, Msg, SchedCtx, Shared, Trigger};
 use crate::backing::{self, BackingIno};
 use crate::config::{AgentConfig, Config, SmithConfig};
-use crate::tree::model::SmithIdx;
+use crate::tree::model::{FullId, SmithIdx};
 use crate::tree::registry::{Registry, SmithInfo};
 
 /// How long after SIGKILL the executor waits for a stopped group to vanish before it gives up
@@ -235,8 +235,8 @@ impl Exec {
         }
     }
 
-    fn full_id(&self, s: SmithIdx) -> Option<String> {
-        self.registry.full_id(s).map(String::from)
+    fn full_id(&self, s: SmithIdx) -> Option<FullId> {
+        self.registry.full_id(s)
     }
 
     fn ev(&self, event: &str, s: SmithIdx) -> Event {
@@ -976,6 +976,7 @@ impl Exec {
         let parent = info
             .parent
             .and_then(|p| self.full_id(p))
+            .map(String::from)
             .unwrap_or_default();
         let mut env: BTreeMap<String, String> = agent.env.clone();
         for (k, v) in [
@@ -1136,7 +1137,7 @@ impl Exec {
             let _ = backing::write(d.log.as_fd(), format!("smithfs: {error}\n").as_bytes());
             let meta = Meta {
                 run_id: run_id.to_string(),
-                smith: self.full_id(s).unwrap_or_default(),
+                smith: self.full_id(s).map(String::from).unwrap_or_default(),
                 wake: wake.as_str().into(),
                 start: now.clone(),
                 end: Some(now.clone()),

@@ -153,7 +153,10 @@ pub fn hook_env(ev: &Event, ph: &Placeholders) -> BTreeMap<String, String> {
     };
     [
         ("SMITH_EVENT", ev.event.clone()),
-        ("SMITH_FULL_ID", ev.smith.clone().unwrap_or_default()),
+        (
+            "SMITH_FULL_ID",
+            ev.smith.clone().map(String::from).unwrap_or_default(),
+        ),
         ("SMITH_RUN_ID", ev.run_id.clone().unwrap_or_default()),
         ("SMITH_TASK_FILE", ph.task_file.clone()),
         ("SMITH_EXIT_CODE", exit),
@@ -251,7 +254,7 @@ mod tests {
             task_file: "/m/smiths/smith-root/inbox/task-1.md".into(),
             ..Placeholders::default()
         };
-        let mut ev = Event::new("run.exited", Some("smith-root".into()));
+        let mut ev = Event::new("run.exited", Some(crate::tree::model::FullId::root()));
         ev.run_id = Some("run-0002".into());
         ev.signal = Some(9);
         let env = hook_env(&ev, &ph);

@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::backing::{self, SysResult};
+use crate::tree::model::FullId;
 
 /// The journal's file name in the state directory.
 pub const JOURNAL_NAME: &CStr = c"events.jsonl";
@@ -32,7 +33,7 @@ pub struct Event {
     /// `trigger.dropped`.
     pub event: String,
     /// The smith's full id; null for events of no smith (an operator's denial).
-    pub smith: Option<String>,
+    pub smith: Option<FullId>,
     /// The run, for `run.*` events.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
@@ -115,7 +116,7 @@ pub struct Event {
 
 impl Event {
     /// A new event stamped now.
-    pub fn new(event: &str, smith: Option<String>) -> Event {
+    pub fn new(event: &str, smith: Option<FullId>) -> Event {
         Event {
             ts: super::time::now(),
             event: event.to_string(),
@@ -390,7 +391,18 @@ fn unfolded_drop(state: BorrowedFd<'_>, snap: &Snapshot) -> Option<FileId> {
     (snap.folded != Some(id)).then_some(id)
 }
 
-fn fold_drop(state: BorrowedFd<'_>) -> SysResult<()> {
+/// Why a dropped journal file could not be folded into the snapshot; logged.
+#[derive(Debug, thiserror::Error)]
+enum FoldError {
+    /// A system call on the state directory failed.
+    #[error("{0}")]
+    Backing(#[from] nix::errno::Errno),
+    /// The snapshot could not be encoded.
+    #[error("cannot encode the state snapshot: {0}")]
+    Encode(#[from] serde_json::Error),
+}
+
+fn fold_drop(state: BorrowedFd<'_>) -> Result<(), FoldError> {
     if backing::stat_at(state, DROP_NAME).is_err() {
         return Ok(());
     }
@@ -401,10 +413,10 @@ fn fold_drop(state: BorrowedFd<'_>) -> SysResult<()> {
             snap.replay.apply(&ev);
         }
         snap.folded = Some(id);
-        let text = serde_json::to_vec(&snap).map_err(|_| nix::errno::Errno::EINVAL)?;
+        let text = serde_json::to_vec(&snap)?;
         backing::write_atomic(state, SNAPSHOT_NAME, &text, 0o600)?;
     }
-    backing::unlink(state, DROP_NAME, false)
+    Ok(backing::unlink(state, DROP_NAME, false)?)
 }
 
 /// The journal files in the held state directory `state`, oldest first: an unfolded drop file,
@@ -654,7 +666,7 @@ pub enum Terminal {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OpenRun {
     /// The smith's full id.
-    pub smith: String,
+    pub smith: FullId,
     /// Its run id.
     pub run_id: String,
     /// Its wake reason.
@@ -695,7 +707,7 @@ impl Replay {
         let Some(smith) = ev.smith.clone() else {
             return;
         };
-        let h = hist.entry(smith.clone()).or_default();
+        let h = hist.entry(smith.to_string()).or_default();
         let closes = |open: &mut Vec<OpenRun>| {
             open.retain(|o| !(o.smith == smith && Some(&o.run_id) == ev.run_id.as_ref()))
         };
@@ -775,7 +787,7 @@ mod tests {
         Event {
             ts: "2026-01-01T00:00:00.000000Z".into(),
             event: event.into(),
-            smith: Some(smith.into()),
+            smith: Some(smith.parse().expect("a full id")),
             run_id: run.map(Into::into),
             wake: Some("task".into()),
             ..Event::default()

@@ -8,7 +8,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::SystemTime;
 
-use crate::backing::{self, SysResult};
+use crate::backing;
 
 fn is_reg(st: &libc::stat) -> bool {
     st.st_mode & libc::S_IFMT == libc::S_IFREG
@@ -174,13 +174,27 @@ pub fn result_time(root: BorrowedFd<'_>, rel_dir: &str) -> Option<SystemTime> {
         .map(|st| ctime(&st))
 }
 
+/// Why the root's result could not be copied to `results/final.md`; logged.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyFinalError {
+    /// A system call on the store failed.
+    #[error("{0}")]
+    Backing(#[from] nix::errno::Errno),
+    /// `outbox/result.md` is not a regular file (a FIFO, a device …): not copied.
+    #[error("outbox/result.md is not a regular file")]
+    NotRegular,
+}
+
 /// Copy `smiths/smith-root/outbox/result.md` to `results/final.md` atomically, unless
 /// `final.md` already has that content. Returns the backing inode number of `results/` when it
 /// wrote (for cache invalidation), `None` when nothing changed.
 ///
 /// The copy streams and keeps holes ([`backing::copy_atomic`], PROTOCOL.md §9): a sparse result
 /// costs the daemon no memory and the store only its data.
-pub fn copy_final(root: BorrowedFd<'_>) -> SysResult<Option<backing::BackingIno>> {
+///
+/// # Errors
+/// [`CopyFinalError::NotRegular`], or the failed system call.
+pub fn copy_final(root: BorrowedFd<'_>) -> Result<Option<backing::BackingIno>, CopyFinalError> {
     let outbox = backing::open_dir_path(root, Path::new("smiths/smith-root/outbox"))?;
     // O_NONBLOCK: a FIFO named result.md must not hang the scheduler.
     let result = backing::open_file(
@@ -190,7 +204,7 @@ pub fn copy_final(root: BorrowedFd<'_>) -> SysResult<Option<backing::BackingIno>
         0,
     )?;
     if !is_reg(&backing::stat(result.as_fd())?) {
-        return Err(nix::errno::Errno::EINVAL);
+        return Err(CopyFinalError::NotRegular);
     }
     let results = backing::ensure_dir(root, c"results", 0o755)?;
     let same = backing::open_file(
