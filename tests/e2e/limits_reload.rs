@@ -4,7 +4,7 @@
 //! `max_open_files_per_smith`, the cgroup limits of every existing smith and of smiths made
 //! later — while limits that cannot be enforced are refused whole with `mount`'s one line.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
