@@ -163,6 +163,10 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
     let link = Link::open(state.as_fd(), config.journal.rotation())
         .context("cannot start the scheduler")?;
     let kernel = KernelCache::new();
+    // The limits in force, shared by the filesystem and the reloader (PROTOCOL.md §6, §8).
+    let live = Arc::new(crate::limits::live::LiveLimits::new(
+        crate::limits::live::Snapshot::new(config.limits, fds.per_smith),
+    ));
     // `smithfs reload` and SIGHUP (PROTOCOL.md §6): config.json applied without a remount.
     let reloader = Arc::new(crate::reload::Reloader::new(
         dir.to_path_buf(),
@@ -171,6 +175,11 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
             .map_err(|e| anyhow!("cannot open {}: {e}", dir.display()))?,
         config.clone(),
         link.clone(),
+        crate::reload::LimitPorts {
+            live: live.clone(),
+            resolver: resolver.clone(),
+            nofile,
+        },
     ));
     let grace = Duration::from_secs(config.agent.kill_grace_secs);
     let fs = Arc::new(
@@ -179,13 +188,12 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
             FsOptions {
                 mount_point: dir.to_path_buf(),
                 operator: config.operator,
-                limits: config.limits,
+                limits: live,
                 templates,
                 max_fds: std::env::var("SMITHFS_MAX_FDS")
                     .ok()
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(fds.inode_cache),
-                max_open_per_smith: fds.per_smith,
                 max_open_total: fds.handles,
                 project: config.workspace.enabled(),
             },

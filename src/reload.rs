@@ -6,10 +6,14 @@
 //! validated exactly as `mount` reads it ([`crate::daemon::load_config`]: the same one-line
 //! errors naming the key, the same `--config`, `--operator` and `--identity` of the mount), then
 //! compared with the configuration in force by [`plan`]: a change of a key that only a remount
-//! can apply refuses it, naming the key; otherwise the scheduler is handed the new configuration
-//! ([`crate::sched::Link::reload`]), which applies it and journals `config.reloaded` with the
-//! sections that changed. A refusal is logged and journaled as `config.reload_failed` (with
-//! `error`), and the daemon keeps what it had (docs/PROTOCOL-NOTES.md O12).
+//! can apply refuses it, naming the key. Changed `limits` are applied next: the cgroup limits
+//! are written into every smith's cgroups ([`Resolver::set_limits`], which refuses limits that
+//! cannot be enforced with `mount`'s line and writes back the old ones if a write fails), then
+//! the mount's live limits are replaced ([`LiveLimits::set`]: the scaffold's, the open files
+//! per smith, the storage quotas). Last the scheduler is handed the new configuration
+//! ([`crate::sched::Link::reload`]), which applies the rest and journals `config.reloaded` with
+//! the sections that changed. A refusal is logged and journaled as `config.reload_failed` (with
+//! `error`), and the daemon keeps what it had (docs/PROTOCOL-NOTES.md O12, L20).
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
@@ -20,6 +24,8 @@ use serde_json::Value;
 
 use crate::config::Config;
 use crate::daemon::DaemonOptions;
+use crate::identity::resolve::Resolver;
+use crate::limits::live::{LiveLimits, Snapshot};
 use crate::sched::{Event, Link};
 
 /// The sections of config.json a reload applies, in §8 order, as `config.reloaded` names them.
@@ -27,19 +33,22 @@ use crate::sched::{Event, Link};
 const LIVE: &[&str] = &[
     "agent",
     "scheduler",
+    "limits",
     "hooks",
     "hook_timeout_secs",
     "journal",
 ];
 
-/// Keys whose change needs a remount: how callers are identified, what the operator may do,
-/// the project (its workspaces are made at mount), and `limits` (the scaffold's limits and the
-/// descriptor plan are fixed in the filesystem at mount, the cgroup limits in the cgroups made
-/// for every smith; docs/PROTOCOL-NOTES.md O12).
-const REMOUNT: &[&str] = &["identity", "operator", "workspace", "limits"];
+/// Keys whose change needs a remount (PROTOCOL.md §6): how callers are identified, what the
+/// operator may do, the project (its workspaces are made at mount; docs/PROTOCOL-NOTES.md O12).
+const REMOUNT: &[&str] = &["identity", "operator", "workspace"];
+
+/// Keys of `limits` a reload cannot apply yet (the storage books are kept only when a quota
+/// was configured at mount).
+const REMOUNT_LIMITS: &[&str] = &["max_bytes_per_smith", "max_inodes_per_smith"];
 
 /// What a reload would change from `old` to `new`: the sections that differ (`agent`,
-/// `scheduler`, `hooks`, `journal`; empty when nothing did), in §8 order.
+/// `scheduler`, `limits`, `hooks`, `journal`; empty when nothing did), in §8 order.
 ///
 /// # Errors
 /// One line naming the first key that needs a remount and changed
@@ -49,6 +58,16 @@ pub fn plan(old: &Config, new: &Config) -> Result<Vec<String>, String> {
     for key in REMOUNT {
         let path = (*key).to_string();
         if let Some((path, was, now)) = first_difference(&path, &old[*key], &new[*key]) {
+            return Err(format!(
+                "config.json: {path}: changed from {was} to {now}, which needs a remount (`smithfs umount DIR`, then `smithfs mount DIR`)"
+            ));
+        }
+    }
+    for key in REMOUNT_LIMITS {
+        let path = format!("limits.{key}");
+        if let Some((path, was, now)) =
+            first_difference(&path, &old["limits"][*key], &new["limits"][*key])
+        {
             return Err(format!(
                 "config.json: {path}: changed from {was} to {now}, which needs a remount (`smithfs umount DIR`, then `smithfs mount DIR`)"
             ));
@@ -106,6 +125,17 @@ pub struct Reloader {
     /// The configuration in force. Held across a reload: reloads are serialised.
     current: Mutex<Config>,
     link: Arc<Link>,
+    limits: LimitPorts,
+}
+
+/// Where a reload puts changed `limits` (PROTOCOL.md §8).
+pub struct LimitPorts {
+    /// The mount's live limits, read by the filesystem.
+    pub live: Arc<LiveLimits>,
+    /// The identity resolver, which owns the smiths' cgroups.
+    pub resolver: Arc<Resolver>,
+    /// The soft `RLIMIT_NOFILE` the descriptor plan divides (`crate::fs::budget::plan`).
+    pub nofile: u64,
 }
 
 impl Reloader {
@@ -117,6 +147,7 @@ impl Reloader {
         root: OwnedFd,
         current: Config,
         link: Arc<Link>,
+        limits: LimitPorts,
     ) -> Reloader {
         Reloader {
             dir,
@@ -124,7 +155,42 @@ impl Reloader {
             root,
             current: Mutex::new(current),
             link,
+            limits,
         }
+    }
+
+    /// Put `new` limits in force in place of `old` (see the module header): the cgroups of
+    /// every smith first, then the live limits. `limits.clamped` is journaled for each
+    /// per-smith limit clamped to its subtree's.
+    ///
+    /// # Errors
+    /// One line: limits that cannot be enforced (as `mount` says it), or a cgroup write that
+    /// failed; nothing is changed then.
+    fn apply_limits(
+        &self,
+        old: &crate::config::Limits,
+        new: &crate::config::Limits,
+    ) -> Result<Snapshot, String> {
+        let fds = crate::fs::budget::plan(self.limits.nofile, new.max_open_files_per_smith);
+        let snap = Snapshot::new(*new, fds.per_smith);
+        let (_, clamped) = crate::limits::CgroupPlan::new(new.per_smith, new.per_subtree);
+        if old.per_smith != new.per_smith || old.per_subtree != new.per_subtree {
+            self.limits.resolver.set_limits(&snap.cgroups)?;
+            for key in clamped {
+                let msg = format!(
+                    "limits.per_smith.{key} is above limits.per_subtree.{key}: clamped to it (a smith's own processes are part of its subtree)"
+                );
+                tracing::warn!("{msg}");
+                let mut ev = Event::new("limits.clamped", None);
+                ev.path = Some("config.json".into());
+                ev.rule = Some(format!("limits.per_smith.{key}"));
+                ev.error = Some(msg);
+                if let Err(e) = self.link.journal().append(&ev) {
+                    tracing::error!("cannot append to the journal: {e}");
+                }
+            }
+        }
+        Ok(self.limits.live.set(snap))
     }
 
     /// Reload config.json: the sections that changed (empty: none), applied by the scheduler
@@ -140,7 +206,22 @@ impl Reloader {
             .map_err(|e| format!("{e:#}"))
             .and_then(|new| {
                 let changed = plan(&current, &new)?;
-                self.link.reload(new.clone(), changed.clone())?;
+                let was = if current.limits == new.limits {
+                    None
+                } else {
+                    Some(self.apply_limits(&current.limits, &new.limits)?)
+                };
+                if let Err(e) = self.link.reload(new.clone(), changed.clone()) {
+                    if let Some(was) = was {
+                        // Put the limits back as they were: the reload is refused whole.
+                        let back = self.apply_limits(&new.limits, &current.limits);
+                        if let Err(b) = back {
+                            tracing::warn!("cannot restore the limits in force: {b}");
+                        }
+                        self.limits.live.set(was);
+                    }
+                    return Err(e);
+                }
                 *current = new;
                 Ok(changed)
             });
@@ -219,12 +300,22 @@ mod tests {
             (
                 "{}",
                 r#"{"limits": {"per_smith": {"pids_max": 64}}}"#,
-                Err("config.json: limits.per_smith.pids_max: changed from null to 64"),
+                Ok(&["limits"]),
             ),
             (
                 r#"{"limits": {"max_open_files_per_smith": 10}}"#,
+                r#"{"limits": {"max_children": 1}, "journal": {"keep": 1}}"#,
+                Ok(&["limits", "journal"]),
+            ),
+            (
+                r#"{"limits": {"max_level": 2, "per_subtree": {"cpu_max": "50000 100000"}}}"#,
+                r#"{"limits": {"max_level": 2, "per_subtree": {"cpu_max": "50000 100000"}}}"#,
+                Ok(&[]),
+            ),
+            (
                 "{}",
-                Err("config.json: limits.max_open_files_per_smith: changed from 10 to null"),
+                r#"{"limits": {"max_bytes_per_smith": "1M"}}"#,
+                Err("config.json: limits.max_bytes_per_smith: changed from null to 1048576"),
             ),
         ];
         for (old, new, want) in cases {

@@ -173,13 +173,13 @@ pub fn status_doc(dir: &Path) -> StatusDoc {
             }
         })
         .collect();
-    let agent_configured = std::fs::read_to_string(dir.join("config.json"))
+    let config = std::fs::read_to_string(dir.join("config.json"))
         .ok()
-        .and_then(|t| crate::config::Config::parse(&t).ok())
-        .is_some_and(|c| c.agent.command.is_some());
+        .and_then(|t| crate::config::Config::parse(&t).ok());
     StatusDoc {
         smiths: rows,
-        agent_configured,
+        agent_configured: config.as_ref().is_some_and(|c| c.agent.command.is_some()),
+        limits: config.map(|c| c.limits),
     }
 }
 

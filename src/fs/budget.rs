@@ -16,6 +16,7 @@ use parking_lot::RwLock;
 use rustc_hash::FxHashMap;
 
 use crate::identity::Identity;
+use crate::limits::live::{LiveLimits, Snapshot};
 use crate::tree::model::SmithIdx;
 
 /// Descriptors always kept for the daemon's own work, at least: journal, logs, the lock, one
@@ -149,29 +150,39 @@ impl Drop for Slot {
     }
 }
 
-/// The limits on open handles of one mount (see the module header).
+/// The limits on open handles of one mount (see the module header). The limit per smith is
+/// read from the mount's live limits at every open, so a reload changes it at once: handles
+/// already open stay open when it is lowered, and only new opens beyond it are refused
+/// (docs/PROTOCOL-NOTES.md L20).
 #[derive(Debug)]
 pub struct OpenLimits {
-    per_smith: usize,
+    live: Arc<LiveLimits>,
     total_limit: usize,
     total: Arc<Count>,
     smiths: RwLock<FxHashMap<SmithIdx, Arc<Count>>>,
 }
 
 impl OpenLimits {
-    /// At most `per_smith` handles per smith and `total` for everybody (both at least 1).
+    /// At most `per_smith` handles per smith and `total` for everybody (both at least 1), fixed.
     pub fn new(per_smith: usize, total: usize) -> OpenLimits {
+        let live = LiveLimits::new(Snapshot::new(crate::config::Limits::default(), per_smith));
+        OpenLimits::with_live(Arc::new(live), total)
+    }
+
+    /// At most [`LiveLimits::open_files_per_smith`] handles per smith, as it is at each open,
+    /// and `total` (at least 1) for everybody.
+    pub fn with_live(live: Arc<LiveLimits>, total: usize) -> OpenLimits {
         OpenLimits {
-            per_smith: per_smith.max(1),
+            live,
             total_limit: total.max(1),
             total: Arc::default(),
             smiths: RwLock::default(),
         }
     }
 
-    /// The limit per smith.
+    /// The limit per smith now.
     pub fn per_smith(&self) -> usize {
-        self.per_smith
+        self.live.open_files_per_smith()
     }
 
     /// The mount-wide limit.
@@ -206,16 +217,15 @@ impl OpenLimits {
     pub fn charge(&self, who: Identity) -> Result<Slot, Refused> {
         let smith = match who {
             Identity::Smith(s) => {
+                let limit = self.per_smith();
                 let c = self.counter(s);
-                if !c.take(self.per_smith) {
+                if !c.take(limit) {
                     return Err(Refused {
-                        why: Refusal::Smith {
-                            limit: self.per_smith,
-                        },
+                        why: Refusal::Smith { limit },
                         first: c.first_refusal(),
                     });
                 }
-                Some((c, self.per_smith))
+                Some((c, limit))
             }
             Identity::Operator | Identity::Unknown => None,
         };

@@ -267,9 +267,10 @@ impl SmithFs {
                             out.push_str(&format!("rights parent outbox: {r}\n"));
                         }
                     }
+                    let limits = self.opts.limits.limits();
                     out.push_str(&format!(
                         "limits: max_level {}, max_children {}\n",
-                        self.opts.limits.max_level, self.opts.limits.max_children
+                        limits.max_level, limits.max_children
                     ));
                     let (_, mine) = self.open_limits.open_now(Some(s));
                     out.push_str(&format!(

@@ -52,7 +52,7 @@ use self::open::{OpenDir, OpenFile, OpenTable};
 pub use self::why::DenialRecord;
 use self::why::WhyStore;
 pub use self::xattr::XattrReply;
-use crate::config::{Limits, OperatorMode};
+use crate::config::OperatorMode;
 use crate::identity::resolve::IdentityError;
 use crate::identity::Identity;
 use crate::policy::{Ctx, Zone};
@@ -308,17 +308,15 @@ impl Identities for NoBinding {
 pub struct FsOptions {
     /// Operator mode (PROTOCOL.md §3).
     pub operator: OperatorMode,
-    /// Scaffold limits (PROTOCOL.md §4).
-    pub limits: Limits,
+    /// The limits in force (PROTOCOL.md §4, §8), shared with the reloader, which changes them
+    /// without a remount (§6): the scaffold's, the open handles per smith, the storage quotas.
+    pub limits: Arc<crate::limits::live::LiveLimits>,
     /// Templates for the scaffold.
     pub templates: Templates,
     /// The mount point as users see it (for `whoami`).
     pub mount_point: std::path::PathBuf,
     /// Cached `O_PATH` descriptors to keep at most (beyond it they are reopened by handle).
     pub max_fds: usize,
-    /// Open file and directory handles one smith may hold (`limits.max_open_files_per_smith`;
-    /// EMFILE beyond).
-    pub max_open_per_smith: usize,
     /// Open handles everybody together may hold, the operator included (ENFILE beyond).
     pub max_open_total: usize,
     /// A project exists (PROTOCOL.md §11): every new smith dir gets a `workspace/`, and
@@ -330,12 +328,11 @@ impl Default for FsOptions {
     fn default() -> Self {
         FsOptions {
             operator: OperatorMode::ReadWrite,
-            limits: Limits::default(),
+            // No practical limit on open handles: the daemon sets them from its descriptor plan.
+            limits: Arc::default(),
             templates: Templates::builtin(),
             mount_point: std::path::PathBuf::new(),
             max_fds: 4096,
-            // No practical limit: the daemon sets both from its descriptor plan.
-            max_open_per_smith: 1 << 20,
             max_open_total: 1 << 20,
             project: false,
         }
@@ -443,10 +440,7 @@ impl SmithFs {
         for s in registry.all() {
             identities.register_smith(s.idx, &s.full_id);
         }
-        let quota = crate::limits::storage::Quota {
-            max_bytes: opts.limits.max_bytes_per_smith.map(|b| b.bytes()),
-            max_inodes: opts.limits.max_inodes_per_smith,
-        };
+        let quota = opts.limits.quota();
         let storage = Arc::new(
             crate::limits::storage::Storage::new(root.as_fd(), quota).map_err(FsError::from)?,
         );
@@ -457,7 +451,7 @@ impl SmithFs {
             controls: OpenTable::default(),
             registry,
             identities,
-            open_limits: budget::OpenLimits::new(opts.max_open_per_smith, opts.max_open_total),
+            open_limits: budget::OpenLimits::with_live(opts.limits.clone(), opts.max_open_total),
             why: WhyStore::default(),
             zone_epoch: AtomicU64::new(1),
             state,
@@ -531,7 +525,7 @@ impl SmithFs {
         let ctx = Ctx {
             operator: self.opts.operator,
             root: self.registry.root(),
-            limits: self.opts.limits,
+            limits: self.opts.limits.limits(),
             project: self.opts.project,
             names: &names,
         };

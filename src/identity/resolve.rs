@@ -210,8 +210,10 @@ type Entries = Vec<(u32, Arc<CacheEntry>)>;
 struct CgroupState {
     parent: Cgroup,
     operator: Arc<Cgroup>,
-    /// The cgroup limits in force (PROTOCOL.md §5), if any are configured.
-    limits: Option<crate::limits::cgroup::LimitTree>,
+    /// The cgroup limits in force (PROTOCOL.md §5), if any were ever configured (a reload
+    /// replaces the tree, [`Resolver::set_limits`]). A leaf: cloned out, never held across a
+    /// syscall.
+    limits: parking_lot::RwLock<Option<Arc<crate::limits::cgroup::LimitTree>>>,
 }
 
 /// The identity engine: thread-safe (`Send + Sync`), one per mount (PROTOCOL.md §2).
@@ -430,7 +432,7 @@ fn create_cgroups(daemon_pid: u32) -> Result<CgroupState, String> {
         Ok(operator) => Ok(CgroupState {
             parent,
             operator,
-            limits: None,
+            limits: RwLock::new(None),
         }),
         Err(e) => {
             let _ = parent.remove();
@@ -524,7 +526,7 @@ impl Resolver {
             match crate::limits::cgroup::LimitTree::setup(*plan, &c.parent.path, &avail) {
                 Ok(t) => {
                     tracing::info!(backend = %t.describe(), "cgroup limits");
-                    c.limits = Some(t);
+                    *c.limits.get_mut() = Some(Arc::new(t));
                 }
                 Err(e) => {
                     let _ = c.operator.remove();
@@ -622,7 +624,14 @@ impl Resolver {
             }
         }
         let cg = match &self.cgroups {
-            Some(c) => Some(Arc::new(Self::create_smith_cgroups(c, &rel)?)),
+            Some(c) => {
+                let limits = c.limits.read().clone();
+                Some(Arc::new(Self::create_smith_cgroups(
+                    c,
+                    limits.as_deref(),
+                    &rel,
+                )?))
+            }
             None => None,
         };
         let mut smiths = self.smiths.write();
@@ -653,6 +662,7 @@ impl Resolver {
     /// limits) and its `self/` leaf with the per-smith limits; returns the leaf.
     fn create_smith_cgroups(
         c: &CgroupState,
+        limits: Option<&crate::limits::cgroup::LimitTree>,
         rel: &std::path::Path,
     ) -> Result<Cgroup, IdentityError> {
         let limit_err = IdentityError::Limits;
@@ -662,7 +672,7 @@ impl Resolver {
             let node = c.parent.path.join(&prefix);
             match std::fs::create_dir(&node) {
                 Ok(()) => {
-                    if let Some(l) = &c.limits {
+                    if let Some(l) = limits {
                         l.node_created(&node, &prefix).map_err(limit_err)?;
                     }
                 }
@@ -679,15 +689,76 @@ impl Resolver {
             }
             Err(e) => return Err(io_err(format!("mkdir {}", path.display()))(e)),
         };
-        if let Some(l) = &c.limits {
+        if let Some(l) = limits {
             l.leaf_created(&leaf.path, rel).map_err(limit_err)?;
         }
         Ok(leaf)
     }
 
     /// The cgroup limits in force (cgroup mode with limits configured).
-    pub fn limits(&self) -> Option<&crate::limits::cgroup::LimitTree> {
-        self.cgroups.as_ref()?.limits.as_ref()
+    pub fn limits(&self) -> Option<Arc<crate::limits::cgroup::LimitTree>> {
+        self.cgroups.as_ref()?.limits.read().clone()
+    }
+
+    /// Puts the cgroup limits `plan` in force without a remount (`smithfs reload`, PROTOCOL.md
+    /// §6): the controllers it needs are set up if the tree lacks them, and the limits are
+    /// written into the cgroups of every registered smith ([`LimitTree::reapply`]); smiths
+    /// registered later get them when their cgroups are made. Serialised with registrations.
+    /// If a write fails, the limits in force before are written back and the tree kept.
+    ///
+    /// [`LimitTree::reapply`]: crate::limits::cgroup::LimitTree::reapply
+    ///
+    /// # Errors
+    /// One line, as `mount` words it: limits in ancestry mode, a controller the host lacks or
+    /// cannot delegate, or the write that failed.
+    pub fn set_limits(&self, plan: &crate::limits::CgroupPlan) -> Result<(), String> {
+        let Some(c) = &self.cgroups else {
+            return match plan.first_key() {
+                Some(key) => Err(format!(
+                    "{key} needs cgroup identity, but identity is ancestry (drop the limits or mount with --identity cgroup)"
+                )),
+                None => Ok(()),
+            };
+        };
+        let _serial = self.register_lock.lock();
+        let old = c.limits.read().clone();
+        if old.is_none() && plan.is_empty() {
+            return Ok(());
+        }
+        let avail = crate::limits::cgroup::detect_here();
+        let tree = match &old {
+            Some(t) => t.widened(*plan, &c.parent.path, &avail)?,
+            None => crate::limits::cgroup::LimitTree::setup(*plan, &c.parent.path, &avail)?,
+        };
+        let smiths = self.smith_cgroups();
+        if let Err(e) = tree.reapply(&smiths) {
+            let back = match &old {
+                Some(o) => tree.widened(*o.plan(), &c.parent.path, &avail),
+                None => tree.widened(Default::default(), &c.parent.path, &avail),
+            };
+            if let Ok(back) = back {
+                if let Err(e) = back.reapply(&smiths) {
+                    tracing::warn!("cannot restore the cgroup limits in force: {e}");
+                }
+                *c.limits.write() = Some(Arc::new(back));
+            }
+            return Err(format!("the new cgroup limits cannot be applied: {e}"));
+        }
+        tracing::info!(backend = %tree.describe(), "cgroup limits reloaded");
+        *c.limits.write() = Some(Arc::new(tree));
+        Ok(())
+    }
+
+    /// Every registered smith's cgroup as (full id, `self/` leaf), parents before children.
+    fn smith_cgroups(&self) -> Vec<(PathBuf, PathBuf)> {
+        let mut v: Vec<(PathBuf, PathBuf)> = self
+            .smiths
+            .read()
+            .values()
+            .filter_map(|e| Some((PathBuf::from(&e.full_id), e.cgroup.as_ref()?.path.clone())))
+            .collect();
+        v.sort_by_key(|(rel, _)| (rel.components().count(), rel.clone()));
+        v
     }
 
     /// Places the thread group of `pid` into smith `idx`'s v1 limit cgroups (hybrid hosts,
@@ -1338,7 +1409,7 @@ impl Resolver {
             }
             // Nodes of ancestors that were never registered themselves.
             crate::limits::cgroup::remove_tree(&state.parent.path);
-            if let Some(l) = &state.limits {
+            if let Some(l) = state.limits.read().as_ref() {
                 l.shutdown();
             }
             if let Err(e) = state.parent.remove() {

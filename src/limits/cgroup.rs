@@ -142,40 +142,69 @@ fn err_at(dir: &Path, file: &str, text: &str, e: io::Error) -> String {
     format!("writing {text:?} to {}: {e}", dir.join(file).display())
 }
 
-/// Writes `limits` of controller `c` into the cgroup directory `dir` of version `v2`.
-fn apply(dir: &Path, v2: bool, c: Controller, limits: &CgroupLimits) -> Result<(), String> {
+/// Writes `limits` of controller `c` into the cgroup directory `dir` of version `v2`. A limit
+/// that is not set is left alone in a new cgroup (`clear` false: it is unlimited already) and
+/// written as unlimited (`max`, `-1`) in an existing one (`clear` true: a reload lifted it).
+fn apply(
+    dir: &Path,
+    v2: bool,
+    c: Controller,
+    limits: &CgroupLimits,
+    clear: bool,
+) -> Result<(), String> {
     let put =
         |file: &str, text: String| write(dir, file, &text).map_err(|e| err_at(dir, file, &text, e));
     match (c, v2) {
-        (Controller::Memory, true) => {
-            if let Some(m) = limits.memory_max {
+        (Controller::Memory, true) => match limits.memory_max {
+            Some(m) => {
                 put("memory.max", m.bytes().to_string())?;
                 // No swap beyond the limit either, where swap accounting exists.
                 let _ = write(dir, "memory.swap.max", "0");
             }
-        }
+            None if clear => {
+                put("memory.max", "max".into())?;
+                let _ = write(dir, "memory.swap.max", "max");
+            }
+            None => {}
+        },
         (Controller::Memory, false) => {
-            if let Some(m) = limits.memory_max {
-                put("memory.limit_in_bytes", m.bytes().to_string())?;
-                let _ = write(dir, "memory.memsw.limit_in_bytes", &m.bytes().to_string());
-            }
+            let text = match limits.memory_max {
+                Some(m) => m.bytes().to_string(),
+                None if clear => "-1".into(),
+                None => return Ok(()),
+            };
+            // v1 keeps memory.limit_in_bytes <= memory.memsw.limit_in_bytes: raising, memsw
+            // goes first; lowering, it fails first and goes after (where swap is accounted).
+            let _ = write(dir, "memory.memsw.limit_in_bytes", &text);
+            put("memory.limit_in_bytes", text.clone())?;
+            let _ = write(dir, "memory.memsw.limit_in_bytes", &text);
         }
-        (Controller::Pids, _) => {
-            if let Some(p) = limits.pids_max {
-                put("pids.max", p.to_string())?;
-            }
-        }
-        (Controller::Cpu, true) => {
-            if let Some(c) = limits.cpu_max {
-                put("cpu.max", c.v2_text())?;
-            }
-        }
+        (Controller::Pids, _) => match limits.pids_max {
+            Some(p) => put("pids.max", p.to_string())?,
+            None if clear => put("pids.max", "max".into())?,
+            None => {}
+        },
+        (Controller::Cpu, true) => match limits.cpu_max {
+            Some(c) => put("cpu.max", c.v2_text())?,
+            None if clear => put("cpu.max", "max".into())?,
+            None => {}
+        },
         (Controller::Cpu, false) => {
-            if let Some(c) = limits.cpu_max {
-                put("cpu.cfs_period_us", c.period_us.to_string())?;
-                let q = c.quota_us.map_or("-1".to_string(), |q| q.to_string());
-                put("cpu.cfs_quota_us", q)?;
+            let c = match limits.cpu_max {
+                Some(c) => c,
+                None if clear => super::CpuMax {
+                    quota_us: None,
+                    period_us: super::CpuMax::DEFAULT_PERIOD_US,
+                },
+                None => return Ok(()),
+            };
+            let q = c.quota_us.map_or("-1".to_string(), |q| q.to_string());
+            if c.quota_us.is_some() {
+                // A quota is checked against the period in force: lift it first.
+                let _ = write(dir, "cpu.cfs_quota_us", "-1");
             }
+            put("cpu.cfs_period_us", c.period_us.to_string())?;
+            put("cpu.cfs_quota_us", q)?;
         }
     }
     Ok(())
@@ -256,8 +285,39 @@ impl LimitTree {
         v2_parent: &Path,
         avail: &Availability,
     ) -> Result<LimitTree, String> {
-        if let Some(e) = unavailable(&plan, avail) {
-            return Err(e);
+        let empty = LimitTree {
+            plan,
+            v2: Vec::new(),
+            v1: Vec::new(),
+        };
+        empty.widened(plan, v2_parent, avail)
+    }
+
+    /// The controllers this tree enforces, v2 ones first.
+    pub fn controllers(&self) -> Vec<Controller> {
+        let mut out = self.v2.clone();
+        out.extend(self.v1.iter().map(|t| t.controller));
+        out
+    }
+
+    /// A tree with `plan` (a reload) that enforces the controllers of this one and those `plan`
+    /// needs in addition, set up as [`LimitTree::setup`] sets them up (the daemon's identity
+    /// parent cgroup is `v2_parent`). A controller a reload no longer needs stays in the tree:
+    /// its limits are written as unlimited ([`LimitTree::reapply`]).
+    ///
+    /// # Errors
+    /// As [`LimitTree::setup`]; only the v1 parents made by this call are removed then.
+    pub fn widened(
+        &self,
+        plan: CgroupPlan,
+        v2_parent: &Path,
+        avail: &Availability,
+    ) -> Result<LimitTree, String> {
+        let have = self.controllers();
+        if plan.controllers().iter().any(|c| !have.contains(c)) {
+            if let Some(e) = unavailable(&plan, avail) {
+                return Err(e);
+            }
         }
         let name = v2_parent
             .file_name()
@@ -265,10 +325,21 @@ impl LimitTree {
         let v2_base = v2_parent.parent().unwrap_or(Path::new("/"));
         let mut tree = LimitTree {
             plan,
-            v2: Vec::new(),
-            v1: Vec::new(),
+            v2: self.v2.clone(),
+            v1: self
+                .v1
+                .iter()
+                .map(|t| V1Tree {
+                    controller: t.controller,
+                    parent: t.parent.clone(),
+                })
+                .collect(),
         };
+        let mut made: Vec<PathBuf> = Vec::new();
         for c in plan.controllers() {
+            if have.contains(&c) {
+                continue;
+            }
             match avail.controllers.get(&c) {
                 Some(Place::V2 { .. }) => {
                     let text = format!("+{}", c.as_str());
@@ -277,6 +348,7 @@ impl LimitTree {
                             .is_ok_and(|t| t.split_whitespace().any(|n| n == c.as_str()));
                         if !enabled {
                             write(dir, "cgroup.subtree_control", &text).map_err(|e| {
+                                made.iter().for_each(|p| remove_tree(p));
                                 format!(
                                     "{} cannot be enforced: the daemon's cgroup {} cannot delegate the {} controller ({}: {e}); run the daemon as root in the root cgroup or in a delegated scope (systemd-run --scope -p Delegate=yes) of its own",
                                     plan.key_needing(c),
@@ -293,10 +365,9 @@ impl LimitTree {
                     sweep_v1(base, v2_base);
                     let parent = base.join(name);
                     match fs::create_dir(&parent) {
-                        Ok(()) => {}
+                        Ok(()) => made.push(parent.clone()),
                         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                         Err(e) => {
-                            let made = tree.v1.drain(..).map(|t| t.parent).collect::<Vec<_>>();
                             made.iter().for_each(|p| remove_tree(p));
                             return Err(format!(
                                 "{} cannot be enforced: cannot create the cgroup v1 {} directory {}: {e}",
@@ -315,6 +386,90 @@ impl LimitTree {
             }
         }
         Ok(tree)
+    }
+
+    /// Writes this tree's plan into the cgroups of every existing smith (a reload), `smiths`
+    /// listed top-down (parents before children) as (full id, v2 `self/` leaf): each node gets
+    /// the subtree limits, each leaf the per-smith ones, a limit no longer set is written as
+    /// unlimited, a v2 controller new to the tree is enabled in every node first, and a v1
+    /// hierarchy new to the tree gets the smith's directories and the processes of its leaf
+    /// (so runs that are live already are bound too).
+    ///
+    /// Two passes: top-down with errors ignored, then bottom-up with errors counted, so that
+    /// limits a hierarchy checks against the parent's (v1 `cpu`: a child's quota may not pass
+    /// its parent's) can be both raised and lowered.
+    ///
+    /// # Errors
+    /// The first write of the second pass that failed (e.g. v1 `memory.limit_in_bytes` below
+    /// what the cgroup uses: `EBUSY`), in one line.
+    pub fn reapply(&self, smiths: &[(PathBuf, PathBuf)]) -> Result<(), String> {
+        let write_node = |rel: &Path, v2_leaf: &Path, strict: bool| -> Result<(), String> {
+            let keep = |r: Result<(), String>| if strict { r } else { Ok(()) };
+            if let Some(node) = v2_leaf.parent() {
+                for c in &self.v2 {
+                    if !strict {
+                        let text = format!("+{}", c.as_str());
+                        let _ = write(node, "cgroup.subtree_control", &text);
+                    }
+                    keep(apply(node, true, *c, &self.plan.per_subtree, true))?;
+                }
+            }
+            for t in &self.v1 {
+                let node = t.parent.join(rel);
+                if !strict {
+                    let _ = fs::create_dir_all(&node);
+                }
+                keep(apply(
+                    &node,
+                    false,
+                    t.controller,
+                    &self.plan.per_subtree,
+                    true,
+                ))?;
+            }
+            Ok(())
+        };
+        let write_leaf = |rel: &Path, v2_leaf: &Path, strict: bool| -> Result<(), String> {
+            let keep = |r: Result<(), String>| if strict { r } else { Ok(()) };
+            for c in &self.v2 {
+                keep(apply(v2_leaf, true, *c, &self.plan.per_smith, true))?;
+            }
+            for t in &self.v1 {
+                let leaf = t
+                    .parent
+                    .join(rel)
+                    .join(crate::identity::cgroup::SELF_CGROUP);
+                if !strict {
+                    let _ = fs::create_dir(&leaf);
+                }
+                keep(apply(
+                    &leaf,
+                    false,
+                    t.controller,
+                    &self.plan.per_smith,
+                    true,
+                ))?;
+                if !strict {
+                    // Processes already running in the smith's leaf join the v1 one (a
+                    // pid already there is a no-op, one that exited meanwhile ESRCH).
+                    let procs =
+                        fs::read_to_string(v2_leaf.join("cgroup.procs")).unwrap_or_default();
+                    for pid in procs.split_whitespace() {
+                        let _ = write(&leaf, "cgroup.procs", pid);
+                    }
+                }
+            }
+            Ok(())
+        };
+        for (rel, leaf) in smiths {
+            write_node(rel, leaf, false)?;
+            write_leaf(rel, leaf, false)?;
+        }
+        for (rel, leaf) in smiths.iter().rev() {
+            write_leaf(rel, leaf, true)?;
+            write_node(rel, leaf, true)?;
+        }
+        Ok(())
     }
 
     /// The plan in force.
@@ -348,7 +503,7 @@ impl LimitTree {
             let text = format!("+{}", c.as_str());
             write(v2_node, "cgroup.subtree_control", &text)
                 .map_err(|e| err_at(v2_node, "cgroup.subtree_control", &text, e))?;
-            apply(v2_node, true, *c, &self.plan.per_subtree)?;
+            apply(v2_node, true, *c, &self.plan.per_subtree, false)?;
         }
         for t in &self.v1 {
             let node = t.parent.join(rel);
@@ -356,7 +511,7 @@ impl LimitTree {
                 Ok(()) => {}
                 Err(e) => return Err(format!("mkdir {}: {e}", node.display())),
             }
-            apply(&node, false, t.controller, &self.plan.per_subtree)?;
+            apply(&node, false, t.controller, &self.plan.per_subtree, false)?;
         }
         Ok(())
     }
@@ -368,7 +523,7 @@ impl LimitTree {
     /// As [`LimitTree::node_created`].
     pub fn leaf_created(&self, v2_leaf: &Path, rel: &Path) -> Result<(), String> {
         for c in &self.v2 {
-            apply(v2_leaf, true, *c, &self.plan.per_smith)?;
+            apply(v2_leaf, true, *c, &self.plan.per_smith, false)?;
         }
         for t in &self.v1 {
             let leaf = t
@@ -380,7 +535,7 @@ impl LimitTree {
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(format!("mkdir {}: {e}", leaf.display())),
             }
-            apply(&leaf, false, t.controller, &self.plan.per_smith)?;
+            apply(&leaf, false, t.controller, &self.plan.per_smith, false)?;
         }
         Ok(())
     }

@@ -9,6 +9,7 @@
 //! whatever the children's own limits say (docs/PROTOCOL-NOTES.md, L1–L4).
 
 pub mod cgroup;
+pub mod live;
 pub mod storage;
 
 use std::fmt;

@@ -1435,6 +1435,7 @@ impl Exec {
         let value = json!({
             "smiths": smiths,
             "agent_configured": self.config.agent.command.is_some(),
+            "limits": self.config.limits,
         });
         *self.shared.status.lock() = Arc::new(value);
         let live: std::collections::HashSet<SmithIdx> = self.live.keys().copied().collect();

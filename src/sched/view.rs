@@ -15,6 +15,10 @@ pub struct StatusDoc {
     pub smiths: Vec<SmithRow>,
     /// Whether `agent.command` is configured (without it tasks wait).
     pub agent_configured: bool,
+    /// The `limits` in force (PROTOCOL.md §8; a reload changes them, §6). Absent in a
+    /// `status.json` of an older daemon.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<crate::config::Limits>,
 }
 
 /// One smith in `status.json`.
@@ -220,6 +224,10 @@ pub fn render_tree(doc: &StatusDoc, now: SystemTime, color: bool) -> String {
         count("failed"),
         count("cancelled"),
     ));
+    if let Some(l) = &doc.limits {
+        out.push_str(&limits_line(l));
+        out.push('\n');
+    }
     if !doc.agent_configured {
         out.push_str(&paint(
             "no agent configured: tasks wait (set agent.command in config.json, or init --agent)",
@@ -229,6 +237,36 @@ pub fn render_tree(doc: &StatusDoc, now: SystemTime, color: bool) -> String {
         out.push('\n');
     }
     out
+}
+
+/// The `limits` line of `status`: the scaffold's always, every other limit when it is set
+/// (`limits: max_level 3, max_children 5, max_bytes_per_smith 1M, per_subtree.pids_max 64`).
+pub fn limits_line(l: &crate::config::Limits) -> String {
+    let mut parts = vec![
+        format!("max_level {}", l.max_level),
+        format!("max_children {}", l.max_children),
+    ];
+    if let Some(n) = l.max_open_files_per_smith {
+        parts.push(format!("max_open_files_per_smith {n}"));
+    }
+    if let Some(n) = l.max_bytes_per_smith {
+        parts.push(format!("max_bytes_per_smith {n}"));
+    }
+    if let Some(n) = l.max_inodes_per_smith {
+        parts.push(format!("max_inodes_per_smith {n}"));
+    }
+    for (name, c) in [("per_smith", &l.per_smith), ("per_subtree", &l.per_subtree)] {
+        if let Some(m) = c.memory_max {
+            parts.push(format!("{name}.memory_max {m}"));
+        }
+        if let Some(p) = c.pids_max {
+            parts.push(format!("{name}.pids_max {p}"));
+        }
+        if let Some(cpu) = c.cpu_max {
+            parts.push(format!("{name}.cpu_max \"{cpu}\""));
+        }
+    }
+    format!("limits: {}", parts.join(", "))
 }
 
 /// One journal line for humans: `ts event smith key=value …`.
@@ -351,6 +389,7 @@ mod tests {
                 row("smith-root/smith-002", Some("smith-root"), states[2]),
             ],
             agent_configured: true,
+            limits: None,
         }
     }
 

@@ -14,6 +14,7 @@ mod agent_clis;
 mod hardening;
 mod kernel_cache;
 mod limits_cgroup;
+mod limits_reload;
 mod limits_storage;
 mod operator_cli;
 mod ops;

@@ -13,10 +13,19 @@ use smithfs::limits::Size;
 use crate::world::*;
 
 fn limited(bytes: u64, inodes: u64) -> World {
-    let mut opts = FsOptions::default();
-    opts.limits.max_bytes_per_smith = Some(Size(bytes));
-    opts.limits.max_inodes_per_smith = Some(inodes);
-    World::with_options(opts)
+    let limits = smithfs::config::Limits {
+        max_bytes_per_smith: Some(Size(bytes)),
+        max_inodes_per_smith: Some(inodes),
+        ..Default::default()
+    };
+    let live = smithfs::limits::live::LiveLimits::new(smithfs::limits::live::Snapshot::new(
+        limits,
+        1 << 20,
+    ));
+    World::with_options(FsOptions {
+        limits: std::sync::Arc::new(live),
+        ..FsOptions::default()
+    })
 }
 
 /// The books (without orphans) equal a fresh scan of the store.
