@@ -38,6 +38,9 @@ pub enum Refused {
     TooLarge,
     /// A file handle too short or too long to be one: EINVAL, as open_by_handle_at(2).
     BadHandle,
+    /// A write(2) that returned 0 for a non-empty buffer (no progress; a loop writing all of a
+    /// buffer stops): EIO.
+    WroteNothing,
 }
 
 impl Refused {
@@ -47,6 +50,7 @@ impl Refused {
             Refused::BadName | Refused::BadHandle => Errno::EINVAL,
             Refused::NameTooLong => Errno::ENAMETOOLONG,
             Refused::TooLarge => Errno::EFBIG,
+            Refused::WroteNothing => Errno::EIO,
         }
     }
 }

@@ -20,6 +20,9 @@
 //!   lets go of it ([`Books::unlinked`], [`Books::forgotten`]).
 //!
 //! Pure but for [`scan`], which reads the store through `crate::backing`.
+//!
+//! Long on purpose: the payer rule, the books, admission and the scan are one model whose
+//! table tests (the last third of the file) check them against each other.
 
 use std::ffi::CString;
 use std::os::fd::{AsFd, BorrowedFd};

@@ -421,7 +421,7 @@ fn write_all(fd: BorrowedFd<'_>, mut data: &[u8]) -> crate::backing::SysResult<(
     while !data.is_empty() {
         let n = backing::write(fd, data)?;
         if n == 0 {
-            return Err(nix::errno::Errno::EIO);
+            return Err(backing::Refused::WroteNothing.into());
         }
         data = &data[n..];
     }
