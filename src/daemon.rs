@@ -229,6 +229,7 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
                     ORIGINAL_NOFILE.load(std::sync::atomic::Ordering::Relaxed),
                     ORIGINAL_NOFILE_MAX.load(std::sync::atomic::Ordering::Relaxed),
                 ),
+                storage: Some(fs.storage().clone()),
             },
             opts.resume,
         )

@@ -50,6 +50,17 @@ after-fill)
   printf 'ok\n' > private/t.md && mv private/t.md children/smith-001/inbox/task-1.md
   exit 0 ;;
 ok) publish "ok from $SMITH_ID" ;;
+spew)
+  i=0
+  while [ $i -lt 40000 ]; do
+    echo "line $i of a run printing without end, padded to about a hundred bytes ............"
+    i=$((i+1))
+  done
+  echo "stderr too" >&2
+  publish "spew done, exit status of the last echo $?" ;;
+tick)
+  for i in $(seq 1 25); do echo "tick $(date +%s%3N)"; sleep 0.1; done
+  publish "ticked" ;;
 *) echo "unknown directive $cmd"; exit 2 ;;
 esac
 "#;
@@ -440,4 +451,107 @@ print(err, n, again)
     let n: u64 = words.get(1).and_then(|w| w.parse().ok()).expect("count");
     assert!((256 << 10..=512 << 10).contains(&n), "{out}");
     assert_eq!(words.get(2), Some(&"EDQUOT"), "{out}");
+}
+
+/// A run printing without end (4 MB to a 1 MiB quota): its `messages.log` stops a sixteenth
+/// short of the quota (room for its result) with one marker line and one `run.output_dropped`, the agent never gets `SIGPIPE`/`EPIPE`
+/// and finishes (publishes, exits 0), its sibling and the root work on, the daemon writes
+/// `results/final.md`, and the counters equal a restart's scan.
+#[test]
+fn a_run_printing_without_end_stops_at_its_quota_and_lives_on() {
+    let s = with_agent(json!({"limits": {"max_bytes_per_smith": "1M"}}));
+    s.task("split\nspew\nok\n");
+    let fin = s.wait_file(90, "results/final.md");
+    assert!(
+        fin.contains("spew done, exit status of the last echo 0"),
+        "{fin}"
+    );
+    assert!(fin.contains("ok from smith-002"), "{fin}");
+    let spewer = "smith-root/smith-001";
+    let exited = s.of("run.exited", Some(spewer));
+    assert!(
+        exited
+            .iter()
+            .all(|e| e["exit_code"] == 0 && e["reason"] == "exit"),
+        "{exited:#?}"
+    );
+    let log = std::fs::read(s.p(&format!(
+        "{}/conversations/run-0001/messages.log",
+        rel(spewer)
+    )))
+    .expect("messages.log");
+    let text = String::from_utf8_lossy(&log);
+    assert!(
+        log.len() <= 1 << 20,
+        "the log passed the quota: {}",
+        log.len()
+    );
+    assert!(
+        log.len() >= 512 << 10,
+        "the log stopped early: {}",
+        log.len()
+    );
+    assert_eq!(
+        text.matches("smithfs: output dropped").count(),
+        1,
+        "one marker line"
+    );
+    assert!(
+        text.trim_end().ends_with("(storage-bytes-per-smith)"),
+        "the marker ends it"
+    );
+    assert!(
+        text.starts_with("line 0 "),
+        "{}",
+        &text[..80.min(text.len())]
+    );
+    let dropped = s.of("run.output_dropped", Some(spewer));
+    assert_eq!(dropped.len(), 1, "{dropped:#?}");
+    assert_eq!(dropped[0]["rule"], "storage-bytes-per-smith");
+    assert_eq!(dropped[0]["run_id"], "run-0001");
+    // The log is the smith's: it holds (about) its quota, counted as a restart's scan counts.
+    let live = storage_of(s.m.path(), spewer);
+    assert!(live.0 <= (1 << 20) + (64 << 10), "{live:?}");
+    let mut s = s;
+    s.m.remount();
+    assert_eq!(storage_of(s.m.path(), spewer), live, "counters vs scan");
+}
+
+/// `smithfs logs --follow` shows each line of a live run within a second of its printing
+/// (the daemon writes the log and tells the kernel it grew).
+#[test]
+fn logs_follow_sees_new_lines_within_a_second() {
+    use std::io::BufRead;
+    let s = with_agent(json!({}));
+    s.task("tick\n");
+    poll_until(Duration::from_secs(30), "the run to start", || {
+        s.p("smiths/smith-root/conversations/run-0001/messages.log")
+            .exists()
+    });
+    let mut child = std::process::Command::new(common::SMITHFS)
+        .args(["logs", &s.dir(), "smith-root", "--follow"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("logs --follow");
+    let out = child.stdout.take().expect("stdout");
+    let mut lags = Vec::new();
+    for line in std::io::BufReader::new(out).lines() {
+        let line = line.expect("line");
+        let Some(ms) = line
+            .strip_prefix("tick ")
+            .and_then(|t| t.parse::<u128>().ok())
+        else {
+            continue;
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_millis();
+        lags.push(now.saturating_sub(ms));
+    }
+    let status = child.wait().expect("wait");
+    assert!(status.success(), "logs --follow ended with {status}");
+    eprintln!("lags (ms): {lags:?}");
+    assert_eq!(lags.len(), 25, "every tick seen: {lags:?}");
+    assert!(lags.iter().all(|l| *l < 1000), "{lags:?}");
 }

@@ -377,10 +377,10 @@ pub struct SmithFs {
     state: OwnedFd,
     opts: FsOptions,
     links: Links,
-    /// The storage books (PROTOCOL.md §8), kept when a storage quota is configured.
-    ledger: Option<crate::limits::storage::Ledger>,
-    /// The part of the store kept for the daemon's own writes (PROTOCOL.md §8).
-    reserve: crate::limits::storage::Reserve,
+    /// The storage limits (PROTOCOL.md §8): the books (kept when a storage quota is
+    /// configured), the reserve and the cached free space; shared with the scheduler's output
+    /// pump.
+    storage: Arc<crate::limits::storage::Storage>,
 }
 
 impl std::fmt::Debug for SmithFs {
@@ -436,7 +436,9 @@ impl SmithFs {
             max_bytes: opts.limits.max_bytes_per_smith.map(|b| b.bytes()),
             max_inodes: opts.limits.max_inodes_per_smith,
         };
-        let reserve = quota::reserve_of(root.as_fd());
+        let storage = Arc::new(
+            crate::limits::storage::Storage::new(root.as_fd(), quota).map_err(FsError::from)?,
+        );
         let fs = SmithFs {
             inodes: InodeTable::new(root, opts.max_fds)?,
             files: OpenTable::default(),
@@ -450,12 +452,9 @@ impl SmithFs {
             state,
             opts,
             links,
-            ledger: quota
-                .is_set()
-                .then(|| crate::limits::storage::Ledger::new(quota, Default::default())),
-            reserve,
+            storage,
         };
-        if fs.ledger.is_some() {
+        if fs.storage.ledger.is_some() {
             let started = std::time::Instant::now();
             let books = fs.storage_scan().unwrap_or_default();
             tracing::info!(
@@ -463,11 +462,16 @@ impl SmithFs {
                 ms = started.elapsed().as_millis() as u64,
                 "storage counted"
             );
-            if let Some(l) = &fs.ledger {
+            if let Some(l) = &fs.storage.ledger {
                 l.with(|b| b.replace_all(books));
             }
         }
         Ok(fs)
+    }
+
+    /// The storage limits (PROTOCOL.md §8), for the scheduler's output pump.
+    pub fn storage(&self) -> &Arc<crate::limits::storage::Storage> {
+        &self.storage
     }
 
     /// The smith registry.

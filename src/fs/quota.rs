@@ -5,7 +5,10 @@
 //! ([`SmithFs::admit_storage`]: the store's reserve, then the payer's quota, on an estimate of
 //! what it adds), then *settled*: the backing inode is stat'ed again and the books take the
 //! difference of `st_blocks` ([`SmithFs::settle_fd`], [`SmithFs::settle_new`]). The books are
-//! kept only when a quota is configured; the reserve is checked whatever the limits.
+//! kept only when a quota is configured; the reserve is checked whatever the limits, on a
+//! cached figure of the store's free space while far from it (`Storage::admit_reserve`,
+//! docs/PROTOCOL-NOTES.md L16). Without a quota, a write far from the reserve costs no syscall
+//! here.
 
 use std::os::fd::{AsFd, BorrowedFd};
 
@@ -14,7 +17,7 @@ use super::inode::Inode;
 use super::{backing, Caller, SmithFs};
 use crate::backing::BackingIno;
 use crate::identity::Identity;
-use crate::limits::storage::{self, Books, Exceeded, Reserve, StoreSpace, Usage};
+use crate::limits::storage::{self, Books, Exceeded, Usage};
 use crate::policy::{storage_denial, StorageBound, Zone};
 
 /// Round `n` bytes up to whole 4 KiB blocks (the estimate of what a write allocates).
@@ -23,15 +26,6 @@ fn blocks_up(n: u64) -> u64 {
 }
 
 impl SmithFs {
-    /// The store's free space now (`statvfs` of its root).
-    pub(super) fn store_space(&self) -> Option<StoreSpace> {
-        let root = self.inodes.root();
-        let fd = root.fd().ok()?;
-        backing::statfs(fd.as_fd())
-            .ok()
-            .map(|st| StoreSpace::from_statvfs(&st))
-    }
-
     /// Admit a change by `who` to an entry of `zone` that adds about `bytes` and `inodes`
     /// (PROTOCOL.md §8): the operator, unknown callers and changes that add nothing always
     /// pass; a smith's change fails with ENOSPC when it would leave the store below its reserve
@@ -67,19 +61,15 @@ impl SmithFs {
 
     /// The bound a change adding `bytes` and `inodes` in `zone` would pass, if any.
     fn storage_bound(&self, zone: &Zone, bytes: u64, inodes: u64) -> Option<StorageBound> {
-        if let Some(space) = self.store_space() {
-            if let Err(r) = self.reserve.admit(&space, bytes, inodes) {
-                return Some(StorageBound::Reserve {
-                    free: r.free,
-                    reserve: r.reserve,
-                    inodes: r.inodes,
-                });
-            }
+        if let Err(r) = self.storage.admit_reserve(bytes, inodes) {
+            return Some(StorageBound::Reserve {
+                free: r.free,
+                reserve: r.reserve,
+                inodes: r.inodes,
+            });
         }
-        let ledger = self.ledger.as_ref()?;
         let home = storage::payer(zone)?;
-        let quota = ledger.quota;
-        match ledger.with(|b| b.admit(home.payer, bytes, inodes, quota)) {
+        match self.storage.admit_quota(home.payer, bytes, inodes) {
             Ok(()) => None,
             Err(Exceeded::Bytes { limit, used, asked }) => {
                 Some(StorageBound::Bytes { limit, used, asked })
@@ -106,6 +96,16 @@ impl SmithFs {
         let Identity::Smith(_) = who else {
             return Ok(());
         };
+        // Without books, a write whose whole length fits above the reserve on the cached
+        // figure needs no stat of the file (at most its length is new).
+        if self.storage.ledger.is_none()
+            && self
+                .storage
+                .admit_reserve(blocks_up(len.saturating_add(4095)), 0)
+                .is_ok()
+        {
+            return Ok(());
+        }
         let st = backing::stat(fd)?;
         let size = st.st_size as u64;
         let dense = (st.st_blocks as u64).saturating_mul(storage::BLOCK) >= size;
@@ -126,7 +126,7 @@ impl SmithFs {
     /// The books take the allocation of the held inode `fd` as it is now (after a write,
     /// truncate, fallocate or copy through it, or its release).
     pub(super) fn settle_fd(&self, fd: BorrowedFd<'_>) {
-        let Some(ledger) = &self.ledger else {
+        let Some(ledger) = &self.storage.ledger else {
             return;
         };
         if let Ok(st) = backing::stat(fd) {
@@ -137,7 +137,7 @@ impl SmithFs {
     /// A new entry (`st`, its fresh `stat`) was made in `dir` with zone `zone`: charge it, and
     /// the directory's growth.
     pub(super) fn settle_new(&self, dir: &Inode, zone: &Zone, st: &libc::stat) {
-        let Some(ledger) = &self.ledger else {
+        let Some(ledger) = &self.storage.ledger else {
             return;
         };
         let home = storage::payer(zone);
@@ -151,7 +151,7 @@ impl SmithFs {
     /// (unlink, rmdir, or replaced by a rename). A file's space comes back when its last name
     /// is gone and the kernel has let go of it ([`SmithFs::storage_forgotten`]).
     pub(super) fn storage_unlinked(&self, dir: &Inode, st: &libc::stat) {
-        let Some(ledger) = &self.ledger else {
+        let Some(ledger) = &self.storage.ledger else {
             return;
         };
         let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
@@ -173,7 +173,7 @@ impl SmithFs {
 
     /// The kernel let go of node `id` (backing inode `ino`): an unlinked file's space is free.
     pub(super) fn storage_forgotten(&self, ino: BackingIno) {
-        if let Some(ledger) = &self.ledger {
+        if let Some(ledger) = &self.storage.ledger {
             ledger.with(|b| b.forgotten(ino));
         }
     }
@@ -188,7 +188,7 @@ impl SmithFs {
         cname: &std::ffi::CStr,
         zone: &Zone,
     ) {
-        let Some(ledger) = &self.ledger else {
+        let Some(ledger) = &self.storage.ledger else {
             return;
         };
         let home = storage::payer(zone);
@@ -206,7 +206,7 @@ impl SmithFs {
     /// Walk the directory `cname` in `dir` (of zone `zone`) and charge everything in it where
     /// it now is.
     pub(super) fn charge_subtree(&self, dir: &Inode, cname: &std::ffi::CStr, zone: &Zone) {
-        let Some(ledger) = &self.ledger else {
+        let Some(ledger) = &self.storage.ledger else {
             return;
         };
         let Ok(dfd) = dir.fd() else {
@@ -231,7 +231,7 @@ impl SmithFs {
     /// Rebuild the books from the store (after the operator moved a smith dir, whose smiths
     /// were registered anew). Nothing without a quota.
     pub(super) fn storage_recount(&self) {
-        let Some(ledger) = &self.ledger else {
+        let Some(ledger) = &self.storage.ledger else {
             return;
         };
         match self.storage_scan() {
@@ -259,19 +259,19 @@ impl SmithFs {
     /// What the books say `smith` holds; `None` when no quota is configured (nothing is
     /// counted).
     pub fn storage_usage(&self, smith: crate::tree::model::SmithIdx) -> Option<Usage> {
-        self.ledger.as_ref().map(|l| l.usage(smith))
+        self.storage.ledger.as_ref().map(|l| l.usage(smith))
     }
 
     /// The books as they are (for `ctl`-less checks in tests: compare with
     /// [`SmithFs::storage_scan`]).
     pub fn storage_books(&self) -> Option<Books> {
-        self.ledger.as_ref().map(|l| l.snapshot())
+        self.storage.ledger.as_ref().map(|l| l.snapshot())
     }
 
     /// The `whoami` lines of `smith`'s storage (PROTOCOL.md §7, §8; docs/PROTOCOL-NOTES.md L13):
     /// what its zones hold and its limits, when a quota is configured; else nothing.
     pub(super) fn storage_lines(&self, smith: crate::tree::model::SmithIdx) -> String {
-        let Some(ledger) = &self.ledger else {
+        let Some(ledger) = &self.storage.ledger else {
             return String::new();
         };
         let u = ledger.usage(smith);
@@ -292,22 +292,6 @@ impl SmithFs {
         let Identity::Smith(_) = who else {
             return false;
         };
-        if self
-            .ledger
-            .as_ref()
-            .is_some_and(|l| l.quota.max_bytes.is_some())
-        {
-            return true;
-        }
-        self.store_space()
-            .is_some_and(|space| !self.reserve.ample(&space))
+        self.storage.limits_bytes() || !self.storage.ample()
     }
-}
-
-/// The reserve of the store whose root is `root` (PROTOCOL.md §8), from its size now.
-pub(super) fn reserve_of(root: BorrowedFd<'_>) -> Reserve {
-    let space = backing::statfs(root)
-        .map(|st| StoreSpace::from_statvfs(&st))
-        .unwrap_or_default();
-    Reserve::for_store(&space)
 }

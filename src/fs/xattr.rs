@@ -10,7 +10,9 @@ use super::{backing, control, Caller, SmithFs};
 use crate::policy::Op;
 
 impl SmithFs {
-    /// Set an extended attribute (FUSE setxattr), judged by the caller.
+    /// Set an extended attribute (FUSE setxattr), judged by the caller. Charged like a write
+    /// (PROTOCOL.md §8, docs/PROTOCOL-NOTES.md L18): admitted on the value's length rounded up
+    /// to a block (a value may take one), settled on the inode's `st_blocks` after.
     pub fn setxattr(
         &self,
         caller: &Caller,
@@ -23,14 +25,18 @@ impl SmithFs {
             return Err(FsError::ControlFixed);
         }
         let inode = self.inodes.get(ino)?;
-        self.check_inode(caller, self.identify(caller), Op::Write, "setxattr", &inode)?;
+        let who = self.identify(caller);
+        self.check_inode(caller, who, Op::Write, "setxattr", &inode)?;
         let cname = xattr_name(name)?;
-        Ok(backing::setxattr(
-            inode.fd()?.as_fd(),
-            &cname,
-            value,
-            flags,
-        )?)
+        let zone = self.zone(&inode);
+        let adds = (value.len() as u64).saturating_add(4095) & !4095;
+        self.admit_storage(caller, who, &zone, adds, 0, "setxattr", || {
+            self.path_of(&inode)
+        })?;
+        let fd = inode.fd()?;
+        let done = backing::setxattr(fd.as_fd(), &cname, value, flags);
+        self.settle_fd(fd.as_fd());
+        Ok(done?)
     }
 
     /// Get an extended attribute (FUSE getxattr): with `size == 0`, its size.
@@ -76,7 +82,10 @@ impl SmithFs {
             &inode,
         )?;
         let cname = xattr_name(name)?;
-        Ok(backing::removexattr(inode.fd()?.as_fd(), &cname)?)
+        let fd = inode.fd()?;
+        let done = backing::removexattr(fd.as_fd(), &cname);
+        self.settle_fd(fd.as_fd());
+        Ok(done?)
     }
 }
 

@@ -4,12 +4,13 @@
 //!
 //! The model (docs/PROTOCOL-NOTES.md, L9–L12):
 //! - An entry is charged by *where it is* ([`payer`]): what lies inside X's `private/`,
-//!   `outbox/`, `workspace/`, and every other name X made directly in its smith dir
-//!   (`CLAUDE.md`, `.git/…`), costs X; a task in X's `inbox/`, X's `config.json` and what is in
-//!   X's `.claude/` cost X's parent (who writes them; PROTOCOL.md §8: "a task a parent writes
+//!   `outbox/`, `workspace/`, `conversations/` (its runs' directories, `meta.json` and
+//!   `messages.log`, written by the daemon), and every other name X made directly in its smith
+//!   dir (`CLAUDE.md`, `.git/…`), costs X; a task in X's `inbox/`, X's `config.json` and what is
+//!   in X's `.claude/` cost X's parent (who writes them; PROTOCOL.md §8: "a task a parent writes
 //!   into a child's inbox counts for the parent"); the structure (smith dirs, area directories,
-//!   `smith.md`, `conversations/`) and everything outside `smiths/` cost nobody. So the books
-//!   are a function of the store alone, and a scan can always rebuild them.
+//!   `smith.md`) and everything outside `smiths/` cost nobody. So the books are a function of
+//!   the store alone, and a scan can always rebuild them.
 //! - An inode is charged once, to one smith, whatever its number of names: *allocated* bytes
 //!   (`st_blocks × 512`, so a sparse file costs its data, a directory its blocks) and one inode.
 //! - The books are kept exact by re-reading `st_blocks` after every change the daemon makes
@@ -52,18 +53,17 @@ pub fn payer(zone: &Zone) -> Option<Home> {
         return None;
     };
     let payer = match (z.area, z.depth) {
-        (Area::Private | Area::Outbox | Area::Workspace, Depth::Inner) | (Area::Other, _) => {
-            Some(z.owner)
-        }
+        (Area::Private | Area::Outbox | Area::Workspace | Area::Conversations, Depth::Inner)
+        | (Area::Other, _) => Some(z.owner),
         (Area::Inbox | Area::Claude, Depth::Inner) | (Area::Config, _) => z.owner_parent,
         (
             Area::SmithDir
             | Area::SmithMd
-            | Area::Conversations
             | Area::Children
             | Area::Private
             | Area::Outbox
             | Area::Workspace
+            | Area::Conversations
             | Area::Inbox
             | Area::Claude,
             _,
@@ -519,6 +519,198 @@ impl Reserve {
     }
 }
 
+/// A run's output stops a `1/OUTPUT_HEADROOM` short of its smith's byte quota
+/// ([`Storage::admit_output`]).
+pub const OUTPUT_HEADROOM: u64 = 16;
+
+/// How long a `statvfs` of the store may stand for its free space ([`Storage::admit_reserve`]).
+pub const SPACE_STALE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The store's free space as last read, and what the daemon admitted since.
+#[derive(Clone, Copy, Debug)]
+struct Cached {
+    space: StoreSpace,
+    at: std::time::Instant,
+    /// Bytes admitted by [`Storage::admit_reserve`] since `at` (subtracted from the figure).
+    since: u64,
+}
+
+/// The storage limits of a mount as one shared value: the books (when a quota is configured),
+/// the reserve, and a cached figure of the store's free space (docs/PROTOCOL-NOTES.md L12,
+/// L16). The filesystem checks smiths' changes with it; the scheduler's output pump checks the
+/// runs' logs with it. Its locks are leaves, never held across a syscall.
+#[derive(Debug)]
+pub struct Storage {
+    /// The books, kept when a quota is configured.
+    pub ledger: Option<Ledger>,
+    /// The part of the store kept for the daemon's own writes.
+    pub reserve: Reserve,
+    /// The store's root (`O_PATH`), for `statvfs`.
+    root: std::os::fd::OwnedFd,
+    cached: Mutex<Option<Cached>>,
+}
+
+impl Storage {
+    /// The limits of the store whose root is `root` (a descriptor of its own is kept) with
+    /// `quota`, the books empty (fill them with [`Ledger::with`] after a [`scan`]). The reserve
+    /// is computed from the store's size now.
+    ///
+    /// # Errors
+    /// When `root` cannot be duplicated.
+    pub fn new(root: BorrowedFd<'_>, quota: Quota) -> SysResult<Storage> {
+        let root = backing::dup(root)?;
+        let space = backing::statfs(root.as_fd())
+            .map(|st| StoreSpace::from_statvfs(&st))
+            .unwrap_or_default();
+        Ok(Storage {
+            ledger: quota.is_set().then(|| Ledger::new(quota, Books::new())),
+            reserve: Reserve::for_store(&space),
+            root,
+            cached: Mutex::new(None),
+        })
+    }
+
+    /// The store's free space now: one `statvfs`, which also refreshes the cached figure.
+    pub fn space_now(&self) -> Option<StoreSpace> {
+        let space = backing::statfs(self.root.as_fd())
+            .ok()
+            .map(|st| StoreSpace::from_statvfs(&st))?;
+        *self.cached.lock() = Some(Cached {
+            space,
+            at: std::time::Instant::now(),
+            since: 0,
+        });
+        Some(space)
+    }
+
+    /// The cached figure, less what was admitted since, when it is younger than
+    /// [`SPACE_STALE`] and less than one reserve was admitted since; else `None`.
+    fn space_cached(&self) -> Option<StoreSpace> {
+        let c = (*self.cached.lock())?;
+        if c.at.elapsed() >= SPACE_STALE || c.since >= self.reserve.bytes {
+            return None;
+        }
+        Some(StoreSpace {
+            free_bytes: c.space.free_bytes.saturating_sub(c.since),
+            ..c.space
+        })
+    }
+
+    /// May a smith's change (or a run's output) add about `bytes` and `inodes` to the store
+    /// without leaving it below the reserve (PROTOCOL.md §8)? The cached figure answers when it
+    /// is fresh and says there is room for the change and one more reserve (the margin that
+    /// covers writes the daemon does not see within [`SPACE_STALE`]: passthrough writers, the
+    /// operator, other processes of the host); otherwise, near the bound, one `statvfs`
+    /// decides. A change that adds nothing always may. With no figure at all (the store cannot
+    /// be stat'ed) it is admitted.
+    ///
+    /// # Errors
+    /// The bound it would pass, judged on a fresh `statvfs`.
+    pub fn admit_reserve(&self, bytes: u64, inodes: u64) -> Result<(), BelowReserve> {
+        if bytes == 0 && inodes == 0 {
+            return Ok(());
+        }
+        let margin = Reserve {
+            bytes: self.reserve.bytes.saturating_mul(2),
+            inodes: self.reserve.inodes.saturating_mul(2),
+        };
+        if let Some(space) = self.space_cached() {
+            if margin.admit(&space, bytes, inodes).is_ok() {
+                if let Some(c) = self.cached.lock().as_mut() {
+                    c.since = c.since.saturating_add(bytes);
+                }
+                return Ok(());
+            }
+        }
+        match self.space_now() {
+            Some(space) => self.reserve.admit(&space, bytes, inodes),
+            None => Ok(()),
+        }
+    }
+
+    /// Is the store's free space ample ([`Reserve::ample`]), judged on the cached figure when
+    /// fresh?
+    pub fn ample(&self) -> bool {
+        self.space_cached()
+            .or_else(|| self.space_now())
+            .is_some_and(|space| self.reserve.ample(&space))
+    }
+
+    /// May `payer` add about `bytes` and `inodes` under the mount's quota? Always, without a
+    /// quota.
+    ///
+    /// # Errors
+    /// The limit it would pass.
+    pub fn admit_quota(&self, payer: SmithIdx, bytes: u64, inodes: u64) -> Result<(), Exceeded> {
+        match &self.ledger {
+            Some(l) => l.with(|b| b.admit(payer, bytes, inodes, l.quota)),
+            None => Ok(()),
+        }
+    }
+
+    /// May a run's output add about `bytes` to `payer`'s holdings? Against its byte quota less
+    /// a sixteenth ([`OUTPUT_HEADROOM`]): a run printing without end leaves its smith room to
+    /// publish its result (docs/PROTOCOL-NOTES.md L17). Always, without a byte quota.
+    ///
+    /// # Errors
+    /// The (reduced) limit it would pass.
+    pub fn admit_output(&self, payer: SmithIdx, bytes: u64) -> Result<(), Exceeded> {
+        let Some(l) = &self.ledger else {
+            return Ok(());
+        };
+        let quota = Quota {
+            max_bytes: l
+                .quota
+                .max_bytes
+                .map(|b| b.saturating_sub(b / OUTPUT_HEADROOM)),
+            max_inodes: None,
+        };
+        l.with(|b| b.admit(payer, bytes, 0, quota))
+    }
+
+    /// Is a byte quota configured (a limited smith's writes must reach the daemon)?
+    pub fn limits_bytes(&self) -> bool {
+        self.ledger
+            .as_ref()
+            .is_some_and(|l| l.quota.max_bytes.is_some())
+    }
+
+    /// The entry `name` in `dir` lives at `home` (`None`: it costs nobody): charge it as it is
+    /// now, and drop the charge of `replaced` (the inode the name held before, if another).
+    /// Nothing without a quota. For the daemon's own writes into charged places (a run's
+    /// directory, `meta.json`).
+    pub fn charge_entry(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &std::ffi::CStr,
+        home: Option<Home>,
+        replaced: Option<BackingIno>,
+    ) {
+        let Some(ledger) = &self.ledger else {
+            return;
+        };
+        let Ok(st) = backing::stat_at(dir, name) else {
+            return;
+        };
+        let ino = BackingIno::of(&st);
+        ledger.with(|b| {
+            if let Some(old) = replaced.filter(|o| *o != ino) {
+                b.unlinked(old, 0, false);
+            }
+            b.record(ino, home, st.st_blocks as u64);
+        });
+    }
+
+    /// The held inode `fd` lives at `home`: charge it as it is now (after the daemon wrote
+    /// it). Nothing without a quota. Returns its `stat`, when read.
+    pub fn charge_fd(&self, fd: BorrowedFd<'_>, home: Option<Home>) -> Option<libc::stat> {
+        let ledger = self.ledger.as_ref()?;
+        let st = backing::stat(fd).ok()?;
+        ledger.with(|b| b.record(BackingIno::of(&st), home, st.st_blocks as u64));
+        Some(st)
+    }
+}
+
 /// The zone of a registered smith dir, given its backing inode number (the registry's
 /// `smith_at`).
 pub type SmithAt<'a> = dyn Fn(BackingIno) -> Option<Zone> + 'a;
@@ -626,7 +818,14 @@ mod tests {
             (&[".claude", "skills", "s.md"], Some((P, Area::Claude))),
             (&["smith.md"], None),
             (&["conversations"], None),
-            (&["conversations", "run-0001", "messages.log"], None),
+            (
+                &["conversations", "run-0001"],
+                Some((X, Area::Conversations)),
+            ),
+            (
+                &["conversations", "run-0001", "messages.log"],
+                Some((X, Area::Conversations)),
+            ),
             (&["children"], None),
             (&["children", "stray"], None),
         ];

@@ -21,11 +21,14 @@ use serde_json::json;
 
 use super::hooks::Hooks;
 use super::journal::{self, Event, Journal, LastRun, OpenRun, Terminal};
+use super::output::{self, Pump, Sink, StreamId};
 use super::queue::{Base, Note, Outcome, Queue, RunEnd, State, Wake};
 use super::runner::{self, BindTo, Launch, Meta, Placeholders, RunBinder, RunDir};
 use super::{store_facts, time, Invalidate, Msg, SchedCtx, Shared, Trigger};
 use crate::backing::{self, BackingIno};
 use crate::config::{AgentConfig, Config, SmithConfig};
+use crate::limits::storage::{Home, Storage};
+use crate::policy::zone::Area;
 use crate::tree::model::{FullId, SmithIdx};
 use crate::tree::registry::{Registry, SmithInfo};
 
@@ -79,6 +82,8 @@ struct Live {
     /// The auto-commit of its workspace is under way (PROTOCOL.md §11); the run is finished
     /// when it reports.
     committing: bool,
+    /// Its stdout and stderr in the output pump.
+    output: Option<StreamId>,
 }
 
 pub(crate) struct Exec {
@@ -89,6 +94,11 @@ pub(crate) struct Exec {
     registry: Arc<Registry>,
     binder: Arc<dyn RunBinder>,
     invalidate: Arc<dyn Invalidate>,
+    /// The storage limits (the filesystem's): runs' directories and logs are charged to their
+    /// smith (PROTOCOL.md §8).
+    storage: Arc<Storage>,
+    /// Drains runs' and hooks' output into their logs (docs/PROTOCOL-NOTES.md L17).
+    pump: Pump,
     nofile: (u64, u64),
     queue: Queue,
     recs: HashMap<SmithIdx, Rec>,
@@ -148,12 +158,23 @@ impl Exec {
         )
         .ok();
         let journal = shared.journal.clone();
+        let storage = match ctx.storage.clone() {
+            Some(s) => s,
+            None => Arc::new(Storage::new(ctx.root.as_fd(), Default::default())?),
+        };
+        let pump = Pump::start(
+            storage.clone(),
+            ctx.invalidate.clone(),
+            journal.clone(),
+            Some(tx.clone()),
+        )?;
         let hooks = Hooks::new(
             ctx.config.hooks.clone(),
             Duration::from_secs(ctx.config.hook_timeout_secs.max(1)),
             ctx.binder.clone(),
             journal.clone(),
             log,
+            pump.clone(),
         );
         Ok(Exec {
             queue: Queue::new(ctx.config.scheduler.max_concurrent as usize),
@@ -164,6 +185,8 @@ impl Exec {
             registry: ctx.registry,
             binder: ctx.binder,
             invalidate: ctx.invalidate,
+            storage,
+            pump,
             nofile: ctx.original_nofile,
             recs: HashMap::new(),
             live: HashMap::new(),
@@ -430,11 +453,8 @@ impl Exec {
             .unwrap_or_default();
         meta.interrupted = true;
         meta.end = Some(time::now());
-        if runner::write_meta(dir.as_fd(), &meta).is_ok() {
-            if let Ok(st) = backing::stat(dir.as_fd()) {
-                self.invalidate
-                    .entry(BackingIno::of(&st), OsStr::new("meta.json"));
-            }
+        if let Ok(st) = backing::stat(dir.as_fd()) {
+            self.write_meta(s, dir.as_fd(), BackingIno::of(&st), &meta);
         }
     }
 
@@ -487,6 +507,7 @@ impl Exec {
                 }
             }
             Msg::Cancel(s) => self.on_cancel(s),
+            Msg::Journal(ev) => self.record(*ev),
             Msg::Reload { config, changed } => self.reload(*config, changed),
             Msg::Pause(ack) => {
                 self.pause_ack = Some(ack);
@@ -907,6 +928,32 @@ impl Exec {
         }
     }
 
+    /// Charge a new run's directory and log to its smith (PROTOCOL.md §8; the daemon's write,
+    /// never refused).
+    fn charge_run_dir(&self, s: SmithIdx, dir: &RunDir) {
+        self.storage.charge_fd(dir.dir.as_fd(), Some(run_home(s)));
+        self.storage.charge_fd(dir.log.as_fd(), Some(run_home(s)));
+    }
+
+    /// Write `meta.json` of smith `s`'s run `dir` (a new inode each time: the books drop the
+    /// one it replaces) and tell the kernel.
+    fn write_meta(
+        &self,
+        s: SmithIdx,
+        dir: std::os::fd::BorrowedFd<'_>,
+        dir_ino: BackingIno,
+        meta: &Meta,
+    ) {
+        let old = backing::stat_at(dir, c"meta.json")
+            .ok()
+            .map(|st| BackingIno::of(&st));
+        if runner::write_meta(dir, meta).is_ok() {
+            self.storage
+                .charge_entry(dir, c"meta.json", Some(run_home(s)), old);
+            self.invalidate.entry(dir_ino, OsStr::new("meta.json"));
+        }
+    }
+
     fn start_run(&mut self, s: SmithIdx, wake: Wake) {
         let Some(info) = self.registry.get(s) else {
             self.queue.remove(s);
@@ -940,6 +987,7 @@ impl Exec {
         };
         rec.next_run += 1;
         self.invalidate.entry(dir.conv_ino, OsStr::new(&run_id));
+        self.charge_run_dir(s, &dir);
         let agent = match self.smith_agent(&rel) {
             Ok(a) => a,
             Err(msg) => {
@@ -991,10 +1039,22 @@ impl Exec {
         ] {
             env.insert(k.to_string(), v);
         }
-        let output = match dir.log.try_clone() {
-            Ok(f) => f,
+        // The run's output goes through a pipe the pump drains into messages.log, bounded by
+        // the smith's quota and the store's reserve (docs/PROTOCOL-NOTES.md L17).
+        let piped = output::pipe().and_then(|(r, w)| {
+            let sink = Sink {
+                log: dir.log.try_clone()?,
+                log_ino: dir.log_ino,
+                home: Some(run_home(s)),
+                run: Some((info.full_id.clone(), run_id.clone())),
+                path: format!("{rel}/conversations/{run_id}/messages.log"),
+            };
+            Ok((self.pump.add(r, sink)?, w))
+        });
+        let (stream, output) = match piped {
+            Ok(p) => p,
             Err(e) => {
-                let msg = format!("cannot duplicate the run log: {e}");
+                let msg = format!("cannot make the run's output pipe: {e}");
                 return self.fail_start(
                     s,
                     wake,
@@ -1057,9 +1117,7 @@ impl Exec {
             start: start.clone(),
             ..Meta::default()
         };
-        if runner::write_meta(dir.dir.as_fd(), &meta).is_ok() {
-            self.invalidate.entry(dir.dir_ino, OsStr::new("meta.json"));
-        }
+        self.write_meta(s, dir.dir.as_fd(), dir.dir_ino, &meta);
         if let Some(rec) = self.recs.get_mut(&s) {
             rec.runs += 1;
             rec.last_run = Some(LastRun {
@@ -1114,6 +1172,7 @@ impl Exec {
                 meta,
                 oom_base,
                 committing: false,
+                output: Some(stream),
             },
         );
         if failed_reaper {
@@ -1135,6 +1194,8 @@ impl Exec {
         let now = time::now();
         if let Some(d) = &dir {
             let _ = backing::write(d.log.as_fd(), format!("smithfs: {error}\n").as_bytes());
+            self.storage.charge_fd(d.log.as_fd(), Some(run_home(s)));
+            self.invalidate.inode(d.log_ino);
             let meta = Meta {
                 run_id: run_id.to_string(),
                 smith: self.full_id(s).map(String::from).unwrap_or_default(),
@@ -1144,9 +1205,7 @@ impl Exec {
                 error: Some(error.clone()),
                 ..Meta::default()
             };
-            if runner::write_meta(d.dir.as_fd(), &meta).is_ok() {
-                self.invalidate.entry(d.dir_ino, OsStr::new("meta.json"));
-            }
+            self.write_meta(s, d.dir.as_fd(), d.dir_ino, &meta);
         }
         let rel = self
             .registry
@@ -1224,6 +1283,10 @@ impl Exec {
         let Some(mut l) = self.live.remove(&s) else {
             return;
         };
+        // Everything the leader wrote is in the pipe: into the log before the end is told.
+        if let Some(id) = l.output.take() {
+            self.pump.drain(id);
+        }
         let reason = l.stop.as_ref().map(|st| st.reason);
         let (code, signal, error) = match &l.exit {
             Some(Ok(st)) => (st.code(), st.signal(), None),
@@ -1252,10 +1315,7 @@ impl Exec {
         l.meta.cancelled = reason == Some(StopReason::Cancel);
         l.meta.interrupted = reason == Some(StopReason::Shutdown);
         l.meta.error = error.clone();
-        if runner::write_meta(l.dir.dir.as_fd(), &l.meta).is_ok() {
-            self.invalidate
-                .entry(l.dir.dir_ino, OsStr::new("meta.json"));
-        }
+        self.write_meta(s, l.dir.dir.as_fd(), l.dir.dir_ino, &l.meta);
         self.invalidate.inode(l.dir.log_ino);
         if let Some(lr) = self
             .recs
@@ -1398,6 +1458,16 @@ fn set_outcome(ev: &mut Event, outcome: Option<Outcome>) {
         if let Outcome::Retry { attempt } = o {
             ev.attempt = Some(attempt);
         }
+    }
+}
+
+/// Where a run's directory, `meta.json` and `messages.log` are charged: to its smith
+/// (`storage::payer` of `conversations/**`).
+fn run_home(s: SmithIdx) -> Home {
+    Home {
+        payer: s,
+        smith: s,
+        area: Area::Conversations,
     }
 }
 

@@ -18,9 +18,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::backing::{self, BackingIno};
 use crate::config::HookEvent;
 use crate::process::wait_pidfd;
 use crate::sched::journal::{Event, Journal};
+use crate::sched::output::{Pump, Sink};
 use crate::sched::runner::{self, BindTo, Launch, Placeholders, RunBinder};
 
 /// At most this many hooks *of one event* run at once; beyond it a hook is not started and
@@ -37,18 +39,23 @@ pub struct Hooks {
     journal: Arc<Journal>,
     /// `.smithfs-state/hooks.log`: the hooks' stdout and stderr.
     log: Option<OwnedFd>,
+    /// Drains the hooks' output into `log`, stopped at the store's reserve
+    /// (docs/PROTOCOL-NOTES.md L17).
+    pump: Pump,
     /// Hooks running now, per event.
     live: BTreeMap<HookEvent, Arc<AtomicUsize>>,
 }
 
 impl Hooks {
-    /// Hooks from `config.hooks`, killed after `timeout`; their output goes to `log`.
+    /// Hooks from `config.hooks`, killed after `timeout`; their output goes to `log` through
+    /// `pump`.
     pub fn new(
         hooks: BTreeMap<HookEvent, Vec<Vec<String>>>,
         timeout: Duration,
         binder: Arc<dyn RunBinder>,
         journal: Arc<Journal>,
         log: Option<OwnedFd>,
+        pump: Pump,
     ) -> Hooks {
         let live = hooks
             .keys()
@@ -60,6 +67,7 @@ impl Hooks {
             binder,
             journal,
             log,
+            pump,
             live,
         }
     }
@@ -122,6 +130,7 @@ impl Hooks {
                 binder: self.binder.clone(),
                 journal: self.journal.clone(),
                 log: self.log.as_ref().and_then(|f| f.try_clone().ok()),
+                pump: self.pump.clone(),
                 live: live.clone(),
                 done,
             };
@@ -175,6 +184,7 @@ struct HookJob {
     binder: Arc<dyn RunBinder>,
     journal: Arc<Journal>,
     log: Option<OwnedFd>,
+    pump: Pump,
     live: Arc<AtomicUsize>,
     done: Event,
 }
@@ -187,6 +197,30 @@ impl HookJob {
     }
 
     fn execute(&mut self) {
+        // Through a pipe the pump drains into hooks.log (without a log: /dev/null).
+        let output = match self.log.take() {
+            Some(log) => {
+                let piped = super::output::pipe().and_then(|(r, w)| {
+                    let sink = Sink {
+                        log_ino: backing::stat(log.as_fd())
+                            .map_or(BackingIno(0), |st| BackingIno::of(&st)),
+                        log,
+                        home: None,
+                        run: None,
+                        path: format!("{}/hooks.log", crate::fs::STATE_DIR),
+                    };
+                    self.pump.add(r, sink).map(|_| w)
+                });
+                match piped {
+                    Ok(w) => Some(w),
+                    Err(e) => {
+                        self.done.error = Some(format!("cannot make the hook's output pipe: {e}"));
+                        return;
+                    }
+                }
+            }
+            None => None,
+        };
         let started = runner::launch(
             Launch {
                 argv: &self.argv,
@@ -194,7 +228,7 @@ impl HookJob {
                 // Never the daemon's cwd (which may be at or above the mount): `/`.
                 cwd: Some(std::path::Path::new("/")),
                 stdin_piped: true,
-                output: self.log.take(),
+                output,
                 bind: BindTo::Operator,
                 nofile: (0, 0),
             },

@@ -17,6 +17,7 @@ pub mod denials;
 mod exec;
 pub mod hooks;
 pub mod journal;
+pub mod output;
 pub mod queue;
 pub mod runner;
 pub mod store_facts;
@@ -88,6 +89,9 @@ pub struct SchedCtx {
     /// The `RLIMIT_NOFILE` (soft, hard) the daemon started with, restored for runs; 0 leaves
     /// that one as inherited.
     pub original_nofile: (u64, u64),
+    /// The storage limits the runs' output is held to (the filesystem's, shared); `None`:
+    /// only the store's reserve, computed by the scheduler (no mount).
+    pub storage: Option<Arc<crate::limits::storage::Storage>>,
 }
 
 /// Messages of the scheduler's one ordered queue.
@@ -104,6 +108,9 @@ pub(crate) enum Msg {
         run_id: String,
     },
     Cancel(SmithIdx),
+    /// Journal an event found off the scheduler thread (with its hooks): `run.output_dropped`
+    /// from the output pump.
+    Journal(Box<Event>),
     /// Apply a reloaded `config.json` (`smithfs reload`, SIGHUP; PROTOCOL.md §6): the sections
     /// that changed are journaled as `config.reloaded`.
     Reload {

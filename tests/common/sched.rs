@@ -107,6 +107,7 @@ impl Env {
                 binder,
                 invalidate: Arc::new(NoInvalidate),
                 original_nofile: (0, 0),
+                storage: None,
             },
             resume,
         )

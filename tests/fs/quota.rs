@@ -272,3 +272,40 @@ fn without_a_quota_nothing_is_counted() {
     w.write_file(&CHILD, private, "f", &vec![1u8; 1 << 20])
         .unwrap();
 }
+
+/// Extended attributes are charged (docs/PROTOCOL-NOTES.md L18): a large value's block shows in
+/// the books as in a scan, its removal gives it back, and at the quota a `setxattr` is refused.
+#[test]
+fn extended_attributes_are_charged() {
+    let w = limited(1 << 20, 1000);
+    let private = w.node(&format!("{CHILD_DIR}/private"));
+    w.write_file(&CHILD, private, "x", b"x").unwrap();
+    let f = w.node(&format!("{CHILD_DIR}/private/x"));
+    let name = OsStr::new("user.smithfs-big");
+    let before = usage(&w);
+    // Filesystems without user xattrs (tmpfs without them) cannot tell anything here.
+    if w.fs.setxattr(&CHILD, f, name, &[5u8; 3000], 0).is_err() {
+        eprintln!("skipped: no user xattrs on this store");
+        return;
+    }
+    assert_exact(&w);
+    let with = usage(&w);
+    eprintln!("xattr of 3000 B: {before:?} -> {with:?}");
+    w.fs.removexattr(&CHILD, f, name).unwrap();
+    assert_exact(&w);
+    // Fill the quota, then a value that needs a block is refused.
+    let (g, fh) = create(&w, private, "fill");
+    let mut off = 0u64;
+    for size in [64 << 10, 4 << 10] {
+        let chunk = vec![1u8; size];
+        while let Ok(n) = w.fs.write(&CHILD, g, fh, off, &chunk, false) {
+            off += u64::from(n);
+        }
+    }
+    w.fs.release(g, fh).unwrap();
+    assert_eq!(
+        errno(w.fs.setxattr(&CHILD, f, name, &[5u8; 3000], 0)),
+        Errno::EDQUOT
+    );
+    assert_exact(&w);
+}
