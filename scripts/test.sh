@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything CI runs, top to bottom (.ci/run execs this):
 #   deps       scripts/install-deps.sh (apt fuse3/libacl1-dev/bindfs..., cargo install pjdfstest, users,
-#              the real agent CLIs that tests/agent_clis.rs runs: npm and pip into target/)
+#              the real agent CLIs that tests/e2e/agent_clis.rs runs: npm and pip into target/)
 #   fmt        cargo fmt --check
 #   clippy     cargo clippy --all-targets -- -D warnings
 #   build      cargo build --release
@@ -10,8 +10,8 @@
 #              .config/nextest.toml retries a failed integration test once and reports it FLAKY
 #   pjdfstest  smithfs init + mount --allow-other on a temp dir, scripts/pjdfstest.sh as root in
 #              DIR/pjdfstest through the mount, smithfs umount (a trap unmounts on any failure)
-#   uring      (root, kernel with FUSE over io_uring) the suites core, fs (no kernel) and
-#              isolation again with SMITHFS_TEST_TRANSPORT=io-uring, then pjdfstest over
+#   uring      (root, kernel with FUSE over io_uring) the test binaries fs (no kernel) and mount
+#              (core_fs, isolation) again with SMITHFS_TEST_TRANSPORT=io-uring, then pjdfstest over
 #              `mount --transport io-uring`; the machine-wide enable_uring switch is on only
 #              while those mounts start, and put back as found
 # Ends with one line, `test.sh: PASS — ...` or `test.sh: FAIL — <stage(s)>`, and exits 0 or 1.
@@ -148,7 +148,7 @@ stage_tests() {
         tests_failed="$(sum_counts "$log" '^test result:' failed)"
         tests_skipped="$(sum_counts "$log" '^test result:' ignored)"
     fi
-    # The agents' shell tests: tests/agent_configs.sh runs inside tests/agent_clis.rs; the
+    # The agents' shell tests: tests/agent_configs.sh runs inside tests/e2e/agent_clis.rs; the
     # reference agent's own test runs here (a plain directory, no mount).
     if bash tests/agent_reference.sh >"$log.agent_reference" 2>&1; then
         tests_passed=$((tests_passed + 1))
@@ -242,7 +242,7 @@ stage_pjdfstest() {
 stage_uring() {
     local log="$logdir/tests-uring.log" rc=0 p f s
     SMITHFS_TEST_TRANSPORT=io-uring cargo nextest run --release --no-fail-fast \
-        --test core --test fs --test isolation 2>&1 | tee "$log" || rc=$?
+        --test fs --test mount 2>&1 | tee "$log" || rc=$?
     p="$(sum_counts "$log" '^ *Summary \[' passed)"
     f="$(sum_counts "$log" '^ *Summary \[' failed)"
     s="$(sum_counts "$log" '^ *Summary \[' skipped)"

@@ -781,6 +781,27 @@ mod tests {
         |_| Ok(())
     }
 
+    /// A `Spawn` of `argv` with these tests' defaults: the daemon's working directory, stdin
+    /// and output on `/dev/null`, no cgroup, inherited limits, not placed. Override fields with
+    /// struct update syntax.
+    fn plain<'a>(
+        argv: &'a [String],
+        env: &'a BTreeMap<String, String>,
+        bind: &'a mut dyn FnMut(u32) -> io::Result<()>,
+    ) -> Spawn<'a> {
+        Spawn {
+            argv,
+            env,
+            cwd: None,
+            stdin_piped: false,
+            output: None,
+            cgroup: None,
+            nofile: (0, 0),
+            bind,
+            place: None,
+        }
+    }
+
     fn start(
         args: &[&str],
         env: &BTreeMap<String, String>,
@@ -789,15 +810,9 @@ mod tests {
         bind: &mut dyn FnMut(u32) -> io::Result<()>,
     ) -> io::Result<Process> {
         spawn(Spawn {
-            argv: &argv(args),
-            env,
             cwd,
-            stdin_piped: false,
             output,
-            cgroup: None,
-            nofile: (0, 0),
-            bind,
-            place: None,
+            ..plain(&argv(args), env, bind)
         })
     }
 
@@ -892,15 +907,13 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let log = File::create(dir.path().join("log")).expect("log");
         let mut p = spawn(Spawn {
-            argv: &argv(&["sh", "-c", "cat; echo err >&2; exit 7"]),
-            env: &BTreeMap::new(),
-            cwd: None,
             stdin_piped: true,
             output: Some(OwnedFd::from(log)),
-            cgroup: None,
-            nofile: (0, 0),
-            bind: &mut no_bind(),
-            place: None,
+            ..plain(
+                &argv(&["sh", "-c", "cat; echo err >&2; exit 7"]),
+                &BTreeMap::new(),
+                &mut no_bind(),
+            )
         })
         .expect("spawn sh");
         let mut stdin = p.stdin.take().expect("stdin pipe");
@@ -1042,15 +1055,8 @@ mod tests {
             Ok(())
         };
         let p = spawn(Spawn {
-            argv: &argv(&["sleep", "30"]),
-            env: &BTreeMap::new(),
-            cwd: None,
-            stdin_piped: false,
-            output: None,
             cgroup: Some(cg_fd.as_fd()),
-            nofile: (0, 0),
-            bind: &mut count,
-            place: None,
+            ..plain(&argv(&["sleep", "30"]), &BTreeMap::new(), &mut count)
         });
         let procs = std::fs::read_to_string(cg.join("cgroup.procs")).unwrap_or_default();
         let p = p.expect("spawn into the cgroup");
@@ -1067,15 +1073,8 @@ mod tests {
             Ok(())
         };
         let p = spawn(Spawn {
-            argv: &argv(&["true"]),
-            env: &BTreeMap::new(),
-            cwd: None,
-            stdin_piped: false,
-            output: None,
             cgroup: Some(fd.as_fd()),
-            nofile: (0, 0),
-            bind: &mut count,
-            place: None,
+            ..plain(&argv(&["true"]), &BTreeMap::new(), &mut count)
         })
         .expect("fallback spawn");
         assert!(!p.in_cgroup);
@@ -1099,15 +1098,9 @@ mod tests {
             Ok(())
         };
         let p = spawn(Spawn {
-            argv: &argv(&["sleep", "30"]),
-            env: &BTreeMap::new(),
-            cwd: None,
-            stdin_piped: false,
-            output: None,
             cgroup: Some(cg_fd.as_fd()),
-            nofile: (0, 0),
-            bind: &mut no_bind(),
             place: Some(&mut place),
+            ..plain(&argv(&["sleep", "30"]), &BTreeMap::new(), &mut no_bind())
         })
         .expect("spawn");
         assert!(p.in_cgroup);
@@ -1119,15 +1112,13 @@ mod tests {
         let marker = dir.path().join("marker");
         let mut refuse = |_pid: u32| Err(io::Error::other("no room for the test"));
         let e = spawn(Spawn {
-            argv: &argv(&["touch", marker.to_str().expect("utf-8")]),
-            env: &BTreeMap::new(),
-            cwd: None,
-            stdin_piped: false,
-            output: None,
             cgroup: Some(cg_fd.as_fd()),
-            nofile: (0, 0),
-            bind: &mut no_bind(),
             place: Some(&mut refuse),
+            ..plain(
+                &argv(&["touch", marker.to_str().expect("utf-8")]),
+                &BTreeMap::new(),
+                &mut no_bind(),
+            )
         })
         .expect_err("place refused");
         assert!(e.to_string().contains("no room for the test"), "{e}");
@@ -1152,15 +1143,13 @@ mod tests {
         };
         let dir = tempfile::tempdir().expect("tempdir");
         let p = spawn(Spawn {
-            argv: &argv(&["sh", "-c", "cat /proc/self/cgroup > out"]),
-            env: &BTreeMap::new(),
             cwd: Some(dir.path()),
-            stdin_piped: false,
-            output: None,
             cgroup: Some(cg_fd.as_fd()),
-            nofile: (0, 0),
-            bind: &mut count,
-            place: None,
+            ..plain(
+                &argv(&["sh", "-c", "cat /proc/self/cgroup > out"]),
+                &BTreeMap::new(),
+                &mut count,
+            )
         })
         .expect("spawn into a killed cgroup");
         let in_cgroup = p.in_cgroup;

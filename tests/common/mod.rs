@@ -7,6 +7,46 @@
 
 #![allow(dead_code)] // each test binary uses a different subset of the helpers
 
+/// The start of the test agents' sh scripts (a literal, for `concat!`): `publish TEXT` writes
+/// `outbox/result.md` atomically; woken for its children, the smith concatenates their results
+/// into its own and exits; else the task's first line is read as `cmd arg` and a
+/// `case "$cmd" in` is opened, which the test's own directives continue and close.
+#[allow(unused_macros)]
+macro_rules! agent_prelude {
+    () => {
+        r#"
+publish() { printf '%s\n' "$1" > private/r.md && mv private/r.md outbox/result.md; }
+if [ "$SMITH_WAKE" = children ]; then
+  cat children/*/outbox/result.md > private/r.md 2>/dev/null
+  mv private/r.md outbox/result.md
+  exit 0
+fi
+read -r cmd arg < "$SMITH_TASK_FILE"
+case "$cmd" in
+"#
+    };
+}
+
+/// The `split` directive of the test agents (a literal, for `concat!`, after
+/// [`agent_prelude`]): one child per further line of the task, that line its task; a failed
+/// `mkdir` exits 9.
+#[allow(unused_macros)]
+macro_rules! agent_split {
+    () => {
+        r#"split)
+  tail -n +2 "$SMITH_TASK_FILE" > private/lines
+  n=0
+  while read -r line; do n=$((n+1)); mkdir "children/$(printf 'smith-%03d' $n)" || exit 9; done < private/lines
+  n=0
+  while read -r line; do
+    n=$((n+1)); c=$(printf 'smith-%03d' $n)
+    printf '%s\n' "$line" > private/t.md; mv private/t.md "children/$c/inbox/task-1.md"
+  done < private/lines
+  exit 0 ;;
+"#
+    };
+}
+
 use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -22,7 +22,7 @@
 //! Attempts are Python expressions run in one `python3` process per identity; each prints `ok`
 //! or the errno's name, and all mismatches of a batch are reported together.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -8,7 +8,7 @@
 //! CI machine) or the unified hierarchy's v2 controllers. A test that cannot run here (not
 //! root, no controllers) says so on stderr and returns.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -25,26 +25,10 @@ use smithfs::limits::Controller;
 /// process that allocates until it is killed; `bomb` forks sleeping children until a fork
 /// fails and records the errno and how many it made; `busy` spins for 2 s of wall time and
 /// records the CPU seconds it got; `ok` publishes.
-const AGENT: &str = r#"
-publish() { printf '%s\n' "$1" > private/r.md && mv private/r.md outbox/result.md; }
-if [ "$SMITH_WAKE" = children ]; then
-  cat children/*/outbox/result.md > private/r.md 2>/dev/null
-  mv private/r.md outbox/result.md
-  exit 0
-fi
-read -r cmd arg < "$SMITH_TASK_FILE"
-case "$cmd" in
-split)
-  tail -n +2 "$SMITH_TASK_FILE" > private/lines
-  n=0
-  while read -r line; do n=$((n+1)); mkdir "children/$(printf 'smith-%03d' $n)" || exit 9; done < private/lines
-  n=0
-  while read -r line; do
-    n=$((n+1)); c=$(printf 'smith-%03d' $n)
-    printf '%s\n' "$line" > private/t.md; mv private/t.md "children/$c/inbox/task-1.md"
-  done < private/lines
-  exit 0 ;;
-hog) exec python3 -c '
+const AGENT: &str = concat!(
+    agent_prelude!(),
+    agent_split!(),
+    r#"hog) exec python3 -c '
 b = []
 while True:
     b.append(bytearray(4 << 20))
@@ -82,7 +66,8 @@ open("private/cpu.txt", "w").write("%.3f\n" % (t.user + t.system))
 ok) publish "ok from $SMITH_ID" ;;
 *) echo "unknown directive $cmd"; exit 2 ;;
 esac
-"#;
+"#
+);
 
 /// Can this test run here? Root, python3, and the three controllers somewhere; else why not.
 fn unavailable() -> Option<String> {

@@ -5,7 +5,7 @@
 //! its own duration with `DevFuseGrant`, which restores the original mode on drop (even when the
 //! test panics) and holds a file lock that serialises every test touching `/dev/fuse`.
 
-mod common;
+use crate::common;
 
 use std::ffi::OsStr;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -30,6 +30,19 @@ fn test_user() -> (u32, u32) {
     let uid = id("-u").expect_ok("id -u").trim().parse().unwrap();
     let gid = id("-g").expect_ok("id -g").trim().parse().unwrap();
     (uid, gid)
+}
+
+/// The setup of most tests here: /dev/fuse open to everyone for the test's life (the grant,
+/// which holds the `DevFuseLock`) and the test user's uid and gid. `None`, with a `skipped:`
+/// line, when not root.
+fn granted_user() -> Option<(DevFuseGrant, u32, u32)> {
+    if !is_root() {
+        eprintln!("skipped: needs root to create the test user and grant /dev/fuse");
+        return None;
+    }
+    let grant = DevFuseGrant::new();
+    let (uid, gid) = test_user();
+    Some((grant, uid, gid))
 }
 
 /// `smithfs ARGS…` as `uid:gid`.
@@ -123,12 +136,9 @@ impl Drop for UserMount {
 
 #[test]
 fn a_non_root_user_mounts_through_fusermount3_and_uses_the_mount() {
-    if !is_root() {
-        eprintln!("skipped: needs root to create the test user and grant /dev/fuse");
+    let Some((grant, uid, gid)) = granted_user() else {
         return;
-    }
-    let grant = DevFuseGrant::new();
-    let (uid, gid) = test_user();
+    };
     let m = UserMount::init(uid, gid);
 
     // doctor tells the truth before the mount: nothing fails, so the mount works.
@@ -254,12 +264,9 @@ fn without_access_to_dev_fuse_mount_fails_with_one_line_and_mounts_nothing() {
 /// doctor fails naming fusermount3 and the mount fails with one line saying the same.
 #[test]
 fn without_fusermount3_doctor_and_mount_both_fail() {
-    if !is_root() {
-        eprintln!("skipped: needs root to create the test user and grant /dev/fuse");
+    let Some((grant, uid, gid)) = granted_user() else {
         return;
-    }
-    let grant = DevFuseGrant::new();
-    let (uid, gid) = test_user();
+    };
     let m = UserMount::init(uid, gid);
     let bare = |args: &[&OsStr]| {
         run(Command::new("/usr/bin/setpriv")
@@ -289,12 +296,9 @@ fn without_fusermount3_doctor_and_mount_both_fail() {
 /// is mounted.
 #[test]
 fn a_non_root_mount_with_a_workspace_is_refused_in_one_line() {
-    if !is_root() {
-        eprintln!("skipped: needs root to create the test user and grant /dev/fuse");
+    let Some((_grant, uid, gid)) = granted_user() else {
         return;
-    }
-    let _grant = DevFuseGrant::new();
-    let (uid, gid) = test_user();
+    };
     let tmp = tempfile::Builder::new()
         .prefix("smithfs-unpriv-ws-")
         .tempdir()
@@ -339,17 +343,14 @@ fn a_non_root_mount_with_a_workspace_is_refused_in_one_line() {
 /// fails with one line naming user_allow_other (fusermount3's reason), mounting nothing.
 #[test]
 fn allow_other_without_user_allow_other_is_refused_as_doctor_says() {
-    if !is_root() {
-        eprintln!("skipped: needs root to create the test user and grant /dev/fuse");
-        return;
-    }
     let conf = std::fs::read_to_string("/etc/fuse.conf").unwrap_or_default();
     if conf.lines().any(|l| l.trim() == "user_allow_other") {
         eprintln!("skipped: /etc/fuse.conf has user_allow_other on this machine");
         return;
     }
-    let grant = DevFuseGrant::new();
-    let (uid, gid) = test_user();
+    let Some((grant, uid, gid)) = granted_user() else {
+        return;
+    };
     let m = UserMount::init(uid, gid);
     let d = smithfs_as(uid, gid, &[OsStr::new("doctor"), OsStr::new("--json")]);
     let (checks, p) = doctor_check(&d.stdout, "privileges");

@@ -1,7 +1,7 @@
 //! Stopping runs: timeouts (process group, and the whole cgroup with a cgroup binder), cancel,
 //! unmount (`shutdown`), and a restart that finds runs a dead daemon left behind (§9).
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::sync::Arc;

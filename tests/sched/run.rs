@@ -2,7 +2,7 @@
 //! result reaches `results/final.md`, children settle and wake their parent, failures are
 //! retried, bad smith configs fail one run, and `max_concurrent` holds.
 
-mod common;
+use crate::common;
 
 use common::sched::*;
 

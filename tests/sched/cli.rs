@@ -2,7 +2,7 @@
 //! plain directory holding the `.smithfs/` files a mount serves, filled from a real scheduler.
 //! Skipped while the subcommands are not wired into the binary.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output};
 

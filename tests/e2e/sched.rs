@@ -4,7 +4,7 @@
 //! mount's `agents/` (`common::msched::AGENT`), and everything is observed through the mount, the
 //! journal and the CLI. Each test has its own mount (`TestMount`).
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

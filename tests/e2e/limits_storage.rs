@@ -4,7 +4,7 @@
 //! files, hard links, renames and unlinks of open files equal what a restart's scan finds; the
 //! store filling for real (a small loop-mounted ext4) leaves the daemon its reserve.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -18,26 +18,10 @@ use serde_json::{json, Value};
 /// until a write fails and publishes the error; `after-fill` waits until its sibling
 /// `smith-001` has published, then scaffolds a child of its own with the task `ok` (and is
 /// woken again when that child is done); `ok` publishes.
-const AGENT: &str = r#"
-publish() { printf '%s\n' "$1" > private/r.md && mv private/r.md outbox/result.md; }
-if [ "$SMITH_WAKE" = children ]; then
-  cat children/*/outbox/result.md > private/r.md 2>/dev/null
-  mv private/r.md outbox/result.md
-  exit 0
-fi
-read -r cmd arg < "$SMITH_TASK_FILE"
-case "$cmd" in
-split)
-  tail -n +2 "$SMITH_TASK_FILE" > private/lines
-  n=0
-  while read -r line; do n=$((n+1)); mkdir "children/$(printf 'smith-%03d' $n)" || exit 9; done < private/lines
-  n=0
-  while read -r line; do
-    n=$((n+1)); c=$(printf 'smith-%03d' $n)
-    printf '%s\n' "$line" > private/t.md; mv private/t.md "children/$c/inbox/task-1.md"
-  done < private/lines
-  exit 0 ;;
-fill)
+const AGENT: &str = concat!(
+    agent_prelude!(),
+    agent_split!(),
+    r#"fill)
   e=$(mktemp)
   dd if=/dev/zero of=private/fill bs=64k 2> "$e"
   err=$(grep -o 'Disk quota exceeded\|No space left on device' "$e" | head -n 1)
@@ -63,7 +47,8 @@ tick)
   publish "ticked" ;;
 *) echo "unknown directive $cmd"; exit 2 ;;
 esac
-"#;
+"#
+);
 
 /// Install [`AGENT`] in the mount (over the one `Sm::new` installed) and remount.
 fn with_agent(patch: Value) -> Sm {

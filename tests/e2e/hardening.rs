@@ -4,7 +4,7 @@
 //! signal; the journal stays bounded under a denial storm and a restart after rotation still
 //! knows who failed; a 100 GiB sparse result costs the daemon and the store nothing.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! User hooks (PROTOCOL.md §5, §8): the event's journal line on stdin, placeholders filled, a
 //! timeout, and never a delay for runs; plus triggers handed in by the fs.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

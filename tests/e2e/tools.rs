@@ -1,7 +1,7 @@
 //! Everyday tools inside a mount (issue 2, "Done when"): git, tar, python venv, SQLite and an
 //! editor-style atomic save, each run as real processes against a real mount.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};

@@ -5,9 +5,9 @@
 //! lock), `diff`, `accept` (checked-out and diverged branches refused), a hostile smith config that
 //! must run nothing, submodules, and a 10 000-file repository (figures printed).
 
-mod common;
+use crate::common;
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -126,6 +126,15 @@ impl Ws {
         });
         self.events(event)
     }
+}
+
+/// `smithfs accept DIR ID [--branch BRANCH]`.
+fn accept(dir: impl AsRef<OsStr>, id: &str, branch: Option<&str>) -> Run {
+    let mut args: Vec<&OsStr> = vec![OsStr::new("accept"), dir.as_ref(), OsStr::new(id)];
+    if let Some(b) = branch {
+        args.extend([OsStr::new("--branch"), OsStr::new(b)]);
+    }
+    smithfs(args)
 }
 
 macro_rules! both_modes {
@@ -397,11 +406,7 @@ both_modes!(hostile_config_runs_nothing, |mode| {
     w.wait_event("workspace.committed", 1);
     none_ran("the auto-commit");
     // accept, and the parent's pull from the child.
-    let a = smithfs([
-        OsString::from("accept"),
-        w.m.path().into(),
-        "smith-root/smith-001".into(),
-    ]);
+    let a = accept(w.m.path(), "smith-root/smith-001", None);
     assert!(a.ok(), "{}", a.stderr);
     none_ran("smithfs accept");
     w.as_smith_ok(
@@ -481,20 +486,14 @@ both_modes!(diff_and_accept, |mode| {
         "{}",
         r.stderr
     );
-    let r = smithfs([OsString::from("accept"), dir.clone(), "smith-001".into()]);
+    let r = accept(&dir, "smith-001", None);
     assert_eq!(r.code, Some(2), "{}", r.stderr);
-    let r = smithfs([
-        OsString::from("accept"),
-        dir.clone(),
-        "smith-001/smith-001".into(),
-        "--branch".into(),
-        "grandchild-work".into(),
-    ]);
+    let r = accept(&dir, "smith-001/smith-001", Some("grandchild-work"));
     assert!(r.ok(), "{}", r.stderr);
     assert!(r.stdout.starts_with("grandchild-work "), "{}", r.stdout);
     // accept: a new branch smith/smith-root at the smith's branch; PATH itself untouched.
     let status_before = git(&w.repo, &["status", "--porcelain"]);
-    let a = smithfs([OsString::from("accept"), dir.clone(), "smith-root".into()]);
+    let a = accept(&dir, "smith-root", None);
     assert!(a.ok(), "{}", a.stderr);
     let head = git(&ws, &["rev-parse", "smith/smith-root"]);
     assert_eq!(a.stdout, format!("smith/smith-root {head}\n"));
@@ -510,23 +509,11 @@ both_modes!(diff_and_accept, |mode| {
     assert_eq!(git(&w.repo, &["symbolic-ref", "HEAD"]), "refs/heads/main");
     assert_eq!(git(&w.repo, &["status", "--porcelain"]), status_before);
     // Again, and with --branch: fast-forward is fine.
-    let a = smithfs([
-        OsString::from("accept"),
-        dir.clone(),
-        "smith-root".into(),
-        "--branch".into(),
-        "feature/x".into(),
-    ]);
+    let a = accept(&dir, "smith-root", Some("feature/x"));
     assert!(a.ok(), "{}", a.stderr);
     assert_eq!(a.stdout, format!("feature/x {head}\n"));
     // The checked-out branch: refused.
-    let r = smithfs([
-        OsString::from("accept"),
-        dir.clone(),
-        "smith-root".into(),
-        "--branch".into(),
-        "main".into(),
-    ]);
+    let r = accept(&dir, "smith-root", Some("main"));
     assert_eq!(r.code, Some(1), "{}", r.stdout);
     assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
     assert_eq!(git(&w.repo, &["rev-parse", "main"]), w.base);
@@ -544,13 +531,7 @@ both_modes!(diff_and_accept, |mode| {
     );
     git(&w.repo, &["branch", "diverged", &other]);
     let before = git(&w.repo, &["rev-parse", "diverged"]);
-    let r = smithfs([
-        OsString::from("accept"),
-        dir.clone(),
-        "smith-root".into(),
-        "--branch".into(),
-        "diverged".into(),
-    ]);
+    let r = accept(&dir, "smith-root", Some("diverged"));
     assert_eq!(r.code, Some(1), "{}", r.stdout);
     assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
     assert!(r.stderr.contains("refused"), "{}", r.stderr);
@@ -961,11 +942,7 @@ both_modes!(coding_job_end_to_end, |mode| {
         "4"
     );
     // Accepted into the repository, never touching its checked-out branch.
-    let a = smithfs([
-        OsString::from("accept"),
-        m.path().into(),
-        "smith-root".into(),
-    ]);
+    let a = accept(m.path(), "smith-root", None);
     assert!(a.ok(), "{}", a.stderr);
     assert!(a.stdout.starts_with("smith/smith-root "), "{}", a.stdout);
     assert_eq!(git(&repo, &["rev-parse", "HEAD"]), base);

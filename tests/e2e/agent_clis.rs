@@ -12,7 +12,7 @@
 //! A CLI that is not installed makes its test fail with the reason (`target/agent-clis/FAILED`
 //! when install-deps.sh could not install it); it never passes silently.
 
-mod common;
+use crate::common;
 
 use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt;

@@ -8,7 +8,7 @@
 //! (a file lock, so no two tests flip it at once) and restores the value it found as soon as
 //! its INIT is done. The whole suite runs over io_uring with `SMITHFS_TEST_TRANSPORT=io-uring`.
 
-mod common;
+use crate::common;
 
 use std::ffi::OsStr;
 use std::time::Duration;

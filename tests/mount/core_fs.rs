@@ -2,7 +2,7 @@
 //! hidden state directory, the store after unmount, and the mount/umount CLI's refusals (double
 //! mount, dead mount). Each test has its own `TestMount`, unmounted by its guard.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::MetadataExt;

@@ -4,7 +4,7 @@
 //! holding the mount busy), `retry`, the `fleet.done` hook, post-mortem reading of an
 //! unmounted store.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -21,17 +21,11 @@ const C2: &str = "smith-root/smith-002";
 /// The agent of these tests (replacing `msched::AGENT` after the mount): the first line of the
 /// task is `split` (each further line is the task of one child), `ok`, `failonce` (exit 3 unless
 /// woken for a retry) or `slow N` (prints `first`, sleeps N s, prints `second`).
-const AGENT: &str = r#"
-echo "run $SMITH_FULL_ID wake=$SMITH_WAKE"
-publish() { printf '%s\n' "$1" > private/r.md && mv private/r.md outbox/result.md; }
-if [ "$SMITH_WAKE" = children ]; then
-  cat children/*/outbox/result.md > private/r.md 2>/dev/null
-  mv private/r.md outbox/result.md
-  exit 0
-fi
-read -r cmd arg < "$SMITH_TASK_FILE"
-case "$cmd" in
-split)
+const AGENT: &str = concat!(
+    r#"
+echo "run $SMITH_FULL_ID wake=$SMITH_WAKE""#,
+    agent_prelude!(),
+    r#"split)
   tail -n +2 "$SMITH_TASK_FILE" > private/lines
   n=0
   while read -r line; do n=$((n+1)); mkdir "children/$(printf 'smith-%03d' $n)"; done < private/lines
@@ -46,7 +40,8 @@ failonce)
   if [ "$SMITH_WAKE" = retry ]; then publish "retried $SMITH_ID"; else echo "failing on purpose" >&2; exit 3; fi ;;
 slow) echo first; sleep "$arg"; echo second; publish "slow $SMITH_ID" ;;
 esac
-"#;
+"#
+);
 
 /// A mount running [`AGENT`] with `patch` merged into its config.
 fn mount(patch: Value) -> Sm {

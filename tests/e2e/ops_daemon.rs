@@ -3,7 +3,7 @@
 //! whole naming the key), scheduling after a failed busy unmount, `tail -f` on
 //! `.smithfs/events.jsonl`, `events --follow` across a journal rotation.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

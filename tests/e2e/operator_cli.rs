@@ -2,7 +2,7 @@
 //! real binary: the mount type `fuse.smithfs`, `mount -o`, the `mount.fuse.smithfs` helper
 //! under mount(8), completions, the man page, `--version`, `--help` examples, `doctor --json`.
 
-mod common;
+use crate::common;
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,24 @@
+//! Real mounts end to end, driven by real processes: scheduling, the CLI and operator
+//! experience, resource limits, workspaces, the real agent CLIs, everyday tools, hardening,
+//! unprivileged mounts and the io_uring transport; one module per suite. Each test has its own
+//! `TestMount`, unmounted by its guard; a test that cannot use `/dev/fuse` skips with a message.
+//! The filesystem's own suites are in `tests/mount` (issue 9: test binaries grouped by layer —
+//! no-kernel `tests/fs`, plain-dir `tests/sched`, `tests/identity`, real mounts `tests/mount`
+//! and `tests/e2e`).
+
+#[macro_use]
+#[path = "../common/mod.rs"]
+mod common;
+
+mod agent_clis;
+mod hardening;
+mod limits_cgroup;
+mod limits_storage;
+mod operator_cli;
+mod ops;
+mod ops_daemon;
+mod sched;
+mod tools;
+mod unprivileged;
+mod uring;
+mod workspace;
