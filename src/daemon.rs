@@ -198,6 +198,13 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
         )
         .map_err(|e| anyhow!("cannot read {}: {e}", dir.display()))?,
     );
+    // Passthrough writes never reach the daemon: the storage books catch up once a second.
+    let weak_fs = Arc::downgrade(&fs);
+    crate::process::reaper::every_second(move || {
+        if let Some(fs) = weak_fs.upgrade() {
+            fs.settle_passthrough_writers();
+        }
+    });
     let mut mounted = session::mount(fs.clone(), dir, opts.session, &kernel)?;
     let pid = std::process::id().to_string();
     let _ = backing::write_atomic(state.as_fd(), c"daemon.pid", pid.as_bytes(), 0o644);

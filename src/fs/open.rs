@@ -139,6 +139,11 @@ impl<H> OpenTable<H> {
         self.map.write().remove(&fh)
     }
 
+    /// Every open handle now (cloned out: the lock is not held by the caller's work).
+    pub fn all(&self) -> Vec<Arc<H>> {
+        self.map.read().values().cloned().collect()
+    }
+
     /// Number of open handles.
     pub fn len(&self) -> usize {
         self.map.read().len()

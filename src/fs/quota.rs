@@ -134,6 +134,22 @@ impl SmithFs {
         }
     }
 
+    /// The books catch up with the files open for writing with passthrough (their writes
+    /// never reach the daemon): one `fstat` each. Called about once a second by the daemon's
+    /// upkeep, so a writer that joined a passthrough reader (docs/PROTOCOL-NOTES.md L13) shows in
+    /// its payer's usage within a second, not only at its close, and the payer's other writes
+    /// are refused as soon as the books show it over. Nothing without a quota.
+    pub fn settle_passthrough_writers(&self) {
+        if self.storage.ledger.is_none() {
+            return;
+        }
+        for h in self.files.all() {
+            if h.may_write && h.passthrough.load(std::sync::atomic::Ordering::Relaxed) {
+                self.settle_fd(h.fd.as_fd());
+            }
+        }
+    }
+
     /// A new entry (`st`, its fresh `stat`) was made in `dir` with zone `zone`: charge it, and
     /// the directory's growth.
     pub(super) fn settle_new(&self, dir: &Inode, zone: &Zone, st: &libc::stat) {

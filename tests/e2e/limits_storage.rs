@@ -540,3 +540,46 @@ fn logs_follow_sees_new_lines_within_a_second() {
     assert_eq!(lags.len(), 25, "every tick seen: {lags:?}");
     assert!(lags.iter().all(|l| *l < 1000), "{lags:?}");
 }
+
+/// A limited writer that joins a passthrough reader of the same file (the kernel takes no other
+/// open beside it, PROTOCOL-NOTES L13) writes past the daemon; the books catch up with it while
+/// it is still open (the once-a-second upkeep), not only at its close.
+#[test]
+fn a_joined_passthrough_writer_shows_in_the_books_while_open() {
+    let s = with_agent(json!({"limits": {"max_bytes_per_smith": "64M"}}));
+    let d = s.p("smiths/smith-root/private");
+    std::fs::write(d.join("f"), b"seed").expect("seed");
+    let code = r#"
+import os, sys, time
+d, whoami = sys.argv[1], sys.argv[2]
+def used():
+    for line in open(whoami).read().splitlines():
+        if line.startswith("storage bytes:"):
+            return int(line.split(":")[1])
+before = used()
+r = os.open(os.path.join(d, "f"), os.O_RDONLY)
+w = os.open(os.path.join(d, "f"), os.O_WRONLY)
+os.pwrite(w, b"j" * (1 << 20), 0)
+t = time.time()
+while used() < before + 1_000_000 and time.time() - t < 5:
+    time.sleep(0.05)
+print("seen" if used() >= before + 1_000_000 else "stale", round(time.time() - t, 2))
+os.close(w); os.close(r)
+"#;
+    let out = smithfs([
+        "run",
+        "--mount",
+        &s.dir(),
+        "--smith",
+        "smith-root",
+        "--",
+        "python3",
+        "-c",
+        code,
+        d.to_str().expect("utf-8"),
+        &format!("{}/.smithfs/whoami", s.dir()),
+    ])
+    .expect_ok("joined writer");
+    eprintln!("{out}");
+    assert!(out.starts_with("seen"), "{out}");
+}
