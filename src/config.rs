@@ -1192,28 +1192,21 @@ mod tests {
     #[test]
     fn modes_are_spelled_alike_everywhere() {
         use clap::ValueEnum;
-        for m in OperatorMode::value_variants() {
-            let name = m.to_possible_value().map(|v| v.get_name().to_owned());
-            assert_eq!(name.as_deref(), Some(m.as_str()));
-            assert_eq!(serde_json::to_value(m).ok(), Some(Value::from(m.as_str())));
-            assert_eq!(
-                <OperatorMode as ValueEnum>::from_str(m.as_str(), false),
-                Ok(*m)
-            );
+        fn alike<T>(as_str: fn(T) -> &'static str, count: usize, bad: &str)
+        where
+            T: ValueEnum + Serialize + Copy + PartialEq + fmt::Debug,
+        {
+            for m in T::value_variants() {
+                let name = m.to_possible_value().map(|v| v.get_name().to_owned());
+                assert_eq!(name.as_deref(), Some(as_str(*m)));
+                assert_eq!(serde_json::to_value(m).ok(), Some(Value::from(as_str(*m))));
+                assert_eq!(T::from_str(as_str(*m), false), Ok(*m));
+            }
+            assert_eq!(T::value_variants().len(), count);
+            assert!(T::from_str(bad, false).is_err());
         }
-        for m in IdentityMode::value_variants() {
-            let name = m.to_possible_value().map(|v| v.get_name().to_owned());
-            assert_eq!(name.as_deref(), Some(m.as_str()));
-            assert_eq!(serde_json::to_value(m).ok(), Some(Value::from(m.as_str())));
-            assert_eq!(
-                <IdentityMode as ValueEnum>::from_str(m.as_str(), false),
-                Ok(*m)
-            );
-        }
-        assert_eq!(OperatorMode::value_variants().len(), 2);
-        assert_eq!(IdentityMode::value_variants().len(), 3);
-        assert!(<OperatorMode as ValueEnum>::from_str("rw", false).is_err());
-        assert!(<IdentityMode as ValueEnum>::from_str("pid", false).is_err());
+        alike(OperatorMode::as_str, 2, "rw");
+        alike(IdentityMode::as_str, 3, "pid");
     }
 
     #[test]
