@@ -13,6 +13,7 @@ use super::inode::Inode;
 use super::io::kill_suid_sgid;
 use super::{backing, control, Attr, Cache, Caller, SetAttr, SmithFs, STATE_DIR};
 use crate::identity::Identity;
+use crate::policy::zone::{Area, Zone};
 use crate::policy::{self, Op};
 
 impl SmithFs {
@@ -76,7 +77,30 @@ impl SmithFs {
         let dir = self.inodes.get(parent)?;
         let cname = Self::name_in(name)?;
         self.lookup_in(&dir, &cname)
-            .map(|(_, a)| (a, Cache::Normal))
+            .map(|(inode, a)| (a, self.cache_for(&inode)))
+    }
+
+    /// How long the kernel may cache node `ino`'s entry and attributes ([`Cache`]): never for
+    /// `.smithfs/`, not at all where the store changes without a notification (`conversations/`),
+    /// 1 s for the mount root, else long.
+    pub fn cache_of(&self, ino: NodeId) -> Cache {
+        if control::is_virtual(ino) {
+            return Cache::Never;
+        }
+        match self.inodes.find(ino) {
+            Some(inode) => self.cache_for(&inode),
+            None => Cache::Normal,
+        }
+    }
+
+    pub(super) fn cache_for(&self, inode: &Inode) -> Cache {
+        if inode.id == NodeId::ROOT {
+            return Cache::Brief;
+        }
+        match self.zone(inode) {
+            Zone::Smith(z) if z.area == Area::Conversations => Cache::Volatile,
+            _ => Cache::Normal,
+        }
     }
 
     pub(super) fn lookup_in(&self, dir: &Inode, cname: &CStr) -> FsResult<(Arc<Inode>, Attr)> {

@@ -65,13 +65,24 @@ use crate::trigger::Trigger;
 /// mount (PROTOCOL.md §1).
 pub const STATE_DIR: &str = ".smithfs-state";
 
-/// Entry and attribute time-to-live the kernel gets for an entry: zero for the virtual control
-/// files, whose content and rights depend on the caller.
+/// How long the kernel may keep an entry and its attributes (docs/PROTOCOL-NOTES.md C4, U4):
+/// long for store inodes, whose every change either comes through the kernel's own requests or is
+/// invalidated by the daemon; zero where neither holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Cache {
-    /// Backing-store entries: cache for the mount's TTL.
+    /// Backing-store entries: cached for the mount's long TTL; out-of-band changes are
+    /// invalidated through [`AttrCache`] and `sched::Invalidate`.
     Normal,
-    /// `.smithfs/`: never cache, direct I/O.
+    /// Store inodes that change without any FUSE request and without a notification:
+    /// `conversations/` (a run's `messages.log` grows through the descriptor the daemon handed
+    /// it). TTL zero, but cached (not direct) I/O.
+    Volatile,
+    /// The mount root: 1 s, so that a `stat` of the mount point reaches the daemon within a second
+    /// and reports a dead daemon (ENOTCONN) — how `mount`, `umount` and `doctor` tell a dead
+    /// mount (PROTOCOL.md §9); a second, not zero, so that path walks from the root (whose
+    /// permission check needs its attributes) do not each cost a GETATTR.
+    Brief,
+    /// `.smithfs/`: never cache, direct I/O (content and rights depend on the caller).
     Never,
 }
 

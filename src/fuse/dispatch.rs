@@ -71,32 +71,34 @@ impl Reply {
     }
 }
 
-/// Validity, in the kernel's caches, of entries and attributes of backing-store inodes
-/// (seconds); `.smithfs/` is never cached.
-pub const TTL_SECS: u64 = 1;
+/// Validity, in the kernel's caches, of entries and attributes of ordinary backing-store inodes
+/// (seconds; one day, as libfuse's passthrough_hp): every change that does not come through the
+/// kernel's own requests is invalidated by the daemon (docs/PROTOCOL-NOTES.md C4, U4).
+pub const TTL_SECS: u64 = 86_400;
 
-/// Entry/attribute validity for `cache`, in seconds.
+/// Entry/attribute validity for `cache`, in seconds: [`TTL_SECS`] for [`Cache::Normal`], 1 for
+/// [`Cache::Brief`], 0 for [`Cache::Volatile`] and [`Cache::Never`].
 pub fn ttl_secs(cache: Cache) -> u64 {
     match cache {
         Cache::Normal => TTL_SECS,
-        Cache::Never => 0,
+        Cache::Brief => 1,
+        Cache::Volatile | Cache::Never => 0,
     }
 }
 
-/// How node `ino`'s attributes may be cached.
-pub fn cache_of(ino: NodeId) -> Cache {
-    if crate::fs::control::is_virtual(ino) {
-        Cache::Never
-    } else {
-        Cache::Normal
-    }
+/// `r`'s attributes with the cache validity of the node they describe ([`SmithFs::cache_of`]).
+pub fn cached(fs: &SmithFs, r: Result<Attr, FsError>) -> Result<(Attr, Cache), FsError> {
+    r.map(|a| {
+        let c = fs.cache_of(NodeId(a.0.st_ino));
+        (a, c)
+    })
 }
 
 /// `FOPEN_*` flags for an open whose data may be cached as `cache`.
 pub fn fopen_bits(cache: Cache) -> u32 {
     match cache {
         // Nothing is buffered in the daemon and locks are the kernel's: a close needs no FLUSH.
-        Cache::Normal => wire::fopen::NOFLUSH,
+        Cache::Normal | Cache::Brief | Cache::Volatile => wire::fopen::NOFLUSH,
         Cache::Never => wire::fopen::DIRECT_IO,
     }
 }
@@ -210,7 +212,7 @@ impl Dispatcher {
                 Reply::None
             }
             Request::Getattr { fh } => match fs.getattr(ino, fh.map(Fh)) {
-                Ok(a) => attr(&a, ttl_secs(cache_of(ino))),
+                Ok(a) => attr(&a, ttl_secs(fs.cache_of(ino))),
                 Err(e) => err(&e),
             },
             Request::Setattr(s) => {
@@ -239,18 +241,20 @@ impl Dispatcher {
                     fh: (s.valid & fattr::FH != 0).then_some(Fh(s.fh)),
                 };
                 match fs.setattr(&c, ino, &set) {
-                    Ok(a) => attr(&a, ttl_secs(cache_of(ino))),
+                    Ok(a) => attr(&a, ttl_secs(fs.cache_of(ino))),
                     Err(e) => err(&e),
                 }
             }
             Request::Readlink => data(fs.readlink(&c, ino)),
             Request::Symlink { name, target } => {
-                self.entry(normal(fs.symlink(&c, ino, name, target)))
+                self.entry(cached(fs, fs.symlink(&c, ino, name, target)))
             }
             Request::Mknod {
                 mode, rdev, name, ..
-            } => self.entry(normal(fs.mknod(&c, ino, name, mode, rdev))),
-            Request::Mkdir { mode, name, .. } => self.entry(normal(fs.mkdir(&c, ino, name, mode))),
+            } => self.entry(cached(fs, fs.mknod(&c, ino, name, mode, rdev))),
+            Request::Mkdir { mode, name, .. } => {
+                self.entry(cached(fs, fs.mkdir(&c, ino, name, mode)))
+            }
             Request::Unlink { name } => empty(fs.remove(&c, ino, name, false)),
             Request::Rmdir { name } => empty(fs.remove(&c, ino, name, true)),
             Request::Rename {
@@ -260,12 +264,12 @@ impl Dispatcher {
                 newname,
             } => empty(fs.rename(&c, ino, name, NodeId(newdir), newname, flags)),
             Request::Link { oldnodeid, newname } => {
-                self.entry(normal(fs.link(&c, NodeId(oldnodeid), ino, newname)))
+                self.entry(cached(fs, fs.link(&c, NodeId(oldnodeid), ino, newname)))
             }
             Request::Open { flags } => match fs.open(&c, ino, flags as i32) {
                 Ok((fh, cache)) => {
                     let backing = match cache {
-                        Cache::Normal => self.backing(fh),
+                        Cache::Normal | Cache::Brief | Cache::Volatile => self.backing(fh),
                         Cache::Never => 0,
                     };
                     Reply::Open(fh.0, open_flags(cache, backing), backing)
@@ -318,7 +322,7 @@ impl Dispatcher {
                 Ok((a, fh)) => {
                     let backing = self.backing(fh);
                     Reply::Create(
-                        entry_out(&a, TTL_SECS),
+                        entry_out(&a, ttl_secs(fs.cache_of(NodeId(a.0.st_ino)))),
                         fh.0,
                         open_flags(Cache::Normal, backing),
                         backing,
@@ -369,7 +373,7 @@ fn listing(fs: &SmithFs, ino: NodeId, fh: Fh, offset: u64, size: u32, plus: bool
         let Some(a) = e.attr else {
             return false;
         };
-        let mut entry = entry_out(&a, ttl_secs(cache_of(e.ino)));
+        let mut entry = entry_out(&a, ttl_secs(fs.cache_of(e.ino)));
         entry.nodeid = e.ino.0;
         out.direntplus(size as usize, &entry, e.offset, name)
     });
@@ -393,10 +397,6 @@ fn open_flags(cache: Cache, backing: u32) -> u32 {
 
 fn err(e: &FsError) -> Reply {
     Reply::Error(e.raw())
-}
-
-fn normal(r: Result<Attr, FsError>) -> Result<(Attr, Cache), FsError> {
-    r.map(|a| (a, Cache::Normal))
 }
 
 fn entry_out(a: &Attr, ttl: u64) -> EntryOut {

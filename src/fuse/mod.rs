@@ -26,9 +26,6 @@ pub mod wire;
 
 use transport::{Negotiated, Transport};
 
-/// How long the kernel may cache entries and attributes of backing-store inodes.
-const TTL: Duration = Duration::from_secs(dispatch::TTL_SECS);
-
 /// Largest write the kernel sends in one request.
 const MAX_WRITE: u32 = 1 << 20;
 
@@ -180,8 +177,8 @@ fn fopen(cache: Cache) -> FopenFlags {
     FopenFlags::from_bits_retain(dispatch::fopen_bits(cache))
 }
 
-fn reply_entry(reply: ReplyEntry, r: Result<Attr, FsError>) {
-    reply_entry_cached(reply, r.map(|a| (a, Cache::Normal)));
+fn reply_entry(fs: &SmithFs, reply: ReplyEntry, r: Result<Attr, FsError>) {
+    reply_entry_cached(reply, dispatch::cached(fs, r));
 }
 
 fn reply_entry_cached(reply: ReplyEntry, r: Result<(Attr, Cache), FsError>) {
@@ -189,10 +186,6 @@ fn reply_entry_cached(reply: ReplyEntry, r: Result<(Attr, Cache), FsError>) {
         Ok((a, c)) => reply.entry(&ttl(c), &file_attr(&a), Generation(0)),
         Err(e) => reply.error(errno(&e)),
     }
-}
-
-fn cache_of(ino: INodeNo) -> Cache {
-    dispatch::cache_of(node(ino))
 }
 
 fn reply_empty(reply: ReplyEmpty, r: Result<(), FsError>) {
@@ -287,7 +280,7 @@ impl Filesystem for FuseFs {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.fs.getattr(node(ino), fh.map(fh_no)) {
-            Ok(a) => reply.attr(&ttl(cache_of(ino)), &file_attr(&a)),
+            Ok(a) => reply.attr(&ttl(self.fs.cache_of(node(ino))), &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -320,7 +313,7 @@ impl Filesystem for FuseFs {
             fh: fh.map(fh_no),
         };
         match self.fs.setattr(&caller(req), node(ino), &set) {
-            Ok(a) => reply.attr(&ttl(cache_of(ino)), &file_attr(&a)),
+            Ok(a) => reply.attr(&ttl(self.fs.cache_of(node(ino))), &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -343,6 +336,7 @@ impl Filesystem for FuseFs {
         reply: ReplyEntry,
     ) {
         reply_entry(
+            &self.fs,
             reply,
             self.fs.mknod(&caller(req), node(parent), name, mode, rdev),
         );
@@ -357,7 +351,11 @@ impl Filesystem for FuseFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        reply_entry(reply, self.fs.mkdir(&caller(req), node(parent), name, mode));
+        reply_entry(
+            &self.fs,
+            reply,
+            self.fs.mkdir(&caller(req), node(parent), name, mode),
+        );
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -383,6 +381,7 @@ impl Filesystem for FuseFs {
         reply: ReplyEntry,
     ) {
         reply_entry(
+            &self.fs,
             reply,
             self.fs
                 .symlink(&caller(req), node(parent), link_name, target.as_os_str()),
@@ -421,6 +420,7 @@ impl Filesystem for FuseFs {
         reply: ReplyEntry,
     ) {
         reply_entry(
+            &self.fs,
             reply,
             self.fs
                 .link(&caller(req), node(ino), node(newparent), newname),
@@ -431,7 +431,9 @@ impl Filesystem for FuseFs {
         match self.fs.open(&caller(req), node(ino), flags.0) {
             Ok((fh, cache)) => {
                 let backing = match cache {
-                    Cache::Normal => self.backing_for(fh, |fd| reply.open_backing(fd)),
+                    Cache::Normal | Cache::Brief | Cache::Volatile => {
+                        self.backing_for(fh, |fd| reply.open_backing(fd))
+                    }
                     Cache::Never => None,
                 };
                 match backing {
@@ -558,7 +560,7 @@ impl Filesystem for FuseFs {
                 INodeNo(e.ino.0),
                 e.offset,
                 e.name,
-                &ttl(dispatch::cache_of(e.ino)),
+                &ttl(self.fs.cache_of(e.ino)),
                 &attr,
                 Generation(0),
             )
@@ -656,8 +658,9 @@ impl Filesystem for FuseFs {
             .create(&caller(req), node(parent), name, mode, flags)
         {
             Ok((a, fh)) => match self.backing_for(fh, |fd| reply.open_backing(fd)) {
+                // A new file's entry and attributes, cached as its node's ([`SmithFs::cache_of`]).
                 Some(b) => reply.created_passthrough(
-                    &TTL,
+                    &ttl(self.fs.cache_of(NodeId(a.0.st_ino))),
                     &file_attr(&a),
                     Generation(0),
                     FileHandle(fh.0),
@@ -665,7 +668,7 @@ impl Filesystem for FuseFs {
                     &b,
                 ),
                 None => reply.created(
-                    &TTL,
+                    &ttl(self.fs.cache_of(NodeId(a.0.st_ino))),
                     &file_attr(&a),
                     Generation(0),
                     FileHandle(fh.0),

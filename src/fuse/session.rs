@@ -72,6 +72,9 @@ impl Invalidate for KernelCache {
         else {
             return;
         };
+        // The directory's own attributes (mtime, nlink) changed too; the kernel invalidates them
+        // with the entry only when it holds a dentry for the name.
+        let _ = n.inval_inode(parent, -1, 0);
         if let Err(e) = n.inval_entry(parent, name) {
             tracing::debug!("inval_entry: {e}");
         }

@@ -874,6 +874,10 @@ impl Exec {
         match store_facts::copy_final(self.root.as_fd()) {
             Ok(Some(results_ino)) => {
                 self.invalidate.entry(results_ino, OsStr::new("final.md"));
+                // `results/` may have just been made at the mount root: its attributes changed.
+                if let Ok(st) = backing::stat(self.root.as_fd()) {
+                    self.invalidate.inode(BackingIno::of(&st));
+                }
                 self.final_pending = true;
             }
             Ok(None) => {}

@@ -10,7 +10,8 @@ use serde_json::Value;
 use super::{poll_until, smithfs, Run, TestMount};
 
 /// The test agent, installed as `agents/agent.sh`. The first line of `$SMITH_TASK_FILE` is a
-/// directive (`ok`, `sleep N`, `fail`, `hang`, `resumehang`, `resumehangterm` (its whole
+/// directive (`ok`, `say TEXT` (publishes TEXT), `ticks N` (N lines `tick K EPOCH` on stdout,
+/// 0.2 s apart), `sleep N`, `fail`, `hang`, `resumehang`, `resumehangterm` (its whole
 /// group ignores TERM), `sibling`, `env`, `split`, `splitwait`); for `split`/`splitwait` each further line becomes the task of one child
 /// (`smith-001`, `smith-002`, … made by this agent with mkdir) and `bad*` lines make the agent
 /// write a malformed `config.json` into that child first. Woken for children, a smith
@@ -60,6 +61,11 @@ split|splitwait)
   fi
   exit 0 ;;
 ok|badkey|badjson|badscope) publish "result of $SMITH_ID" ;;
+say) publish "$arg" ;;
+ticks)
+  i=0
+  while [ $i -lt "$arg" ]; do echo "tick $i $(date +%s.%N)"; i=$((i+1)); sleep 0.2; done
+  publish "ticked $SMITH_ID" ;;
 sleep) sleep "$arg"; publish "result of $SMITH_ID" ;;
 fail) exit 3 ;;
 hang) hang ;;
@@ -112,7 +118,18 @@ impl Sm {
     /// Init and mount, install `AGENT` as `agents/agent.sh`, set `agent.command` to run it and
     /// merge `patch` into `config.json`, then remount so the scheduler reads it.
     pub fn new(patch: Value) -> Self {
-        let mut m = TestMount::new();
+        Self::with(
+            super::MountOpts {
+                allow_other: true,
+                ..super::MountOpts::default()
+            },
+            patch,
+        )
+    }
+
+    /// [`Sm::new`] mounted with `opts`.
+    pub fn with(opts: super::MountOpts, patch: Value) -> Self {
+        let mut m = TestMount::with(opts);
         std::fs::write(m.path().join("agents/agent.sh"), AGENT).expect("write agent");
         let cfg_path = m.path().join("config.json");
         let mut cfg: Value =

@@ -12,6 +12,7 @@ mod common;
 
 mod agent_clis;
 mod hardening;
+mod kernel_cache;
 mod limits_cgroup;
 mod limits_storage;
 mod operator_cli;
