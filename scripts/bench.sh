@@ -167,11 +167,21 @@ uring_param=/sys/module/fuse/parameters/enable_uring
 if [[ " ${fses[*]} " =~ \ (phu|opu|smithu)\  ]]; then
     [ -w "$uring_param" ] || die "no $uring_param: this kernel has no FUSE over io_uring"
 fi
-# uring_on / uring_off: hold enable_uring on around one io_uring mount's INIT.
+# uring_on / uring_off: hold enable_uring on around one io_uring mount's INIT, under the lock
+# the tests' UringSwitch takes (the switch is machine-wide: a test or another script must not
+# flip it in between). flock -u releases the lock even though the daemon inherits the fd.
 uring_was=""
-uring_on() { uring_was="$(cat "$uring_param")"; echo 1 >"$uring_param"; }
+uring_lock=""
+uring_on() {
+    exec {uring_lock}>/tmp/smithfs-tests-enable-uring.lock
+    flock "$uring_lock"
+    uring_was="$(cat "$uring_param")"
+    echo 1 >"$uring_param"
+}
 uring_off() {
     case "$uring_was" in Y | y | 1) echo 1 >"$uring_param" ;; *) echo 0 >"$uring_param" ;; esac
+    flock -u "$uring_lock"
+    exec {uring_lock}>&-
 }
 
 tarball="$bench_dir/tree-$tree_files.tar"

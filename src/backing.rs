@@ -255,6 +255,24 @@ pub fn reopen(fd: BorrowedFd<'_>, flags: i32) -> SysResult<OwnedFd> {
     Ok(take_fd(ret))
 }
 
+/// `fcntl(fd, F_GETFL)`: the access mode and status flags of an open file (`O_RDWR`,
+/// `O_APPEND`, …).
+pub fn status_flags(fd: BorrowedFd<'_>) -> SysResult<i32> {
+    // SAFETY: fcntl without an argument on a valid descriptor.
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })
+}
+
+/// Flags that change what I/O through an open file does: a file with any of them cannot serve
+/// as the passthrough backing shared by every open of its inode (`O_SYNC` includes `O_DSYNC`'s
+/// bit).
+pub const IO_FLAGS: i32 = libc::O_APPEND
+    | libc::O_DIRECT
+    | libc::O_SYNC
+    | libc::O_DSYNC
+    | libc::O_NONBLOCK
+    | libc::O_NOATIME
+    | libc::O_PATH;
+
 /// `fcntl(fd, F_DUPFD_CLOEXEC, 3)`: a second descriptor of the same open file.
 pub fn dup(fd: BorrowedFd<'_>) -> SysResult<OwnedFd> {
     // SAFETY: fcntl with an integer argument on a valid descriptor.

@@ -76,7 +76,7 @@ impl SmithFs {
         let slot = self.charge(caller, who, "create", || self.child_path(&dir, name))?;
         let fd = {
             let _cred = as_caller(caller)?;
-            backing::open_beneath(dir.fd()?.as_fd(), &cname, flags | libc::O_CREAT, mode)?
+            create_open(dir.fd()?.as_fd(), &cname, flags, mode)?
         };
         let (inode, attr) = self.lookup_created(&dir, &cname, name)?;
         // A new file: its release completes it (§5).
@@ -126,14 +126,20 @@ impl SmithFs {
                 return None;
             }
             Passthrough::Idle => {
-                let made = h
-                    .inode
-                    .fd()
-                    .map_err(|e| std::io::Error::from(e.errno()))
-                    .and_then(|f| {
-                        backing::reopen(f.as_fd(), libc::O_RDWR).map_err(std::io::Error::from)
-                    })
-                    .and_then(|fd| register(fd.as_fd()));
+                // The handle's own file serves when it is a plain O_RDWR one (a create's, see
+                // `create_open`): the kernel keeps its own reference, and a reopen through
+                // /proc/self/fd (a path walk, an open and a close) is saved.
+                let made = if shareable(&h.fd) {
+                    register(h.fd.as_fd())
+                } else {
+                    h.inode
+                        .fd()
+                        .map_err(|e| std::io::Error::from(e.errno()))
+                        .and_then(|f| {
+                            backing::reopen(f.as_fd(), libc::O_RDWR).map_err(std::io::Error::from)
+                        })
+                        .and_then(|fd| register(fd.as_fd()))
+                };
                 match made {
                     Ok(backing) => {
                         *pt = Passthrough::Active {
@@ -350,6 +356,39 @@ impl SmithFs {
 }
 
 /// Does the open file carry setuid or setgid (bits a write may have to clear)?
+/// Can the open file `fd` be the passthrough backing shared by every open of its inode: opened
+/// `O_RDWR` with none of [`backing::IO_FLAGS`] (an `O_APPEND` backing would make every
+/// passed-through write append)?
+fn shareable(fd: &OwnedFd) -> bool {
+    backing::status_flags(fd.as_fd())
+        .is_ok_and(|f| f & libc::O_ACCMODE == libc::O_RDWR && f & backing::IO_FLAGS == 0)
+}
+
+/// Open `name` in `dir` for a FUSE create with the caller's `flags` (credentials already
+/// switched). A write-only create that makes a new file opens it `O_RDWR` instead (a newly
+/// created file is opened without a permission check, so this never fails where `O_WRONLY`
+/// would succeed): the handle's own file can then be the inode's passthrough backing
+/// ([`shareable`]). The handle keeps the caller's flags, so what the caller may do through it
+/// is unchanged (the kernel sends no READ for a write-only open). When the name exists (or the
+/// exclusive create fails otherwise) the caller's flags are used as given.
+fn create_open(
+    dir: std::os::fd::BorrowedFd<'_>,
+    name: &std::ffi::CStr,
+    flags: i32,
+    mode: u32,
+) -> FsResult<OwnedFd> {
+    let flags = flags | libc::O_CREAT;
+    if flags & libc::O_ACCMODE == libc::O_WRONLY && flags & backing::IO_FLAGS == 0 {
+        let rw = (flags & !libc::O_ACCMODE) | libc::O_RDWR | libc::O_EXCL;
+        match backing::open_beneath(dir, name, rw, mode) {
+            Ok(fd) => return Ok(fd),
+            Err(e) if flags & libc::O_EXCL != 0 => return Err(e.into()),
+            Err(_) => {}
+        }
+    }
+    Ok(backing::open_beneath(dir, name, flags, mode)?)
+}
+
 pub(super) fn setid(fd: &OwnedFd) -> bool {
     backing::stat(fd.as_fd()).is_ok_and(|st| st.st_mode & (libc::S_ISUID | libc::S_ISGID) != 0)
 }
