@@ -175,6 +175,13 @@ pub struct AgentConfig {
     pub retries: u32,
     /// Seconds between TERM and KILL when a run is stopped (default 5).
     pub kill_grace_secs: u64,
+    /// Confine the runs a root daemon starts (default true): each in its own mount namespace
+    /// with `/sys` (all cgroup filesystems) and `/proc/sys` read-only and without
+    /// `CAP_SYS_ADMIN`, `CAP_SYS_PTRACE` and the other capabilities outside Docker's default
+    /// set, so that a root agent cannot move itself into another smith's cgroup or out of its
+    /// own, nor read the daemon's descriptors (docs/PROTOCOL-NOTES.md H13). `false` lets root
+    /// agents do all of that. Mount-wide only: a smith's own `config.json` cannot change it.
+    pub confine: bool,
 }
 
 /// `scheduler` in `config.json` (PROTOCOL.md §5, §8).
@@ -372,6 +379,7 @@ impl Default for AgentConfig {
             timeout_secs: 1800,
             retries: 1,
             kill_grace_secs: 5,
+            confine: true,
         }
     }
 }
@@ -500,6 +508,7 @@ impl SmithConfig {
             timeout_secs: o.timeout_secs.unwrap_or(base.timeout_secs),
             retries: o.retries.unwrap_or(base.retries),
             kill_grace_secs: o.kill_grace_secs.unwrap_or(base.kill_grace_secs),
+            confine: base.confine,
         }
     }
 }
@@ -973,7 +982,7 @@ mod tests {
         }
         assert_eq!(
             err(r#"{"agent": {"comand": []}}"#),
-            "config.json: unknown key agent.comand (known keys: command, env, timeout_secs, retries, kill_grace_secs)"
+            "config.json: unknown key agent.comand (known keys: command, env, timeout_secs, retries, kill_grace_secs, confine)"
         );
     }
 
@@ -1131,7 +1140,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let rows: &[(&str, &str)] = &[
-            (r#"{"agent": {"comand": []}}"#, "config.json: unknown key agent.comand (known keys: command, env, timeout_secs, retries, kill_grace_secs)"),
+            (r#"{"agent": {"comand": []}}"#, "config.json: unknown key agent.comand (known keys: command, env, timeout_secs, retries, kill_grace_secs, confine)"),
             (r#"{"agent": []}"#, "config.json: agent: invalid type: sequence, expected an object"),
             (r#"{"agent": {"retries": "2"}}"#, "config.json: agent.retries: invalid type: string \"2\", expected u32"),
             (r#"{"agent": {"env": {"K": false}}}"#, "config.json: agent.env.K: invalid type: boolean `false`, expected a string"),

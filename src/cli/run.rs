@@ -62,6 +62,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         .ok()
         .and_then(|t| whoami::lookup(&t, "identity mode"));
     bind(&control, &full)?;
+    confine(&mount)?;
     let env = smith.vars(&mount);
     if mode.as_deref() == Some("cgroup") {
         let (prog, rest) = args
@@ -85,6 +86,34 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     }
     let status = keeper::keep(&args.command).context("keeper")?;
     Ok(ExitCode::from(status))
+}
+
+/// Confine this process as the daemon confines runs (docs/PROTOCOL-NOTES.md H13), when it can
+/// (root with `CAP_SYS_ADMIN`) and the mount's `agent.confine` is on (an unreadable or invalid
+/// `config.json` counts as on): CMD and everything it starts get their own mount namespace with
+/// `/sys` and `/proc/sys` read-only and a reduced capability set, so a root CMD cannot leave the
+/// smith it was bound to.
+///
+/// # Errors
+/// A step of the confinement failed (CMD is then not run).
+fn confine(mount: &Path) -> Result<()> {
+    let Some(confinement) = crate::process::confine::Confinement::prepare() else {
+        return Ok(());
+    };
+    let on = std::fs::read_to_string(mount.join("config.json"))
+        .ok()
+        .and_then(|t| crate::config::Config::parse(&t).ok())
+        .map_or(true, |c| c.agent.confine);
+    if !on {
+        return Ok(());
+    }
+    confinement.apply().map_err(|(step, e)| {
+        anyhow!(
+            "cannot confine the command ({}): {}",
+            step.what(),
+            std::io::Error::from_raw_os_error(e)
+        )
+    })
 }
 
 /// The full id and what follows from it: the `SMITH_*` variables.

@@ -209,6 +209,10 @@ type Entries = Vec<(u32, Arc<CacheEntry>)>;
 /// The cgroups of cgroup mode that are not a smith's.
 struct CgroupState {
     parent: Cgroup,
+    /// `parent`'s cgroup v2 path as `/proc/PID/cgroup` shows it to the daemon
+    /// (`/…/smithfs-PID`): a process in a cgroup below it that is no smith's leaf is Unknown,
+    /// never Operator (docs/PROTOCOL-NOTES.md H13). `None` if it could not be read.
+    tree: Option<PathBuf>,
     operator: Arc<Cgroup>,
     /// The cgroup limits in force (PROTOCOL.md §5), if any were ever configured (a reload
     /// replaces the tree, [`Resolver::set_limits`]). A leaf: cloned out, never held across a
@@ -325,6 +329,17 @@ fn live_thread_group(thread: BorrowedFd<'_>, info: &PidfdInfo) -> Result<LiveNod
 }
 
 /// The cgroup v2 directory of process `pid` (pure parsing of `/proc` text).
+/// The cgroup v2 path of the task `tid` (`0::` line of `/proc/TID/cgroup`), as the daemon's
+/// cgroup namespace shows it; `None` if unreadable, absent or deleted.
+fn v2_path_of(tid: u32) -> Option<PathBuf> {
+    let bytes = std::fs::read(format!("/proc/{tid}/cgroup")).ok()?;
+    let own = procfs::parse_cgroup(&bytes).ok()?;
+    if own.v2_deleted {
+        return None;
+    }
+    own.v2
+}
+
 fn cgroup_dir_of(pid: u32) -> Result<PathBuf, String> {
     let mounts =
         std::fs::read("/proc/self/mountinfo").map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
@@ -430,6 +445,7 @@ fn create_cgroups(daemon_pid: u32) -> Result<CgroupState, String> {
     };
     match check() {
         Ok(operator) => Ok(CgroupState {
+            tree: v2_path_of(daemon_pid).and_then(|own| Some(own.join(path.file_name()?))),
             parent,
             operator,
             limits: RwLock::new(None),
@@ -988,6 +1004,15 @@ impl Resolver {
                 .and_then(|c| self.by_cgroup.read().get(&c).copied())
             {
                 return id;
+            }
+            // A cgroup inside our tree that is no smith's leaf (made below a leaf through a
+            // cgroup namespace of its own, or a retired smith's): Unknown, so that nothing
+            // there is judged by ancestry as the Operator (docs/PROTOCOL-NOTES.md H13).
+            if let Some(tree) = self.cgroups.as_ref().and_then(|c| c.tree.as_ref()) {
+                match v2_path_of(info.pid) {
+                    Some(p) if !p.starts_with(tree) => {}
+                    _ => return Identity::Unknown,
+                }
             }
         }
         let Ok(start) = live_thread_group(thread, info) else {

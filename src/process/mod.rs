@@ -5,6 +5,9 @@
 //! - [`spawn`]: `clone3(CLONE_INTO_CGROUP)` — a run or hook is born inside its smith's cgroup,
 //!   becomes a session leader and a child subreaper, and `execve`s (the scheduler's runs and
 //!   hooks use it);
+//! - [`confine`]: what a root daemon's runs may not do (their own mount namespace with `/sys`
+//!   and `/proc/sys` read-only, a reduced capability set), so root agents cannot leave their
+//!   smith;
 //! - [`keeper`]: the keeper of `smithfs run` (ancestry mode): a bound subreaper that runs a
 //!   command, forwards signals to it and outlives its last descendant;
 //! - [`reaper`]: the daemon's reaper of orphans (a subreaper must reap them) that leaves the
@@ -18,6 +21,7 @@
 //! Nothing here knows smiths, the store or the scheduler: callers pass argv, environment,
 //! descriptors and a cgroup.
 
+pub mod confine;
 pub mod keeper;
 pub mod pidfd;
 pub mod reaper;

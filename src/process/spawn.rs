@@ -96,6 +96,11 @@ pub struct Spawn<'a> {
     /// `CLONE_INTO_CGROUP`. `None`: the child is not held for it. An error stops the child
     /// before exec and is [`spawn`]'s error.
     pub place: Option<&'a mut dyn FnMut(u32) -> io::Result<()>>,
+    /// Confine the child after binding, before exec ([`super::confine`], PROTOCOL-NOTES H13):
+    /// its own mount namespace with `/sys` and `/proc/sys` read-only, and a reduced capability
+    /// set. `None`: it runs with the daemon's capabilities and mounts. A failure stops the
+    /// child before exec and is [`spawn`]'s error.
+    pub confine: Option<super::confine::Confinement>,
 }
 
 /// A started process: the leader of its own session and process group. Dropping it neither
@@ -176,6 +181,7 @@ enum Step {
     Bind = 3,
     Chdir = 4,
     Exec = 5,
+    Confine = 6,
 }
 
 impl Step {
@@ -186,6 +192,7 @@ impl Step {
             3 => Step::Bind,
             4 => Step::Chdir,
             5 => Step::Exec,
+            6 => Step::Confine,
             _ => return None,
         })
     }
@@ -197,6 +204,7 @@ impl Step {
             Step::Bind => "binding",
             Step::Chdir => "entering the working directory",
             Step::Exec => "exec",
+            Step::Confine => "confining it (mount namespace, read-only /sys, capabilities)",
         }
     }
 }
@@ -215,6 +223,7 @@ struct ChildPlan<'a> {
     /// The write end of the error pipe (close-on-exec).
     err: RawFd,
     nofile: (u64, u64),
+    confine: Option<super::confine::Confinement>,
     cwd: *const libc::c_char,
     /// execve candidates, in order (one unless `$PATH` is searched).
     candidates: &'a [*const libc::c_char],
@@ -293,6 +302,11 @@ unsafe fn child(p: &mut ChildPlan<'_>) -> ! {
                 }
             }
             libc::close(p.go);
+        }
+        if let Some(c) = p.confine {
+            if let Err((_, e)) = c.apply() {
+                fail(err, Step::Confine, e);
+            }
         }
         // Only fds 0–2 survive exec, whatever the daemon's other descriptors are (the error
         // pipe is already close-on-exec: exec closing it tells the parent we are running).
@@ -535,6 +549,7 @@ struct Prepared<'a> {
     stdin: BorrowedFd<'a>,
     out: BorrowedFd<'a>,
     nofile: (u64, u64),
+    confine: Option<super::confine::Confinement>,
 }
 
 /// How one clone ended.
@@ -603,6 +618,7 @@ pub fn spawn(s: Spawn<'_>) -> io::Result<Process> {
         stdin: stdin_child.as_fd(),
         out: out.as_fd(),
         nofile: s.nofile,
+        confine: s.confine,
     };
     let mut cgroup = s.cgroup;
     let mut place = s.place;
@@ -652,6 +668,7 @@ fn attempt(
         err_parent: err_rd.as_raw_fd(),
         err: err_wr.as_raw_fd(),
         nofile: prep.nofile,
+        confine: prep.confine,
         cwd: prep.cwd,
         candidates: &prep.candidates,
         search: prep.search,
@@ -799,6 +816,7 @@ mod tests {
             nofile: (0, 0),
             bind,
             place: None,
+            confine: None,
         }
     }
 
@@ -1111,6 +1129,7 @@ mod tests {
         let p = spawn(Spawn {
             cgroup: Some(cg_fd.as_fd()),
             place: Some(&mut place),
+            confine: None,
             ..plain(&argv(&["sleep", "30"]), &BTreeMap::new(), &mut no_bind())
         })
         .expect("spawn");
@@ -1125,6 +1144,7 @@ mod tests {
         let e = spawn(Spawn {
             cgroup: Some(cg_fd.as_fd()),
             place: Some(&mut refuse),
+            confine: None,
             ..plain(
                 &argv(&["touch", marker.to_str().expect("utf-8")]),
                 &BTreeMap::new(),

@@ -51,6 +51,8 @@ pub(crate) struct CommitJob {
     pub tx: SyncSender<Msg>,
     /// `RLIMIT_NOFILE` for the children, as for runs.
     pub nofile: (u64, u64),
+    /// Confine git as the smith's runs are (docs/PROTOCOL-NOTES.md H13).
+    pub confine: Option<crate::process::confine::Confinement>,
 }
 
 /// What one git step did: its exit code (None: killed or not reaped) and output.
@@ -181,6 +183,7 @@ impl CommitJob {
                 output: Some(write),
                 bind: BindTo::Smith(self.smith),
                 nofile: self.nofile,
+                confine: self.confine,
             },
             &*self.binder,
         )

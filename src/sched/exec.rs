@@ -29,6 +29,7 @@ use crate::backing::{self, BackingIno};
 use crate::config::{AgentConfig, Config, SmithConfig};
 use crate::limits::storage::{Home, Storage};
 use crate::policy::zone::Area;
+use crate::process::confine::Confinement;
 use crate::tree::model::{FullId, SmithIdx};
 use crate::tree::registry::{Registry, SmithInfo};
 
@@ -100,6 +101,9 @@ pub(crate) struct Exec {
     /// Drains runs' and hooks' output into their logs (docs/PROTOCOL-NOTES.md L17).
     pump: Pump,
     nofile: (u64, u64),
+    /// How this daemon confines runs when `agent.confine` is on (`None`: it cannot, not being
+    /// privileged; docs/PROTOCOL-NOTES.md H13).
+    confiner: Option<Confinement>,
     queue: Queue,
     recs: HashMap<SmithIdx, Rec>,
     live: HashMap<SmithIdx, Live>,
@@ -188,6 +192,7 @@ impl Exec {
             storage,
             pump,
             nofile: ctx.original_nofile,
+            confiner: Confinement::prepare(),
             recs: HashMap::new(),
             live: HashMap::new(),
             shared,
@@ -1081,6 +1086,7 @@ impl Exec {
                 output: Some(output),
                 bind: BindTo::Smith(s),
                 nofile: self.nofile,
+                confine: self.confiner.filter(|_| agent.confine),
             },
             &*self.binder,
         );
@@ -1265,6 +1271,7 @@ impl Exec {
                     journal: self.journal.clone(),
                     tx: self.tx.clone(),
                     nofile: self.nofile,
+                    confine: self.confiner.filter(|_| self.config.agent.confine),
                 };
                 l.committing = true;
                 match job.start() {

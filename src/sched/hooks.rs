@@ -231,6 +231,7 @@ impl HookJob {
                 output,
                 bind: BindTo::Operator,
                 nofile: (0, 0),
+                confine: None,
             },
             &*self.binder,
         );

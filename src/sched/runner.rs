@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::backing::BackingIno;
+use crate::process::confine::Confinement;
 use crate::process::spawn::{self, Process, Spawn};
 use crate::tree::model::SmithIdx;
 
@@ -174,6 +175,9 @@ pub struct Launch<'a> {
     /// `RLIMIT_NOFILE` to restore in the child, (soft, hard): the limits the daemon started with
     /// before it raised its own; a 0 leaves that one as inherited.
     pub nofile: (u64, u64),
+    /// Confine the child before exec (runs of a root daemon, docs/PROTOCOL-NOTES.md H13);
+    /// `None`: it keeps the daemon's mounts and capabilities (hooks, a non-root daemon).
+    pub confine: Option<Confinement>,
 }
 
 /// A started process.
@@ -218,6 +222,7 @@ pub fn launch(l: Launch<'_>, binder: &dyn RunBinder) -> io::Result<Started> {
         output: l.output,
         cgroup: cgroup.as_ref().map(|c| c.as_fd()),
         nofile: l.nofile,
+        confine: l.confine,
         bind: &mut bind,
         place: binder
             .needs_placing(bind_to)

@@ -510,3 +510,67 @@ fn a_100_gib_sparse_result_costs_nothing() {
     );
     assert!(std::fs::metadata(&result).is_ok());
 }
+
+/// A root agent the scheduler starts (cgroup and ancestry mode) cannot leave its smith: every
+/// route of tests/fixtures/escapes.sh fails, its capabilities lack `CAP_SYS_ADMIN` and
+/// `CAP_SYS_PTRACE`, and it stays `smith-root` (docs/PROTOCOL-NOTES.md H13); with
+/// `agent.confine: false` the same agent keeps the daemon's capabilities (the switch works).
+fn agent_is_confined(mode: &'static str) {
+    const PROBE: &str = "{ awk '$1 == \"CapEff:\" { print \"CapEff: \" $2 }' /proc/self/status; \
+                         cat \"$SMITH_MOUNT/.smithfs/whoami\"; } > outbox/result.md";
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/escapes.sh");
+    for confine in [true, false] {
+        let config = serde_json::json!({
+            "agent": {
+                // Unconfined, only the capabilities are read: the attempts would change the host.
+                "command": ["bash", "-c", if confine {
+                    format!("bash {} > outbox/result.md 2>&1", script.display())
+                } else {
+                    PROBE.to_string()
+                }],
+                "confine": confine,
+            }
+        });
+        let m = mount_with(&config.to_string(), mode);
+        for c in ["smith-001", "smith-002"] {
+            std::fs::create_dir(m.path().join("smiths/smith-root/children").join(c))
+                .expect("mkdir");
+        }
+        std::fs::write(
+            m.path().join("smiths/smith-root/inbox/task-1.md"),
+            "escape\n",
+        )
+        .expect("task");
+        let result = m.path().join("smiths/smith-root/outbox/result.md");
+        let out = poll_until(60, "the agent's result.md", || {
+            std::fs::read_to_string(&result)
+                .ok()
+                .filter(|t| t.contains("full id:"))
+        });
+        let eff = out
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff: "))
+            .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
+            .expect("CapEff line");
+        if confine {
+            assert!(
+                !out.contains("ESCAPED") && !out.contains("MISSING"),
+                "[{mode}] a confined root agent left its smith:\n{out}"
+            );
+            assert_eq!(eff & ((1 << 21) | (1 << 19)), 0, "[{mode}]\n{out}");
+            assert!(out.contains("full id: smith-root\n"), "[{mode}]\n{out}");
+        } else {
+            assert_eq!(eff & (1 << 21), 1 << 21, "[{mode}] confine: false\n{out}");
+        }
+    }
+}
+
+#[test]
+fn root_agents_are_confined_cgroup() {
+    agent_is_confined("cgroup");
+}
+
+#[test]
+fn root_agents_are_confined_ancestry() {
+    agent_is_confined("ancestry");
+}

@@ -2403,3 +2403,36 @@ both_modes!(operator_read_only, |mode| {
     let why = t.why(OPERATOR);
     assert_eq!(field(&why, "rule"), Some("operator-read-only"), "{why}");
 });
+
+// ---------------------------------------------------------------------------------------------
+// Root agents cannot leave their smith (docs/PROTOCOL-NOTES.md H13, F-iso-1/F-iso-2)
+// ---------------------------------------------------------------------------------------------
+
+/// The escape attempts (tests/fixtures/escapes.sh): each prints `ESCAPED: …` if it succeeds.
+const ESCAPES: &str = include_str!("../fixtures/escapes.sh");
+
+both_modes!(root_agents_cannot_leave_their_smith, |mode| {
+    let t = Tree::new(mode);
+    let daemon = t.m.daemon_pid().expect("daemon pid");
+    let script = format!("DAEMON={daemon}\n{ESCAPES}");
+    let out = t.sh_ok(Some(A), &smith_dir(A), &script);
+    assert!(
+        !out.contains("ESCAPED") && !out.contains("MISSING"),
+        "[{mode:?}] a root smith left its smith:\n{out}"
+    );
+    assert_eq!(field(&out, "full id"), Some(A), "[{mode:?}]\n{out}");
+    // CAP_SYS_ADMIN (bit 21) and CAP_SYS_PTRACE (bit 19) are gone from the effective set.
+    let eff = field(&out, "CapEff")
+        .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
+        .expect("CapEff line");
+    assert_eq!(eff & ((1 << 21) | (1 << 19)), 0, "{out}");
+    // The sibling's and the parent's private files stay closed, and the smith's own open.
+    t.expect(
+        Some(A),
+        &[
+            ("get(B+'/private/f')", "EACCES"),
+            ("get(ROOT+'/private/f')", "EACCES"),
+            ("wr(A+'/private/f')", "ok"),
+        ],
+    );
+});
