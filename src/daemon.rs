@@ -261,6 +261,7 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
             patience: grace * 2 + Duration::from_secs(15),
         }),
     )?;
+    watch_for_outside_unmount(dir);
     if let Some(r) = report.take() {
         r.write_all(b"ready\n")?;
         detach_stdio();
@@ -275,6 +276,27 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
     let _ = backing::unlink(state.as_fd(), c"daemon.pid", false);
     tracing::info!(dir = %dir.display(), "unmounted");
     Ok(())
+}
+
+/// Stop the runs when `dir` is unmounted from outside (`umount DIR` by the operator): runs live
+/// in mount namespaces of their own (docs/PROTOCOL-NOTES.md H13) whose copies of the mount keep
+/// the session alive, so the daemon would otherwise go on serving them out of sight. Checked
+/// once a second by the upkeep (one read of `/proc/self/mountinfo`); raises SIGTERM once, which
+/// the signal thread handles as `smithfs umount` (runs stopped, the session then ends).
+fn watch_for_outside_unmount(dir: &Path) {
+    let dir = dir.to_path_buf();
+    let raised = std::sync::atomic::AtomicBool::new(false);
+    crate::process::reaper::every_second(move || {
+        if raised.load(std::sync::atomic::Ordering::Relaxed)
+            || crate::cli::util::mounted_fs_type(&dir).as_deref() == Some(crate::cli::util::FS_TYPE)
+        {
+            return;
+        }
+        raised.store(true, std::sync::atomic::Ordering::Relaxed);
+        tracing::warn!(dir = %dir.display(), "unmounted from outside: stopping the runs");
+        // SAFETY: kill(2) of this process with a signal its signal thread waits for.
+        unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+    });
 }
 
 /// Take `flock(LOCK_EX)` on `fd`, retrying until `patience` runs out.

@@ -36,15 +36,22 @@ pub fn run(args: UmountArgs) -> Result<ExitCode> {
         }
         MountState::Live => {
             refuse_smith(&dir)?;
-            // Nothing inside (no live run holds it): the plain unmount; the daemon then stops.
-            // Busy (runs have their working directories inside): the daemon stops its runs
-            // first and unmounts itself.
-            if let Err(busy) = kernel_unmount(&dir, false) {
-                if stop_daemon(&dir).is_err() {
-                    let daemon = daemon_pid(&dir).map_or(0, |p| p as u32);
-                    let held = procfs::mount_holders(&dir, &[daemon, std::process::id()]);
-                    bail!("{busy}; held by {}", procfs::describe_holders(&held));
-                }
+            // The daemon stops its runs first and unmounts itself: a plain unmount would
+            // succeed while runs live on in their own mount namespaces, each with a copy of
+            // the mount (docs/PROTOCOL-NOTES.md H13). Without a daemon pid, the plain unmount.
+            let daemon = daemon_pid(&dir);
+            let stopped = match daemon {
+                Some(_) => stop_daemon(&dir),
+                None => kernel_unmount(&dir, false).map_err(drop),
+            };
+            if stopped.is_err() {
+                let daemon = daemon.map_or(0, |p| p as u32);
+                let held = procfs::mount_holders(&dir, &[daemon, std::process::id()]);
+                bail!(
+                    "cannot unmount {}: busy; held by {}",
+                    dir.display(),
+                    procfs::describe_holders(&held)
+                );
             }
         }
     }

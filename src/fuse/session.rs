@@ -346,6 +346,13 @@ pub fn spawn_signal_thread(
                 }
                 tracing::info!(?sig, "signal received: stopping runs and unmounting");
                 actions.stop_runs();
+                // Unmounted from outside (`umount DIR`; the upkeep's watch raised the signal):
+                // the runs are stopped, so the copies of the mount in their namespaces are gone
+                // and the session ends by itself (docs/PROTOCOL-NOTES.md H13).
+                if crate::cli::util::mounted_fs_type(&dir).as_deref() != Some(crate::cli::util::FS_TYPE) {
+                    tracing::info!("already unmounted: the session ends with the last run");
+                    return;
+                }
                 let Err(e) = unmounter.unmount() else {
                     return;
                 };
