@@ -43,10 +43,6 @@ const LIVE: &[&str] = &[
 /// operator may do, the project (its workspaces are made at mount; docs/PROTOCOL-NOTES.md O12).
 const REMOUNT: &[&str] = &["identity", "operator", "workspace"];
 
-/// Keys of `limits` a reload cannot apply yet (the storage books are kept only when a quota
-/// was configured at mount).
-const REMOUNT_LIMITS: &[&str] = &["max_bytes_per_smith", "max_inodes_per_smith"];
-
 /// What a reload would change from `old` to `new`: the sections that differ (`agent`,
 /// `scheduler`, `limits`, `hooks`, `journal`; empty when nothing did), in §8 order.
 ///
@@ -58,16 +54,6 @@ pub fn plan(old: &Config, new: &Config) -> Result<Vec<String>, String> {
     for key in REMOUNT {
         let path = (*key).to_string();
         if let Some((path, was, now)) = first_difference(&path, &old[*key], &new[*key]) {
-            return Err(format!(
-                "config.json: {path}: changed from {was} to {now}, which needs a remount (`smithfs umount DIR`, then `smithfs mount DIR`)"
-            ));
-        }
-    }
-    for key in REMOUNT_LIMITS {
-        let path = format!("limits.{key}");
-        if let Some((path, was, now)) =
-            first_difference(&path, &old["limits"][*key], &new["limits"][*key])
-        {
             return Err(format!(
                 "config.json: {path}: changed from {was} to {now}, which needs a remount (`smithfs umount DIR`, then `smithfs mount DIR`)"
             ));
@@ -314,8 +300,13 @@ mod tests {
             ),
             (
                 "{}",
-                r#"{"limits": {"max_bytes_per_smith": "1M"}}"#,
-                Err("config.json: limits.max_bytes_per_smith: changed from null to 1048576"),
+                r#"{"limits": {"max_bytes_per_smith": "1M", "max_inodes_per_smith": 9}}"#,
+                Ok(&["limits"]),
+            ),
+            (
+                "{}",
+                r#"{"workspace": {"rev": "main"}}"#,
+                Err("config.json: workspace.rev: changed from"),
             ),
         ];
         for (old, new, want) in cases {

@@ -440,9 +440,9 @@ impl SmithFs {
         for s in registry.all() {
             identities.register_smith(s.idx, &s.full_id);
         }
-        let quota = opts.limits.quota();
         let storage = Arc::new(
-            crate::limits::storage::Storage::new(root.as_fd(), quota).map_err(FsError::from)?,
+            crate::limits::storage::Storage::new(root.as_fd(), opts.limits.clone())
+                .map_err(FsError::from)?,
         );
         let fs = SmithFs {
             inodes: InodeTable::new(root, opts.max_fds)?,
@@ -459,18 +459,8 @@ impl SmithFs {
             links,
             storage,
         };
-        if fs.storage.ledger.is_some() {
-            let started = std::time::Instant::now();
-            let books = fs.storage_scan().unwrap_or_default();
-            tracing::info!(
-                smiths = books.totals().len(),
-                ms = started.elapsed().as_millis() as u64,
-                "storage counted"
-            );
-            if let Some(l) = &fs.storage.ledger {
-                l.with(|b| b.replace_all(books));
-            }
-        }
+        // With a quota in force, the books are built now, by one scan (PROTOCOL.md §8).
+        let _ = fs.books();
         Ok(fs)
     }
 

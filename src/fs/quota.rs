@@ -17,7 +17,7 @@ use super::inode::Inode;
 use super::{backing, Caller, SmithFs};
 use crate::backing::BackingIno;
 use crate::identity::Identity;
-use crate::limits::storage::{self, Books, Exceeded, Usage};
+use crate::limits::storage::{self, Books, Exceeded, Ledger, Usage};
 use crate::policy::{storage_denial, StorageBound, Zone};
 
 /// Round `n` bytes up to whole 4 KiB blocks (the estimate of what a write allocates).
@@ -26,6 +26,22 @@ fn blocks_up(n: u64) -> u64 {
 }
 
 impl SmithFs {
+    /// The books: built by one scan of the store the first time they are needed while a quota
+    /// is in force (at mount, or after a `reload` turned one on; docs/PROTOCOL-NOTES.md L21),
+    /// `None` while no quota ever was. Requests that need them during that scan wait for it.
+    pub(super) fn books(&self) -> Option<&Ledger> {
+        self.storage.ledger_or_build(|| {
+            let started = std::time::Instant::now();
+            let books = self.storage_scan().unwrap_or_default();
+            tracing::info!(
+                smiths = books.totals().len(),
+                ms = started.elapsed().as_millis() as u64,
+                "storage counted"
+            );
+            books
+        })
+    }
+
     /// Admit a change by `who` to an entry of `zone` that adds about `bytes` and `inodes`
     /// (PROTOCOL.md §8): the operator, unknown callers and changes that add nothing always
     /// pass; a smith's change fails with ENOSPC when it would leave the store below its reserve
@@ -69,6 +85,8 @@ impl SmithFs {
             });
         }
         let home = storage::payer(zone)?;
+        // A quota a reload just turned on: its books are built before the first admission.
+        let _ = self.books();
         match self.storage.admit_quota(home.payer, bytes, inodes) {
             Ok(()) => None,
             Err(Exceeded::Bytes { limit, used, asked }) => {
@@ -98,12 +116,7 @@ impl SmithFs {
         };
         // Without books, a write whose whole length fits above the reserve on the cached
         // figure needs no stat of the file (at most its length is new).
-        if self.storage.ledger.is_none()
-            && self
-                .storage
-                .admit_reserve(blocks_up(len.saturating_add(4095)), 0)
-                .is_ok()
-        {
+        if self.books().is_none() && self.storage.admit_reserve(blocks_up(len), 0).is_ok() {
             return Ok(());
         }
         let st = backing::stat(fd)?;
@@ -126,7 +139,7 @@ impl SmithFs {
     /// The books take the allocation of the held inode `fd` as it is now (after a write,
     /// truncate, fallocate or copy through it, or its release).
     pub(super) fn settle_fd(&self, fd: BorrowedFd<'_>) {
-        let Some(ledger) = &self.storage.ledger else {
+        let Some(ledger) = self.books() else {
             return;
         };
         if let Ok(st) = backing::stat(fd) {
@@ -140,7 +153,7 @@ impl SmithFs {
     /// its payer's usage within a second, not only at its close, and the payer's other writes
     /// are refused as soon as the books show it over. Nothing without a quota.
     pub fn settle_passthrough_writers(&self) {
-        if self.storage.ledger.is_none() {
+        if self.books().is_none() {
             return;
         }
         for h in self.files.all() {
@@ -153,7 +166,7 @@ impl SmithFs {
     /// A new entry (`st`, its fresh `stat`) was made in `dir` with zone `zone`: charge it, and
     /// the directory's growth.
     pub(super) fn settle_new(&self, dir: &Inode, zone: &Zone, st: &libc::stat) {
-        let Some(ledger) = &self.storage.ledger else {
+        let Some(ledger) = self.books() else {
             return;
         };
         let home = storage::payer(zone);
@@ -167,7 +180,7 @@ impl SmithFs {
     /// (unlink, rmdir, or replaced by a rename). A file's space comes back when its last name
     /// is gone and the kernel has let go of it ([`SmithFs::storage_forgotten`]).
     pub(super) fn storage_unlinked(&self, dir: &Inode, st: &libc::stat) {
-        let Some(ledger) = &self.storage.ledger else {
+        let Some(ledger) = self.books() else {
             return;
         };
         let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
@@ -189,7 +202,7 @@ impl SmithFs {
 
     /// The kernel let go of node `id` (backing inode `ino`): an unlinked file's space is free.
     pub(super) fn storage_forgotten(&self, ino: BackingIno) {
-        if let Some(ledger) = &self.storage.ledger {
+        if let Some(ledger) = self.books() {
             ledger.with(|b| b.forgotten(ino));
         }
     }
@@ -204,7 +217,7 @@ impl SmithFs {
         cname: &std::ffi::CStr,
         zone: &Zone,
     ) {
-        let Some(ledger) = &self.storage.ledger else {
+        let Some(ledger) = self.books() else {
             return;
         };
         let home = storage::payer(zone);
@@ -222,7 +235,7 @@ impl SmithFs {
     /// Walk the directory `cname` in `dir` (of zone `zone`) and charge everything in it where
     /// it now is.
     pub(super) fn charge_subtree(&self, dir: &Inode, cname: &std::ffi::CStr, zone: &Zone) {
-        let Some(ledger) = &self.storage.ledger else {
+        let Some(ledger) = self.books() else {
             return;
         };
         let Ok(dfd) = dir.fd() else {
@@ -247,7 +260,7 @@ impl SmithFs {
     /// Rebuild the books from the store (after the operator moved a smith dir, whose smiths
     /// were registered anew). Nothing without a quota.
     pub(super) fn storage_recount(&self) {
-        let Some(ledger) = &self.storage.ledger else {
+        let Some(ledger) = self.books() else {
             return;
         };
         match self.storage_scan() {
@@ -275,29 +288,33 @@ impl SmithFs {
     /// What the books say `smith` holds; `None` when no quota is configured (nothing is
     /// counted).
     pub fn storage_usage(&self, smith: crate::tree::model::SmithIdx) -> Option<Usage> {
-        self.storage.ledger.as_ref().map(|l| l.usage(smith))
+        self.books().map(|l| l.usage(smith))
     }
 
     /// The books as they are (for `ctl`-less checks in tests: compare with
     /// [`SmithFs::storage_scan`]).
     pub fn storage_books(&self) -> Option<Books> {
-        self.storage.ledger.as_ref().map(|l| l.snapshot())
+        self.books().map(|l| l.snapshot())
     }
 
     /// The `whoami` lines of `smith`'s storage (PROTOCOL.md §7, §8; docs/PROTOCOL-NOTES.md L13):
-    /// what its zones hold and its limits, when a quota is configured; else nothing.
+    /// what its zones hold and its limits, while a quota is in force; else nothing.
     pub(super) fn storage_lines(&self, smith: crate::tree::model::SmithIdx) -> String {
-        let Some(ledger) = &self.storage.ledger else {
+        if !self.storage.quota().is_set() {
+            return String::new();
+        }
+        let Some(ledger) = self.books() else {
             return String::new();
         };
         let u = ledger.usage(smith);
+        let quota = self.storage.quota();
         let limit = |l: Option<u64>| l.map_or_else(|| "none".to_owned(), |n| n.to_string());
         format!(
             "storage bytes: {}\nstorage inodes: {}\nstorage max bytes: {}\nstorage max inodes: {}\n",
             u.bytes,
             u.inodes,
-            limit(ledger.quota.max_bytes),
-            limit(ledger.quota.max_inodes)
+            limit(quota.max_bytes),
+            limit(quota.max_inodes)
         )
     }
 

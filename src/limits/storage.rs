@@ -384,19 +384,17 @@ impl Books {
     }
 }
 
-/// The books of a mount behind one lock (a leaf: never held across a syscall), and its quota.
+/// The books of a mount behind one lock (a leaf: never held across a syscall, but for the
+/// one scan that builds them, [`Storage::ledger_or_build`]).
 #[derive(Debug, Default)]
 pub struct Ledger {
-    /// The mount's limits, the same for every smith.
-    pub quota: Quota,
     books: Mutex<Books>,
 }
 
 impl Ledger {
-    /// A ledger with `quota` and the books `books` (from [`scan`]).
-    pub fn new(quota: Quota, books: Books) -> Ledger {
+    /// A ledger with the books `books` (from [`scan`]).
+    pub fn new(books: Books) -> Ledger {
         Ledger {
-            quota,
             books: Mutex::new(books),
         }
     }
@@ -538,14 +536,18 @@ struct Cached {
     since: u64,
 }
 
-/// The storage limits of a mount as one shared value: the books (when a quota is configured),
-/// the reserve, and a cached figure of the store's free space (docs/PROTOCOL-NOTES.md L12,
-/// L16). The filesystem checks smiths' changes with it; the scheduler's output pump checks the
+/// The storage limits of a mount as one shared value: the quota in force (the live limits, so
+/// `reload` changes it), the books (kept from the moment a quota is first configured), the
+/// reserve, and a cached figure of the store's free space (docs/PROTOCOL-NOTES.md L12, L16,
+/// L21). The filesystem checks smiths' changes with it; the scheduler's output pump checks the
 /// runs' logs with it. Its locks are leaves, never held across a syscall.
 #[derive(Debug)]
 pub struct Storage {
-    /// The books, kept when a quota is configured.
-    pub ledger: Option<Ledger>,
+    /// The books: built by one scan of the store when a quota is first in force (at mount or by
+    /// a reload) and kept from then on, also if the quota is turned off again.
+    ledger: std::sync::OnceLock<Ledger>,
+    /// The limits in force; the quota is read from it at every admission.
+    live: std::sync::Arc<super::live::LiveLimits>,
     /// The part of the store kept for the daemon's own writes.
     pub reserve: Reserve,
     /// The store's root (`O_PATH`), for `statvfs`.
@@ -554,23 +556,52 @@ pub struct Storage {
 }
 
 impl Storage {
-    /// The limits of the store whose root is `root` (a descriptor of its own is kept) with
-    /// `quota`, the books empty (fill them with [`Ledger::with`] after a [`scan`]). The reserve
-    /// is computed from the store's size now.
+    /// The limits of the store whose root is `root` (a descriptor of its own is kept), the
+    /// quota read from `live` at each use, no books yet ([`Storage::ledger_or_build`] makes
+    /// them). The reserve is computed from the store's size now.
     ///
     /// # Errors
     /// When `root` cannot be duplicated.
-    pub fn new(root: BorrowedFd<'_>, quota: Quota) -> SysResult<Storage> {
+    pub fn new(
+        root: BorrowedFd<'_>,
+        live: std::sync::Arc<super::live::LiveLimits>,
+    ) -> SysResult<Storage> {
         let root = backing::dup(root)?;
         let space = backing::statfs(root.as_fd())
             .map(|st| StoreSpace::from_statvfs(&st))
             .unwrap_or_default();
         Ok(Storage {
-            ledger: quota.is_set().then(|| Ledger::new(quota, Books::new())),
+            ledger: std::sync::OnceLock::new(),
+            live,
             reserve: Reserve::for_store(&space),
             root,
             cached: Mutex::new(None),
         })
+    }
+
+    /// The quota in force (PROTOCOL.md §8; `reload` changes it, §6).
+    pub fn quota(&self) -> Quota {
+        self.live.quota()
+    }
+
+    /// The books, if they were built.
+    pub fn ledger(&self) -> Option<&Ledger> {
+        self.ledger.get()
+    }
+
+    /// The books, built now by `build` (one scan of the store) if a quota is in force and they
+    /// were never built; `None` while no quota was ever in force. Callers that meet an unbuilt
+    /// ledger wait until the scan is over, so every change made during the scan is recorded
+    /// after it (records are absolute: `st_blocks` as it is), and the books equal a scan
+    /// afterwards (docs/PROTOCOL-NOTES.md L21).
+    pub fn ledger_or_build(&self, build: impl FnOnce() -> Books) -> Option<&Ledger> {
+        if let Some(l) = self.ledger.get() {
+            return Some(l);
+        }
+        if !self.quota().is_set() {
+            return None;
+        }
+        Some(self.ledger.get_or_init(|| Ledger::new(build())))
     }
 
     /// The store's free space now: one `statvfs`, which also refreshes the cached figure.
@@ -645,8 +676,11 @@ impl Storage {
     /// # Errors
     /// The limit it would pass.
     pub fn admit_quota(&self, payer: SmithIdx, bytes: u64, inodes: u64) -> Result<(), Exceeded> {
-        match &self.ledger {
-            Some(l) => l.with(|b| b.admit(payer, bytes, inodes, l.quota)),
+        match self.ledger.get() {
+            Some(l) => {
+                let quota = self.quota();
+                l.with(|b| b.admit(payer, bytes, inodes, quota))
+            }
             None => Ok(()),
         }
     }
@@ -658,12 +692,12 @@ impl Storage {
     /// # Errors
     /// The (reduced) limit it would pass.
     pub fn admit_output(&self, payer: SmithIdx, bytes: u64) -> Result<(), Exceeded> {
-        let Some(l) = &self.ledger else {
+        let Some(l) = self.ledger.get() else {
             return Ok(());
         };
         let quota = Quota {
-            max_bytes: l
-                .quota
+            max_bytes: self
+                .quota()
                 .max_bytes
                 .map(|b| b.saturating_sub(b / OUTPUT_HEADROOM)),
             max_inodes: None,
@@ -671,11 +705,9 @@ impl Storage {
         l.with(|b| b.admit(payer, bytes, 0, quota))
     }
 
-    /// Is a byte quota configured (a limited smith's writes must reach the daemon)?
+    /// Is a byte quota in force (a limited smith's writes must reach the daemon)?
     pub fn limits_bytes(&self) -> bool {
-        self.ledger
-            .as_ref()
-            .is_some_and(|l| l.quota.max_bytes.is_some())
+        self.quota().max_bytes.is_some()
     }
 
     /// The entry `name` in `dir` lives at `home` (`None`: it costs nobody): charge it as it is
@@ -689,7 +721,7 @@ impl Storage {
         home: Option<Home>,
         replaced: Option<BackingIno>,
     ) {
-        let Some(ledger) = &self.ledger else {
+        let Some(ledger) = self.ledger.get() else {
             return;
         };
         let Ok(st) = backing::stat_at(dir, name) else {
@@ -707,7 +739,7 @@ impl Storage {
     /// The held inode `fd` lives at `home`: charge it as it is now (after the daemon wrote
     /// it). Nothing without a quota. Returns its `stat`, when read.
     pub fn charge_fd(&self, fd: BorrowedFd<'_>, home: Option<Home>) -> Option<libc::stat> {
-        let ledger = self.ledger.as_ref()?;
+        let ledger = self.ledger.get()?;
         let st = backing::stat(fd).ok()?;
         ledger.with(|b| b.record(BackingIno::of(&st), home, st.st_blocks as u64));
         Some(st)

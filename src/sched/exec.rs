@@ -164,7 +164,7 @@ impl Exec {
         let journal = shared.journal.clone();
         let storage = match ctx.storage.clone() {
             Some(s) => s,
-            None => Arc::new(Storage::new(ctx.root.as_fd(), Default::default())?),
+            None => Arc::new(Storage::new(ctx.root.as_fd(), Arc::default())?),
         };
         let pump = Pump::start(
             storage.clone(),

@@ -217,6 +217,36 @@ where
     run(Command::new(SMITHFS).args(args))
 }
 
+/// `smithfs run --mount MOUNT --smith FULL_ID -- ARGV…`, in the mount's root.
+pub fn run_as(mount: &Path, full_id: &str, argv: &[&str]) -> Run {
+    run(Command::new(SMITHFS)
+        .args(["run", "--mount"])
+        .arg(mount)
+        .args(["--smith", full_id, "--"])
+        .args(argv)
+        .current_dir(mount))
+}
+
+/// `whoami` of smith `full` as `key → value` pairs (read by a process bound to it).
+pub fn whoami_of(mount: &Path, full: &str) -> Vec<(String, String)> {
+    let who = mount.join(".smithfs/whoami");
+    let out = run_as(mount, full, &["cat", &who.to_string_lossy()]).expect_ok("whoami");
+    smithfs::cli::whoami::parse_pairs(&out)
+}
+
+/// `storage bytes` and `storage inodes` of `full`'s whoami (PROTOCOL.md §7, §8); panics when
+/// whoami has no such lines (no quota in force).
+pub fn storage_of(mount: &Path, full: &str) -> (u64, u64) {
+    let w = whoami_of(mount, full);
+    let get = |k: &str| {
+        w.iter()
+            .find(|(key, _)| key == k)
+            .and_then(|(_, v)| v.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no {k} in whoami: {w:?}"))
+    };
+    (get("storage bytes"), get("storage inodes"))
+}
+
 /// `bash -c SCRIPT` in `cwd`.
 pub fn sh_in(cwd: &Path, script: &str) -> Run {
     run(Command::new("bash")

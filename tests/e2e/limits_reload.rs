@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::msched::merge;
-use common::{is_root, run, smithfs, MountOpts, Run, TestMount, SMITHFS};
+use common::{is_root, run_as, smithfs, storage_of, MountOpts, Run, TestMount};
 use serde_json::{json, Value};
 use smithfs::identity::procfs;
 use smithfs::limits::cgroup::{detect, Place};
@@ -46,16 +46,6 @@ fn reload_ok(m: &TestMount) -> String {
     let r = reload(m);
     assert_eq!(r.code, Some(0), "reload: {r:?}");
     r.stdout
-}
-
-/// `smithfs run --smith FULL_ID -- ARGV…` in the mount.
-fn run_as(m: &TestMount, full_id: &str, argv: &[&str]) -> Run {
-    run(Command::new(SMITHFS)
-        .args(["run", "--mount"])
-        .arg(m.path())
-        .args(["--smith", full_id, "--"])
-        .args(argv)
-        .current_dir(m.path()))
 }
 
 fn events(m: &TestMount, name: &str) -> Vec<Value> {
@@ -109,7 +99,7 @@ fn reload_changes_the_scaffold_limits_of_a_live_mount() {
         .expect_err("over max_level");
         assert_eq!(e.raw_os_error(), Some(libc::EPERM), "{identity:?}: {e}");
         // whoami (of a smith) and status show the limits in force.
-        let who = run_as(&m, "smith-root", &["cat", ".smithfs/whoami"]).expect_ok("whoami");
+        let who = run_as(m.path(), "smith-root", &["cat", ".smithfs/whoami"]).expect_ok("whoami");
         assert!(who.contains("limits: max_level 1, max_children 1"), "{who}");
         let st = smithfs([Path::new("status"), m.path()]).expect_ok("status");
         assert!(st.contains("limits: max_level 1, max_children 1"), "{st}");
@@ -146,7 +136,7 @@ fn reload_changes_the_open_files_per_smith() {
     patch_config(&m, json!({"limits": {"max_open_files_per_smith": 4}}));
     reload_ok(&m);
     let code = "import errno\nfs = []\ntry:\n    for i in range(20):\n        fs.append(open('smiths/smith-root/private/f%d' % i, 'w'))\n    print('opened', len(fs))\nexcept OSError as e:\n    print(errno.errorcode[e.errno], len(fs))";
-    let out = run_as(&m, "smith-root", &["python3", "-c", code]).expect_ok("opens");
+    let out = run_as(m.path(), "smith-root", &["python3", "-c", code]).expect_ok("opens");
     // Its working directory and the control files it reads may hold a handle too.
     let (err, n) = out.trim().split_once(' ').expect("two words");
     assert_eq!(err, "EMFILE", "{out}");
@@ -155,7 +145,7 @@ fn reload_changes_the_open_files_per_smith() {
         (1..=4).contains(&n),
         "opened {n} before EMFILE with a limit of 4"
     );
-    let who = run_as(&m, "smith-root", &["cat", ".smithfs/whoami"]).expect_ok("whoami");
+    let who = run_as(m.path(), "smith-root", &["cat", ".smithfs/whoami"]).expect_ok("whoami");
     assert!(who.contains("(limit 4)"), "{who}");
 }
 
@@ -253,7 +243,7 @@ print(err, len(kids))
 "#;
 
 fn bomb(m: &TestMount, full: &str) -> (String, usize) {
-    let out = run_as(m, full, &["python3", "-c", BOMB]).expect_ok("bomb");
+    let out = run_as(m.path(), full, &["python3", "-c", BOMB]).expect_ok("bomb");
     let (e, n) = out.trim().split_once(' ').expect("errno and count");
     (e.to_string(), n.parse().expect("count"))
 }
@@ -341,4 +331,100 @@ fn reload_writes_cgroup_limits_into_every_smith_and_smiths_made_later() {
     assert_eq!(e, "none", "limit lifted: {e} after {n}");
     let st = smithfs([Path::new("status"), m.path()]).expect_ok("status");
     assert!(!st.contains("pids_max"), "{st}");
+}
+
+/// Storage quotas reload live (PROTOCOL.md §6, §8; docs/PROTOCOL-NOTES.md L21): turned on, the
+/// books are built by a scan and count what the smith wrote before; lowered below its use, the
+/// data stays, growth gets EDQUOT and deleting still works; raised, it may grow again; turned
+/// off, nothing is refused. The counters equal a restart's scan.
+#[test]
+fn reload_turns_storage_quotas_on_lowers_raises_and_off() {
+    const CHILD: &str = "smith-root/smith-001";
+    let m = mount(None);
+    mkdir(&m, "smiths/smith-root/children/smith-001").expect("mkdir");
+    let private = m
+        .path()
+        .join("smiths/smith-root/children/smith-001/private")
+        .display()
+        .to_string();
+    let write = |m: &TestMount, name: &str, kib: u64| {
+        run_as(
+            m.path(),
+            CHILD,
+            &[
+                "sh",
+                "-c",
+                &format!(
+                    "dd if=/dev/urandom of={private}/{name} bs=64k count={} 2>&1",
+                    kib / 64
+                ),
+            ],
+        )
+    };
+    let max_bytes = |m: &TestMount| {
+        common::whoami_of(m.path(), CHILD)
+            .into_iter()
+            .find(|(k, _)| k == "storage max bytes")
+            .map(|(_, v)| v)
+    };
+    write(&m, "before", 512).expect_ok("a write before any quota");
+    assert_eq!(max_bytes(&m), None, "no storage lines without a quota");
+
+    // On: what was written before counts.
+    patch_config(
+        &m,
+        json!({"limits": {"max_bytes_per_smith": "1M", "max_inodes_per_smith": 50}}),
+    );
+    reload_ok(&m);
+    assert_eq!(max_bytes(&m).as_deref(), Some("1048576"));
+    let (bytes, inodes) = storage_of(m.path(), CHILD);
+    assert!(bytes >= 512 << 10, "{bytes}");
+    assert!(inodes >= 1, "{inodes}");
+    let over = write(&m, "over", 1024);
+    assert!(
+        !over.ok() && over.stdout.contains("Disk quota exceeded"),
+        "{over:?}"
+    );
+
+    // Lowered below its use: the data stays, growth is refused, deletion works.
+    run_as(m.path(), CHILD, &["rm", "-f", &format!("{private}/over")]).expect_ok("rm");
+    patch_config(&m, json!({"limits": {"max_bytes_per_smith": "256K"}}));
+    reload_ok(&m);
+    assert_eq!(max_bytes(&m).as_deref(), Some("262144"));
+    assert_eq!(
+        std::fs::metadata(format!("{private}/before"))
+            .expect("kept")
+            .len(),
+        512 << 10
+    );
+    let grow = write(&m, "grow", 64);
+    assert!(
+        !grow.ok() && grow.stdout.contains("Disk quota exceeded"),
+        "{grow:?}"
+    );
+    let why = run_as(m.path(), CHILD, &["cat", ".smithfs/why"]).expect_ok("why");
+    assert!(why.contains("max_bytes_per_smith"), "{why}");
+
+    // Raised: it may grow again.
+    patch_config(&m, json!({"limits": {"max_bytes_per_smith": "4M"}}));
+    reload_ok(&m);
+    write(&m, "raised", 1024).expect_ok("a write under the raised quota");
+    // The counters equal a restart's scan.
+    let live = storage_of(m.path(), CHILD);
+    let mut m = m;
+    m.remount();
+    assert_eq!(
+        storage_of(m.path(), CHILD),
+        live,
+        "counters vs a restart's scan"
+    );
+
+    // Off: nothing is refused.
+    patch_config(
+        &m,
+        json!({"limits": {"max_bytes_per_smith": null, "max_inodes_per_smith": null}}),
+    );
+    reload_ok(&m);
+    write(&m, "unlimited", 4096).expect_ok("a write with the quota off");
+    assert_eq!(max_bytes(&m), None, "no quota shown once it is off");
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::msched::*;
-use common::{is_root, poll_until, smithfs};
+use common::{is_root, poll_until, smithfs, storage_of};
 use serde_json::{json, Value};
 
 /// The agent of these tests: the first line of the task is a directive. `split` makes one
@@ -56,35 +56,6 @@ fn with_agent(patch: Value) -> Sm {
     // The agent is read at each run: no remount needed.
     std::fs::write(s.p("agents/agent.sh"), AGENT).expect("agent");
     s
-}
-
-/// `whoami` of smith `full` as `key → value` (run bound to it with `smithfs run`).
-fn whoami_of(mount: &Path, full: &str) -> Vec<(String, String)> {
-    let dir = mount.display().to_string();
-    let out = smithfs([
-        "run",
-        "--mount",
-        &dir,
-        "--smith",
-        full,
-        "--",
-        "cat",
-        &format!("{dir}/.smithfs/whoami"),
-    ])
-    .expect_ok("whoami");
-    smithfs::cli::whoami::parse_pairs(&out)
-}
-
-/// `storage bytes` and `storage inodes` of `full`'s whoami.
-fn storage_of(mount: &Path, full: &str) -> (u64, u64) {
-    let w = whoami_of(mount, full);
-    let get = |k: &str| {
-        w.iter()
-            .find(|(key, _)| key == k)
-            .and_then(|(_, v)| v.parse::<u64>().ok())
-            .unwrap_or_else(|| panic!("no {k} in whoami: {w:?}"))
-    };
-    (get("storage bytes"), get("storage inodes"))
 }
 
 fn quota_fleet(identity: &str) {
