@@ -950,6 +950,7 @@ mod tests {
             ("[]", "config.json: invalid type: sequence, expected an object"),
             ("7", "config.json: invalid type: integer `7`, expected struct Config"),
             (r#"{"limits": [2, 7]}"#, "config.json: limits: invalid type: sequence, expected an object"),
+            (r#"{"agent": {"confine": "no"}}"#, "config.json: agent.confine: invalid type: string \"no\", expected a boolean"),
             (r#"{"agent": []}"#, "config.json: agent: invalid type: sequence, expected an object"),
         ];
         for (text, want) in rows {
@@ -1140,7 +1141,9 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let rows: &[(&str, &str)] = &[
-            (r#"{"agent": {"comand": []}}"#, "config.json: unknown key agent.comand (known keys: command, env, timeout_secs, retries, kill_grace_secs, confine)"),
+            (r#"{"agent": {"comand": []}}"#, "config.json: unknown key agent.comand (known keys: command, env, timeout_secs, retries, kill_grace_secs)"),
+            // A parent cannot unconfine its child (docs/PROTOCOL-NOTES.md H13).
+            (r#"{"agent": {"confine": false}}"#, "config.json: unknown key agent.confine (known keys: command, env, timeout_secs, retries, kill_grace_secs)"),
             (r#"{"agent": []}"#, "config.json: agent: invalid type: sequence, expected an object"),
             (r#"{"agent": {"retries": "2"}}"#, "config.json: agent.retries: invalid type: string \"2\", expected u32"),
             (r#"{"agent": {"env": {"K": false}}}"#, "config.json: agent.env.K: invalid type: boolean `false`, expected a string"),

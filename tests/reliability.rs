@@ -1420,15 +1420,15 @@ wait
     assert!(bound.ok(), "the live daemon still binds: {bound:?}");
 }
 
-/// A bound agent that starts a process in a new pid namespace (`unshare -pf`): the process
-/// keeps its smith's identity and rights.
+/// A bound agent that starts a process in a new pid namespace (`unshare -Urpf`: with a user
+/// namespace, as a confined smith must, H13): the process keeps its smith's identity and rights.
 #[test]
 fn new_pid_namespace_keeps_the_smith_identity() {
     let m = TestMount::new();
     m.sh_ok("mkdir smiths/smith-root/children/smith-001");
     let dir = m.path();
     let r = run(bound_command(dir.as_os_str(), os("smith-root/smith-001"))
-        .args(["unshare", "-pf", "python3", "-c"])
+        .args(["unshare", "-Urpf", "python3", "-c"])
         .arg(
             r#"
 import os, sys, errno

@@ -2163,12 +2163,14 @@ both_modes!(dirfd_follows_a_moved_subtree, |mode| {
 
 both_modes!(pid_namespace_and_zombie_leader, |mode| {
     let t = Tree::new(mode);
-    // `unshare -p`: callers in a descendant pid namespace are resolved normally (§2).
+    // `unshare -Urp`: callers in a descendant pid namespace are resolved normally (§2). In a
+    // user namespace of its own, as unprivileged sandboxes do: a confined smith has no
+    // CAP_SYS_ADMIN for a bare `unshare -p` (docs/PROTOCOL-NOTES.md H13).
     let out = t.sh_ok(
         Some(A),
         "",
         &format!(
-            "unshare -pf bash -c 'echo \"ns pid $$\"; grep \"^full id\" \"$SMITH_MOUNT/.smithfs/whoami\"; \
+            "unshare -Urpf bash -c 'echo \"ns pid $$\"; grep \"^full id\" \"$SMITH_MOUNT/.smithfs/whoami\"; \
              (echo x > {b}/private/f) 2>/dev/null && echo sibling ok || echo sibling denied; \
              echo y > {a}/private/ns && echo own ok'",
             a = smith_dir(A),
