@@ -54,8 +54,7 @@ pub struct RunArgs {
 /// started (in cgroup mode; the keeper reports it as 126/127 instead).
 pub fn run(args: RunArgs) -> Result<ExitCode> {
     let mount = util::find_mount(args.mount.as_deref())?;
-    // A short id or unique suffix names its smith (PROTOCOL.md §6).
-    let full = super::store::resolve_id(&super::store::Source::Mount(mount.clone()), &args.smith)?;
+    let full = resolve(&mount, &args.smith)?;
     let smith = SmithEnv::new(&full)?;
     let control = mount.join(CONTROL_DIR);
     let mode = std::fs::read_to_string(control.join("whoami"))
@@ -63,6 +62,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         .and_then(|t| whoami::lookup(&t, "identity mode"));
     bind(&control, &full)?;
     confine(&mount)?;
+    stdio_only();
     let env = smith.vars(&mount);
     if mode.as_deref() == Some("cgroup") {
         let (prog, rest) = args
@@ -86,6 +86,52 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     }
     let status = keeper::keep(&args.command).context("keeper")?;
     Ok(ExitCode::from(status))
+}
+
+/// The smith `query` names (PROTOCOL.md §6): a short id or unique suffix among the smiths the
+/// mount's status lists, or a well-formed full id as it is — a smith its parent has just made
+/// is not listed until the daemon publishes it, and the daemon's answer to `bind` decides.
+///
+/// # Errors
+/// A usage error (exit 2): an ambiguous or unknown short id; the status cannot be read.
+fn resolve(mount: &Path, query: &str) -> Result<String> {
+    match super::store::resolve_id(&super::store::Source::Mount(mount.to_path_buf()), query) {
+        Ok(full) => Ok(full),
+        Err(_) if FullId::parse(query.trim()).is_some() => Ok(query.trim().to_string()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Mark every descriptor above 2 close-on-exec: CMD gets only stdin, stdout and stderr, as runs
+/// do (docs/PROTOCOL-NOTES.md H14). A descriptor the operator's shell left open (a directory
+/// outside the mount, another smith's file) would otherwise reach the bound CMD and let it act
+/// where its smith may not. Best effort: kernels before 5.11 lack `CLOSE_RANGE_CLOEXEC`, and
+/// then the descriptors are set one by one from `/proc/self/fd`.
+fn stdio_only() {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only changes descriptor flags.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if r == 0 {
+        return;
+    }
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<i32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|fd| *fd > 2)
+        .collect();
+    for fd in fds {
+        // SAFETY: setting FD_CLOEXEC on a descriptor number; a stale one (the read_dir's own)
+        // fails with EBADF, which is fine.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
 }
 
 /// Confine this process as the daemon confines runs (docs/PROTOCOL-NOTES.md H13), when it can
@@ -174,7 +220,15 @@ fn bind(control: &Path, full_id: &str) -> Result<()> {
         crate::policy::CtlAnswer::NotAllowed => {
             "bind refused: `smithfs run` is for the operator only".to_string()
         }
-        crate::policy::CtlAnswer::NoSuchSmith => format!("no such smith {full_id}"),
+        crate::policy::CtlAnswer::NoSuchSmith => {
+            // PROTOCOL.md §6: an unknown smith is a usage error (exit 2).
+            let line = if why.is_empty() {
+                format!("no such smith {full_id}")
+            } else {
+                format!("no such smith {full_id}: {why}")
+            };
+            return Err(anyhow::Error::new(super::ids::UsageError(line)));
+        }
         crate::policy::CtlAnswer::Refused => {
             format!("the daemon refused `bind {full_id}` as malformed")
         }

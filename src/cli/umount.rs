@@ -46,7 +46,17 @@ pub fn run(args: UmountArgs) -> Result<ExitCode> {
             };
             if stopped.is_err() {
                 let daemon = daemon.map_or(0, |p| p as u32);
-                let held = procfs::mount_holders(&dir, &[daemon, std::process::id()]);
+                // The daemon's own runs are being stopped (TERM, KILL after the grace): they
+                // are not what the operator must deal with, so only the others are named.
+                let mut held = procfs::mount_holders(&dir, &[daemon, std::process::id()]);
+                let all = held.len();
+                held.retain(|h| !descends_from(h.pid, daemon));
+                if held.is_empty() && all > 0 {
+                    bail!(
+                        "cannot unmount {}: busy; only its own runs hold it, and they are still stopping (agent.kill_grace_secs); try again",
+                        dir.display()
+                    );
+                }
                 bail!(
                     "cannot unmount {}: busy; held by {}",
                     dir.display(),

@@ -564,3 +564,50 @@ fn root_agents_are_confined_cgroup() {
 fn root_agents_are_confined_ancestry() {
     agent_is_confined("ancestry");
 }
+
+/// `smithfs run` hands CMD only stdin, stdout and stderr (docs/PROTOCOL-NOTES.md H14): a
+/// directory and a file the operator's shell holds open (here fds 7 and 8, outside the mount)
+/// do not reach the bound command, in either identity mode; a full id the status does not list
+/// is passed to the daemon, and a smith it does not know is a usage error (exit 2).
+fn run_passes_only_stdio(mode: &'static str) {
+    let m = mount_with("{}", mode);
+    let outside = tempfile::tempdir().expect("tempdir");
+    let script = format!(
+        "exec 7<{} 8>{}/f; exec {} run --mount {} --smith smith-root -- sh -c \
+         'for f in 7 8; do [ -e /proc/self/fd/$f ] && echo open $f; done; echo end'",
+        outside.path().display(),
+        outside.path().display(),
+        SMITHFS,
+        m.path().display()
+    );
+    let out = run(Command::new("bash").arg("-c").arg(&script)).expect_ok("smithfs run");
+    assert_eq!(
+        out, "end\n",
+        "[{mode}] an operator's fd reached the command"
+    );
+    let r = run_as(m.path(), "smith-root/smith-007", &["true"]);
+    assert_eq!(r.code, Some(2), "[{mode}] {r:?}");
+    assert!(
+        r.stderr.contains("no such smith smith-root/smith-007"),
+        "{r:?}"
+    );
+    // A child made a moment ago: bound by its full id at once.
+    std::fs::create_dir(m.path().join("smiths/smith-root/children/smith-001")).expect("mkdir");
+    let who = run_as(
+        m.path(),
+        "smith-root/smith-001",
+        &["cat", &m.path().join(".smithfs/whoami").to_string_lossy()],
+    )
+    .expect_ok("run as a new child");
+    assert!(who.contains("full id: smith-root/smith-001\n"), "{who}");
+}
+
+#[test]
+fn smithfs_run_passes_only_stdio_cgroup() {
+    run_passes_only_stdio("cgroup");
+}
+
+#[test]
+fn smithfs_run_passes_only_stdio_ancestry() {
+    run_passes_only_stdio("ancestry");
+}

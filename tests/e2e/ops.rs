@@ -499,6 +499,30 @@ fn umount_of_a_busy_mount_names_the_holders() {
     // The guard's umount then succeeds.
 }
 
+/// A busy unmount names the processes that are not the daemon's: a run still stopping (it
+/// ignores SIGTERM, and the grace is longer than umount waits) is not named, the foreign holder
+/// is (docs/PROTOCOL-NOTES.md H14).
+#[test]
+fn umount_names_the_foreign_holder_not_the_daemons_runs() {
+    let s = Sm::new(json!({"agent": {
+        "command": ["bash", "-c", "trap '' TERM; exec sleep 300"],
+        "kill_grace_secs": 25,
+    }}));
+    s.task("hold\n");
+    s.wait_events(30, "run.started", Some("smith-root"), 1);
+    let holder = common::Holder::new(s.m.path());
+    let r = smithfs(["umount", &s.dir()]);
+    assert_ne!(r.code, Some(0), "{r:?}");
+    let err = r.stderr.trim();
+    assert!(
+        err.contains(&format!("pid {} (sleep)", holder.pid())),
+        "{err}"
+    );
+    assert_eq!(err.matches("pid ").count(), 1, "only the holder: {err}");
+    drop(holder);
+    // The run is killed at the end of its grace; the guard's umount then succeeds.
+}
+
 #[test]
 fn signals_keep_working_after_a_failed_unmount() {
     let mut m = common::TestMount::with(common::MountOpts {

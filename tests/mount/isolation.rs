@@ -2077,18 +2077,28 @@ both_modes!(handles_carry_opener_rights, |mode| {
     let t = Tree::new(mode);
     let g = format!("{}/private/g", smith_dir(B));
     t.write(&g, "B secret\n");
-    // The operator opens B's file and hands the descriptor (fd 3) to a process of A.
+    // The operator opens B's file and hands the descriptor to a process of A over a unix socket
+    // (SCM_RIGHTS; `smithfs run` passes on no descriptor but 0–2, H14), which makes it fd 3.
     let code = format!(
-        "{PRELUDE}\nfor c in [lambda: os.write(3, b'via handle\\n'), lambda: os.ftruncate(3, 3), \
+        "{PRELUDE}\n_c = socket.socket(socket.AF_UNIX)\n_c.connect(sys.argv[1])\n\
+         _m, _fds, _f, _a = socket.recv_fds(_c, 1, 1)\nos.dup2(_fds[0], 3)\n\
+         for c in [lambda: os.write(3, b'via handle\\n'), lambda: os.ftruncate(3, 3), \
          lambda: os.fchmod(3, 0o600), lambda: os.utime(3), lambda: os.setxattr(3, 'user.q', b'1'), \
          lambda: os.fchown(3, 1, 1), lambda: rd('{g}'), lambda: wr('{g}')]:\n    print(E(c))\n"
     );
-    let script = format!(
-        "exec 3>>{g}; {SMITHFS} run --mount . --smith {A} -- {} -c \"$1\"",
-        python()
-    );
-    let r = run(Command::new("bash")
-        .args(["-c", &script, "bash", &code])
+    let sock_dir = tempfile::tempdir().expect("tempdir");
+    let sock = sock_dir.path().join("s");
+    let operator = "import os, socket, subprocess, sys\n\
+         g, sock, smithfs, who, py, code = sys.argv[1:]\n\
+         fd = os.open(g, os.O_WRONLY | os.O_APPEND)\n\
+         s = socket.socket(socket.AF_UNIX)\ns.bind(sock)\ns.listen(1)\n\
+         p = subprocess.Popen([smithfs, 'run', '--mount', '.', '--smith', who, '--', py, '-c', code, sock])\n\
+         c, _ = s.accept()\nsocket.send_fds(c, [b'x'], [fd])\nc.close()\nos.close(fd)\n\
+         sys.exit(p.wait())\n";
+    let r = run(Command::new(python())
+        .args(["-c", operator, &g])
+        .arg(&sock)
+        .args([SMITHFS, A, python(), &code])
         .current_dir(t.m.path()));
     let out = r.expect_ok("handle passed to A");
     assert_eq!(
