@@ -12,7 +12,7 @@ use super::inode::Inode;
 use super::{backing, control, rebuild, scaffold_write, Attr, Caller, SmithFs};
 use crate::identity::Identity;
 use crate::policy::{
-    check_new_child, decide_link, Area, Decision, Depth, Family, NewKind, Op, Zone,
+    check_new_child, decide_link, Area, Decision, Depth, Family, NewKind, Op, Rule, Zone,
 };
 use crate::tree::model::SmithIdx;
 use crate::tree::scaffold_plan::plan_smith;
@@ -70,7 +70,7 @@ impl SmithFs {
         let (inode, attr) = self.lookup_in(dir, cname)?;
         let mut st = attr.0;
         st.st_ino = self.inodes.ids.backing_ino(NodeId(st.st_ino)).0;
-        self.settle_new(dir, &self.new_zone(dir, name), &st);
+        self.settle_new(dir, name.as_bytes(), &self.new_zone(dir, name), &st);
         Ok((inode, attr))
     }
 
@@ -168,7 +168,7 @@ impl SmithFs {
         let started = std::time::Instant::now();
         // The workspace is not a system call: its failure is the scaffold's (FsError::Scaffold),
         // passed through `build_tree` as that variant's errno and told apart afterwards.
-        let mut workspace_failed = false;
+        let mut workspace_failed: Option<String> = None;
         let mut finish = |tmp: &CStr| -> backing::SysResult<()> {
             let ws = std::path::Path::new(OsStr::from_bytes(tmp.to_bytes()))
                 .join(crate::workspace::AREA);
@@ -185,7 +185,7 @@ impl SmithFs {
                 Ok(s) => s,
                 Err(e) => {
                     tracing::error!(smith = %full_id, "cannot make the workspace: no sandbox for git: {e}");
-                    workspace_failed = true;
+                    workspace_failed = Some(format!("no sandbox for git: {e}"));
                     return Err(FsError::Scaffold.errno());
                 }
             };
@@ -202,7 +202,7 @@ impl SmithFs {
                 }
                 Err(e) => {
                     tracing::error!(smith = %full_id, "cannot make the workspace: {e}");
-                    workspace_failed = true;
+                    workspace_failed = Some(e.to_string());
                     Err(FsError::Scaffold.errno())
                 }
             }
@@ -218,10 +218,24 @@ impl SmithFs {
                 None
             },
         );
-        match made {
-            Ok(()) => {}
-            Err(_) if workspace_failed => return Err(FsError::Scaffold),
-            Err(e) => return Err(FsError::Backing(e)),
+        match (made, workspace_failed) {
+            (Ok(()), _) => {}
+            (Err(_), Some(reason)) => {
+                // The reason goes to `why` (docs/PROTOCOL-NOTES.md W20): one line, bounded.
+                let reason: String = reason
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .chars()
+                    .take(300)
+                    .collect();
+                let d = Rule::ScaffoldWorkspace.deny(
+                    format!("smithfs could not make the workspace of {full_id}, so the child was not created: {reason}"),
+                    "fix the cause (the daemon's log has git's whole error) and make the child again".into(),
+                );
+                return Err(self.denied(caller, who, "mkdir", self.child_path(dir, name), d));
+            }
+            (Err(e), None) => return Err(FsError::Backing(e)),
         }
         let st = backing::stat_at(dir.fd()?.as_fd(), &cname)?;
         let idx = self

@@ -486,6 +486,9 @@ pub enum Rule {
     ScaffoldChildName,
     /// `limits.max_children` (§4).
     ScaffoldMaxChildren,
+    /// The child's workspace could not be made (§11): the scaffold is undone and mkdir fails
+    /// with EIO, the reason (git's error) in `why`.
+    ScaffoldWorkspace,
     /// The root smith dir never moves (§3).
     StructureRootSmith,
     /// A smith dir is never exchanged (§3).
@@ -529,7 +532,7 @@ impl Rule {
             Rule::OpenFilesMount => Errno::ENFILE,
             Rule::CtlSyntax | Rule::CtlReloadRefused | Rule::ScaffoldChildName => Errno::EINVAL,
             Rule::CtlNoSuchSmith => Errno::ENOENT,
-            Rule::CtlBindFailed => Errno::EIO,
+            Rule::CtlBindFailed | Rule::ScaffoldWorkspace => Errno::EIO,
             Rule::ScaffoldMaxChildren | Rule::StorageBytes | Rule::StorageInodes => Errno::EDQUOT,
             Rule::StoreReserve => Errno::ENOSPC,
         }
@@ -580,6 +583,7 @@ impl Rule {
             Rule::ScaffoldMaxLevel,
             Rule::ScaffoldChildName,
             Rule::ScaffoldMaxChildren,
+            Rule::ScaffoldWorkspace,
             Rule::StructureRootSmith,
             Rule::StructureExchange,
             Rule::StorageBytes,
@@ -660,6 +664,7 @@ impl Rule {
             Rule::ScaffoldMaxLevel => "scaffold-max-level",
             Rule::ScaffoldChildName => "scaffold-child-name",
             Rule::ScaffoldMaxChildren => "scaffold-max-children",
+            Rule::ScaffoldWorkspace => "scaffold-workspace",
             Rule::StructureRootSmith => "structure-root-smith",
             Rule::StructureExchange => "structure-exchange",
             Rule::StorageBytes => "storage-bytes-per-smith",
@@ -1150,6 +1155,7 @@ fn explain(
         | Rule::ScaffoldMaxLevel
         | Rule::ScaffoldChildName
         | Rule::ScaffoldMaxChildren
+        | Rule::ScaffoldWorkspace
         | Rule::StructureRootSmith
         | Rule::StructureExchange
         | Rule::StorageBytes

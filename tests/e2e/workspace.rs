@@ -1086,3 +1086,39 @@ both_modes!(a_child_base_never_borrows_a_siblings_work, |mode| {
         "SIBLING-SECRET\n"
     );
 });
+
+/// A child whose workspace cannot be made is not made: mkdir fails with EIO, nothing is left in
+/// `children/`, and `.smithfs/why` names the rule `scaffold-workspace` with git's reason
+/// (docs/PROTOCOL-NOTES.md W18); once the cause is gone the same mkdir succeeds.
+#[test]
+fn a_failed_workspace_is_eio_with_a_why() {
+    let w = Ws::new(Mode::Cgroup);
+    w.as_smith_ok(
+        "smith-root",
+        "smiths/smith-root",
+        "mv workspace/.git private/dot-git",
+    );
+    let r = w.as_smith(
+        "smith-root",
+        "smiths/smith-root",
+        "mkdir children/smith-001; echo \"rc=$?\"; cat $SMITH_MOUNT/.smithfs/why",
+    );
+    assert!(r.stderr.contains("Input/output error"), "{r:?}");
+    assert!(r.stdout.contains("rc=1"), "{r:?}");
+    assert!(r.stdout.contains("scaffold-workspace"), "{r:?}");
+    assert!(
+        r.stdout
+            .contains("could not make the workspace of smith-root/smith-001"),
+        "{r:?}"
+    );
+    assert!(!w.abs("smiths/smith-root/children/smith-001").exists());
+    w.as_smith_ok(
+        "smith-root",
+        "smiths/smith-root",
+        "mv private/dot-git workspace/.git && mkdir children/smith-001",
+    );
+    assert_eq!(
+        git(&w.abs(CHILD_WS), &["symbolic-ref", "HEAD"]),
+        "refs/heads/smith/smith-root.smith-001"
+    );
+}
