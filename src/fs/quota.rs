@@ -84,7 +84,7 @@ impl SmithFs {
                 inodes: r.inodes,
             });
         }
-        let home = storage::payer(zone)?;
+        let home = self.payer_of(zone, None)?;
         // A quota a reload just turned on: its books are built before the first admission.
         let _ = self.books();
         match self.storage.admit_quota(home.payer, bytes, inodes) {
@@ -163,13 +163,19 @@ impl SmithFs {
         }
     }
 
-    /// A new entry (`st`, its fresh `stat`) was made in `dir` with zone `zone`: charge it, and
-    /// the directory's growth.
-    pub(super) fn settle_new(&self, dir: &Inode, zone: &Zone, st: &libc::stat) {
+    /// Who pays for the entry `name` (when known) of zone `zone`: `storage::payer_in` with this
+    /// mount's root smith.
+    fn payer_of(&self, zone: &Zone, name: Option<&[u8]>) -> Option<storage::Home> {
+        storage::payer_in(zone, name, self.registry.root())
+    }
+
+    /// A new entry `name` (`st`, its fresh `stat`) was made in `dir` with zone `zone`: charge
+    /// it, and the directory's growth.
+    pub(super) fn settle_new(&self, dir: &Inode, name: &[u8], zone: &Zone, st: &libc::stat) {
         let Some(ledger) = self.books() else {
             return;
         };
-        let home = storage::payer(zone);
+        let home = self.payer_of(zone, Some(name));
         ledger.with(|b| b.record(BackingIno::of(st), home, st.st_blocks as u64));
         if let Ok(fd) = dir.fd() {
             self.settle_fd(fd.as_fd());
@@ -220,7 +226,7 @@ impl SmithFs {
         let Some(ledger) = self.books() else {
             return;
         };
-        let home = storage::payer(zone);
+        let home = self.payer_of(zone, Some(cname.to_bytes()));
         let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
         let changed = ledger.with(|b| {
             let before = b.home(BackingIno::of(st));
@@ -251,7 +257,7 @@ impl SmithFs {
                 .smith_at(ino)
                 .map(|(i, p, l)| Zone::smith_dir(i, p, l))
         };
-        match storage::scan(sub.as_fd(), *zone, &smith_at) {
+        match storage::scan(sub.as_fd(), *zone, &smith_at, self.registry.root()) {
             Ok(found) => ledger.with(|b| b.absorb(&found)),
             Err(e) => tracing::warn!("cannot count a moved directory: {e}"),
         }
@@ -282,7 +288,23 @@ impl SmithFs {
                 .smith_at(ino)
                 .map(|(i, p, l)| Zone::smith_dir(i, p, l))
         };
-        storage::scan(dir.as_fd(), Zone::smith_dir(root_smith, None, 0), &smith_at).ok()
+        let root = Some(root_smith);
+        let mut books = storage::scan(
+            dir.as_fd(),
+            Zone::smith_dir(root_smith, None, 0),
+            &smith_at,
+            root,
+        )
+        .ok()?;
+        // results/**: the root smith's too (docs/PROTOCOL-NOTES.md L9).
+        let results = Zone::root().child_zone(std::ffi::OsStr::new("results"));
+        if let Ok(rd) = backing::open_dir_path(fd.as_fd(), std::path::Path::new("results")) {
+            match storage::scan(rd.as_fd(), results, &smith_at, root) {
+                Ok(found) => books.absorb(&found),
+                Err(e) => tracing::warn!("cannot count results/: {e}"),
+            }
+        }
+        Some(books)
     }
 
     /// What the books say `smith` holds; `None` when no quota is configured (nothing is

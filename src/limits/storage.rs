@@ -32,7 +32,7 @@ use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 
 use crate::backing::{self, BackingIno, SysResult};
-use crate::policy::zone::{Area, Depth, Zone};
+use crate::policy::zone::{Area, Depth, RootArea, Zone};
 use crate::tree::model::SmithIdx;
 
 /// Bytes in one unit of `st_blocks` (POSIX: 512 whatever the filesystem's block size).
@@ -77,6 +77,33 @@ pub fn payer(zone: &Zone) -> Option<Home> {
         smith: z.owner,
         area: z.area,
     })
+}
+
+/// The name of the daemon's copy of the root's result in `results/` (PROTOCOL.md §5): written
+/// by smithfs alone, so it costs nobody wherever it is in `results/`.
+const FINAL: &[u8] = b"final.md";
+
+/// Who pays for the entry `name` of zone `zone` when `root` is the root smith: [`payer`], and
+/// also `results/**` — written by the root smith alone among smiths (PROTOCOL.md §3), so it
+/// costs the root (docs/PROTOCOL-NOTES.md L9) — but for the daemon's `final.md` and its
+/// temporary files while it writes one. `name` is
+/// `None` where it is not known (the admission of a write to an open file): then every entry of
+/// `results/` costs the root.
+pub fn payer_in(zone: &Zone, name: Option<&[u8]>, root: Option<SmithIdx>) -> Option<Home> {
+    match zone {
+        Zone::Outside {
+            area: RootArea::Results,
+            depth: Depth::Inner,
+        } if !name.is_some_and(|n| n == FINAL || backing::is_daemon_temp(n)) => {
+            root.map(|r| Home {
+                payer: r,
+                smith: r,
+                // Outside every smith dir: the root's "other" files.
+                area: Area::Other,
+            })
+        }
+        _ => payer(zone),
+    }
 }
 
 /// What one smith holds: allocated bytes and inodes.
@@ -758,60 +785,77 @@ pub type SmithAt<'a> = dyn Fn(BackingIno) -> Option<Zone> + 'a;
 ///
 /// # Errors
 /// Only when `dir` itself cannot be read.
-pub fn scan(dir: BorrowedFd<'_>, zone: Zone, smith_at: &SmithAt<'_>) -> SysResult<Books> {
+pub fn scan(
+    dir: BorrowedFd<'_>,
+    zone: Zone,
+    smith_at: &SmithAt<'_>,
+    root: Option<SmithIdx>,
+) -> SysResult<Books> {
     let mut books = Books::new();
-    walk(dir, zone, smith_at, &mut books, 0)?;
+    let walker = Walker { smith_at, root };
+    walker.walk(dir, zone, &mut books, 0)?;
     Ok(books)
 }
 
 /// Deepest directory level [`scan`] descends to (each level holds one descriptor).
 const MAX_DEPTH: u32 = 512;
 
-fn walk(
-    dir: BorrowedFd<'_>,
-    zone: Zone,
-    smith_at: &SmithAt<'_>,
-    books: &mut Books,
-    depth: u32,
-) -> SysResult<()> {
-    let mut stream = backing::DirStream::open(dir)?;
-    let mut subdirs: Vec<(CString, Zone)> = Vec::new();
-    while let Some(ent) = stream.next_entry()? {
-        if ent.name == b"." || ent.name == b".." {
-            continue;
+/// What [`scan`] needs at every level: the registered smith dirs, and the root smith (who pays
+/// for `results/**`, [`payer_in`]).
+struct Walker<'a, 'b> {
+    smith_at: &'a SmithAt<'b>,
+    root: Option<SmithIdx>,
+}
+
+impl Walker<'_, '_> {
+    fn walk(
+        &self,
+        dir: BorrowedFd<'_>,
+        zone: Zone,
+        books: &mut Books,
+        depth: u32,
+    ) -> SysResult<()> {
+        let mut stream = backing::DirStream::open(dir)?;
+        let mut subdirs: Vec<(CString, Zone)> = Vec::new();
+        while let Some(ent) = stream.next_entry()? {
+            if ent.name == b"." || ent.name == b".." {
+                continue;
+            }
+            let Ok(name) = CString::new(ent.name) else {
+                continue;
+            };
+            let Ok(st) = backing::stat_at(dir, &name) else {
+                continue;
+            };
+            let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+            let ino = BackingIno::of(&st);
+            let child = match is_dir.then(|| (self.smith_at)(ino)).flatten() {
+                Some(z) => z,
+                None => zone.child_zone(std::ffi::OsStr::from_bytes(name.as_bytes())),
+            };
+            // A second name of a charged inode changes nothing (hard links).
+            if !books.is_charged(ino) {
+                let home = payer_in(&child, Some(name.as_bytes()), self.root);
+                books.record(ino, home, st.st_blocks as u64);
+            }
+            if is_dir && !backing::is_daemon_temp(name.as_bytes()) {
+                subdirs.push((name, child));
+            }
         }
-        let Ok(name) = CString::new(ent.name) else {
-            continue;
-        };
-        let Ok(st) = backing::stat_at(dir, &name) else {
-            continue;
-        };
-        let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
-        let ino = BackingIno::of(&st);
-        let child = match is_dir.then(|| smith_at(ino)).flatten() {
-            Some(z) => z,
-            None => zone.child_zone(std::ffi::OsStr::from_bytes(name.as_bytes())),
-        };
-        // A second name of a charged inode changes nothing (hard links).
-        if !books.is_charged(ino) {
-            books.record(ino, payer(&child), st.st_blocks as u64);
+        drop(stream);
+        if depth >= MAX_DEPTH {
+            return Ok(());
         }
-        if is_dir && !backing::is_daemon_temp(name.as_bytes()) {
-            subdirs.push((name, child));
+        for (name, child) in subdirs {
+            let Ok(fd) = backing::open_beneath(dir, &name, libc::O_PATH | libc::O_DIRECTORY, 0)
+            else {
+                continue;
+            };
+            // A directory that cannot be read is skipped, not fatal.
+            let _ = self.walk(fd.as_fd(), child, books, depth + 1);
         }
+        Ok(())
     }
-    drop(stream);
-    if depth >= MAX_DEPTH {
-        return Ok(());
-    }
-    for (name, child) in subdirs {
-        let Ok(fd) = backing::open_beneath(dir, &name, libc::O_PATH | libc::O_DIRECTORY, 0) else {
-            continue;
-        };
-        // A directory that cannot be read is skipped, not fatal.
-        let _ = walk(fd.as_fd(), child, smith_at, books, depth + 1);
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -876,9 +920,46 @@ mod tests {
         assert_eq!(payer(&root.child_zone(OsStr::new("config.json"))), None);
         let inbox = root.child_zone(OsStr::new("inbox"));
         assert_eq!(payer(&inbox.child_zone(OsStr::new("task-1.md"))), None);
-        // Nothing outside smiths/ is charged.
+        // Nothing outside smiths/ is charged by zone alone.
         let results = Zone::root().child_zone(OsStr::new("results"));
         assert_eq!(payer(&results.child_zone(OsStr::new("final.md"))), None);
+    }
+
+    #[test]
+    fn the_root_pays_for_results_but_final_md() {
+        let results = Zone::root().child_zone(OsStr::new("results"));
+        let inner = results.child_zone(OsStr::new("notes.md"));
+        // (zone, name, root smith, who pays)
+        type Row<'a> = (
+            &'a Zone,
+            Option<&'a [u8]>,
+            Option<SmithIdx>,
+            Option<SmithIdx>,
+        );
+        let table: &[Row<'_>] = &[
+            (&inner, Some(b"notes.md"), Some(P), Some(P)),
+            (&inner, None, Some(P), Some(P)),
+            (&inner, Some(b"final.md"), Some(P), None),
+            (&inner, Some(b"notes.md"), None, None),
+            // results/ itself is structure of the mount: nobody's.
+            (&results, Some(b"results"), Some(P), None),
+            (
+                &Zone::root().child_zone(OsStr::new("agents")),
+                Some(b"a.sh"),
+                Some(P),
+                None,
+            ),
+        ];
+        for (zone, name, root, want) in table {
+            let got = payer_in(zone, *name, *root).map(|h| h.payer);
+            assert_eq!(got, *want, "{zone:?} {name:?}");
+        }
+        // In a smith dir the name changes nothing.
+        let private = at(&["private", "final.md"]);
+        assert_eq!(
+            payer_in(&private, Some(b"final.md"), Some(P)),
+            payer(&private)
+        );
     }
 
     fn home(area: Area) -> Option<Home> {
@@ -1117,7 +1198,7 @@ mod tests {
         let smith_at = move |ino: BackingIno| {
             (ino == BackingIno(child_ino)).then(|| Zone::smith_dir(grandchild, Some(X), 2))
         };
-        let books = scan(root.as_fd(), child_dir(), &smith_at).expect("scan");
+        let books = scan(root.as_fd(), child_dir(), &smith_at, None).expect("scan");
         let blocks = |p: &str| {
             use std::os::unix::fs::MetadataExt;
             std::fs::symlink_metadata(d.join(p)).expect("stat").blocks() * BLOCK
@@ -1140,7 +1221,7 @@ mod tests {
         assert_eq!(books.usage(grandchild).inodes, 1);
         // A second scan gives the same books.
         assert_eq!(
-            scan(root.as_fd(), child_dir(), &smith_at).expect("scan"),
+            scan(root.as_fd(), child_dir(), &smith_at, None).expect("scan"),
             books
         );
     }

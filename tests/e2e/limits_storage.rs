@@ -598,3 +598,54 @@ print(made, err)
     let (bytes, _) = storage_of(s.m.path(), "smith-root/smith-001");
     assert!(bytes <= 1 << 20, "{bytes}");
 }
+
+/// `results/**` is written by the root smith alone among smiths, so it counts for the root
+/// (docs/PROTOCOL-NOTES.md L9): a file there raises the root's usage, one past its quota is
+/// refused with EDQUOT, the daemon's `results/final.md` costs nothing, and a restart's scan
+/// finds the same figures.
+#[test]
+fn the_root_smiths_results_count_for_it() {
+    let mut s = with_agent(json!({"limits": {"max_bytes_per_smith": "1M"}}));
+    let before = storage_of(s.m.path(), "smith-root");
+    let r = smithfs([
+        "run",
+        "--mount",
+        &s.dir(),
+        "--smith",
+        "smith-root",
+        "--",
+        "bash",
+        "-c",
+        "cd \"$SMITH_MOUNT\" && head -c 262144 /dev/zero > results/notes.bin && mkdir results/more",
+    ]);
+    assert!(r.ok(), "{r:?}");
+    let after = storage_of(s.m.path(), "smith-root");
+    assert!(after.0 >= before.0 + (256 << 10), "{before:?} → {after:?}");
+    assert_eq!(after.1, before.1 + 2, "{before:?} → {after:?}");
+    let r = smithfs([
+        "run",
+        "--mount",
+        &s.dir(),
+        "--smith",
+        "smith-root",
+        "--",
+        "bash",
+        "-c",
+        "cd \"$SMITH_MOUNT\" && head -c 2097152 /dev/zero > results/more/big.bin",
+    ]);
+    assert!(r.stderr.contains("Disk quota exceeded"), "{r:?}");
+    std::fs::remove_file(s.p("results/more/big.bin")).expect("operator removes");
+    // The daemon's copy of the root's result is not charged.
+    s.task("ok\n");
+    let fin = s.wait_file(60, "results/final.md");
+    assert!(fin.contains("ok from smith-root"), "{fin}");
+    let with_final = storage_of(s.m.path(), "smith-root");
+    s.m.remount();
+    assert_eq!(
+        storage_of(s.m.path(), "smith-root"),
+        with_final,
+        "scan after restart"
+    );
+    let notes = std::fs::metadata(s.p("results/notes.bin")).expect("notes");
+    assert_eq!(notes.len(), 256 << 10);
+}
