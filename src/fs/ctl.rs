@@ -85,8 +85,15 @@ impl SmithFs {
                 let at = offset + origin.unwrap_or(0);
                 if let Some(got) = self.links.sched.journal_read(at, size as usize) {
                     let (start, bytes) = got?;
-                    if origin.is_none() {
-                        h.origin.store(start, Ordering::Relaxed);
+                    match origin {
+                        None => h.origin.store(start, Ordering::Relaxed),
+                        // Rotation dropped what this reader had not read yet: it reads on from
+                        // the oldest line kept, and its later offsets follow on from there —
+                        // never the same line twice, never half a line (F-journal-1).
+                        Some(o) if start > at => {
+                            h.origin.store(o + (start - at), Ordering::Relaxed);
+                        }
+                        Some(_) => {}
                     }
                     return Ok(bytes);
                 }

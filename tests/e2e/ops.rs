@@ -473,6 +473,64 @@ fn strip_ansi(s: &str) -> String {
     out
 }
 
+/// A reader of `.smithfs/events.jsonl` that rotation left behind (`keep` × `max_bytes` written
+/// between two of its reads) reads on from the oldest line kept: every line it gets is whole,
+/// none twice, and it ends with the journal's last line (docs/PROTOCOL-NOTES.md O13,
+/// F-journal-1).
+#[test]
+fn a_reader_left_behind_by_rotation_gets_whole_lines_once() {
+    use std::io::{Read, Seek, SeekFrom};
+    let s = Sm::new(json!({"journal": {"max_bytes": 4096, "keep": 1}}));
+    let path = s.p(".smithfs/events.jsonl");
+    let deny = |n: u32| {
+        let script = format!(
+            "for i in $(seq 1 {n}); do : > smiths/smith-root/inbox/t$i 2>/dev/null; done; true"
+        );
+        common::run_as(s.m.path(), "smith-root", &["bash", "-c", &script]).expect_ok("denials");
+    };
+    deny(1);
+    poll_until(Duration::from_secs(10), "a first line", || {
+        std::fs::metadata(&path).is_ok_and(|m| m.len() > 0)
+    });
+    let mut f = std::fs::File::open(&path).expect("open events.jsonl");
+    let size = f.metadata().expect("fstat").len();
+    // Start at the last line's newline: the reads after it begin on a line.
+    f.seek(SeekFrom::Start(size - 1)).expect("seek");
+    let mut nl = [0u8; 16];
+    assert_eq!(f.read(&mut nl).expect("first read"), 1);
+    assert_eq!(nl[0], b'\n');
+    // Denials are journaled, far more than the one file kept: the reader's offset is dropped.
+    // 20 denials a second per identity are journaled in full (H7): about 4 s of them.
+    poll_until(Duration::from_secs(30), "the journal to grow", || {
+        deny(25);
+        std::fs::metadata(&path).is_ok_and(|m| m.len() > size + 3 * 4096)
+    });
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 4096];
+    loop {
+        let n = f.read(&mut buf).expect("read");
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8(got).expect("utf-8");
+    assert!(text.ends_with('\n'), "ends on a whole line: {text:?}");
+    let mut seen = std::collections::HashSet::new();
+    for line in text.lines() {
+        let v: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not a whole journal line ({e}): {line:?}"));
+        assert!(v.is_object(), "{line}");
+        assert!(seen.insert(line.to_string()), "read twice: {line}");
+    }
+    let last = smithfs(["events", &s.dir(), "--json"]).expect_ok("events");
+    assert_eq!(
+        text.lines().last(),
+        last.lines().last(),
+        "ends at the journal's end"
+    );
+}
+
 #[test]
 fn umount_of_a_busy_mount_names_the_holders() {
     let m = common::TestMount::new();
