@@ -1230,6 +1230,7 @@ impl Exec {
                 started: now.clone(),
                 ended: Some(now.clone()),
                 reason: Some(reason.into()),
+                error: Some(error.clone()),
                 ..LastRun::default()
             });
         }
@@ -1350,6 +1351,25 @@ impl Exec {
         let has_result = store_facts::has_result(self.root.as_fd(), &rel);
         if let Some(r) = self.recs.get_mut(&s) {
             r.has_result = has_result;
+        }
+        // A result.md that is not a regular file (a symlink, a directory) is no result: the
+        // run ends as one without a result, and says why (docs/PROTOCOL-NOTES.md S28).
+        let error = match error {
+            None if !has_result => store_facts::result_not_regular(self.root.as_fd(), &rel)
+                .map(|kind| {
+                    format!(
+                        "outbox/result.md is {kind}, not a regular file, so it is not a result: write the result into outbox/result.md itself"
+                    )
+                }),
+            e => e,
+        };
+        if let Some(lr) = self
+            .recs
+            .get_mut(&s)
+            .and_then(|r| r.last_run.as_mut())
+            .filter(|lr| lr.run_id == l.run_id)
+        {
+            lr.error.clone_from(&error);
         }
         let run_end = match reason {
             None => RunEnd::Exited,

@@ -635,6 +635,10 @@ pub struct LastRun {
     /// Its output, `conversations/RUN_ID/messages.log` relative to the mount root (§7).
     #[serde(default)]
     pub log: Option<String>,
+    /// `run.exited`'s `error`, when it has one: why the run could not start, or why what it
+    /// left is not a result (docs/PROTOCOL-NOTES.md S28).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// What the journal says about one smith.
@@ -752,6 +756,7 @@ impl Replay {
                         lr.exit_code = ev.exit_code;
                         lr.signal = ev.signal;
                         lr.reason = ev.reason.clone();
+                        lr.error = ev.error.clone();
                     }
                 }
                 match ev.outcome.as_deref() {

@@ -164,6 +164,22 @@ pub fn has_result(root: BorrowedFd<'_>, rel_dir: &str) -> bool {
         .is_ok_and(|st| is_reg(&st))
 }
 
+/// What `<rel_dir>/outbox/result.md` is when it exists but is not a regular file (`"a symlink"`,
+/// `"a directory"`, `"a FIFO"`, …); `None` when it is a regular file or absent.
+pub fn result_not_regular(root: BorrowedFd<'_>, rel_dir: &str) -> Option<&'static str> {
+    let st = backing::open_dir_path(root, &Path::new(rel_dir).join("outbox"))
+        .and_then(|o| backing::stat_at(o.as_fd(), c"result.md"))
+        .ok()?;
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => None,
+        libc::S_IFLNK => Some("a symlink"),
+        libc::S_IFDIR => Some("a directory"),
+        libc::S_IFIFO => Some("a FIFO"),
+        libc::S_IFSOCK => Some("a socket"),
+        _ => Some("a device node"),
+    }
+}
+
 /// When `<rel_dir>/outbox/result.md` last changed (its ctime, like a task's arrival time), if
 /// it is a regular file.
 pub fn result_time(root: BorrowedFd<'_>, rel_dir: &str) -> Option<SystemTime> {

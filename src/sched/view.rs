@@ -124,6 +124,9 @@ fn failure_detail(row: &SmithRow) -> Option<String> {
     if let Some(l) = &lr.log {
         out.push_str(&format!(" log {l}"));
     }
+    if let Some(e) = &lr.error {
+        out.push_str(&format!(": {e}"));
+    }
     Some(out)
 }
 

@@ -39,6 +39,7 @@ ok) publish "ok $SMITH_ID" ;;
 failonce)
   if [ "$SMITH_WAKE" = retry ]; then publish "retried $SMITH_ID"; else echo "failing on purpose" >&2; exit 3; fi ;;
 slow) echo first; sleep "$arg"; echo second; publish "slow $SMITH_ID" ;;
+symlink) echo "mine" > private/r.md && ln -s ../private/r.md outbox/result.md ;;
 esac
 "#
 );
@@ -471,6 +472,35 @@ fn strip_ansi(s: &str) -> String {
         }
     }
     out
+}
+
+/// An `outbox/result.md` that is a symlink is no result (PROTOCOL.md §5: a regular file
+/// completes): the run fails, and `run.exited`'s `error`, `status` and `status --json` say why
+/// (docs/PROTOCOL-NOTES.md S28); no `results/final.md` is made.
+#[test]
+fn a_symlinked_result_is_no_result_and_status_says_why() {
+    let s = mount(json!({"agent": {"retries": 0}}));
+    s.task("symlink\n");
+    s.wait_state(30, "smith-root", "failed");
+    let want = "outbox/result.md is a symlink, not a regular file";
+    let exited = s.wait_events(10, "run.exited", Some("smith-root"), 1);
+    assert!(
+        exited[0]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains(want)),
+        "{exited:?}"
+    );
+    let text = s.cli("status", &[]).stdout;
+    assert!(text.contains(want), "{text}");
+    let doc: Value =
+        serde_json::from_str(&s.cli("status", &["--json"]).stdout).expect("status --json");
+    let lr = &smith(&doc, "smith-root")["last_run"];
+    assert!(
+        lr["error"].as_str().is_some_and(|e| e.contains(want)),
+        "{lr}"
+    );
+    assert_eq!(lr["reason"], "exit");
+    assert!(s.read("results/final.md").is_none());
 }
 
 /// A reader of `.smithfs/events.jsonl` that rotation left behind (`keep` × `max_bytes` written
