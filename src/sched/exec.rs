@@ -856,9 +856,12 @@ impl Exec {
         for info in &all {
             self.rescan_task(info.idx);
             let done = self.recs.get(&info.idx).is_some_and(|r| r.has_result);
+            // A result older than the newest task belongs to an earlier task: it does not make
+            // a smith cancelled or failed on the new one done (docs/PROTOCOL-NOTES.md S29).
             if done
                 && !self.queue.is_running(info.idx)
                 && self.queue.state(info.idx) != super::State::Done
+                && !self.result_is_stale(info.idx)
             {
                 self.queue.result_published(info.idx);
             }

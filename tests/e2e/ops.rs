@@ -474,6 +474,27 @@ fn strip_ansi(s: &str) -> String {
     out
 }
 
+/// A smith cancelled on a new task keeps the result of its earlier one, and stays `cancelled`
+/// through a `reload` (which rescans the store): a result older than the newest task is not a
+/// reason to call it done (docs/PROTOCOL-NOTES.md S29).
+#[test]
+fn a_cancelled_smith_stays_cancelled_through_a_rescan() {
+    let s = mount(json!({"agent": {"retries": 0}}));
+    s.task("ok\n");
+    s.wait_state(30, "smith-root", "done");
+    s.write("smiths/smith-root/inbox/task-2.md", "slow 60\n");
+    s.wait_events(30, "run.started", Some("smith-root"), 2);
+    s.cli("cancel", &["smith-root"]).expect_ok("cancel");
+    s.wait_state(30, "smith-root", "cancelled");
+    // The scheduler handles one message at a time and publishes the status after each: once
+    // the second reload is journaled, the status shows what the first one's rescan did.
+    s.cli("reload", &[]).expect_ok("reload");
+    s.cli("reload", &[]).expect_ok("reload again");
+    s.wait_events(10, "config.reloaded", None, 2);
+    assert_eq!(s.state("smith-root"), "cancelled");
+    assert!(s.of("result.published", Some("smith-root")).len() == 1);
+}
+
 /// An `outbox/result.md` that is a symlink is no result (PROTOCOL.md §5: a regular file
 /// completes): the run fails, and `run.exited`'s `error`, `status` and `status --json` say why
 /// (docs/PROTOCOL-NOTES.md S28); no `results/final.md` is made.
