@@ -18,7 +18,7 @@ use super::{backing, Caller, SmithFs};
 use crate::backing::BackingIno;
 use crate::identity::Identity;
 use crate::limits::storage::{self, Books, Exceeded, Ledger, Usage};
-use crate::policy::{storage_denial, StorageBound, Zone};
+use crate::policy::{storage_denial, Held, StorageBound, Zone};
 
 /// Round `n` bytes up to whole 4 KiB blocks (the estimate of what a write allocates).
 fn blocks_up(n: u64) -> u64 {
@@ -69,10 +69,29 @@ impl SmithFs {
         match bound {
             None => Ok(()),
             Some(b) => {
-                let d = storage_denial(&self.identity_name(who), b);
+                let held = self.held_for(zone, b);
+                let d = storage_denial(&self.identity_name(who), b, &held);
                 Err(self.record_denial(caller, who, op, path(), d, true))
             }
         }
+    }
+
+    /// Where the payer of `zone` holds what `bound` counts (bytes or inodes), for the `why`;
+    /// nothing for the store's reserve.
+    fn held_for(&self, zone: &Zone, bound: StorageBound) -> Vec<(Held, u64)> {
+        let (Some(home), Some(ledger)) = (self.payer_of(zone, None), self.books()) else {
+            return Vec::new();
+        };
+        let pick = |u: Usage| match bound {
+            StorageBound::Bytes { .. } => u.bytes,
+            StorageBound::Inodes { .. } => u.inodes,
+            StorageBound::Reserve { .. } => 0,
+        };
+        ledger
+            .held(home.payer)
+            .into_iter()
+            .map(|(h, u)| (h, pick(u)))
+            .collect()
     }
 
     /// The bound a change adding `bytes` and `inodes` in `zone` would pass, if any.

@@ -33,6 +33,7 @@ use rustc_hash::FxHashMap;
 
 use crate::backing::{self, BackingIno, SysResult};
 use crate::policy::zone::{Area, Depth, RootArea, Zone};
+use crate::policy::Held;
 use crate::tree::model::SmithIdx;
 
 /// Bytes in one unit of `st_blocks` (POSIX: 512 whatever the filesystem's block size).
@@ -178,6 +179,31 @@ impl Books {
     /// What `smith` holds.
     pub fn usage(&self, smith: SmithIdx) -> Usage {
         self.usage.get(&smith).copied().unwrap_or_default()
+    }
+
+    /// Where `payer`'s charges lie, in allocated bytes and inodes per place (for the `why` of
+    /// a quota denial): one pass over the books.
+    pub fn held(&self, payer: SmithIdx) -> Vec<(Held, Usage)> {
+        let mut out: Vec<(Held, Usage)> = Vec::new();
+        for c in self.charges.values().filter(|c| c.home.payer == payer) {
+            let place = if c.orphan {
+                Held::Unlinked
+            } else if c.home.smith != payer {
+                Held::ForChildren
+            } else {
+                Held::Own(c.home.area)
+            };
+            let i = match out.iter().position(|(p, _)| *p == place) {
+                Some(i) => i,
+                None => {
+                    out.push((place, Usage::default()));
+                    out.len() - 1
+                }
+            };
+            out[i].1.bytes += c.blocks.saturating_mul(BLOCK);
+            out[i].1.inodes += 1;
+        }
+        out
     }
 
     /// Every payer with a nonzero total, sorted by index (for comparisons and status).
@@ -434,6 +460,11 @@ impl Ledger {
     /// What `smith` holds.
     pub fn usage(&self, smith: SmithIdx) -> Usage {
         self.books.lock().usage(smith)
+    }
+
+    /// [`Books::held`] of `payer`.
+    pub fn held(&self, payer: SmithIdx) -> Vec<(Held, Usage)> {
+        self.books.lock().held(payer)
     }
 
     /// A copy of the books (to compare with a scan).

@@ -7,6 +7,7 @@ use nix::errno::Errno;
 
 use crate::identity::Identity;
 use crate::policy::rules::{Decision, Denial, Rule};
+use crate::policy::zone::Area;
 use crate::tree::model::SmithIdx;
 
 /// The control directory's name, for sentences.
@@ -231,25 +232,97 @@ pub enum StorageBound {
     },
 }
 
+/// Where a part of a smith's charged storage lies (docs/PROTOCOL-NOTES.md L9), for the `why` of
+/// a quota denial: so it points at what holds the space, not at areas that are empty.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Held {
+    /// An area of its own smith dir (`Area::Other`: other names in it, and for the root smith
+    /// `results/`).
+    Own(Area),
+    /// Its children's inboxes, `config.json` and `.claude/` (what it wrote for them).
+    ForChildren,
+    /// Unlinked files still open.
+    Unlinked,
+}
+
+impl Held {
+    /// `conversations/ (your runs' output; only the operator removes it)`, `private/`, …
+    fn label(self) -> &'static str {
+        match self {
+            Held::Own(Area::Private) => "private/",
+            Held::Own(Area::Outbox) => "outbox/",
+            Held::Own(Area::Workspace) => "workspace/",
+            Held::Own(Area::Conversations) => {
+                "conversations/ (your runs' output, which only the operator removes)"
+            }
+            Held::Own(Area::Other) => "other files (in your smith dir, or results/)",
+            Held::Own(
+                Area::SmithDir
+                | Area::SmithMd
+                | Area::Config
+                | Area::Claude
+                | Area::Inbox
+                | Area::Children,
+            )
+            | Held::ForChildren => "your children's inboxes and configs",
+            Held::Unlinked => "removed files still open",
+        }
+    }
+}
+
+/// `; held in conversations/ (…) 0.9 MiB, private/ 0.1 MiB` — the largest first, at most four.
+fn held_text(held: &[(Held, u64)], unit: impl Fn(u64) -> String) -> String {
+    let mut parts: Vec<(Held, u64)> = held.iter().copied().filter(|(_, n)| *n > 0).collect();
+    parts.sort_by_key(|p| std::cmp::Reverse(p.1));
+    if parts.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = parts
+        .iter()
+        .take(4)
+        .map(|(h, n)| format!("{} {}", h.label(), unit(*n)))
+        .collect();
+    format!(" They are held in {}.", list.join(", "))
+}
+
+/// What to do about a quota, by what holds the space: the largest part first.
+fn held_advice(held: &[(Held, u64)], key: &str) -> String {
+    let largest = held.iter().copied().max_by_key(|(_, n)| *n).map(|(h, _)| h);
+    let first = match largest {
+        Some(Held::Own(Area::Conversations)) => {
+            "most of it is your runs' output in conversations/, which you cannot remove: ask the operator to remove old runs' directories there"
+        }
+        Some(Held::ForChildren) => {
+            "most of it is what you wrote into your children's inboxes: remove tasks they have done"
+        }
+        Some(Held::Unlinked) => "most of it is in removed files still open: close them",
+        _ => "remove or truncate files you no longer need where they are held",
+    };
+    format!("{first}, or ask the operator to raise {key} in config.json")
+}
+
 /// The denial of a write, create, truncate or fallocate by `who` (a full id) beyond `bound`
-/// (PROTOCOL.md §8: "fails with EDQUOT and a why").
-pub fn storage_denial(who: &str, bound: StorageBound) -> Denial {
+/// (PROTOCOL.md §8: "fails with EDQUOT and a why"); `held` says where the smith's charged bytes
+/// (for [`StorageBound::Bytes`]) or inodes (for [`StorageBound::Inodes`]) lie.
+pub fn storage_denial(who: &str, bound: StorageBound, held: &[(Held, u64)]) -> Denial {
     let mib = |b: u64| format!("{:.1} MiB", b as f64 / f64::from(1u32 << 20));
     match bound {
         StorageBound::Bytes { limit, used, asked } => Rule::StorageBytes.deny(
             format!(
-                "{who}'s zones already hold {} of allocated space and this change adds about {}, beyond the {} one smith may hold (limits.max_bytes_per_smith).",
+                "{who}'s zones already hold {} of allocated space and this change adds about {}, beyond the {} one smith may hold (limits.max_bytes_per_smith).{}",
                 mib(used),
                 mib(asked),
-                mib(limit)
+                mib(limit),
+                held_text(held, mib)
             ),
-            "remove or truncate files you no longer need in your private/, outbox/ or workspace/ (a task you wrote into a child's inbox counts for you too), or ask the operator to raise limits.max_bytes_per_smith in config.json".into(),
+            held_advice(held, "limits.max_bytes_per_smith"),
         ),
         StorageBound::Inodes { limit, used } => Rule::StorageInodes.deny(
             format!(
-                "{who}'s zones already hold {used} files and directories, the {limit} one smith may hold (limits.max_inodes_per_smith)."
+                "{who}'s zones already hold {used} files and directories, the {limit} one smith may hold (limits.max_inodes_per_smith).{}",
+                held_text(held, |n| n.to_string())
             ),
-            "remove files or directories you no longer need, or ask the operator to raise limits.max_inodes_per_smith in config.json".into(),
+            held_advice(held, "limits.max_inodes_per_smith"),
         ),
         StorageBound::Reserve {
             free,

@@ -20,7 +20,7 @@ pub use children::{check_new_child, Family};
 pub use control::{
     bind_failed, ctl_syntax, decide_control_open, decide_ctl, decide_reload,
     decide_rename_whiteout, open_budget_denial, reload_refused, reserved_name, storage_denial,
-    CtlAnswer, CtlVerb, OpenBudget, StorageBound,
+    CtlAnswer, CtlVerb, Held, OpenBudget, StorageBound,
 };
 pub use moves::{decide_smith_dir_move, MoveTo, SmithDirMove};
 pub use rules::{

@@ -1702,3 +1702,55 @@ fn ctl_answers_read_back_the_rule_errnos() {
         CtlAnswer::Other
     );
 }
+
+#[test]
+fn quota_denials_say_where_the_space_is_held() {
+    use crate::policy::{storage_denial, Held, StorageBound};
+    let bytes = StorageBound::Bytes {
+        limit: 1 << 20,
+        used: 1 << 20,
+        asked: 4096,
+    };
+    let mib = 1 << 20;
+    let table: &[(&[(Held, u64)], &str, &str)] = &[
+        (
+            &[
+                (Held::Own(Area::Private), mib / 10),
+                (Held::Own(Area::Conversations), mib * 9 / 10),
+                (Held::Own(Area::Outbox), 0),
+            ],
+            "They are held in conversations/ (your runs' output, which only the operator removes) 0.9 MiB, private/ 0.1 MiB.",
+            "ask the operator to remove old runs' directories",
+        ),
+        (
+            &[(Held::ForChildren, mib), (Held::Own(Area::Private), 4096)],
+            "They are held in your children's inboxes and configs 1.0 MiB, private/ 0.0 MiB.",
+            "remove tasks they have done",
+        ),
+        (
+            &[(Held::Own(Area::Workspace), mib)],
+            "They are held in workspace/ 1.0 MiB.",
+            "remove or truncate files you no longer need where they are held",
+        ),
+        (&[], "(limits.max_bytes_per_smith).", "raise limits.max_bytes_per_smith"),
+    ];
+    for (held, why, alt) in table {
+        let d = storage_denial("smith-root/smith-001", bytes, held);
+        assert!(d.why.ends_with(why), "{held:?}: {}", d.why);
+        assert!(d.alternative.contains(alt), "{held:?}: {}", d.alternative);
+        assert_eq!(d.rule, "storage-bytes-per-smith");
+    }
+    let d = storage_denial(
+        "smith-root",
+        StorageBound::Inodes {
+            limit: 10,
+            used: 10,
+        },
+        &[(Held::Unlinked, 3), (Held::Own(Area::Other), 7)],
+    );
+    assert!(
+        d.why.ends_with("They are held in other files (in your smith dir, or results/) 7, removed files still open 3."),
+        "{}",
+        d.why
+    );
+}

@@ -471,6 +471,31 @@ fn a_run_printing_without_end_stops_at_its_quota_and_lives_on() {
     let mut s = s;
     s.m.remount();
     assert_eq!(storage_of(s.m.path(), spewer), live, "counters vs scan");
+    // Its own write now fails, and why points at what holds the space: its runs' output,
+    // which it cannot remove itself (docs/PROTOCOL-NOTES.md L22).
+    let r = common::run_as(
+        s.m.path(),
+        spewer,
+        &[
+            "bash",
+            "-c",
+            &format!(
+                "cd {} && head -c 200000 /dev/zero > private/more; cat \"$SMITH_MOUNT/.smithfs/why\"",
+                rel(spewer)
+            ),
+        ],
+    );
+    assert!(r.stderr.contains("Disk quota exceeded"), "{r:?}");
+    assert!(
+        r.stdout
+            .contains("They are held in conversations/ (your runs' output"),
+        "{r:?}"
+    );
+    assert!(
+        r.stdout
+            .contains("ask the operator to remove old runs' directories"),
+        "{r:?}"
+    );
 }
 
 /// `smithfs logs --follow` shows each line of a live run within a second of its printing
