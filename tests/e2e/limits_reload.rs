@@ -428,3 +428,67 @@ fn reload_turns_storage_quotas_on_lowers_raises_and_off() {
     write(&m, "unlimited", 4096).expect_ok("a write with the quota off");
     assert_eq!(max_bytes(&m), None, "no quota shown once it is off");
 }
+
+/// v1 `memory.limit_in_bytes` cannot be set below what a cgroup uses when nothing can be
+/// reclaimed (no swap: `EBUSY`): a reload lowering `memory_max` below a live run's memory is
+/// refused whole, the old limit is written back, `config.reload_failed` is journaled and the run
+/// lives on (docs/PROTOCOL-NOTES.md L20). On the v2 backend the kernel accepts such a write and
+/// OOM-kills instead, so this runs where `memory` is a v1 hierarchy.
+#[test]
+fn a_v1_memory_limit_below_use_is_refused_and_rolled_back() {
+    if let Some(why) = cgroups_unavailable() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let m = mount(None);
+    let pid = m.daemon_pid().expect("daemon pid");
+    patch_config(&m, json!({"limits": {"per_smith": {"memory_max": "256M"}}}));
+    reload_ok(&m);
+    mkdir(&m, "smiths/smith-root/children/smith-001").expect("child");
+    let leaf = limit_dir(pid, Controller::Memory, "smith-root/smith-001", true);
+    if !leaf.join("memory.limit_in_bytes").exists() {
+        eprintln!("skipped: memory is not a v1 hierarchy here (v2 OOM-kills instead of EBUSY)");
+        return;
+    }
+    if std::fs::read_to_string("/proc/swaps").is_ok_and(|s| s.lines().count() > 1) {
+        eprintln!("skipped: swap is on, so the kernel can always reclaim");
+        return;
+    }
+    // A bound process holding 64 MiB of anonymous memory until its stdin closes.
+    let mut hog = Command::new(common::SMITHFS)
+        .args(["run", "--mount"])
+        .arg(m.path())
+        .args(["--smith", "smith-root/smith-001", "--", "python3", "-c"])
+        .arg("import sys\nb = b'x' * (64 << 20)\nprint('ready', flush=True)\nsys.stdin.read()\nprint(len(b))")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("hog");
+    let mut out = std::io::BufReader::new(hog.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).expect("ready line");
+    assert_eq!(line, "ready\n");
+    patch_config(&m, json!({"limits": {"per_smith": {"memory_max": "8M"}}}));
+    let r = reload(&m);
+    assert_ne!(r.code, Some(0), "{r:?}");
+    assert!(
+        r.stderr.contains("the new cgroup limits cannot be applied"),
+        "{r:?}"
+    );
+    assert_eq!(
+        read(&leaf, "memory.limit_in_bytes"),
+        (256u64 << 20).to_string()
+    );
+    assert_eq!(events(&m, "config.reload_failed").len(), 1);
+    // The hog lived on with all of its memory.
+    drop(hog.stdin.take());
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).expect("rest");
+    assert_eq!(rest, format!("{}\n", 64 << 20));
+    assert!(hog.wait().expect("wait").success());
+    let st = smithfs([Path::new("status"), m.path()]).expect_ok("status");
+    assert!(
+        st.contains("memory_max 256M") || st.contains("256M"),
+        "{st}"
+    );
+}
