@@ -97,22 +97,13 @@ enum Command {
 /// Parse the command line, run the subcommand and map its outcome to an exit code.
 pub fn run() -> ExitCode {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let helper = argv
-        .first()
-        .is_some_and(|a| mount_helper::invoked_as_helper(a));
     let cli = match argv.split_first() {
-        Some((_, rest)) if helper => match helper_argv(rest) {
-            Ok(Some(a)) => match Cli::try_parse_from(a) {
-                Ok(cli) => cli,
-                Err(e) => {
-                    let _ = e.print();
-                    return ExitCode::from(mount_helper::EXIT_USAGE);
-                }
-            },
+        Some((argv0, rest)) if mount_helper::invoked_as_helper(argv0) => match helper_argv(rest) {
+            Ok(Some(a)) => Cli::parse_from(a),
             Ok(None) => return ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("{e}");
-                return ExitCode::from(mount_helper::EXIT_USAGE);
+                return ExitCode::from(2);
             }
         },
         _ => Cli::parse(),
@@ -147,14 +138,11 @@ pub fn run() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("smithfs: {e:#}");
-            let usage = e.downcast_ref::<ids::UsageError>().is_some();
-            match (helper, usage) {
-                // mount(8)'s codes for its helpers: bad invocation, mount failure.
-                (true, true) => ExitCode::from(mount_helper::EXIT_USAGE),
-                (true, false) => ExitCode::from(mount_helper::EXIT_MOUNT_FAILED),
-                // PROTOCOL.md §6: 2 for usage errors and unknown smiths, 1 otherwise.
-                (false, true) => ExitCode::from(2),
-                (false, false) => ExitCode::from(1),
+            // PROTOCOL.md §6: 2 for usage errors and unknown smiths, 1 otherwise.
+            if e.downcast_ref::<ids::UsageError>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::from(1)
             }
         }
     }

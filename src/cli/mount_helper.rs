@@ -13,13 +13,6 @@ use super::ids::UsageError;
 /// would look for `smithfs` on PATH, which is the binary itself).
 pub const NAME: &str = "mount.fuse.smithfs";
 
-/// Exit code for an incorrect invocation (a usage line, an option refused by name): mount(8)'s
-/// "incorrect invocation or permissions" (mount(8), EXIT STATUS).
-pub const EXIT_USAGE: u8 = 1;
-
-/// Exit code for a mount that was asked for correctly and failed: mount(8)'s "mount failure".
-pub const EXIT_MOUNT_FAILED: u8 = 32;
-
 /// Whether the process was started as the helper (by `argv[0]`'s file name).
 pub fn invoked_as_helper(argv0: &OsStr) -> bool {
     Path::new(argv0).file_name() == Some(OsStr::new(NAME))
