@@ -234,6 +234,18 @@ fn mount_fuse_smithfs_by_its_name() {
     assert_eq!(r.code, Some(2), "{r:?}");
     assert!(r.stderr.contains("-o bogus"), "{r:?}");
     assert!(!is_smithfs_mounted(&s.dir));
+    // PROTOCOL.md §6's exit codes hold for the helper too: 2 for usage, 1 for a failed mount.
+    let r = run(Command::new(&helper)
+        .arg("smithfs")
+        .arg(&s.dir)
+        .arg("--bogus"));
+    assert_eq!(r.code, Some(2), "{r:?}");
+    let not_init = s.tmp.path().join("not-made-by-init");
+    std::fs::create_dir(&not_init).unwrap();
+    let r = run(Command::new(&helper).arg("smithfs").arg(&not_init));
+    assert_eq!(r.code, Some(1), "{r:?}");
+    assert!(r.stderr.contains("smithfs init"), "{r:?}");
+    assert!(!is_smithfs_mounted(&not_init));
     // mount(8)'s fake mount does nothing.
     run(Command::new(&helper).arg("smithfs").arg(&s.dir).arg("-f")).expect_ok("-f");
     assert!(!is_smithfs_mounted(&s.dir));
@@ -296,13 +308,16 @@ fn an_fstab_line_mounts_with_mount8() {
         return;
     };
     let fstab = good.tmp.path().join("fstab");
+    let plain = good.tmp.path().join("not-made-by-init");
+    std::fs::create_dir(&plain).unwrap();
     std::fs::write(
         &fstab,
         format!(
-            "# a private fstab\nsmithfs {} fuse.smithfs defaults,nofail,allow_other,x-systemd.automount 0 0\n{} {} fuse.smithfs defaults,bogus 0 0\n",
+            "# a private fstab\nsmithfs {} fuse.smithfs defaults,nofail,allow_other,x-systemd.automount 0 0\n{} {} fuse.smithfs defaults,bogus 0 0\nsmithfs {} fuse.smithfs defaults 0 0\n",
             good.dir.display(),
             bad.dir.display(),
-            bad.dir.display()
+            bad.dir.display(),
+            plain.display()
         ),
     )
     .unwrap();
@@ -329,6 +344,10 @@ fn an_fstab_line_mounts_with_mount8() {
     assert!(!r.ok(), "{r:?}");
     assert!(r.stderr.contains("-o bogus"), "{r:?}");
     assert!(!is_smithfs_mounted(&bad.dir));
+    let r = run(Command::new("mount").arg("-T").arg(&fstab).arg(&plain));
+    assert!(!r.ok(), "{r:?}");
+    assert!(r.stderr.contains("smithfs init"), "{r:?}");
+    assert!(!is_smithfs_mounted(&plain));
 }
 
 /// `--version` names the version and the commit it was built from (build.rs: `git rev-parse`).
