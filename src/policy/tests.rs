@@ -1712,7 +1712,9 @@ fn quota_denials_say_where_the_space_is_held() {
         asked: 4096,
     };
     let mib = 1 << 20;
-    let table: &[(&[(Held, u64)], &str, &str)] = &[
+    // (where it is held, the end of the why, a part of the advice)
+    type Row<'a> = (&'a [(Held, u64)], &'a str, &'a str);
+    let table: &[Row<'_>] = &[
         (
             &[
                 (Held::Own(Area::Private), mib / 10),
