@@ -48,8 +48,10 @@ enum Command {
     #[command(after_help = help::UMOUNT)]
     Umount(umount::UmountArgs),
     /// Run CMD bound to a smith (operator only); exits with CMD's status.
+    #[command(after_help = help::RUN)]
     Run(run::RunArgs),
     /// The calling process's identity and rights.
+    #[command(after_help = help::WHOAMI)]
     Whoami(whoami::WhoamiArgs),
     /// Show the tree: state, runs, durations, result present.
     #[command(after_help = help::STATUS)]
@@ -68,21 +70,25 @@ enum Command {
     #[command(after_help = help::WAIT)]
     Wait(wait::WaitArgs),
     /// Stop a smith's run and its subtree's.
-    #[command(override_usage = "smithfs cancel [DIR] ID")]
+    #[command(override_usage = "smithfs cancel [DIR] ID", after_help = help::CANCEL)]
     Cancel(cancel::CancelArgs),
     /// Run a failed or cancelled smith again on its newest task (SMITH_WAKE=retry).
     #[command(override_usage = "smithfs retry [DIR] ID", after_help = help::RETRY)]
     Retry(retry::RetryArgs),
     /// Re-read DIR/config.json and apply it without a remount (also SIGHUP to the daemon).
+    #[command(after_help = help::RELOAD)]
     Reload(reload::ReloadArgs),
     /// Check /dev/fuse, fusermount3, kernel features, cgroups and privileges.
     #[command(after_help = help::DOCTOR)]
     Doctor(doctor::DoctorArgs),
     /// With a project: a smith's changes since its base commit (PROTOCOL.md §11).
-    #[command(override_usage = "smithfs diff [DIR] ID [--stat]")]
+    #[command(override_usage = "smithfs diff [DIR] ID [--stat]", after_help = help::DIFF)]
     Diff(diff::DiffArgs),
     /// With a project: fetch a smith's branch into the repository; prints `BRANCH COMMIT`.
-    #[command(override_usage = "smithfs accept [DIR] ID [--branch NAME]")]
+    #[command(
+        override_usage = "smithfs accept [DIR] ID [--branch NAME]",
+        after_help = help::ACCEPT
+    )]
     Accept(accept::AcceptArgs),
     /// Print a completion script for bash, zsh or fish on stdout.
     #[command(

@@ -437,11 +437,18 @@ fn man_pages_render() {
     assert!(dir.join("smithfs.1").is_file());
 }
 
-/// `--help` of the main commands ends with examples.
+/// `--help` of every command ends with examples.
 #[test]
 fn help_shows_examples() {
     for cmd in [
         &["--help"][..],
+        &["run", "--help"],
+        &["whoami", "--help"],
+        &["cancel", "--help"],
+        &["reload", "--help"],
+        &["diff", "--help"],
+        &["accept", "--help"],
+        &["completions", "--help"],
         &["init", "--help"],
         &["mount", "--help"],
         &["status", "--help"],
