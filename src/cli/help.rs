@@ -84,6 +84,48 @@ Examples:
   smithfs doctor                          # exit 1 when mounting cannot work for this user
   smithfs doctor --json | jq -r '.[] | select(.status != \"ok\") | .check'";
 
+/// `smithfs run --help`.
+pub const RUN: &str = "\
+Examples:
+  smithfs run --smith smith-root -- bash            # a shell as the root smith
+  smithfs run --mount ./fleet --smith smith-001 -- cat .smithfs/whoami
+  smithfs run --smith smith-root/smith-001 -- sh -c 'cd \"$SMITH_DIR\" && ls outbox'
+The command gets only stdin, stdout and stderr, and SMITH_* variables as a run does.";
+
+/// `smithfs whoami --help`.
+pub const WHOAMI: &str = "\
+Examples:
+  smithfs whoami                          # the operator, in the mount's root
+  smithfs whoami --mount ./fleet --json
+  smithfs run --smith smith-001 -- smithfs whoami   # what a smith sees";
+
+/// `smithfs cancel --help`.
+pub const CANCEL: &str = "\
+Examples:
+  smithfs cancel ./fleet smith-root/smith-001       # stop its run and its subtree's
+  smithfs cancel smith-001                          # a short id only one smith has
+  smithfs retry ./fleet smith-001                   # run it again later";
+
+/// `smithfs reload --help`.
+pub const RELOAD: &str = "\
+Examples:
+  smithfs reload ./fleet                  # after editing ./fleet/config.json; prints what changed
+  kill -HUP \"$(smithfs whoami --mount ./fleet --json | jq .daemon_pid)\"   # the same
+A bad file, or a changed key that needs a remount, is refused whole with one line.";
+
+/// `smithfs diff --help`.
+pub const DIFF: &str = "\
+Examples:
+  smithfs diff ./fleet smith-root/smith-001         # its changes since its base commit
+  smithfs diff ./fleet smith-001 --stat";
+
+/// `smithfs accept --help`.
+pub const ACCEPT: &str = "\
+Examples:
+  smithfs accept ./fleet smith-root                 # prints BRANCH COMMIT
+  smithfs accept ./fleet smith-001 --branch try/smith-001
+  git -C REPO merge smith/smith-root";
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -147,45 +189,3 @@ mod tests {
         assert!(n >= 20, "{n} examples");
     }
 }
-
-/// `smithfs run --help`.
-pub const RUN: &str = "\
-Examples:
-  smithfs run --smith smith-root -- bash            # a shell as the root smith
-  smithfs run --mount ./fleet --smith smith-001 -- cat .smithfs/whoami
-  smithfs run --smith smith-root/smith-001 -- sh -c 'cd \"$SMITH_DIR\" && ls outbox'
-The command gets only stdin, stdout and stderr, and SMITH_* variables as a run does.";
-
-/// `smithfs whoami --help`.
-pub const WHOAMI: &str = "\
-Examples:
-  smithfs whoami                          # the operator, in the mount's root
-  smithfs whoami --mount ./fleet --json
-  smithfs run --smith smith-001 -- smithfs whoami   # what a smith sees";
-
-/// `smithfs cancel --help`.
-pub const CANCEL: &str = "\
-Examples:
-  smithfs cancel ./fleet smith-root/smith-001       # stop its run and its subtree's
-  smithfs cancel smith-001                          # a short id only one smith has
-  smithfs retry ./fleet smith-001                   # run it again later";
-
-/// `smithfs reload --help`.
-pub const RELOAD: &str = "\
-Examples:
-  smithfs reload ./fleet                  # after editing ./fleet/config.json; prints what changed
-  kill -HUP \"$(smithfs whoami --mount ./fleet --json | jq .daemon_pid)\"   # the same
-A bad file, or a changed key that needs a remount, is refused whole with one line.";
-
-/// `smithfs diff --help`.
-pub const DIFF: &str = "\
-Examples:
-  smithfs diff ./fleet smith-root/smith-001         # its changes since its base commit
-  smithfs diff ./fleet smith-001 --stat";
-
-/// `smithfs accept --help`.
-pub const ACCEPT: &str = "\
-Examples:
-  smithfs accept ./fleet smith-root                 # prints BRANCH COMMIT
-  smithfs accept ./fleet smith-001 --branch try/smith-001
-  git -C REPO merge smith/smith-root";

@@ -57,7 +57,7 @@ pub enum CtlVerb {
 /// Decide a parsed `ctl` command of `id` (named `who` in sentences) on `full_id`, which is
 /// registered as `target` (`None`: no such smith, ENOENT). `bind` is the operator's (EACCES);
 /// `cancel` and `retry` the operator's or an ancestor's of the target (`is_ancestor(a, d)`;
-/// EACCES, rule `ctl-cancel-ancestor-only` for both).
+/// EACCES, rules `ctl-cancel-ancestor-only` and `ctl-retry-ancestor-only`).
 pub fn decide_ctl(
     id: &Identity,
     who: &str,
@@ -81,10 +81,18 @@ pub fn decide_ctl(
         }
         CtlVerb::Bind => Decision::Allow,
         CtlVerb::Cancel | CtlVerb::Retry => {
-            let (word, alternative) = if verb == CtlVerb::Retry {
-                ("retry", "Retry your own descendants only.")
+            let (word, alternative, rule) = if verb == CtlVerb::Retry {
+                (
+                    "retry",
+                    "Retry your own descendants only.",
+                    Rule::CtlRetryAncestorOnly,
+                )
             } else {
-                ("cancel", "Cancel your own descendants only.")
+                (
+                    "cancel",
+                    "Cancel your own descendants only.",
+                    Rule::CtlCancelAncestorOnly,
+                )
             };
             let allowed = match id {
                 Identity::Operator => true,
@@ -94,7 +102,7 @@ pub fn decide_ctl(
             if allowed {
                 Decision::Allow
             } else {
-                Decision::Deny(Rule::CtlCancelAncestorOnly.deny(
+                Decision::Deny(rule.deny(
                     format!(
                         "{who} may not {word} {full_id}: only the operator or an ancestor may."
                     ),
@@ -348,7 +356,7 @@ pub fn storage_denial(who: &str, bound: StorageBound, held: &[(Held, u64)]) -> D
 /// write (PROTOCOL.md §6): the errnos of the `ctl-*` rules above, read back in one place.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CtlAnswer {
-    /// EACCES (`ctl-bind-operator-only`, `ctl-cancel-ancestor-only`,
+    /// EACCES (`ctl-bind-operator-only`, `ctl-cancel-ancestor-only`, `ctl-retry-ancestor-only`,
     /// `ctl-reload-operator-only`), or EPERM from the kernel's own permission check.
     NotAllowed,
     /// ENOENT: no such smith (`ctl-no-such-smith`), or no `ctl` file at all.

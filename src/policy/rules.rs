@@ -473,6 +473,8 @@ pub enum Rule {
     CtlBindFailed,
     /// `cancel` is the operator's or an ancestor's (§6).
     CtlCancelAncestorOnly,
+    /// `retry` is the operator's or an ancestor's (§6), as `cancel`.
+    CtlRetryAncestorOnly,
     /// `reload` is the operator's (§6, docs/PROTOCOL-NOTES.md O12).
     CtlReloadOperatorOnly,
     /// A reloaded config.json was refused whole: bad, or a key that needs a remount changed
@@ -514,6 +516,7 @@ impl Rule {
             | Rule::UnknownControl
             | Rule::CtlBindOperatorOnly
             | Rule::CtlCancelAncestorOnly
+            | Rule::CtlRetryAncestorOnly
             | Rule::CtlReloadOperatorOnly
             | Rule::ScaffoldParentOnly => Errno::EACCES,
             Rule::DeviceNode
@@ -577,6 +580,7 @@ impl Rule {
             Rule::CtlBindOperatorOnly,
             Rule::CtlBindFailed,
             Rule::CtlCancelAncestorOnly,
+            Rule::CtlRetryAncestorOnly,
             Rule::CtlReloadOperatorOnly,
             Rule::CtlReloadRefused,
             Rule::ScaffoldParentOnly,
@@ -658,6 +662,7 @@ impl Rule {
             Rule::CtlBindOperatorOnly => "ctl-bind-operator-only",
             Rule::CtlBindFailed => "ctl-bind-failed",
             Rule::CtlCancelAncestorOnly => "ctl-cancel-ancestor-only",
+            Rule::CtlRetryAncestorOnly => "ctl-retry-ancestor-only",
             Rule::CtlReloadOperatorOnly => "ctl-reload-operator-only",
             Rule::CtlReloadRefused => "ctl-reload-refused",
             Rule::ScaffoldParentOnly => "scaffold-parent-only",
@@ -1084,7 +1089,11 @@ fn explain(
                     let child = smith_path(&full_id(z.owner, ctx));
                     format!("give {} work through its inbox/ ({child}/inbox/) and read its outbox/ ({child}/outbox/)", short(&full_id(z.owner, ctx)))
                 }
-                (Some(Relation::Owner), Area::Inbox | Area::Config | Area::Claude | Area::SmithMd) => format!(
+                (Some(Relation::Owner), Area::SmithMd) => format!(
+                    "the operator writes your smith.md; {}",
+                    own_work(&home)
+                ),
+                (Some(Relation::Owner), Area::Inbox | Area::Config | Area::Claude) => format!(
                     "your parent writes your {}; {}",
                     area.label(),
                     own_work(&home)
@@ -1149,6 +1158,7 @@ fn explain(
         | Rule::CtlBindOperatorOnly
         | Rule::CtlBindFailed
         | Rule::CtlCancelAncestorOnly
+        | Rule::CtlRetryAncestorOnly
         | Rule::CtlReloadOperatorOnly
         | Rule::CtlReloadRefused
         | Rule::ScaffoldParentOnly

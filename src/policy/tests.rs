@@ -1640,7 +1640,7 @@ fn ctl_commands_cell_by_cell() {
         (&p,       CtlVerb::Cancel, None,    Some((Errno::ENOENT, "ctl-no-such-smith"))),
         (&op,      CtlVerb::Cancel, Some(ROOT), None),
         (&p,       CtlVerb::Retry,  Some(X), None),
-        (&x,       CtlVerb::Retry,  Some(P), Some((Errno::EACCES, "ctl-cancel-ancestor-only"))),
+        (&x,       CtlVerb::Retry,  Some(P), Some((Errno::EACCES, "ctl-retry-ancestor-only"))),
         (&op,      CtlVerb::Retry,  None,    Some((Errno::ENOENT, "ctl-no-such-smith"))),
     ];
     for (id, verb, target, want) in table {
@@ -1688,6 +1688,7 @@ fn ctl_answers_read_back_the_rule_errnos() {
     for (rule, want) in [
         (Rule::CtlBindOperatorOnly, CtlAnswer::NotAllowed),
         (Rule::CtlCancelAncestorOnly, CtlAnswer::NotAllowed),
+        (Rule::CtlRetryAncestorOnly, CtlAnswer::NotAllowed),
         (Rule::CtlReloadOperatorOnly, CtlAnswer::NotAllowed),
         (Rule::CtlNoSuchSmith, CtlAnswer::NoSuchSmith),
         (Rule::CtlSyntax, CtlAnswer::Refused),
