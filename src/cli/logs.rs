@@ -5,7 +5,8 @@
 //!
 //! `--follow` prints new lines within a second (the file is re-opened every [`POLL`], so a
 //! follower never keeps the mount busy) and, for a run, ends once that run has ended (its
-//! `meta.json` has an `end`) and the last bytes are printed.
+//! `meta.json` has an `end`) and the last bytes are printed — unless it follows the latest run
+//! and the smith runs again at once (a retry): then it goes on with that run.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -162,10 +163,14 @@ pub fn run(args: LogsArgs) -> Result<ExitCode> {
             }
         }
     };
-    let run_dir = smith_dir.join("conversations").join(&run);
-    let log = run_dir.join("messages.log");
-    let mut offset = print_from(&log, 0)?;
-    if args.follow {
+    let mut run = run;
+    loop {
+        let run_dir = smith_dir.join("conversations").join(&run);
+        let log = run_dir.join("messages.log");
+        let mut offset = print_from(&log, 0)?;
+        if !args.follow {
+            break;
+        }
         loop {
             // Ended first, then the last read: nothing written before the end is missed.
             let ended = run_ended(&run_dir);
@@ -175,8 +180,45 @@ pub fn run(args: LogsArgs) -> Result<ExitCode> {
             }
             std::thread::sleep(POLL);
         }
+        // Following the latest run: go on with the next one when the smith is run again at
+        // once (an automatic retry), as `pueue follow` does (docs/PROTOCOL-NOTES.md O48).
+        if args.run.is_some() {
+            break;
+        }
+        match next_run(&src, &full, &run) {
+            Some(next) => {
+                eprintln!("smithfs: {full}: {run} ended; following {next}");
+                run = next;
+            }
+            None => break,
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The run of `full` that follows `ended` (by run number), when there is one or the
+/// smith is queued or running again (an automatic retry, a new task): waits while it is
+/// queued, and up to 5 s for the status to catch up with the end of `ended`; `None` when the
+/// smith settled without a newer run (done, failed, cancelled, waiting, idle) or the status
+/// cannot be read.
+fn next_run(src: &store::Source, full: &str, ended: &str) -> Option<String> {
+    let catch_up = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let (_, doc) = store::read_status(src).ok()?;
+        let s = doc.smith(full)?;
+        let last = s.last_run.as_ref().map(|lr| lr.run_id.clone());
+        // A newer run, live or (a quick one) already over.
+        let number = |r: &str| r.strip_prefix("run-").and_then(|n| n.parse::<u64>().ok());
+        if last.as_deref().is_some_and(|r| number(r) > number(ended)) {
+            return last;
+        }
+        match s.state.as_str() {
+            "queued" => {}
+            "running" if std::time::Instant::now() < catch_up => {}
+            _ => return None,
+        }
+        std::thread::sleep(POLL.min(std::time::Duration::from_millis(100)));
+    }
 }
 
 #[cfg(test)]

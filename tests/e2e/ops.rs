@@ -40,6 +40,8 @@ failonce)
   if [ "$SMITH_WAKE" = retry ]; then publish "retried $SMITH_ID"; else echo "failing on purpose" >&2; exit 3; fi ;;
 slow) echo first; sleep "$arg"; echo second; publish "slow $SMITH_ID" ;;
 symlink) echo "mine" > private/r.md && ln -s ../private/r.md outbox/result.md ;;
+slowfail)
+  if [ "$SMITH_WAKE" = retry ]; then publish "retried $SMITH_ID"; else sleep 1; echo "failing slowly" >&2; exit 3; fi ;;
 esac
 "#
 );
@@ -380,6 +382,25 @@ fn logs_follow_shows_new_lines_within_a_second_and_ends_with_the_run() {
     assert!(status.success(), "{status}");
     let meta = s.metas("smith-root");
     assert!(meta[0]["end"].is_string(), "the run ended: {meta:?}");
+}
+
+/// `logs ID --follow` on the latest run goes on with the next when the smith is retried at once
+/// (docs/PROTOCOL-NOTES.md O48): both runs' lines, a note on stderr, and it ends with the retry.
+#[test]
+fn logs_follow_goes_on_with_an_automatic_retry() {
+    let s = mount(json!({"agent": {"retries": 1}}));
+    s.task("slowfail\n");
+    s.wait_state(20, "smith-root", "running");
+    let out = s.cli("logs", &["smith-root", "--follow"]);
+    assert!(out.ok(), "{out:?}");
+    assert!(out.stdout.contains("wake=task"), "{out:?}");
+    assert!(out.stdout.contains("failing slowly"), "{out:?}");
+    assert!(out.stdout.contains("wake=retry"), "{out:?}");
+    assert!(
+        out.stderr.contains("run-0001 ended; following run-0002"),
+        "{out:?}"
+    );
+    assert_eq!(s.state("smith-root"), "done");
 }
 
 #[test]
