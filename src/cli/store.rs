@@ -121,8 +121,8 @@ pub fn rel_dir(full_id: &str) -> String {
 
 /// The status document of a store that is not mounted (PROTOCOL.md §7, §9): smiths found in
 /// the tree, states as a mount would rebuild them (`done` with a result, `failed`/`cancelled`
-/// from the journal, `waiting` for a parent that ran, else `idle`), `state_since` the smith's
-/// last journaled event.
+/// from the journal, `waiting` for a parent that ran, else `idle`), `state_since` its last
+/// run's end (the last journaled event naming it for an `idle` smith or one whose run has no end).
 pub fn status_doc(dir: &Path) -> StatusDoc {
     let events = journal::parse(&journal_bytes(dir));
     // The snapshot of rotated-away lines too, as a mount rebuilds it (PROTOCOL.md §7).
@@ -153,6 +153,15 @@ pub fn status_doc(dir: &Path) -> StatusDoc {
                     None => "idle",
                 }
             };
+            // Since the state began: the last run's end for a smith that ran (its state was
+            // settled by that end, as a mount's status counts it), else its last event — not
+            // any later line (an unmount's) that names it.
+            let since = h
+                .last_run
+                .as_ref()
+                .and_then(|lr| lr.ended.clone())
+                .filter(|_| state != "idle")
+                .or_else(|| last_ts.get(full.as_str()).map(|t| t.to_string()));
             let last_run = h.last_run.map(|mut lr| {
                 lr.log = Some(format!(
                     "{}/conversations/{}/messages.log",
@@ -166,7 +175,7 @@ pub fn status_doc(dir: &Path) -> StatusDoc {
                 parent: parent.clone(),
                 level: *level,
                 state: state.into(),
-                state_since: last_ts.get(full.as_str()).map(|t| t.to_string()),
+                state_since: since,
                 runs: h.runs,
                 has_result,
                 last_run,

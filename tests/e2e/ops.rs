@@ -414,6 +414,14 @@ fn status_events_and_logs_work_on_an_unmounted_store() {
     assert_eq!(smith(&st, C1)["state"], "failed", "{st}");
     assert_eq!(smith(&st, C2)["state"], "done", "{st}");
     assert_eq!(smith(&st, C1)["last_run"]["reason"], "exit");
+    // Time in state counts from the run that settled it, not from the unmount.
+    for id in [C1, C2, "smith-root"] {
+        assert_eq!(
+            smith(&st, id)["state_since"],
+            smith(&st, id)["last_run"]["ended"],
+            "{id}: {st}"
+        );
+    }
     let text = smithfs(["status", &dir]).expect_ok("status");
     assert!(text.contains("not mounted"), "{text}");
     let ev = smithfs(["events", &dir, "--json"]).expect_ok("events");
