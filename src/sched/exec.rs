@@ -1332,47 +1332,33 @@ impl Exec {
         l.meta.error = error.clone();
         self.write_meta(s, l.dir.dir.as_fd(), l.dir.dir_ino, &l.meta);
         self.invalidate.inode(l.dir.log_ino);
-        if let Some(lr) = self
-            .recs
-            .get_mut(&s)
-            .and_then(|r| r.last_run.as_mut())
-            .filter(|lr| lr.run_id == l.run_id)
-        {
-            lr.ended = Some(end);
-            lr.exit_code = code;
-            lr.signal = signal;
-            lr.reason = Some(why.into());
-        }
-        for c in self.queue.children(s) {
-            self.rescan_task(c);
-        }
         let rel = self
             .registry
             .get(s)
             .map(|i| i.rel_dir())
             .unwrap_or_default();
-        let has_result = store_facts::has_result(self.root.as_fd(), &rel);
-        if let Some(r) = self.recs.get_mut(&s) {
-            r.has_result = has_result;
-        }
+        let result = store_facts::result_file(self.root.as_fd(), &rel);
+        let has_result = result == store_facts::ResultFile::Regular;
         // A result.md that is not a regular file (a symlink, a directory) is no result: the
         // run ends as one without a result, and says why (docs/PROTOCOL-NOTES.md S28).
-        let error = match error {
-            None if !has_result => store_facts::result_not_regular(self.root.as_fd(), &rel)
-                .map(|kind| {
-                    format!(
-                        "outbox/result.md is {kind}, not a regular file, so it is not a result: write the result into outbox/result.md itself"
-                    )
-                }),
-            e => e,
+        let error = match (error, result) {
+            (None, store_facts::ResultFile::Other(kind)) => Some(format!(
+                "outbox/result.md is {kind}, not a regular file, so it is not a result: write the result into outbox/result.md itself"
+            )),
+            (e, _) => e,
         };
-        if let Some(lr) = self
-            .recs
-            .get_mut(&s)
-            .and_then(|r| r.last_run.as_mut())
-            .filter(|lr| lr.run_id == l.run_id)
-        {
-            lr.error.clone_from(&error);
+        if let Some(r) = self.recs.get_mut(&s) {
+            r.has_result = has_result;
+            if let Some(lr) = r.last_run.as_mut().filter(|lr| lr.run_id == l.run_id) {
+                lr.ended = Some(end);
+                lr.exit_code = code;
+                lr.signal = signal;
+                lr.reason = Some(why.into());
+                lr.error.clone_from(&error);
+            }
+        }
+        for c in self.queue.children(s) {
+            self.rescan_task(c);
         }
         let run_end = match reason {
             None => RunEnd::Exited,

@@ -157,35 +157,48 @@ fn ctime(st: &libc::stat) -> SystemTime {
     SystemTime::UNIX_EPOCH + std::time::Duration::new(secs, nanos)
 }
 
-/// Does `<rel_dir>/outbox/result.md` exist as a regular file?
-pub fn has_result(root: BorrowedFd<'_>, rel_dir: &str) -> bool {
+/// `lstat` of `<rel_dir>/outbox/result.md`, when it exists.
+fn result_stat(root: BorrowedFd<'_>, rel_dir: &str) -> Option<libc::stat> {
     backing::open_dir_path(root, &Path::new(rel_dir).join("outbox"))
         .and_then(|o| backing::stat_at(o.as_fd(), c"result.md"))
-        .is_ok_and(|st| is_reg(&st))
+        .ok()
 }
 
-/// What `<rel_dir>/outbox/result.md` is when it exists but is not a regular file (`"a symlink"`,
-/// `"a directory"`, `"a FIFO"`, …); `None` when it is a regular file or absent.
-pub fn result_not_regular(root: BorrowedFd<'_>, rel_dir: &str) -> Option<&'static str> {
-    let st = backing::open_dir_path(root, &Path::new(rel_dir).join("outbox"))
-        .and_then(|o| backing::stat_at(o.as_fd(), c"result.md"))
-        .ok()?;
+/// What `<rel_dir>/outbox/result.md` is (PROTOCOL.md §5: only a regular file is a result).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResultFile {
+    /// No such name.
+    Absent,
+    /// A regular file: the smith's result.
+    Regular,
+    /// Something else, named for a sentence (`"a symlink"`, `"a directory"`, `"a FIFO"`, …).
+    Other(&'static str),
+}
+
+/// What `<rel_dir>/outbox/result.md` is, by one `lstat`.
+pub fn result_file(root: BorrowedFd<'_>, rel_dir: &str) -> ResultFile {
+    let Some(st) = result_stat(root, rel_dir) else {
+        return ResultFile::Absent;
+    };
     match st.st_mode & libc::S_IFMT {
-        libc::S_IFREG => None,
-        libc::S_IFLNK => Some("a symlink"),
-        libc::S_IFDIR => Some("a directory"),
-        libc::S_IFIFO => Some("a FIFO"),
-        libc::S_IFSOCK => Some("a socket"),
-        _ => Some("a device node"),
+        libc::S_IFREG => ResultFile::Regular,
+        libc::S_IFLNK => ResultFile::Other("a symlink"),
+        libc::S_IFDIR => ResultFile::Other("a directory"),
+        libc::S_IFIFO => ResultFile::Other("a FIFO"),
+        libc::S_IFSOCK => ResultFile::Other("a socket"),
+        _ => ResultFile::Other("a device node"),
     }
+}
+
+/// Does `<rel_dir>/outbox/result.md` exist as a regular file?
+pub fn has_result(root: BorrowedFd<'_>, rel_dir: &str) -> bool {
+    result_stat(root, rel_dir).is_some_and(|st| is_reg(&st))
 }
 
 /// When `<rel_dir>/outbox/result.md` last changed (its ctime, like a task's arrival time), if
 /// it is a regular file.
 pub fn result_time(root: BorrowedFd<'_>, rel_dir: &str) -> Option<SystemTime> {
-    backing::open_dir_path(root, &Path::new(rel_dir).join("outbox"))
-        .and_then(|o| backing::stat_at(o.as_fd(), c"result.md"))
-        .ok()
+    result_stat(root, rel_dir)
         .filter(is_reg)
         .map(|st| ctime(&st))
 }
