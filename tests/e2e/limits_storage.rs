@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::msched::*;
-use common::{is_root, poll_until, smithfs, storage_of};
+use common::{is_root, poll_until, run_as, smithfs, storage_of};
 use serde_json::{json, Value};
 
 /// The agent of these tests: the first line of the task is a directive. `split` makes one
@@ -473,7 +473,7 @@ fn a_run_printing_without_end_stops_at_its_quota_and_lives_on() {
     assert_eq!(storage_of(s.m.path(), spewer), live, "counters vs scan");
     // Its own write now fails, and why points at what holds the space: its runs' output,
     // which it cannot remove itself (docs/PROTOCOL-NOTES.md L22).
-    let r = common::run_as(
+    let r = run_as(
         s.m.path(),
         spewer,
         &[
@@ -632,32 +632,14 @@ print(made, err)
 fn the_root_smiths_results_count_for_it() {
     let mut s = with_agent(json!({"limits": {"max_bytes_per_smith": "1M"}}));
     let before = storage_of(s.m.path(), "smith-root");
-    let r = smithfs([
-        "run",
-        "--mount",
-        &s.dir(),
-        "--smith",
-        "smith-root",
-        "--",
-        "bash",
-        "-c",
-        "cd \"$SMITH_MOUNT\" && head -c 262144 /dev/zero > results/notes.bin && mkdir results/more",
-    ]);
-    assert!(r.ok(), "{r:?}");
+    // As the root smith, in the mount's root.
+    let root_sh = |script: &str| run_as(s.m.path(), "smith-root", &["bash", "-c", script]);
+    root_sh("head -c 262144 /dev/zero > results/notes.bin && mkdir results/more")
+        .expect_ok("write results/");
     let after = storage_of(s.m.path(), "smith-root");
     assert!(after.0 >= before.0 + (256 << 10), "{before:?} → {after:?}");
     assert_eq!(after.1, before.1 + 2, "{before:?} → {after:?}");
-    let r = smithfs([
-        "run",
-        "--mount",
-        &s.dir(),
-        "--smith",
-        "smith-root",
-        "--",
-        "bash",
-        "-c",
-        "cd \"$SMITH_MOUNT\" && head -c 2097152 /dev/zero > results/more/big.bin",
-    ]);
+    let r = root_sh("head -c 2097152 /dev/zero > results/more/big.bin");
     assert!(r.stderr.contains("Disk quota exceeded"), "{r:?}");
     std::fs::remove_file(s.p("results/more/big.bin")).expect("operator removes");
     // The daemon's copy of the root's result is not charged.
