@@ -31,6 +31,7 @@
 #   mount (their INIT negotiates it) and put back the value found at once.
 #   nopt    smithfs --no-passthrough, as the operator
 #   opb     like op, with the binary $SMITHFS_B (A/B a change side by side; not in the default set)
+#   smithub like smithu, with the binary $SMITHFS_B (A/B over io_uring; not in the default set)
 #   bindfs  bindfs (Debian package), plain, as root
 #   pll     libfuse's example passthrough_ll (built here from libfuse3-dev's examples; no
 #           kernel passthrough; its defaults: multi-threaded, 1 s entry/attr timeout)
@@ -57,7 +58,7 @@ repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 helpers="$repo_root/scripts/bench"
 bench_dir="$repo_root/target/bench"
 all_workloads=(create stat read untar rm seqwrite seqread git par rm30k cp pip hook rss)
-all_fs=(native op smith nopt bindfs pll opb phd phu opu smithu)
+all_fs=(native op smith nopt bindfs pll opb phd phu opu smithu smithub)
 
 quick=0
 reps=""
@@ -130,8 +131,8 @@ if [ $build = 1 ]; then
 fi
 SMITHFS="${SMITHFS:-${CARGO_TARGET_DIR:-$repo_root/target}/release/smithfs}"
 [ -x "$SMITHFS" ] || die "no smithfs binary at $SMITHFS (build it or set SMITHFS)"
-if [[ " ${fses[*]} " == *" opb "* ]]; then
-    [ -x "${SMITHFS_B:-}" ] || die "--fs opb needs SMITHFS_B=<another smithfs binary>"
+if [[ " ${fses[*]} " =~ \ (opb|smithub)\  ]]; then
+    [ -x "${SMITHFS_B:-}" ] || die "--fs opb/smithub needs SMITHFS_B=<another smithfs binary>"
 fi
 have_run=0
 "$SMITHFS" run --help >/dev/null 2>&1 && have_run=1
@@ -164,7 +165,7 @@ if [[ " ${fses[*]} " == *" ph"* ]]; then
     [ -x "$php" ] || die "no passthrough_hp at $php (set PASSTHROUGH_HP)"
 fi
 uring_param=/sys/module/fuse/parameters/enable_uring
-if [[ " ${fses[*]} " =~ \ (phu|opu|smithu)\  ]]; then
+if [[ " ${fses[*]} " =~ \ (phu|opu|smithu|smithub)\  ]]; then
     [ -w "$uring_param" ] || die "no $uring_param: this kernel has no FUSE over io_uring"
 fi
 # uring_on / uring_off: hold enable_uring on around one io_uring mount's INIT, under the lock
@@ -252,7 +253,7 @@ declare -A work backing pid_of
 for fs in "${fses[@]}"; do
     case $fs in
         native) mkdir -p "$T/native/w"; backing[$fs]="$T/native/w"; work[$fs]="$T/native/w" ;;
-        op | smith | nopt | opb | opu | smithu)
+        op | smith | nopt | opb | opu | smithu | smithub)
             "$SMITHFS" init "$T/$fs" >/dev/null
             mkdir -p "$T/$fs/smiths/smith-root/private/w"
             backing[$fs]="$T/$fs/smiths/smith-root/private/w"
@@ -281,13 +282,13 @@ fi
 for fs in "${fses[@]}"; do
     case $fs in
         native) continue ;;
-        op | smith | nopt | opb | opu | smithu)
+        op | smith | nopt | opb | opu | smithu | smithub)
             mounts+=("smithfs:$T/$fs")
             opts=()
             [ "$fs" = nopt ] && opts=(--no-passthrough)
             bin="$SMITHFS"
-            [ "$fs" = opb ] && bin="$SMITHFS_B"
-            if [ "$fs" = opu ] || [ "$fs" = smithu ]; then
+            { [ "$fs" = opb ] || [ "$fs" = smithub ]; } && bin="$SMITHFS_B"
+            if [ "$fs" = opu ] || [ "$fs" = smithu ] || [ "$fs" = smithub ]; then
                 uring_on
                 "$bin" mount "$T/$fs" "${opts[@]}" --transport io-uring || { uring_off; die "smithfs mount $T/$fs failed"; }
                 uring_off
@@ -326,14 +327,15 @@ done
 declare -A fs_label=([native]="native ext4" [op]="smithfs operator" [smith]="smithfs smith"
     [nopt]="smithfs no-passthrough" [bindfs]="bindfs" [pll]="passthrough_ll"
     [opb]="smithfs B operator" [phd]="passthrough_hp" [phu]="passthrough_hp io_uring"
-    [opu]="smithfs operator io_uring" [smithu]="smithfs smith io_uring")
+    [opu]="smithfs operator io_uring" [smithu]="smithfs smith io_uring"
+    [smithub]="smithfs B smith io_uring")
 [ $have_run = 1 ] || fs_label[smith]="smithfs smith*"
 
 # Run CMD on FS: bound to smith-root on the smith column (when `smithfs run` exists).
 as_fs() {
     local fs=$1
     shift
-    if { [ "$fs" = smith ] || [ "$fs" = smithu ]; } && [ $have_run = 1 ]; then
+    if { [ "$fs" = smith ] || [ "$fs" = smithu ] || [ "$fs" = smithub ]; } && [ $have_run = 1 ]; then
         "$SMITHFS" run --mount "$T/$fs" --smith smith-root -- "$@"
     else
         "$@"

@@ -502,15 +502,21 @@ impl InodeTable {
             return false;
         }
         let mut map = self.map.write();
-        if let Some(inode) = map.get(&id) {
-            let left = inode.nlookup.load(Ordering::Relaxed).saturating_sub(n);
-            inode.nlookup.store(left, Ordering::Relaxed);
-            if left == 0 {
-                map.remove(&id);
-                return true;
-            }
+        let Some(inode) = map.get(&id) else {
+            return false;
+        };
+        let left = inode.nlookup.load(Ordering::Relaxed).saturating_sub(n);
+        inode.nlookup.store(left, Ordering::Relaxed);
+        if left > 0 {
+            return false;
         }
-        false
+        let gone = map.remove(&id);
+        // Close the descriptor after the lock: the last close of an unlinked file frees it in
+        // the store (ext4 truncates it and releases its blocks in that close), and every
+        // request waits for this lock meanwhile.
+        drop(map);
+        drop(gone);
+        true
     }
 
     /// Number of inodes held (for status and tests).
