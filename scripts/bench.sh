@@ -2,13 +2,14 @@
 # Measure smithfs against native ext4, bindfs and libfuse's passthrough_ll in one run (issue 5).
 #
 # Usage: scripts/bench.sh [--quick] [--only WORKLOAD...] [--fs FS,...] [--reps N] [--out F] [--no-build]
-#                        [--hook-identity MODE] [--hook-samples N]
+#                        [--hook-identity MODE] [--hook-samples N] [--disk dir|image]
 #
 #   --quick        fewer and smaller operations, one repetition (a few minutes)
 #   --only W...    only these workloads (names below); stat/read make their files untimed when
 #                  create is not run, rm untars its tree untimed when untar is not run
 #   --fs LIST      only these filesystems, comma-separated (native, the baseline, always runs)
 #   --reps N       repetitions (default 3; --quick 1); tables show medians
+#   --disk image   each filesystem on its own fresh ext4 image (see below); default dir
 #   --out F        the Markdown report (default target/bench/results.md); the raw records go
 #                  next to it as F.tsv (F without .md)
 #   --no-build     use the existing release binary ($SMITHFS, else the cargo target dir)
@@ -36,8 +37,11 @@
 #   pll     libfuse's example passthrough_ll (built here from libfuse3-dev's examples; no
 #           kernel passthrough; its defaults: multi-threaded, 1 s entry/attr timeout)
 # Every filesystem gets a fresh directory under /var/tmp (root ext4); smithfs works in
-# smiths/smith-root/private/. All mounts are live at once; each repetition runs each workload
-# on every filesystem in turn (odd repetitions in reverse order). Caches are dropped before
+# smiths/smith-root/private/. --disk image puts each filesystem's directory (native's too) on
+# its own freshly made ext4 image instead (a 4 GiB sparse file in /var/tmp on a loop device,
+# mkfs.ext4 defaults, inode tables written at mkfs): no filesystem inherits the block-group
+# history of the disk or of another column (docs/PERFORMANCE.md, "Method"). All mounts are
+# live at once; each repetition runs each workload on every filesystem in turn (odd repetitions in reverse order). Caches are dropped before
 # each workload (and between its cold phases) and the tools it times are warmed again.
 # Must run as root (drop_caches, FUSE passthrough). Every mount made here is unmounted on exit,
 # failure or Ctrl-C.
@@ -45,7 +49,7 @@ set -euo pipefail
 
 me="bench.sh"
 usage() {
-    sed -n '4,36p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '4,47p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 die() {
@@ -66,6 +70,7 @@ out=""
 build=1
 hook_identity=""
 hook_samples=""
+disk=dir
 only=()
 fs_list=""
 while [ $# -gt 0 ]; do
@@ -75,6 +80,7 @@ while [ $# -gt 0 ]; do
         --out) out="${2:?--out needs a file}"; shift 2 ;;
         --fs) fs_list="${2:?--fs needs a list}"; shift 2 ;;
         --no-build) build=0; shift ;;
+        --disk) disk="${2:?--disk needs dir or image}"; shift 2 ;;
         --hook-identity) hook_identity="${2:?--hook-identity needs auto, cgroup or ancestry}"; shift 2 ;;
         --hook-samples) hook_samples="${2:?--hook-samples needs a number}"; shift 2 ;;
         --only)
@@ -87,6 +93,11 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ "$(id -u)" = 0 ] || die "must run as root (drop_caches, FUSE passthrough)"
+case "$disk" in
+    dir) ;;
+    image) command -v mkfs.ext4 >/dev/null || die "--disk image needs mkfs.ext4 (e2fsprogs)" ;;
+    *) die "--disk needs dir or image" ;;
+esac
 for w in "${only[@]}"; do
     [[ " ${all_workloads[*]} " == *" $w "* ]] || die "unknown workload $w (known: ${all_workloads[*]})"
 done
@@ -249,20 +260,32 @@ daemon_pid() {
     return 0
 }
 
-declare -A work backing pid_of
+# Where each filesystem lives: $T, or (--disk image) its own fresh ext4 mounted at $T/$fs.disk.
+declare -A work backing pid_of base
 for fs in "${fses[@]}"; do
+    base[$fs]="$T"
+    [ "$disk" = image ] || continue
+    truncate -s 4G "$T/$fs.img"
+    mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "$T/$fs.img" || die "mkfs.ext4 $T/$fs.img failed"
+    mkdir "$T/$fs.disk"
+    mount -o loop "$T/$fs.img" "$T/$fs.disk" || die "cannot mount $T/$fs.img (loop devices?)"
+    mounts+=("disk:$T/$fs.disk")
+    base[$fs]="$T/$fs.disk"
+done
+for fs in "${fses[@]}"; do
+    B="${base[$fs]}"
     case $fs in
-        native) mkdir -p "$T/native/w"; backing[$fs]="$T/native/w"; work[$fs]="$T/native/w" ;;
+        native) mkdir -p "$B/native/w"; backing[$fs]="$B/native/w"; work[$fs]="$B/native/w" ;;
         op | smith | nopt | opb | opu | smithu | smithub)
-            "$SMITHFS" init "$T/$fs" >/dev/null
-            mkdir -p "$T/$fs/smiths/smith-root/private/w"
-            backing[$fs]="$T/$fs/smiths/smith-root/private/w"
-            work[$fs]="$T/$fs/smiths/smith-root/private/w"
+            "$SMITHFS" init "$B/$fs" >/dev/null
+            mkdir -p "$B/$fs/smiths/smith-root/private/w"
+            backing[$fs]="$B/$fs/smiths/smith-root/private/w"
+            work[$fs]="$B/$fs/smiths/smith-root/private/w"
             ;;
         bindfs | pll | phd | phu)
-            mkdir -p "$T/$fs-src/w" "$T/$fs"
-            backing[$fs]="$T/$fs-src/w"
-            work[$fs]="$T/$fs/w"
+            mkdir -p "$B/$fs-src/w" "$B/$fs"
+            backing[$fs]="$B/$fs-src/w"
+            work[$fs]="$B/$fs/w"
             ;;
     esac
 done
@@ -280,44 +303,45 @@ if selected rm30k; then
 fi
 
 for fs in "${fses[@]}"; do
+    B="${base[$fs]}"
     case $fs in
         native) continue ;;
         op | smith | nopt | opb | opu | smithu | smithub)
-            mounts+=("smithfs:$T/$fs")
+            mounts+=("smithfs:$B/$fs")
             opts=()
             [ "$fs" = nopt ] && opts=(--no-passthrough)
             bin="$SMITHFS"
             { [ "$fs" = opb ] || [ "$fs" = smithub ]; } && bin="$SMITHFS_B"
             if [ "$fs" = opu ] || [ "$fs" = smithu ] || [ "$fs" = smithub ]; then
                 uring_on
-                "$bin" mount "$T/$fs" "${opts[@]}" --transport io-uring || { uring_off; die "smithfs mount $T/$fs failed"; }
+                "$bin" mount "$B/$fs" "${opts[@]}" --transport io-uring || { uring_off; die "smithfs mount $B/$fs failed"; }
                 uring_off
             else
                 # Builds without --transport serve /dev/fuse anyway.
                 "$bin" mount --help 2>/dev/null | grep -q -- --transport && opts+=(--transport dev-fuse)
-                "$bin" mount "$T/$fs" "${opts[@]}" || die "smithfs mount $T/$fs failed"
+                "$bin" mount "$B/$fs" "${opts[@]}" || die "smithfs mount $B/$fs failed"
             fi
-            pid_of[$fs]="$(daemon_pid " mount $T/$fs ")"
+            pid_of[$fs]="$(daemon_pid " mount $B/$fs ")"
             ;;
         phd | phu)
-            mounts+=("fuse:$T/$fs")
+            mounts+=("fuse:$B/$fs")
             o=allow_other
             if [ "$fs" = phu ]; then o=allow_other,io_uring; uring_on; fi
-            "$php" --foreground -o "$o" "$T/$fs-src" "$T/$fs" >"$T/$fs.log" 2>&1 &
-            for _ in $(seq 1 100); do mountpoint -q "$T/$fs" && [ -d "$T/$fs/w" ] && break; sleep 0.05; done
+            "$php" --foreground -o "$o" "$B/$fs-src" "$B/$fs" >"$B/$fs.log" 2>&1 &
+            for _ in $(seq 1 100); do mountpoint -q "$B/$fs" && [ -d "$B/$fs/w" ] && break; sleep 0.05; done
             [ "$fs" = phu ] && uring_off
-            mountpoint -q "$T/$fs" || die "passthrough_hp on $T/$fs failed: $(cat "$T/$fs.log")"
+            mountpoint -q "$B/$fs" || die "passthrough_hp on $B/$fs failed: $(cat "$B/$fs.log")"
             pid_of[$fs]="$!"
             ;;
         bindfs)
-            mounts+=("fuse:$T/bindfs")
-            bindfs "$T/bindfs-src" "$T/bindfs" || die "bindfs failed"
-            pid_of[$fs]="$(daemon_pid "bindfs $T/bindfs-src $T/bindfs")"
+            mounts+=("fuse:$B/bindfs")
+            bindfs "$B/bindfs-src" "$B/bindfs" || die "bindfs failed"
+            pid_of[$fs]="$(daemon_pid "bindfs $B/bindfs-src $B/bindfs")"
             ;;
         pll)
-            mounts+=("fuse:$T/pll")
-            "$pll" -o "source=$T/pll-src" "$T/pll" || die "passthrough_ll failed"
-            pid_of[$fs]="$(daemon_pid "passthrough_ll -o source=$T/pll-src")"
+            mounts+=("fuse:$B/pll")
+            "$pll" -o "source=$B/pll-src" "$B/pll" || die "passthrough_ll failed"
+            pid_of[$fs]="$(daemon_pid "passthrough_ll -o source=$B/pll-src")"
             ;;
     esac
     if [ -n "${pid_of[$fs]}" ]; then pids+=("${pid_of[$fs]}"); fi
@@ -336,7 +360,7 @@ as_fs() {
     local fs=$1
     shift
     if { [ "$fs" = smith ] || [ "$fs" = smithu ] || [ "$fs" = smithub ]; } && [ $have_run = 1 ]; then
-        "$SMITHFS" run --mount "$T/$fs" --smith smith-root -- "$@"
+        "$SMITHFS" run --mount "${base[$fs]}/$fs" --smith smith-root -- "$@"
     else
         "$@"
     fi
@@ -469,6 +493,7 @@ rec info machine "$(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d:
 rec info kernel "$(uname -r)"
 rec info "smithfs" "$SMITHFS; source: last commit touching src/ $(git -C "$repo_root" log -1 --format=%h -- src)$(git -C "$repo_root" diff --quiet HEAD -- src 2>/dev/null || echo ' (modified)')"
 rec info mode "$([ $quick = 1 ] && echo quick || echo full), $reps repetition(s), workloads: ${only[*]}"
+rec info disk "$([ "$disk" = image ] && echo "each filesystem on its own fresh 4 GiB ext4 image (loop device)" || echo "directories under /var/tmp ($(findmnt -no FSTYPE --target /var/tmp))")"
 selected hook && rec info "hook mount" "--identity ${hook_identity:-(default)}, $hook_n samples"
 rec info "load average at start" "$(cut -d' ' -f1-3 /proc/loadavg)"
 for fs in "${fses[@]}"; do rec fs "$fs" "${fs_label[$fs]}"; done

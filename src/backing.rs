@@ -255,13 +255,6 @@ pub fn reopen(fd: BorrowedFd<'_>, flags: i32) -> SysResult<OwnedFd> {
     Ok(take_fd(ret))
 }
 
-/// `fcntl(fd, F_GETFL)`: the access mode and status flags of an open file (`O_RDWR`,
-/// `O_APPEND`, …).
-pub fn status_flags(fd: BorrowedFd<'_>) -> SysResult<i32> {
-    // SAFETY: fcntl without an argument on a valid descriptor.
-    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })
-}
-
 /// Flags that change what I/O through an open file does: a file with any of them cannot serve
 /// as the passthrough backing shared by every open of its inode (`O_SYNC` includes `O_DSYNC`'s
 /// bit).

@@ -311,11 +311,16 @@ impl SmithFs {
                 .unwrap_or(Decision::Allow)
         });
         self.enforce(caller, who, d, "link", || self.child_path(&dir, newname))?;
-        backing::link(inode.fd()?.as_fd(), dir.fd()?.as_fd(), &cname)?;
+        let fd = inode.fd()?;
+        backing::link(fd.as_fd(), dir.fd()?.as_fd(), &cname)?;
         // One inode, charged once: only the directory may have grown.
         self.settle_fd(dir.fd()?.as_fd());
-        let (linked, attr) = self.lookup_in(&dir, &cname)?;
-        self.completed_at(caller, &dir, newname, &linked);
-        Ok(attr)
+        // The new name is the inode the kernel holds (no lookup of it needed): one more kernel
+        // reference to it, and one more name.
+        let st = backing::stat(fd.as_fd())?;
+        self.inodes.referenced_again(&inode);
+        self.place(&inode, &dir, cname.to_bytes(), st.st_nlink);
+        self.completed_at(caller, &dir, newname, &inode);
+        Ok(self.attr_of(st))
     }
 }

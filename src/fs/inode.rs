@@ -2,10 +2,11 @@
 //! an `O_PATH` descriptor.
 //!
 //! Descriptors are a cache, not a per-inode cost: the kernel may hold far more inodes than the
-//! process may have descriptors (a census of a large tree holds hundreds of thousands). Each
-//! inode also keeps its kernel file handle; when the number of held descriptors passes a budget,
-//! the least recently used are closed and reopened by handle on next use (`open_by_handle_at`,
-//! root only). Without file handles every descriptor stays open.
+//! process may have descriptors (a census of a large tree holds hundreds of thousands). When the
+//! number of held descriptors passes a budget, the least recently used are closed and reopened
+//! by kernel file handle on next use (`open_by_handle_at`, root only); an inode's handle is
+//! taken when its descriptor is first closed so, not for every new inode. Without file handles
+//! every descriptor stays open.
 //!
 //! Node ids are the backing store's inode numbers (stable across remounts; hard links share
 //! one), except that the store's root is node 1 (`FUSE_NodeId::ROOT`) and a backing inode numbered 1
@@ -14,7 +15,7 @@
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
 use rustc_hash::FxHashMap;
@@ -31,8 +32,10 @@ pub struct Inode {
     pub id: NodeId,
     /// `O_PATH | O_NOFOLLOW` descriptor of the backing inode, while cached.
     fd: Mutex<Option<Arc<OwnedFd>>>,
-    /// Kernel file handle to reopen the inode after its descriptor was evicted.
-    kernel_handle: Option<backing::KernelFileHandle>,
+    /// Kernel file handle to reopen the inode after its descriptor was evicted: taken at the
+    /// first eviction (a syscall most inodes never need); `None` inside when it cannot be (the
+    /// descriptor then stays), set to `None` for the root, which is never evicted.
+    kernel_handle: OnceLock<Option<backing::KernelFileHandle>>,
     /// Used since the last eviction sweep (second-chance bit).
     used: AtomicBool,
     /// The descriptor budget shared by all inodes of the table.
@@ -258,7 +261,11 @@ impl Inode {
         if let Some(f) = slot.as_ref() {
             return Ok(PathFd(f.clone()));
         }
-        let handle = self.kernel_handle.as_ref().ok_or(FsError::Stale)?;
+        let handle = self
+            .kernel_handle
+            .get()
+            .and_then(Option::as_ref)
+            .ok_or(FsError::Stale)?;
         let f = Arc::new(backing::open_by_handle(self.budget.root.as_fd(), handle)?);
         *slot = Some(f.clone());
         self.budget.open.fetch_add(1, Ordering::Relaxed);
@@ -268,16 +275,22 @@ impl Inode {
     /// Close the cached descriptor if the inode was not used since the last sweep and can be
     /// reopened; returns whether it was closed.
     fn evict(&self) -> bool {
-        if self.kernel_handle.is_none() || self.used.swap(false, Ordering::Relaxed) {
+        if !self.budget.handles || self.used.swap(false, Ordering::Relaxed) {
             return false;
         }
         let mut slot = self.fd.lock();
-        if slot.take().is_some() {
-            self.budget.open.fetch_sub(1, Ordering::Relaxed);
-            true
-        } else {
-            false
+        let Some(fd) = slot.as_ref() else {
+            return false;
+        };
+        let handle = self
+            .kernel_handle
+            .get_or_init(|| backing::file_handle(fd.as_fd()).ok());
+        if handle.is_none() {
+            return false;
         }
+        slot.take();
+        self.budget.open.fetch_sub(1, Ordering::Relaxed);
+        true
     }
 
     /// True for a directory.
@@ -359,7 +372,7 @@ impl InodeTable {
         let root_inode = Arc::new(Inode {
             id: NodeId::ROOT,
             fd: Mutex::new(Some(root)),
-            kernel_handle: None,
+            kernel_handle: OnceLock::from(None),
             used: AtomicBool::new(true),
             budget: budget.clone(),
             kind: st.st_mode & libc::S_IFMT,
@@ -433,12 +446,6 @@ impl InodeTable {
                 }
             }
         }
-        // The kernel file handle is taken before the table lock (a syscall; no lock across syscalls).
-        let handle = if self.budget.handles {
-            backing::file_handle(fd.as_fd()).ok()
-        } else {
-            None
-        };
         let mut map = self.map.write();
         if let Some(current) = map.get(&id) {
             let replaced = stale.is_some_and(|s| Arc::ptr_eq(s, current));
@@ -454,7 +461,7 @@ impl InodeTable {
         let inode = Arc::new(Inode {
             id,
             fd: Mutex::new(Some(Arc::new(fd))),
-            kernel_handle: handle,
+            kernel_handle: OnceLock::new(),
             used: AtomicBool::new(true),
             budget: self.budget.clone(),
             kind,
@@ -470,6 +477,12 @@ impl InodeTable {
             self.sweep();
         }
         inode
+    }
+
+    /// Count one more kernel reference to `inode`, which the kernel already holds (the reply
+    /// to a link names it again: the kernel counts one more lookup).
+    pub fn referenced_again(&self, inode: &Inode) {
+        inode.nlookup.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Close cached descriptors of inodes not used since the last sweep until the budget has
@@ -530,8 +543,13 @@ impl InodeTable {
     }
 }
 
-/// True when the held file has no names left (its inode number may have been reused).
+/// True when the known file has no names left (its inode number may have been reused). While
+/// the table holds its descriptor the store cannot free the inode, so its number still names
+/// it: no syscall then (a lookup of a known inode, e.g. each READDIRPLUS entry, would pay one).
 fn is_gone(inode: &Inode) -> bool {
+    if inode.fd.lock().is_some() {
+        return false;
+    }
     match inode.fd() {
         Ok(fd) => matches!(backing::stat(fd.as_fd()), Ok(st) if st.st_nlink == 0),
         Err(_) => true,

@@ -10,7 +10,7 @@ use super::error::{FsError, FsResult};
 use super::ids::{Fh, NodeId};
 use super::inode::BackingRef;
 use super::inode::{Inode, Passthrough};
-use super::open::OpenFile;
+use super::open::{HandleFd, OpenFile};
 use super::{backing, control, Attr, Cache, Caller, SmithFs};
 use crate::policy::{NewKind, Op};
 
@@ -37,9 +37,9 @@ impl SmithFs {
             self.check_inode(caller, who, Op::Write, "open for writing", &inode)?;
         }
         let slot = self.charge(caller, who, "open", || self.path_of(&inode))?;
-        let fd = backing::reopen(inode.fd()?.as_fd(), flags)?;
+        let file = reopen_for(&inode, flags)?;
         if truncates {
-            self.settle_fd(fd.as_fd());
+            self.settle_fd(file.fd.as_fd());
         }
         if truncates && caller.uid != 0 && kill_suid_sgid(&inode, caller)? {
             self.attrs_changed(inode.id);
@@ -58,7 +58,15 @@ impl SmithFs {
             })?;
         }
         // Opened with write access or O_TRUNC: its release completes the file (§5).
-        let open = OpenFile::new(fd, inode, who, caller, flags, may_write || truncates, slot);
+        let open = OpenFile::new(
+            file,
+            inode,
+            who,
+            caller,
+            flags,
+            may_write || truncates,
+            slot,
+        );
         Ok((self.files.insert(open), Cache::Normal))
     }
 
@@ -74,13 +82,13 @@ impl SmithFs {
         let who = self.identify(caller);
         let (dir, cname) = self.creating(caller, who, parent, name, NewKind::File, "create")?;
         let slot = self.charge(caller, who, "create", || self.child_path(&dir, name))?;
-        let fd = {
+        let file = {
             let _cred = as_caller(caller)?;
             create_open(dir.fd()?.as_fd(), &cname, flags, mode)?
         };
         let (inode, attr) = self.lookup_created(&dir, &cname, name)?;
         // A new file: its release completes it (§5).
-        let open = OpenFile::new(fd, inode, who, caller, flags, true, slot);
+        let open = OpenFile::new(file, inode, who, caller, flags, true, slot);
         Ok((attr, self.files.insert(open)))
     }
 
@@ -126,10 +134,10 @@ impl SmithFs {
                 return None;
             }
             Passthrough::Idle => {
-                // The handle's own file serves when it is a plain O_RDWR one (a create's, see
-                // `create_open`): the kernel keeps its own reference, and a reopen through
-                // /proc/self/fd (a path walk, an open and a close) is saved.
-                let made = if shareable(&h.fd) {
+                // The handle's own file serves when it is a plain O_RDWR one (see
+                // `create_open` and `reopen_for`): the kernel keeps its own reference, and a
+                // reopen through /proc/self/fd (a path walk, an open and a close) is saved.
+                let made = if h.shareable {
                     register(h.fd.as_fd())
                 } else {
                     h.inode
@@ -355,20 +363,34 @@ impl SmithFs {
     }
 }
 
-/// Does the open file carry setuid or setgid (bits a write may have to clear)?
-/// Can the open file `fd` be the passthrough backing shared by every open of its inode: opened
-/// `O_RDWR` with none of [`backing::IO_FLAGS`] (an `O_APPEND` backing would make every
-/// passed-through write append)?
-fn shareable(fd: &OwnedFd) -> bool {
-    backing::status_flags(fd.as_fd())
-        .is_ok_and(|f| f & libc::O_ACCMODE == libc::O_RDWR && f & backing::IO_FLAGS == 0)
+/// Reopen `inode`'s file for a FUSE open with the caller's `flags`. A regular file asked for
+/// read-only or write-only access, with none of [`backing::IO_FLAGS`], while no passthrough
+/// backing serves its inode yet, is opened `O_RDWR` instead when the store allows it (not on a
+/// read-only store, an immutable file or a running executable): the handle's own file can then
+/// be the inode's passthrough backing, which saves a second reopen through `/proc/self/fd`.
+/// What the caller may do through the handle is unchanged: the kernel sends no WRITE for a
+/// read-only open and no READ for a write-only one, and the daemon's own read and write check
+/// the handle's flags. Otherwise, or when that open fails, the caller's flags are used.
+fn reopen_for(inode: &Inode, flags: i32) -> FsResult<HandleFd> {
+    let fd = inode.fd()?;
+    let upgrade = inode.kind == libc::S_IFREG
+        && flags & libc::O_ACCMODE != libc::O_RDWR
+        && flags & backing::IO_FLAGS == 0
+        && matches!(*inode.passthrough.lock(), Passthrough::Idle);
+    if upgrade {
+        let rw = (flags & !libc::O_ACCMODE) | libc::O_RDWR;
+        if let Ok(file) = backing::reopen(fd.as_fd(), rw) {
+            return Ok(HandleFd::opened(file, rw));
+        }
+    }
+    Ok(HandleFd::opened(backing::reopen(fd.as_fd(), flags)?, flags))
 }
 
 /// Open `name` in `dir` for a FUSE create with the caller's `flags` (credentials already
 /// switched). A write-only create that makes a new file opens it `O_RDWR` instead (a newly
 /// created file is opened without a permission check, so this never fails where `O_WRONLY`
 /// would succeed): the handle's own file can then be the inode's passthrough backing
-/// ([`shareable`]). The handle keeps the caller's flags, so what the caller may do through it
+/// ([`HandleFd`]). The handle keeps the caller's flags, so what the caller may do through it
 /// is unchanged (the kernel sends no READ for a write-only open). When the name exists (or the
 /// exclusive create fails otherwise) the caller's flags are used as given.
 fn create_open(
@@ -376,17 +398,18 @@ fn create_open(
     name: &std::ffi::CStr,
     flags: i32,
     mode: u32,
-) -> FsResult<OwnedFd> {
+) -> FsResult<HandleFd> {
     let flags = flags | libc::O_CREAT;
     if flags & libc::O_ACCMODE == libc::O_WRONLY && flags & backing::IO_FLAGS == 0 {
         let rw = (flags & !libc::O_ACCMODE) | libc::O_RDWR | libc::O_EXCL;
         match backing::open_beneath(dir, name, rw, mode) {
-            Ok(fd) => return Ok(fd),
+            Ok(fd) => return Ok(HandleFd::opened(fd, rw)),
             Err(e) if flags & libc::O_EXCL != 0 => return Err(e.into()),
             Err(_) => {}
         }
     }
-    Ok(backing::open_beneath(dir, name, flags, mode)?)
+    let fd = backing::open_beneath(dir, name, flags, mode)?;
+    Ok(HandleFd::opened(fd, flags))
 }
 
 pub(super) fn setid(fd: &OwnedFd) -> bool {

@@ -10,18 +10,42 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 use rustc_hash::FxHashMap;
 
-use super::backing::DirStream;
+use super::backing::{self, DirStream};
 use super::budget::Slot;
 use super::error::{FsError, FsResult};
 use super::ids::Fh;
 use super::inode::Inode;
 use crate::identity::Identity;
 
+/// The backing file of a new handle, and whether it can also be the passthrough backing
+/// shared by every open of its inode: opened `O_RDWR` with none of [`backing::IO_FLAGS`] (an
+/// `O_APPEND` backing would make every passed-through write append). The flags it was opened
+/// with may grant the daemon more than the caller asked for; the handle keeps the caller's.
+#[derive(Debug)]
+pub struct HandleFd {
+    /// The open backing file.
+    pub fd: OwnedFd,
+    /// See the type's docs.
+    pub shareable: bool,
+}
+
+impl HandleFd {
+    /// `fd`, opened with the `open(2)` flags `flags`.
+    pub fn opened(fd: OwnedFd, flags: i32) -> HandleFd {
+        HandleFd {
+            fd,
+            shareable: flags & libc::O_ACCMODE == libc::O_RDWR && flags & backing::IO_FLAGS == 0,
+        }
+    }
+}
+
 /// An open regular file.
 #[derive(Debug)]
 pub struct OpenFile {
     /// The open backing file.
     pub fd: OwnedFd,
+    /// Its own file can be the inode's passthrough backing ([`HandleFd`]).
+    pub shareable: bool,
     /// The inode it was opened on.
     pub inode: Arc<Inode>,
     /// Who opened it.
@@ -46,11 +70,11 @@ pub struct OpenFile {
 }
 
 impl OpenFile {
-    /// The open file `fd` of `inode`, opened by `caller` (identified as `opener`) with `flags`;
+    /// The open file `file` of `inode`, opened by `caller` (identified as `opener`) with `flags`;
     /// writable when `flags` ask for write access; `dirty` when its release completes the file
     /// already (opened for writing, with `O_TRUNC`, or created, PROTOCOL.md §5).
     pub fn new(
-        fd: OwnedFd,
+        file: HandleFd,
         inode: Arc<Inode>,
         opener: Identity,
         caller: &super::Caller,
@@ -59,7 +83,8 @@ impl OpenFile {
         slot: Slot,
     ) -> OpenFile {
         OpenFile {
-            fd,
+            fd: file.fd,
+            shareable: file.shareable,
             inode,
             opener,
             opener_pid: caller.pid,

@@ -275,6 +275,9 @@ impl Filesystem for FuseFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        // Over io_uring only FORGET and INTERRUPT still come here: deferrable work, which
+        // follows the queue threads' policy (docs/PROTOCOL-NOTES.md U8).
+        uring::follow_headroom();
         self.fs.forget(node(ino), nlookup);
     }
 

@@ -15,8 +15,13 @@
 //! The kernel blocks every request until every queue has an entry, so a queue that cannot be
 //! registered is fatal: [`start`] fails and the daemon exits, which aborts the connection (the
 //! mount fails closed with ENOTCONN instead of hanging).
+//!
+//! While the CPUs have headroom the queue threads run at `SCHED_IDLE` ([`Headroom`]): a CPU
+//! running only such a thread counts as idle, so the kernel wakes the caller a reply completes on
+//! the CPU it slept on instead of moving it to the other idle one on nearly every request.
 
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -83,6 +88,146 @@ fn parse_cpu_list(s: &str) -> Option<usize> {
     (n > 0).then_some(n)
 }
 
+/// Whether the CPUs have headroom: the share of CPU time left idle over the last period, from
+/// `/proc/stat`.
+///
+/// Why it matters: when a queue thread completes a request, the kernel wakes the caller while
+/// that thread still runs on the caller's CPU, so it places the caller on another idle CPU if
+/// there is one; the caller's next request then lands on that CPU's queue, and the reply moves it
+/// back: a migration (an inter-processor interrupt, in a VM an exit) on most requests of a
+/// sequential workload (`git add`: 11 800 migrations for 16 500 requests; 3 400 with
+/// passthrough_hp, whose shorter handling leaves the CPU sooner). A CPU whose only runnable
+/// thread is `SCHED_IDLE` counts as idle, so the caller stays. But a `SCHED_IDLE` thread yields to
+/// every other thread on its CPU: under CPU contention requests would wait behind busy tasks.
+/// Hence the queue threads use `SCHED_IDLE` only while the CPUs are idle a good part of the time,
+/// and the normal policy as soon as they are nearly all busy (docs/PROTOCOL-NOTES.md U8). CPU
+/// pressure (PSI) would be the finer signal, but it counts the queue threads' own short waits
+/// for the caller to block, which `SCHED_IDLE` makes frequent.
+#[derive(Debug)]
+pub struct Headroom {
+    idle: AtomicBool,
+}
+
+/// The daemon's headroom, followed while queues serve (one mount per daemon).
+static HEADROOM: Headroom = Headroom {
+    idle: AtomicBool::new(false),
+};
+/// Queues serving now, in this process.
+static LIVE_QUEUES: AtomicUsize = AtomicUsize::new(0);
+/// A thread follows [`HEADROOM`] now.
+static WATCHING: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// The calling thread runs at `SCHED_IDLE` (set by [`follow_headroom`]).
+    static AT_IDLE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Put the calling thread on the policy [`Headroom`] asks for now, if that changed: a queue
+/// thread before each wait, and fuser's `/dev/fuse` threads when they take a FORGET over io_uring
+/// (their work can wait; at the normal policy it would run ahead of the queue threads' replies).
+/// One `sched_setscheduler` per change; nothing while no queue serves (`/dev/fuse` transport).
+pub fn follow_headroom() {
+    let want = HEADROOM.idle();
+    AT_IDLE.with(|at| {
+        if at.get() != want && set_idle_policy(want) {
+            at.set(want);
+        }
+    });
+}
+
+impl Headroom {
+    /// Interval between two readings.
+    pub const PERIOD: Duration = Duration::from_millis(200);
+    /// Idle share (0–1) below which the threads go back to the normal policy.
+    const BUSY: f64 = 0.15;
+    /// Idle share at or above which they use `SCHED_IDLE` again.
+    const CALM: f64 = 0.30;
+
+    /// May the queue threads run at `SCHED_IDLE` now?
+    pub fn idle(&self) -> bool {
+        self.idle.load(Ordering::Relaxed)
+    }
+
+    /// The next state after an interval in which the CPUs were idle for share `spare` (0–1) of
+    /// their time, from state `idle` (hysteresis between [`Headroom::BUSY`] and
+    /// [`Headroom::CALM`]).
+    fn next(idle: bool, spare: f64) -> bool {
+        if idle {
+            spare >= Self::BUSY
+        } else {
+            spare >= Self::CALM
+        }
+    }
+
+    /// Follow the CPUs' idle share every [`Headroom::PERIOD`] while queues serve. When
+    /// `/proc/stat` cannot be read the threads keep the normal policy.
+    fn watch(&self) {
+        let Some(mut last) = cpu_times() else {
+            tracing::debug!("no /proc/stat: io_uring queue threads keep the normal policy");
+            return;
+        };
+        while LIVE_QUEUES.load(Ordering::Relaxed) > 0 {
+            std::thread::sleep(Self::PERIOD);
+            let Some(now) = cpu_times() else {
+                self.idle.store(false, Ordering::Relaxed);
+                return;
+            };
+            let total = now.total.saturating_sub(last.total);
+            if total > 0 {
+                let spare = now.idle.saturating_sub(last.idle) as f64 / total as f64;
+                let idle = Self::next(self.idle(), spare);
+                if idle != self.idle() {
+                    tracing::debug!(spare, idle, "io_uring queue threads change policy");
+                }
+                self.idle.store(idle, Ordering::Relaxed);
+            }
+            last = now;
+        }
+    }
+}
+
+/// Jiffies of all CPUs since boot: in total, and idle (idle + iowait).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct CpuTimes {
+    total: u64,
+    idle: u64,
+}
+
+fn cpu_times() -> Option<CpuTimes> {
+    parse_cpu_times(&std::fs::read_to_string("/proc/stat").ok()?)
+}
+
+/// The aggregate `cpu` line of `/proc/stat` (`cpu  user nice system idle iowait irq softirq
+/// steal guest guest_nice`; guest time is already in user and nice).
+fn parse_cpu_times(text: &str) -> Option<CpuTimes> {
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().ok())
+        .collect::<Option<_>>()?;
+    if f.len() < 5 {
+        return None;
+    }
+    let total = f.iter().take(8).sum();
+    Some(CpuTimes {
+        total,
+        idle: f[3] + f[4],
+    })
+}
+
+/// Run the calling thread at `SCHED_IDLE` (`idle`) or `SCHED_OTHER`; false when refused.
+fn set_idle_policy(idle: bool) -> bool {
+    let policy = if idle {
+        libc::SCHED_IDLE
+    } else {
+        libc::SCHED_OTHER
+    };
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param for both policies.
+    unsafe { libc::sched_setscheduler(0, policy, &param) == 0 }
+}
+
 /// The running queues; [`Rings::join`] waits for their threads after unmount.
 #[derive(Debug)]
 pub struct Rings {
@@ -127,11 +272,30 @@ pub fn start(
     let mut threads = Vec::with_capacity(queues);
     for qid in 0..queues {
         let (dev, disp, tx) = (dev.clone(), disp.clone(), tx.clone());
-        threads.push(
-            std::thread::Builder::new()
-                .name(format!("smithfs-uring-{qid}"))
-                .spawn(move || queue_thread(qid as u16, &dev, &disp, payload, depth, &tx))?,
-        );
+        LIVE_QUEUES.fetch_add(1, Ordering::Relaxed);
+        let spawned = std::thread::Builder::new()
+            .name(format!("smithfs-uring-{qid}"))
+            .spawn(move || {
+                serve_queue(qid as u16, &dev, &disp, payload, depth, &tx);
+                LIVE_QUEUES.fetch_sub(1, Ordering::Relaxed);
+            });
+        match spawned {
+            Ok(t) => threads.push(t),
+            Err(e) => {
+                LIVE_QUEUES.fetch_sub(1, Ordering::Relaxed);
+                return Err(e);
+            }
+        }
+    }
+    // Detached: it ends by itself within a period of the last queue.
+    if !WATCHING.swap(true, Ordering::Relaxed) {
+        std::thread::Builder::new()
+            .name("smithfs-uring-cpu".into())
+            .spawn(|| {
+                HEADROOM.watch();
+                HEADROOM.idle.store(false, Ordering::Relaxed);
+                WATCHING.store(false, Ordering::Relaxed);
+            })?;
     }
     drop(tx);
     for _ in 0..queues {
@@ -206,7 +370,8 @@ fn pin_to_cpu(cpu: usize) {
     }
 }
 
-fn queue_thread(
+/// Register `depth` entries of queue `qid` and serve them until the kernel ends them.
+fn serve_queue(
     qid: u16,
     dev: &OwnedFd,
     disp: &Dispatcher,
@@ -298,6 +463,8 @@ fn queue_thread(
         if live == 0 {
             break;
         }
+        // The policy for the next wait and the reply it submits (see `Headroom`).
+        follow_headroom();
         match ring.submit_and_wait(1) {
             Ok(_) => {}
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
@@ -357,6 +524,38 @@ fn serve_entry(disp: &Dispatcher, e: &mut Entry) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_times_of_the_aggregate_line() {
+        let text = "cpu  100 5 50 800 20 3 2 10 0 0\ncpu0 50 2 25 400 10 1 1 5 0 0\n";
+        assert_eq!(
+            parse_cpu_times(text),
+            Some(CpuTimes {
+                total: 990,
+                idle: 820
+            })
+        );
+        for bad in ["", "cpu0 1 2 3 4 5\n", "cpu  1 2 3\n", "cpu  1 x 3 4 5\n"] {
+            assert_eq!(parse_cpu_times(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn headroom_has_hysteresis() {
+        // (idle before, idle share of the CPUs, idle after)
+        for (idle, spare, next) in [
+            (false, 0.9, true),
+            (false, 0.30, true),
+            (false, 0.29, false),
+            (false, 0.0, false),
+            (true, 0.29, true),
+            (true, 0.15, true),
+            (true, 0.149, false),
+            (true, 0.0, false),
+        ] {
+            assert_eq!(Headroom::next(idle, spare), next, "{idle} {spare}");
+        }
+    }
 
     #[test]
     fn cpu_lists() {
