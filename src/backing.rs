@@ -245,13 +245,20 @@ pub fn lookup(dir: BorrowedFd<'_>, name: &CStr) -> SysResult<OwnedFd> {
 
 /// Reopen an inode's `O_PATH` descriptor as a real open file with `flags`.
 ///
-/// `O_CREAT`, `O_EXCL` and `O_NOCTTY` are removed; `O_CLOEXEC` is added.
+/// `O_CREAT`, `O_EXCL` and `O_NOCTTY` are removed; `O_CLOEXEC` is added. A directory
+/// (`O_DIRECTORY`) is reopened as `.` relative to itself, one path component; anything else
+/// through `/proc/self/fd/N` (four components and a magic link), the only way for a file.
 pub fn reopen(fd: BorrowedFd<'_>, flags: i32) -> SysResult<OwnedFd> {
-    let path = proc_fd_path(fd.as_raw_fd());
     let flags = (flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_NOFOLLOW))
         | libc::O_CLOEXEC;
-    // SAFETY: `path` is NUL-terminated.
-    let ret = cvt(unsafe { libc::open(path.as_ptr(), flags) })?;
+    let ret = if flags & libc::O_DIRECTORY != 0 {
+        // SAFETY: `fd` is a valid descriptor and "." is NUL-terminated.
+        cvt(unsafe { libc::openat(fd.as_raw_fd(), c".".as_ptr(), flags) })?
+    } else {
+        let path = proc_fd_path(fd.as_raw_fd());
+        // SAFETY: `path` is NUL-terminated.
+        cvt(unsafe { libc::open(path.as_ptr(), flags) })?
+    };
     Ok(take_fd(ret))
 }
 

@@ -290,7 +290,7 @@ pub fn start(
     // Detached: it ends by itself within a period of the last queue.
     if !WATCHING.swap(true, Ordering::Relaxed) {
         std::thread::Builder::new()
-            .name("smithfs-uring-cpu".into())
+            .name("smithfs-cpuload".into())
             .spawn(|| {
                 HEADROOM.watch();
                 HEADROOM.idle.store(false, Ordering::Relaxed);

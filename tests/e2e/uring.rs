@@ -118,6 +118,88 @@ fn io_uring_serves_every_queue_and_the_switch_is_restored() {
     );
 }
 
+/// The scheduling policy (`/proc/PID/task/TID/stat` field 41: 0 normal, 5 `SCHED_IDLE`) of
+/// each of the daemon's queue threads.
+fn queue_policies(pid: i32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm"))
+                .is_ok_and(|n| n.trim().starts_with("smithfs-uring-"))
+        })
+        .filter_map(|t| std::fs::read_to_string(t.path().join("stat")).ok())
+        .filter_map(|s| {
+            // Fields after the parenthesised command name; policy is field 41 overall.
+            let rest = s.rsplit_once(')')?.1;
+            rest.split_whitespace().nth(38)?.parse().ok()
+        })
+        .collect()
+}
+
+/// Busy loops, one per CPU and one more, killed when dropped.
+struct Hogs(Vec<std::process::Child>);
+
+impl Drop for Hogs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+#[test]
+fn queue_threads_yield_while_the_cpus_idle_and_not_when_they_are_busy() {
+    let Some(m) = uring_mount() else { return };
+    let pid = m.daemon_pid().expect("daemon");
+    let cpus = possible_cpus();
+    // Requests from each CPU reach that CPU's queue, whose thread applies the policy asked for
+    // before its next wait (docs/PROTOCOL-NOTES.md U8).
+    let script: String = (0..cpus)
+        .map(|c| format!("taskset -c {c} sh -c ': > results/p{c}; rm results/p{c}'; "))
+        .collect();
+    let all = |policy: u32| {
+        let p = queue_policies(pid);
+        p.len() == cpus && p.iter().all(|&x| x == policy)
+    };
+    // SCHED_IDLE (5) while the CPUs are idle at least 30 % of the time. Other tests may keep
+    // them busier than that: then this half cannot be seen here.
+    let end = std::time::Instant::now() + Duration::from_secs(5);
+    let mut yielded = false;
+    while !yielded && std::time::Instant::now() < end {
+        m.sh_ok(&script);
+        yielded = all(5);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if !yielded {
+        eprintln!(
+            "the CPUs were never idle enough to see SCHED_IDLE: {:?}",
+            queue_policies(pid)
+        );
+    }
+    // With every CPU busy, back to the normal policy (0) by the next request.
+    let _hogs = Hogs(
+        (0..=cpus)
+            .map(|_| {
+                std::process::Command::new("sh")
+                    .args(["-c", "while :; do :; done"])
+                    .spawn()
+                    .expect("busy loop")
+            })
+            .collect(),
+    );
+    poll_until(
+        Duration::from_secs(15),
+        "every queue thread at the normal policy while the CPUs are busy",
+        || {
+            m.sh_ok(&script);
+            all(0)
+        },
+    );
+}
+
 #[test]
 fn identity_policy_and_passthrough_over_io_uring() {
     let Some(m) = uring_mount() else { return };
