@@ -18,7 +18,7 @@
 #   --hook-samples N   inbox tasks timed by the hook workload (default 40; --quick 10)
 #   Hook latency alone, e.g.: scripts/bench.sh --only hook --fs native --hook-identity ancestry
 #
-# Workloads: create stat read untar rm seqwrite seqread git par rm30k cp pip hook rss
+# Workloads: create stat read untar rm seqwrite seqread git gitst par rm30k cp pip hook rss
 # Filesystems: native op smith nopt bindfs pll phd phu opu smithu
 #   native  a plain directory on the root ext4 filesystem
 #   op      smithfs (kernel passthrough on, --transport dev-fuse), workloads run as the operator
@@ -61,7 +61,7 @@ log() { echo "$me: $*" >&2; }
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 helpers="$repo_root/scripts/bench"
 bench_dir="$repo_root/target/bench"
-all_workloads=(create stat read untar rm seqwrite seqread git par rm30k cp pip hook rss)
+all_workloads=(create stat read untar rm seqwrite seqread git gitst par rm30k cp pip hook rss)
 all_fs=(native op smith nopt bindfs pll opb phd phu opu smithu smithub)
 
 quick=0
@@ -444,8 +444,17 @@ run_group() { # group fs rep
             git -C "$w/git-$r" init -q
             "$fsops" tree "$w/git-$r/src" "$git_files" 100 2048 >/dev/null
             # shellcheck disable=SC2016
-            measure git "$fs" "$r" "$fsops" time "${git_env[@]}" sh -c \
-                'git -C "$1" add -A && git -C "$1" commit -q -m bench' sh "$w/git-$r"
+            if selected git; then
+                measure git "$fs" "$r" "$fsops" time "${git_env[@]}" sh -c \
+                    'git -C "$1" add -A && git -C "$1" commit -q -m bench' sh "$w/git-$r"
+            else
+                "${git_env[@]}" sh -c 'git -C "$1" add -A && git -C "$1" commit -q -m bench' sh "$w/git-$r"
+            fi
+            if selected gitst; then
+                # Hot: one untimed status first, then the timed one finds every cache warm.
+                as_fs "$fs" git -C "$w/git-$r" status --porcelain >/dev/null
+                measure gitst "$fs" "$r" "$fsops" time "${git_env[@]}" git -C "$w/git-$r" status --porcelain
+            fi
             ;;
         par)
             measure par "$fs" "$r" "$fsops" par "$w/par-$r" 4 "$par_n" 4096
@@ -482,6 +491,7 @@ declare -A wl_label=(
     [seqwrite]="sequential write $seq_mib MiB + fsync"
     [seqread]="sequential read $seq_mib MiB, cold"
     [git]="git add -A + commit, $git_files files"
+    [gitst]="git status, hot, $git_files files"
     [par]="4 processes creating in parallel (4 × $par_n)"
     [rm30k]="rm -rf of a $rm_files-file tree"
     [cp]="${cp_n}× cp of a 1 MiB file"
@@ -506,7 +516,8 @@ groups=()
 selected create || selected stat || selected read && groups+=(small)
 selected untar || selected rm && groups+=(tree)
 selected seqwrite || selected seqread && groups+=(seq)
-for g in git par rm30k cp pip; do selected "$g" && groups+=("$g"); done
+selected git || selected gitst && groups+=(git)
+for g in par rm30k cp pip; do selected "$g" && groups+=("$g"); done
 
 
 for ((r = 1; r <= reps; r++)); do

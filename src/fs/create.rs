@@ -318,7 +318,12 @@ impl SmithFs {
         // The new name is the inode the kernel holds (no lookup of it needed): one more kernel
         // reference to it, and one more name.
         let st = backing::stat(fd.as_fd())?;
-        self.inodes.referenced_again(&inode);
+        if !self.inodes.referenced_again(&inode) {
+            // Forgotten meanwhile (the kernel holds the source during a link, so not expected).
+            let (linked, attr) = self.lookup_in(&dir, &cname)?;
+            self.completed_at(caller, &dir, newname, &linked);
+            return Ok(attr);
+        }
         self.place(&inode, &dir, cname.to_bytes(), st.st_nlink);
         self.completed_at(caller, &dir, newname, &inode);
         Ok(self.attr_of(st))

@@ -96,6 +96,8 @@ impl SmithFs {
                     st.st_ino = ent.ino.0;
                     st.st_mode = kind;
                     out.attr = Some(Attr(st));
+                } else if let Some(attr) = self.listed_known(&h.inode, &ent) {
+                    out.attr = Some(attr);
                 } else {
                     let cname = CString::new(ent.name.clone()).map_err(|_| FsError::BadName)?;
                     match self.lookup_in(&h.inode, &cname) {
@@ -129,6 +131,26 @@ impl SmithFs {
             }
         }
         Ok(())
+    }
+
+    /// The attributes of a listed entry the table already holds, with one more kernel reference
+    /// counted (READDIRPLUS counts as a lookup of each entry): one `fstat` of the held
+    /// descriptor instead of a lookup by name (`openat2`, `fstat`, `close`). The entry's inode
+    /// number is the one `getdents` just returned, as racy as any listing; `None` (look it up by
+    /// name) when the inode is not held, its descriptor was evicted, it has no names left, or it
+    /// is another file now.
+    fn listed_known(&self, dir: &super::inode::Inode, ent: &backing::DirEntry) -> Option<Attr> {
+        let inode = self.inodes.find(self.inodes.ids.node_id(ent.ino))?;
+        let fd = inode.held_fd()?;
+        let st = backing::stat(fd.as_fd()).ok()?;
+        if st.st_nlink == 0 || st.st_ino != ent.ino.0 || st.st_mode & libc::S_IFMT != inode.kind {
+            return None;
+        }
+        if !self.inodes.referenced_again(&inode) {
+            return None;
+        }
+        self.place(&inode, dir, &ent.name, st.st_nlink);
+        Some(self.attr_of(st))
     }
 
     /// Close the directory handle `fh` (FUSE releasedir).

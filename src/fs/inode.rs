@@ -272,6 +272,14 @@ impl Inode {
         Ok(PathFd(f))
     }
 
+    /// The inode's descriptor if the table holds it now (no reopen: `None` when evicted).
+    pub fn held_fd(&self) -> Option<PathFd> {
+        let slot = self.fd.lock();
+        let f = slot.as_ref()?;
+        self.used.store(true, Ordering::Relaxed);
+        Some(PathFd(f.clone()))
+    }
+
     /// Close the cached descriptor if the inode was not used since the last sweep and can be
     /// reopened; returns whether it was closed.
     fn evict(&self) -> bool {
@@ -479,10 +487,19 @@ impl InodeTable {
         inode
     }
 
-    /// Count one more kernel reference to `inode`, which the kernel already holds (the reply
-    /// to a link names it again: the kernel counts one more lookup).
-    pub fn referenced_again(&self, inode: &Inode) {
-        inode.nlookup.fetch_add(1, Ordering::Relaxed);
+    /// Count one more kernel reference to `inode` (a reply that names it again: a link, a
+    /// READDIRPLUS entry; the kernel counts one more lookup). Returns false, counting nothing,
+    /// when the table no longer holds it (forgotten meanwhile): the caller then looks it up anew.
+    /// Under the table's read lock, so a concurrent FORGET (write lock) sees the new count.
+    pub fn referenced_again(&self, inode: &Arc<Inode>) -> bool {
+        let map = self.map.read();
+        match map.get(&inode.id) {
+            Some(held) if Arc::ptr_eq(held, inode) => {
+                inode.nlookup.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Close cached descriptors of inodes not used since the last sweep until the budget has

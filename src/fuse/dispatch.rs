@@ -94,6 +94,20 @@ pub fn cached(fs: &SmithFs, r: Result<Attr, FsError>) -> Result<(Attr, Cache), F
     })
 }
 
+/// `FOPEN_*` flags for an opendir of a directory whose entries may be cached as `cache`: a
+/// directory cached like its entries (`Cache::Normal`) keeps its listing in the kernel
+/// (`FOPEN_CACHE_DIR | FOPEN_KEEP_CACHE`), so a second listing sends only OPENDIR (the access
+/// check, every time) and RELEASEDIR. The kernel drops that listing itself when the directory
+/// changes through the mount (its change counter) or its mtime changes (refetched after every
+/// invalidation the daemon sends for its own writes, docs/PROTOCOL-NOTES.md U4, U10). A listing
+/// is the same for every caller, so a cached one tells nobody more than a fresh one.
+pub fn opendir_bits(cache: Cache) -> u32 {
+    match cache {
+        Cache::Normal => wire::fopen::CACHE_DIR | wire::fopen::KEEP_CACHE,
+        Cache::Brief | Cache::Volatile | Cache::Never => 0,
+    }
+}
+
 /// `FOPEN_*` flags for an open whose data may be cached as `cache`.
 pub fn fopen_bits(cache: Cache) -> u32 {
     match cache {
@@ -305,7 +319,7 @@ impl Dispatcher {
             Request::Removexattr { name } => empty(fs.removexattr(&c, ino, name)),
             Request::Flush { fh } => empty(fs.flush(ino, Fh(fh))),
             Request::Opendir { .. } => match fs.opendir(&c, ino) {
-                Ok(fh) => Reply::Open(fh.0, 0, 0),
+                Ok(fh) => Reply::Open(fh.0, opendir_bits(fs.cache_of(ino)), 0),
                 Err(e) => err(&e),
             },
             Request::Readdir { fh, offset, size } => listing(fs, ino, Fh(fh), offset, size, false),

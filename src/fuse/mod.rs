@@ -524,7 +524,10 @@ impl Filesystem for FuseFs {
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.fs.opendir(&caller(req), node(ino)) {
-            Ok(fh) => reply.opened(FileHandle(fh.0), FopenFlags::empty()),
+            Ok(fh) => reply.opened(
+                FileHandle(fh.0),
+                FopenFlags::from_bits_retain(dispatch::opendir_bits(self.fs.cache_of(node(ino)))),
+            ),
             Err(e) => reply.error(errno(&e)),
         }
     }

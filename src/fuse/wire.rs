@@ -95,6 +95,8 @@ pub mod fattr {
 #[allow(missing_docs)]
 pub mod fopen {
     pub const DIRECT_IO: u32 = 1 << 0;
+    pub const KEEP_CACHE: u32 = 1 << 1;
+    pub const CACHE_DIR: u32 = 1 << 3;
     pub const NOFLUSH: u32 = 1 << 5;
     pub const PASSTHROUGH: u32 = 1 << 7;
 }
