@@ -116,6 +116,9 @@ static HEADROOM: Headroom = Headroom {
 static LIVE_QUEUES: AtomicUsize = AtomicUsize::new(0);
 /// A thread follows [`HEADROOM`] now.
 static WATCHING: AtomicBool = AtomicBool::new(false);
+/// Thread ids of the queue threads serving now: the watcher sets their policy itself when the
+/// headroom changes, so a thread asleep at `SCHED_IDLE` does not meet busy CPUs at that policy.
+static QUEUE_TIDS: parking_lot::Mutex<Vec<libc::pid_t>> = parking_lot::const_mutex(Vec::new());
 
 thread_local! {
     /// The calling thread runs at `SCHED_IDLE` (set by [`follow_headroom`]).
@@ -173,13 +176,18 @@ impl Headroom {
                 return;
             };
             let total = now.total.saturating_sub(last.total);
+            let was = self.idle();
             if total > 0 {
                 let spare = now.idle.saturating_sub(last.idle) as f64 / total as f64;
                 let idle = Self::next(self.idle(), spare);
-                if idle != self.idle() {
-                    tracing::debug!(spare, idle, "io_uring queue threads change policy");
-                }
                 self.idle.store(idle, Ordering::Relaxed);
+                if idle != was {
+                    tracing::debug!(spare, idle, "io_uring queue threads change policy");
+                    // The threads re-check at their next wait; this reaches the sleeping ones.
+                    for &tid in QUEUE_TIDS.lock().iter() {
+                        set_policy_of(tid, idle);
+                    }
+                }
             }
             last = now;
         }
@@ -218,14 +226,21 @@ fn parse_cpu_times(text: &str) -> Option<CpuTimes> {
 
 /// Run the calling thread at `SCHED_IDLE` (`idle`) or `SCHED_OTHER`; false when refused.
 fn set_idle_policy(idle: bool) -> bool {
+    set_policy_of(0, idle)
+}
+
+/// Run thread `tid` (0: the calling one) at `SCHED_IDLE` (`idle`) or `SCHED_OTHER`; false when
+/// refused (or the thread is gone).
+fn set_policy_of(tid: libc::pid_t, idle: bool) -> bool {
     let policy = if idle {
         libc::SCHED_IDLE
     } else {
         libc::SCHED_OTHER
     };
     let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param for both policies.
-    unsafe { libc::sched_setscheduler(0, policy, &param) == 0 }
+    // SAFETY: `tid` is a thread id (0: the calling thread); `param` is a valid sched_param for
+    // both policies.
+    unsafe { libc::sched_setscheduler(tid, policy, &param) == 0 }
 }
 
 /// The running queues; [`Rings::join`] waits for their threads after unmount.
@@ -370,6 +385,15 @@ fn pin_to_cpu(cpu: usize) {
     }
 }
 
+/// Takes a queue thread off [`QUEUE_TIDS`] when it ends, however it ends.
+struct TidListed(libc::pid_t);
+
+impl Drop for TidListed {
+    fn drop(&mut self) {
+        QUEUE_TIDS.lock().retain(|&t| t != self.0);
+    }
+}
+
 /// Register `depth` entries of queue `qid` and serve them until the kernel ends them.
 fn serve_queue(
     qid: u16,
@@ -380,6 +404,10 @@ fn serve_queue(
     ready: &mpsc::Sender<std::io::Result<()>>,
 ) {
     pin_to_cpu(qid as usize);
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    QUEUE_TIDS.lock().push(tid);
+    let _listed = TidListed(tid);
     let mut ring: IoUring<squeue::Entry128> = match IoUring::builder().build(depth as u32) {
         Ok(r) => r,
         Err(e) => {
