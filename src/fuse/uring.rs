@@ -126,9 +126,10 @@ thread_local! {
 }
 
 /// Put the calling thread on the policy [`Headroom`] asks for now, if that changed: a queue
-/// thread before each wait, and fuser's `/dev/fuse` threads when they take a FORGET over io_uring
-/// (their work can wait; at the normal policy it would run ahead of the queue threads' replies).
-/// One `sched_setscheduler` per change; nothing while no queue serves (`/dev/fuse` transport).
+/// thread when it starts (the watcher sets it on every later change), and fuser's `/dev/fuse`
+/// threads when they take a FORGET over io_uring (their work can wait; at the normal policy it
+/// would run ahead of the queue threads' replies). One `sched_setscheduler` per change; nothing
+/// while no queue serves (`/dev/fuse` transport).
 pub fn follow_headroom() {
     let want = HEADROOM.idle();
     AT_IDLE.with(|at| {
@@ -172,24 +173,28 @@ impl Headroom {
         while LIVE_QUEUES.load(Ordering::Relaxed) > 0 {
             std::thread::sleep(Self::PERIOD);
             let Some(now) = cpu_times() else {
-                self.idle.store(false, Ordering::Relaxed);
+                self.set(false);
                 return;
             };
             let total = now.total.saturating_sub(last.total);
-            let was = self.idle();
             if total > 0 {
                 let spare = now.idle.saturating_sub(last.idle) as f64 / total as f64;
                 let idle = Self::next(self.idle(), spare);
-                self.idle.store(idle, Ordering::Relaxed);
-                if idle != was {
+                if idle != self.idle() {
                     tracing::debug!(spare, idle, "io_uring queue threads change policy");
-                    // The threads re-check at their next wait; this reaches the sleeping ones.
-                    for &tid in QUEUE_TIDS.lock().iter() {
-                        set_policy_of(tid, idle);
-                    }
+                    self.set(idle);
                 }
             }
             last = now;
+        }
+    }
+
+    /// Ask for `idle` and put every queue thread on it now (asleep or not; a thread that starts
+    /// later takes it itself, see `serve_queue`).
+    fn set(&self, idle: bool) {
+        self.idle.store(idle, Ordering::Relaxed);
+        for &tid in QUEUE_TIDS.lock().iter() {
+            set_policy_of(tid, idle);
         }
     }
 }
@@ -408,6 +413,9 @@ fn serve_queue(
     let tid = unsafe { libc::gettid() };
     QUEUE_TIDS.lock().push(tid);
     let _listed = TidListed(tid);
+    // Listed first, then the current policy taken: a change after this reaches it through the
+    // list (`Headroom::set`).
+    follow_headroom();
     let mut ring: IoUring<squeue::Entry128> = match IoUring::builder().build(depth as u32) {
         Ok(r) => r,
         Err(e) => {
@@ -491,8 +499,6 @@ fn serve_queue(
         if live == 0 {
             break;
         }
-        // The policy for the next wait and the reply it submits (see `Headroom`).
-        follow_headroom();
         match ring.submit_and_wait(1) {
             Ok(_) => {}
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
