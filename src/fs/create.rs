@@ -315,17 +315,14 @@ impl SmithFs {
         backing::link(fd.as_fd(), dir.fd()?.as_fd(), &cname)?;
         // One inode, charged once: only the directory may have grown.
         self.settle_fd(dir.fd()?.as_fd());
-        // The new name is the inode the kernel holds (no lookup of it needed): one more kernel
-        // reference to it, and one more name.
+        // The new name is the inode the kernel holds: no lookup of it needed (unless forgotten
+        // meanwhile, not expected: the kernel holds the source during a link).
         let st = backing::stat(fd.as_fd())?;
-        if !self.inodes.referenced_again(&inode) {
-            // Forgotten meanwhile (the kernel holds the source during a link, so not expected).
-            let (linked, attr) = self.lookup_in(&dir, &cname)?;
-            self.completed_at(caller, &dir, newname, &linked);
-            return Ok(attr);
-        }
-        self.place(&inode, &dir, cname.to_bytes(), st.st_nlink);
-        self.completed_at(caller, &dir, newname, &inode);
-        Ok(self.attr_of(st))
+        let (linked, attr) = match self.named_again(&inode, &dir, cname.to_bytes(), st) {
+            Some(attr) => (inode, attr),
+            None => self.lookup_in(&dir, &cname)?,
+        };
+        self.completed_at(caller, &dir, newname, &linked);
+        Ok(attr)
     }
 }

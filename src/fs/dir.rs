@@ -146,11 +146,7 @@ impl SmithFs {
         if st.st_nlink == 0 || st.st_ino != ent.ino.0 || st.st_mode & libc::S_IFMT != inode.kind {
             return None;
         }
-        if !self.inodes.referenced_again(&inode) {
-            return None;
-        }
-        self.place(&inode, dir, &ent.name, st.st_nlink);
-        Some(self.attr_of(st))
+        self.named_again(&inode, dir, &ent.name, st)
     }
 
     /// Close the directory handle `fh` (FUSE releasedir).

@@ -111,6 +111,24 @@ impl SmithFs {
         Ok((inode, self.attr_of(st)))
     }
 
+    /// A reply names `inode`, which the table holds, again as `name` in `dir` (a link, a
+    /// READDIRPLUS entry), with `st` just read from its descriptor: one more kernel reference,
+    /// the name recorded, its attributes. `None` when it was forgotten meanwhile: the caller
+    /// looks the name up instead.
+    pub(super) fn named_again(
+        &self,
+        inode: &Arc<Inode>,
+        dir: &Inode,
+        name: &[u8],
+        st: libc::stat,
+    ) -> Option<Attr> {
+        if !self.inodes.referenced_again(inode) {
+            return None;
+        }
+        self.place(inode, dir, name, st.st_nlink);
+        Some(self.attr_of(st))
+    }
+
     /// Drop `n` kernel references to `ino` (FUSE forget).
     pub fn forget(&self, ino: NodeId, n: u64) {
         if !control::is_virtual(ino) && self.inodes.forget(ino, n) {
