@@ -447,11 +447,11 @@ run_group() { # group fs rep
             git -C "$w/git-$r" init -q
             "$fsops" tree "$w/git-$r/src" "$git_files" 100 2048 >/dev/null
             # shellcheck disable=SC2016
+            commit=(sh -c 'git -C "$1" add -A && git -C "$1" commit -q -m bench' sh "$w/git-$r")
             if selected git; then
-                measure git "$fs" "$r" "$fsops" time "${git_env[@]}" sh -c \
-                    'git -C "$1" add -A && git -C "$1" commit -q -m bench' sh "$w/git-$r"
+                measure git "$fs" "$r" "$fsops" time "${git_env[@]}" "${commit[@]}"
             else
-                "${git_env[@]}" sh -c 'git -C "$1" add -A && git -C "$1" commit -q -m bench' sh "$w/git-$r"
+                "${git_env[@]}" "${commit[@]}"
             fi
             if selected gitst; then
                 # Hot: one untimed status first, then the timed ones find every cache warm; ten
