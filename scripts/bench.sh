@@ -2,7 +2,8 @@
 # Measure smithfs against native ext4, bindfs and libfuse's passthrough_ll in one run (issue 5).
 #
 # Usage: scripts/bench.sh [--quick] [--only WORKLOAD...] [--fs FS,...] [--reps N] [--out F] [--no-build]
-#                        [--hook-identity MODE] [--hook-samples N] [--disk dir|image]
+#                        [--hook-identity MODE] [--hook-transport MODE] [--hook-samples N]
+#                        [--disk dir|image]
 #
 #   --quick        fewer and smaller operations, one repetition (a few minutes)
 #   --only W...    only these workloads (names below); stat/read make their files untimed when
@@ -15,6 +16,9 @@
 #   --no-build     use the existing release binary ($SMITHFS, else the cargo target dir)
 #   --hook-identity MODE   mount the hook workload with --identity MODE (auto|cgroup|ancestry;
 #                  default: the mount's default, auto)
+#   --hook-transport MODE  mount the hook workload with --transport MODE (auto|io-uring|dev-fuse;
+#                  default auto, which is dev-fuse unless enable_uring is on; io-uring switches
+#                  enable_uring on for its INIT like the io_uring columns)
 #   --hook-samples N   inbox tasks timed by the hook workload (default 40; --quick 10)
 #   Hook latency alone, e.g.: scripts/bench.sh --only hook --fs native --hook-identity ancestry
 #
@@ -70,6 +74,7 @@ out=""
 build=1
 hook_identity=""
 hook_samples=""
+hook_transport=""
 disk=dir
 only=()
 fs_list=""
@@ -82,6 +87,7 @@ while [ $# -gt 0 ]; do
         --no-build) build=0; shift ;;
         --disk) disk="${2:?--disk needs dir or image}"; shift 2 ;;
         --hook-identity) hook_identity="${2:?--hook-identity needs auto, cgroup or ancestry}"; shift 2 ;;
+        --hook-transport) hook_transport="${2:?--hook-transport needs auto, io-uring or dev-fuse}"; shift 2 ;;
         --hook-samples) hook_samples="${2:?--hook-samples needs a number}"; shift 2 ;;
         --only)
             shift
@@ -128,6 +134,10 @@ hook_n="${hook_samples:-$hook_n}"
 case "$hook_identity" in
     "" | auto | cgroup | ancestry) ;;
     *) die "--hook-identity needs auto, cgroup or ancestry" ;;
+esac
+case "$hook_transport" in
+    "" | auto | io-uring | dev-fuse) ;;
+    *) die "--hook-transport needs auto, io-uring or dev-fuse" ;;
 esac
 out="${out:-$bench_dir/results.md}"
 mkdir -p "$bench_dir" "$(dirname "$out")"
@@ -176,7 +186,7 @@ if [[ " ${fses[*]} " == *" ph"* ]]; then
     [ -x "$php" ] || die "no passthrough_hp at $php (set PASSTHROUGH_HP)"
 fi
 uring_param=/sys/module/fuse/parameters/enable_uring
-if [[ " ${fses[*]} " =~ \ (phu|opu|smithu|smithub)\  ]]; then
+if [[ " ${fses[*]} " =~ \ (phu|opu|smithu|smithub)\  ]] || { [ "$hook_transport" = io-uring ] && selected hook; }; then
     [ -w "$uring_param" ] || die "no $uring_param: this kernel has no FUSE over io_uring"
 fi
 # uring_on / uring_off: hold enable_uring on around one io_uring mount's INIT, under the lock
@@ -510,7 +520,7 @@ rec info kernel "$(uname -r)"
 rec info "smithfs" "$SMITHFS; source: last commit touching src/ $(git -C "$repo_root" log -1 --format=%h -- src)$(git -C "$repo_root" diff --quiet HEAD -- src 2>/dev/null || echo ' (modified)')"
 rec info mode "$([ $quick = 1 ] && echo quick || echo full), $reps repetition(s), workloads: ${only[*]}"
 rec info disk "$([ "$disk" = image ] && echo "each filesystem on its own fresh 4 GiB ext4 image (loop device)" || echo "directories under /var/tmp ($(findmnt -no FSTYPE --target /var/tmp))")"
-selected hook && rec info "hook mount" "--identity ${hook_identity:-(default)}, $hook_n samples"
+selected hook && rec info "hook mount" "--identity ${hook_identity:-(default)} --transport ${hook_transport:-(default)}, $hook_n samples"
 rec info "load average at start" "$(cut -d' ' -f1-3 /proc/loadavg)"
 for fs in "${fses[@]}"; do rec fs "$fs" "${fs_label[$fs]}"; done
 for wl in "${all_workloads[@]}"; do
@@ -565,7 +575,12 @@ EOF
     mounts+=("smithfs:$d")
     hook_opts=()
     [ -n "$hook_identity" ] && hook_opts=(--identity "$hook_identity")
-    if ! hook_err="$("$SMITHFS" mount "$d" "${hook_opts[@]}" 2>&1)"; then
+    [ -n "$hook_transport" ] && hook_opts+=(--transport "$hook_transport")
+    [ "$hook_transport" = io-uring ] && uring_on
+    hook_ok=1
+    hook_err="$("$SMITHFS" mount "$d" "${hook_opts[@]}" 2>&1)" || hook_ok=0
+    [ "$hook_transport" = io-uring ] && uring_off
+    if [ $hook_ok = 0 ]; then
         rec hook result "not measured: mount with an agent configured failed: $(head -c 200 <<<"$hook_err")"
     else
         p="$(daemon_pid " mount $d ")"
