@@ -32,7 +32,7 @@
 //! Long on purpose: the resolver's cache, both identity modes and binding share one lock order,
 //! kept in one file.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
@@ -227,14 +227,14 @@ pub struct Resolver {
     daemon_ino: u64,
     _daemon_fd: OwnedFd,
     cgroups: Option<CgroupState>,
-    smiths: RwLock<HashMap<SmithIdx, SmithEntry>>,
+    smiths: RwLock<FxHashMap<SmithIdx, SmithEntry>>,
     /// cgroup id → identity (cgroup mode: the smiths' cgroups and the operator's).
-    by_cgroup: RwLock<HashMap<u64, Identity>>,
+    by_cgroup: RwLock<FxHashMap<u64, Identity>>,
     /// Cgroups of unregistered smiths that still held processes (cgroup mode).
     retired: Mutex<Vec<Retired>>,
     /// pidfs inode → bound process (ancestry mode).
-    bound: RwLock<HashMap<u64, Arc<Bound>>>,
-    cache: RwLock<HashMap<u32, Arc<CacheEntry>>>,
+    bound: RwLock<FxHashMap<u64, Arc<Bound>>>,
+    cache: RwLock<FxHashMap<u32, Arc<CacheEntry>>>,
     capacity: AtomicUsize,
     /// An insertion that finds at least this many entries sweeps the dead ones first.
     sweep_at: AtomicUsize,
@@ -551,7 +551,7 @@ impl Resolver {
                 }
             }
         }
-        let mut by_cgroup = HashMap::new();
+        let mut by_cgroup = FxHashMap::default();
         if let Some(c) = &cgroups {
             by_cgroup.insert(c.operator.id, Identity::Operator);
         }
@@ -565,11 +565,11 @@ impl Resolver {
             daemon_ino: daemon.ino,
             _daemon_fd: daemon.fd,
             cgroups,
-            smiths: RwLock::new(HashMap::new()),
+            smiths: RwLock::new(FxHashMap::default()),
             retired: Mutex::new(Vec::new()),
             by_cgroup: RwLock::new(by_cgroup),
-            bound: RwLock::new(HashMap::new()),
-            cache: RwLock::new(HashMap::new()),
+            bound: RwLock::new(FxHashMap::default()),
+            cache: RwLock::new(FxHashMap::default()),
             capacity: AtomicUsize::new(cache_capacity_default()),
             sweep_at: AtomicUsize::new(SWEEP_MIN),
             generation: AtomicU64::new(0),

@@ -7,7 +7,7 @@
 //! a family lock (`Registry::family`) is taken before `inner` and held across the scaffold's
 //! syscalls, serialising the mkdirs of one parent (PROTOCOL.md §4).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -46,15 +46,15 @@ impl SmithInfo {
 #[derive(Debug, Default)]
 struct Inner {
     smiths: Vec<SmithInfo>,
-    by_full_id: HashMap<FullId, SmithIdx>,
-    by_ino: HashMap<BackingIno, SmithIdx>,
+    by_full_id: FxHashMap<FullId, SmithIdx>,
+    by_ino: FxHashMap<BackingIno, SmithIdx>,
 }
 
 /// All registered smiths.
 #[derive(Debug, Default)]
 pub struct Registry {
     inner: RwLock<Inner>,
-    families: Mutex<HashMap<SmithIdx, Arc<Mutex<()>>>>,
+    families: Mutex<FxHashMap<SmithIdx, Arc<Mutex<()>>>>,
 }
 
 impl Registry {
