@@ -7,7 +7,7 @@
 # Prints "count OPCODE" lines (most frequent first) and a "total" line on stdout; CMD's own
 # output goes to stderr. With --latency it also traces fuse:fuse_request_end and prints, per
 # opcode, how long the kernel waited for the daemon's answer (send to end: the queue, the
-# daemon's work and the hand-back): count, mean, p50 and p90 in µs, and the total time. Root only. Uses a private tracefs instance (instances/fuse-requests-PID),
+# daemon's work and the hand-back): count, mean, p50, p90, p99 and max in µs, and the total time. Root only. Uses a private tracefs instance (instances/fuse-requests-PID),
 # so it neither reads nor disturbs anyone else's tracing; tracefs is mounted in a temp dir when it
 # is not mounted yet, and everything made here is removed on exit.
 set -euo pipefail
@@ -67,10 +67,10 @@ for line in open(sys.argv[1]):
         t0, op = sent.pop(req)
         lat.setdefault(op, []).append((t - t0) * 1e6)
 rows = sorted(lat.items(), key=lambda kv: -sum(kv[1]))
-print(f"{'opcode':<20} {'count':>7} {'mean µs':>9} {'p50 µs':>8} {'p90 µs':>8} {'total ms':>9}")
+print(f"{'opcode':<20} {'count':>7} {'mean µs':>9} {'p50 µs':>8} {'p90 µs':>8} {'p99 µs':>8} {'max µs':>9} {'total ms':>9}")
 for op, v in rows:
     v.sort()
-    print(f"{op:<20} {len(v):>7} {sum(v)/len(v):>9.1f} {v[len(v)//2]:>8.1f} {v[len(v)*9//10]:>8.1f} {sum(v)/1e3:>9.1f}")
+    print(f"{op:<20} {len(v):>7} {sum(v)/len(v):>9.1f} {v[len(v)//2]:>8.1f} {v[len(v)*9//10]:>8.1f} {v[len(v)*99//100]:>8.1f} {v[-1]:>9.1f} {sum(v)/1e3:>9.1f}")
 PY
 fi
 if grep -q 'LOST' "$inst/trace"; then echo "$me: warning: events were lost (buffer full)" >&2; fi
