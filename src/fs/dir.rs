@@ -25,13 +25,8 @@ impl SmithFs {
         let inode = self.inodes.get(ino)?;
         self.check_inode(caller, who, Op::Read, "list", &inode)?;
         let slot = self.charge(caller, who, "list", || self.path_of(&inode))?;
-        let stream = backing::DirStream::open(inode.fd()?.as_fd())?;
-        Ok(self.dirs.insert(OpenDir {
-            stream: parking_lot::Mutex::new(stream),
-            inode,
-            opener: who,
-            slot,
-        }))
+        // The directory itself is opened at the first readdir (see `OpenDir`).
+        Ok(self.dirs.insert(OpenDir::new(inode, who, slot)))
     }
 
     /// List the directory behind handle `fh` from cookie `offset`, feeding entries to `add`
@@ -73,11 +68,38 @@ impl SmithFs {
         }
         let h = self.dirs.get(fh)?;
         let at_root = h.inode.id == NodeId::ROOT;
-        let mut stream = h.stream.lock();
-        stream.seek(offset);
+        let full = h.with_stream(|stream| {
+            stream.seek(offset);
+            self.list_from(&h.inode, stream, plus, &mut add)
+        })?;
+        if at_root && !full {
+            // `.smithfs` after the real entries; its cookie is past every telldir value.
+            let e = DirEntryOut {
+                ino: control::DIR_ID,
+                offset: i64::MAX as u64,
+                kind: libc::S_IFDIR,
+                name: OsStr::new(control::DIR_NAME),
+                attr: plus.then(|| self.control_attr(control::DIR_ID)),
+            };
+            if offset != i64::MAX as u64 {
+                add(&e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Feed the entries of `stream` (a listing of `dir`) to `add` until it returns `true`
+    /// (buffer full: returns `true`) or the listing ends (`false`). See `readdir`.
+    fn list_from(
+        &self,
+        dir: &super::inode::Inode,
+        stream: &mut backing::DirStream,
+        plus: bool,
+        add: &mut impl FnMut(&DirEntryOut<'_>) -> bool,
+    ) -> FsResult<bool> {
         while let Some(ent) = stream.next_entry()? {
             let name = OsStr::from_bytes(&ent.name);
-            if Self::reserved(h.inode.id, name) {
+            if Self::reserved(dir.id, name) {
                 continue;
             }
             let dot = ent.name == b"." || ent.name == b"..";
@@ -96,11 +118,11 @@ impl SmithFs {
                     st.st_ino = ent.ino.0;
                     st.st_mode = kind;
                     out.attr = Some(Attr(st));
-                } else if let Some(attr) = self.listed_known(&h.inode, &ent) {
+                } else if let Some(attr) = self.listed_known(dir, &ent) {
                     out.attr = Some(attr);
                 } else {
                     let cname = CString::new(ent.name.clone()).map_err(|_| FsError::BadName)?;
-                    match self.lookup_in(&h.inode, &cname) {
+                    match self.lookup_in(dir, &cname) {
                         Ok((_, attr)) => {
                             out.ino = attr.node();
                             out.attr = Some(attr);
@@ -114,23 +136,10 @@ impl SmithFs {
                 if plus && !dot {
                     self.inodes.forget(out.ino, 1);
                 }
-                return Ok(());
+                return Ok(true);
             }
         }
-        if at_root {
-            // `.smithfs` after the real entries; its cookie is past every telldir value.
-            let e = DirEntryOut {
-                ino: control::DIR_ID,
-                offset: i64::MAX as u64,
-                kind: libc::S_IFDIR,
-                name: OsStr::new(control::DIR_NAME),
-                attr: plus.then(|| self.control_attr(control::DIR_ID)),
-            };
-            if offset != i64::MAX as u64 {
-                add(&e);
-            }
-        }
-        Ok(())
+        Ok(false)
     }
 
     /// The attributes of a listed entry the table already holds, with one more kernel reference
@@ -163,8 +172,7 @@ impl SmithFs {
             return Ok(());
         }
         let h = self.dirs.get(fh)?;
-        let stream = h.stream.lock();
-        Ok(backing::fsync(stream.fd(), datasync)?)
+        h.with_stream(|stream| Ok(backing::fsync(stream.fd(), datasync)?))
     }
 
     /// Filesystem statistics of the store (FUSE statfs).

@@ -3,7 +3,7 @@
 //! are judged by the opener, never by the request's pid (PROTOCOL.md §2; the kernel sends some
 //! with pid 0).
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -109,14 +109,41 @@ impl OpenFile {
 
 /// An open directory.
 pub struct OpenDir {
-    /// The directory stream, positioned by readdir offsets.
-    pub stream: Mutex<DirStream>,
+    /// The directory stream, positioned by readdir offsets: opened at the first readdir or
+    /// fsyncdir, as most opens need none (a listing the kernel keeps, `FOPEN_CACHE_DIR`, is read
+    /// once; `git status` opens every directory of the tree and lists none of them again).
+    stream: Mutex<Option<DirStream>>,
     /// The directory's inode.
     pub inode: Arc<Inode>,
     /// Who opened it.
     pub opener: Identity,
     /// Its share of the descriptor budget, counted against its opener.
     pub slot: Slot,
+}
+
+impl OpenDir {
+    /// A handle on the directory `inode`, opened by `opener`, with budget share `slot`; no
+    /// descriptor is opened yet.
+    pub fn new(inode: Arc<Inode>, opener: Identity, slot: Slot) -> OpenDir {
+        OpenDir {
+            stream: Mutex::new(None),
+            inode,
+            opener,
+            slot,
+        }
+    }
+
+    /// Run `f` on the handle's stream, opening it first if this is its first use (the
+    /// directory as it is now: a directory removed since the opendir reads as empty). Errors:
+    /// the reopen's, or `f`'s. The handle's lock is held meanwhile (one reader at a time).
+    pub fn with_stream<R>(&self, f: impl FnOnce(&mut DirStream) -> FsResult<R>) -> FsResult<R> {
+        let mut slot = self.stream.lock();
+        let stream = match &mut *slot {
+            Some(s) => s,
+            None => slot.insert(DirStream::open(self.inode.fd()?.as_fd())?),
+        };
+        f(stream)
+    }
 }
 
 impl std::fmt::Debug for OpenDir {
