@@ -760,14 +760,24 @@ pub fn open_file(dir: BorrowedFd<'_>, name: &CStr, flags: i32, mode: u32) -> Sys
     open_beneath(dir, name, flags, mode)
 }
 
-/// Open (creating if needed, mode 0755) the directory `name` in `dir` for the daemon's own
+/// Open (creating if needed, with `mode`) the directory `name` in `dir` for the daemon's own
 /// writes, never following a symlink: returns an `O_PATH | O_DIRECTORY` descriptor.
 pub fn ensure_dir(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> SysResult<OwnedFd> {
-    match mkdir(dir, name, mode) {
-        Ok(()) | Err(Errno::EEXIST) => {}
+    ensure_dir_made(dir, name, mode).map(|(fd, _)| fd)
+}
+
+/// [`ensure_dir`], also saying whether the directory was made now (a name that appeared behind
+/// the kernel, which a mounted daemon announces: docs/PROTOCOL-NOTES.md U4, U13).
+pub fn ensure_dir_made(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> SysResult<(OwnedFd, bool)> {
+    let made = match mkdir(dir, name, mode) {
+        Ok(()) => true,
+        Err(Errno::EEXIST) => false,
         Err(e) => return Err(e),
-    }
-    open_beneath(dir, name, libc::O_PATH | libc::O_DIRECTORY, 0)
+    };
+    Ok((
+        open_beneath(dir, name, libc::O_PATH | libc::O_DIRECTORY, 0)?,
+        made,
+    ))
 }
 
 /// Write `data` to `dir/name` atomically: a temporary name, fsync, then rename over `name`.

@@ -80,6 +80,23 @@ impl SmithFs {
             .map(|(inode, a)| (a, self.cache_for(&inode)))
     }
 
+    /// A FUSE lookup as the kernel is answered: [`SmithFs::lookup`], except that a name missing
+    /// from a directory whose entries the kernel caches ([`Cache::Normal`], [`Cache::Brief`]) is
+    /// answered as a negative entry — [`Attr::missing`] (node id 0) with the directory's cache
+    /// class — which the kernel keeps for that long (docs/PROTOCOL-NOTES.md U13). Names the daemon
+    /// makes behind the kernel in such directories are announced with `notify_inval_entry`, which
+    /// drops a negative entry too. Other errors, and misses in `conversations/` and `.smithfs/`,
+    /// are replied as errors (never kept).
+    pub fn lookup_entry(&self, parent: NodeId, name: &OsStr) -> FsResult<(Attr, Cache)> {
+        match self.lookup(parent, name) {
+            Err(e) if e.errno() == nix::errno::Errno::ENOENT => match self.cache_of(parent) {
+                c @ (Cache::Normal | Cache::Brief) => Ok((Attr::missing(), c)),
+                Cache::Volatile | Cache::Never => Err(e),
+            },
+            r => r,
+        }
+    }
+
     /// How long the kernel may cache node `ino`'s entry and attributes ([`Cache`]): never for
     /// `.smithfs/`, not at all where the store changes without a notification (`conversations/`),
     /// 1 s for the mount root, else long.

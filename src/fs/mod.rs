@@ -103,6 +103,12 @@ pub struct Caller {
 pub struct Attr(pub libc::stat);
 
 impl Attr {
+    /// The answer for a missing name: node id 0 and nothing else (a FUSE negative entry).
+    pub fn missing() -> Attr {
+        // SAFETY: an all-zero stat is a valid value.
+        Attr(unsafe { std::mem::zeroed() })
+    }
+
     /// The node id the mount shows (`st_ino`).
     pub fn node(&self) -> NodeId {
         NodeId(self.0.st_ino)

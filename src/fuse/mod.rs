@@ -271,7 +271,7 @@ impl Filesystem for FuseFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        reply_entry_cached(reply, self.fs.lookup(node(parent), name));
+        reply_entry_cached(reply, self.fs.lookup_entry(node(parent), name));
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {

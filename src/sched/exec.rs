@@ -880,11 +880,17 @@ impl Exec {
             return;
         }
         match store_facts::copy_final(self.root.as_fd()) {
-            Ok(Some(results_ino)) => {
-                self.invalidate.entry(results_ino, OsStr::new("final.md"));
-                // `results/` may have just been made at the mount root: its attributes changed.
-                if let Ok(st) = backing::stat(self.root.as_fd()) {
-                    self.invalidate.inode(BackingIno::of(&st));
+            Ok(Some(copied)) => {
+                self.invalidate
+                    .entry(copied.results_ino, OsStr::new("final.md"));
+                // `results/` made now at the mount root: its name (a lookup before may have left
+                // a negative entry, U13) and the root's attributes changed.
+                if copied.results_made {
+                    if let Ok(st) = backing::stat(self.root.as_fd()) {
+                        let root = BackingIno::of(&st);
+                        self.invalidate.entry(root, OsStr::new("results"));
+                        self.invalidate.inode(root);
+                    }
                 }
                 self.final_pending = true;
             }
@@ -998,6 +1004,10 @@ impl Exec {
             }
         };
         rec.next_run += 1;
+        if let Some(smith_dir) = dir.conv_made_in {
+            self.invalidate
+                .entry(smith_dir, OsStr::new("conversations"));
+        }
         self.invalidate.entry(dir.conv_ino, OsStr::new(&run_id));
         self.charge_run_dir(s, &dir);
         let agent = match self.smith_agent(&rel) {

@@ -283,6 +283,9 @@ pub struct RunDir {
     pub dir_ino: BackingIno,
     /// `conversations/`'s backing inode number.
     pub conv_ino: BackingIno,
+    /// The smith dir's backing inode number when `conversations/` was made for this run (its
+    /// name appeared behind the kernel), else `None`.
+    pub conv_made_in: Option<BackingIno>,
     /// `messages.log`, open for appending.
     pub log: OwnedFd,
     /// Its backing inode number.
@@ -298,7 +301,7 @@ pub fn create_run_dir(
 ) -> crate::backing::SysResult<RunDir> {
     use crate::backing;
     let smith = backing::open_dir_path(root, rel_dir)?;
-    let conv = backing::ensure_dir(smith.as_fd(), c"conversations", 0o755)?;
+    let (conv, conv_made) = backing::ensure_dir_made(smith.as_fd(), c"conversations", 0o755)?;
     let name = backing::component(OsStr::new(run_id))?;
     backing::mkdir(conv.as_fd(), &name, 0o755)?;
     let dir = backing::open_beneath(conv.as_fd(), &name, libc::O_PATH | libc::O_DIRECTORY, 0)?;
@@ -311,6 +314,11 @@ pub fn create_run_dir(
     Ok(RunDir {
         dir_ino: BackingIno::of(&backing::stat(dir.as_fd())?),
         conv_ino: BackingIno::of(&backing::stat(conv.as_fd())?),
+        conv_made_in: if conv_made {
+            Some(BackingIno::of(&backing::stat(smith.as_fd())?))
+        } else {
+            None
+        },
         log_ino: BackingIno::of(&backing::stat(log.as_fd())?),
         dir,
         log,

@@ -215,15 +215,15 @@ pub enum CopyFinalError {
 }
 
 /// Copy `smiths/smith-root/outbox/result.md` to `results/final.md` atomically, unless
-/// `final.md` already has that content. Returns the backing inode number of `results/` when it
-/// wrote (for cache invalidation), `None` when nothing changed.
+/// `final.md` already has that content. Returns what it wrote ([`FinalCopied`], for cache
+/// invalidation), `None` when nothing changed.
 ///
 /// The copy streams and keeps holes ([`backing::copy_atomic`], PROTOCOL.md §9): a sparse result
 /// costs the daemon no memory and the store only its data.
 ///
 /// # Errors
 /// [`CopyFinalError::NotRegular`], or the failed system call.
-pub fn copy_final(root: BorrowedFd<'_>) -> Result<Option<backing::BackingIno>, CopyFinalError> {
+pub fn copy_final(root: BorrowedFd<'_>) -> Result<Option<FinalCopied>, CopyFinalError> {
     let outbox = backing::open_dir_path(root, Path::new("smiths/smith-root/outbox"))?;
     // O_NONBLOCK: a FIFO named result.md must not hang the scheduler.
     let result = backing::open_file(
@@ -235,7 +235,7 @@ pub fn copy_final(root: BorrowedFd<'_>) -> Result<Option<backing::BackingIno>, C
     if !is_reg(&backing::stat(result.as_fd())?) {
         return Err(CopyFinalError::NotRegular);
     }
-    let results = backing::ensure_dir(root, c"results", 0o755)?;
+    let (results, results_made) = backing::ensure_dir_made(root, c"results", 0o755)?;
     let same = backing::open_file(
         results.as_fd(),
         c"final.md",
@@ -251,9 +251,19 @@ pub fn copy_final(root: BorrowedFd<'_>) -> Result<Option<backing::BackingIno>, C
         return Ok(None);
     }
     backing::copy_atomic(result.as_fd(), results.as_fd(), c"final.md", 0o644)?;
-    Ok(Some(backing::BackingIno::of(&backing::stat(
-        results.as_fd(),
-    )?)))
+    Ok(Some(FinalCopied {
+        results_ino: backing::BackingIno::of(&backing::stat(results.as_fd())?),
+        results_made,
+    }))
+}
+
+/// What [`copy_final`] wrote: `results/final.md` afresh.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FinalCopied {
+    /// The backing inode of `results/`.
+    pub results_ino: backing::BackingIno,
+    /// `results/` itself was made now (at the store root).
+    pub results_made: bool,
 }
 
 #[cfg(test)]

@@ -144,3 +144,37 @@ fn out_of_band_changes_show_at_once_over_io_uring() {
     }
     out_of_band_changes_show_at_once("io-uring");
 }
+
+/// A missing name is remembered by the kernel as long as the directory's entries (a negative
+/// entry, docs/PROTOCOL-NOTES.md U13), so a name the daemon makes behind the kernel must drop
+/// it: `conversations/` re-made for a run after its smith removed it (its smith dir is cached
+/// for a day), found at once by the path that missed it before.
+fn names_made_by_the_daemon_replace_negative_entries(transport: &'static str) {
+    let s = sm(transport);
+    let conv = s.p("smiths/smith-root/conversations");
+    std::fs::remove_dir(&conv).expect("rmdir conversations (empty)");
+    for _ in 0..3 {
+        assert!(!conv.exists(), "conversations/ is gone");
+    }
+    s.task("ticks 1\n");
+    poll_until(
+        Duration::from_secs(20),
+        "the re-made conversations/ through the mount",
+        || conv.join("run-0001").exists(),
+    );
+    assert_eq!(s.wait_file(20, "results/final.md"), "ticked smith-root\n");
+}
+
+#[test]
+fn names_made_by_the_daemon_replace_negative_entries_over_dev_fuse() {
+    names_made_by_the_daemon_replace_negative_entries("dev-fuse");
+}
+
+#[test]
+fn names_made_by_the_daemon_replace_negative_entries_over_io_uring() {
+    if !common::is_root() || !UringSwitch::available() {
+        eprintln!("skipped: needs root and FUSE over io_uring");
+        return;
+    }
+    names_made_by_the_daemon_replace_negative_entries("io-uring");
+}
