@@ -802,6 +802,16 @@ impl UringSwitch {
     pub fn available() -> bool {
         std::path::Path::new(ENABLE_URING).exists()
     }
+
+    /// Whether a test can mount over FUSE over io_uring here (root, and a kernel that has it);
+    /// says on stderr why not (the test then passes as skipped).
+    pub fn usable() -> bool {
+        let ok = is_root() && Self::available();
+        if !ok {
+            eprintln!("skipped: needs root and a kernel with CONFIG_FUSE_IO_URING");
+        }
+        ok
+    }
 }
 
 impl Drop for UringSwitch {

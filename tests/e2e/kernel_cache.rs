@@ -138,8 +138,7 @@ fn out_of_band_changes_show_at_once_over_dev_fuse() {
 
 #[test]
 fn out_of_band_changes_show_at_once_over_io_uring() {
-    if !common::is_root() || !UringSwitch::available() {
-        eprintln!("skipped: needs root and FUSE over io_uring");
+    if !UringSwitch::usable() {
         return;
     }
     out_of_band_changes_show_at_once("io-uring");
@@ -172,8 +171,7 @@ fn names_made_by_the_daemon_replace_negative_entries_over_dev_fuse() {
 
 #[test]
 fn names_made_by_the_daemon_replace_negative_entries_over_io_uring() {
-    if !common::is_root() || !UringSwitch::available() {
-        eprintln!("skipped: needs root and FUSE over io_uring");
+    if !UringSwitch::usable() {
         return;
     }
     names_made_by_the_daemon_replace_negative_entries("io-uring");

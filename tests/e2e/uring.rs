@@ -77,8 +77,7 @@ fn as_root_smith(m: &TestMount, argv: &[&str]) -> Run {
 }
 
 fn uring_mount() -> Option<TestMount> {
-    if !is_root() || !UringSwitch::available() {
-        eprintln!("skipped: needs root and a kernel with CONFIG_FUSE_IO_URING");
+    if !UringSwitch::usable() {
         return None;
     }
     Some(TestMount::with(MountOpts {
@@ -258,7 +257,7 @@ fn sigkilled_daemon_fails_closed() {
 
 #[test]
 fn dev_fuse_transport_never_uses_io_uring() {
-    if !is_root() || !UringSwitch::available() {
+    if !UringSwitch::usable() {
         return;
     }
     let _on = UringSwitch::on();
@@ -274,7 +273,7 @@ fn dev_fuse_transport_never_uses_io_uring() {
 
 #[test]
 fn io_uring_asked_while_switched_off_fails_the_mount_clearly() {
-    if !is_root() || !UringSwitch::available() {
+    if !UringSwitch::usable() {
         return;
     }
     let _off = UringSwitch::off();
