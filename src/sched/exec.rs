@@ -985,9 +985,29 @@ impl Exec {
         // rescan must not schedule them again.
         let t0 = SystemTime::now();
         rec.last_start = Some(t0);
+        let first_id = format!("run-{:04}", rec.next_run);
+        let conv = match runner::conversations(self.root.as_fd(), Path::new(&rel)) {
+            Ok(c) => c,
+            Err(e) => {
+                let msg = format!("cannot create {rel}/conversations: {e}");
+                return self.fail_start(
+                    s,
+                    wake,
+                    &first_id,
+                    None,
+                    ("spawn_error", msg),
+                    self.config.agent.retries,
+                );
+            }
+        };
+        if let Some(smith_dir) = conv.made_in {
+            self.invalidate
+                .entry(smith_dir, OsStr::new("conversations"));
+        }
+        let rec = self.recs.entry(s).or_default();
         let (run_id, dir) = loop {
             let id = format!("run-{:04}", rec.next_run);
-            match runner::create_run_dir(self.root.as_fd(), Path::new(&rel), &id) {
+            match runner::create_run_dir(conv.dir.as_fd(), &id) {
                 Ok(d) => break (id, d),
                 Err(nix::errno::Errno::EEXIST) => rec.next_run += 1,
                 Err(e) => {
@@ -1004,10 +1024,6 @@ impl Exec {
             }
         };
         rec.next_run += 1;
-        if let Some(smith_dir) = dir.conv_made_in {
-            self.invalidate
-                .entry(smith_dir, OsStr::new("conversations"));
-        }
         self.invalidate.entry(dir.conv_ino, OsStr::new(&run_id));
         self.charge_run_dir(s, &dir);
         let agent = match self.smith_agent(&rel) {

@@ -283,28 +283,45 @@ pub struct RunDir {
     pub dir_ino: BackingIno,
     /// `conversations/`'s backing inode number.
     pub conv_ino: BackingIno,
-    /// The smith dir's backing inode number when `conversations/` was made for this run (its
-    /// name appeared behind the kernel), else `None`.
-    pub conv_made_in: Option<BackingIno>,
     /// `messages.log`, open for appending.
     pub log: OwnedFd,
     /// Its backing inode number.
     pub log_ino: BackingIno,
 }
 
-/// Create `<rel_dir>/conversations/<run_id>/messages.log` in the store (`conversations/` too
-/// if missing). Errors: the errno of the failing call (EEXIST if the run dir exists).
-pub fn create_run_dir(
+/// A smith's `conversations/` in the store, made if it was missing.
+pub struct Conversations {
+    /// The directory (`O_PATH`).
+    pub dir: OwnedFd,
+    /// The smith dir's backing inode number when `conversations/` was made now — a name that
+    /// appeared behind the kernel, which the scheduler announces at once (docs/PROTOCOL-NOTES.md
+    /// U13) — else `None`.
+    pub made_in: Option<BackingIno>,
+}
+
+/// `<rel_dir>/conversations` in the store, made if missing. Errors: the errno of the failing
+/// call.
+pub fn conversations(
     root: BorrowedFd<'_>,
     rel_dir: &Path,
-    run_id: &str,
-) -> crate::backing::SysResult<RunDir> {
+) -> crate::backing::SysResult<Conversations> {
     use crate::backing;
     let smith = backing::open_dir_path(root, rel_dir)?;
-    let (conv, conv_made) = backing::ensure_dir_made(smith.as_fd(), c"conversations", 0o755)?;
+    let smith_ino = BackingIno::of(&backing::stat(smith.as_fd())?);
+    let (dir, made) = backing::ensure_dir_made(smith.as_fd(), c"conversations", 0o755)?;
+    Ok(Conversations {
+        dir,
+        made_in: made.then_some(smith_ino),
+    })
+}
+
+/// Create `<run_id>/messages.log` in `conv` (a smith's `conversations/`, [`conversations`]).
+/// Errors: the errno of the failing call (EEXIST if the run dir exists).
+pub fn create_run_dir(conv: BorrowedFd<'_>, run_id: &str) -> crate::backing::SysResult<RunDir> {
+    use crate::backing;
     let name = backing::component(OsStr::new(run_id))?;
-    backing::mkdir(conv.as_fd(), &name, 0o755)?;
-    let dir = backing::open_beneath(conv.as_fd(), &name, libc::O_PATH | libc::O_DIRECTORY, 0)?;
+    backing::mkdir(conv, &name, 0o755)?;
+    let dir = backing::open_beneath(conv, &name, libc::O_PATH | libc::O_DIRECTORY, 0)?;
     let log = backing::open_file(
         dir.as_fd(),
         c"messages.log",
@@ -313,12 +330,7 @@ pub fn create_run_dir(
     )?;
     Ok(RunDir {
         dir_ino: BackingIno::of(&backing::stat(dir.as_fd())?),
-        conv_ino: BackingIno::of(&backing::stat(conv.as_fd())?),
-        conv_made_in: if conv_made {
-            Some(BackingIno::of(&backing::stat(smith.as_fd())?))
-        } else {
-            None
-        },
+        conv_ino: BackingIno::of(&backing::stat(conv)?),
         log_ino: BackingIno::of(&backing::stat(log.as_fd())?),
         dir,
         log,
