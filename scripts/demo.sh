@@ -239,8 +239,12 @@ if [ "$DRIVER" = smithfs ]; then
     else
         "$SMITHFS" wait "$DIR" --final --timeout "$TIMEOUT" &
         WAITER=$!
+        # Poll often (the wall time is taken when the waiter ends), show the tree every 5 s.
+        ticks=0
         while kill -0 "$WAITER" 2>/dev/null; do
-            sleep 5
+            sleep 0.2
+            ticks=$((ticks + 1))
+            [ $((ticks % 25)) = 0 ] || continue
             kill -0 "$WAITER" 2>/dev/null || break
             echo "--- $(elapsed) s"
             if has_cmd status; then "$SMITHFS" status "$DIR" || :; fi
