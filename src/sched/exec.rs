@@ -985,45 +985,19 @@ impl Exec {
         // rescan must not schedule them again.
         let t0 = SystemTime::now();
         rec.last_start = Some(t0);
-        let first_id = format!("run-{:04}", rec.next_run);
-        let conv = match runner::conversations(self.root.as_fd(), Path::new(&rel)) {
-            Ok(c) => c,
-            Err(e) => {
-                let msg = format!("cannot create {rel}/conversations: {e}");
+        let (run_id, dir) = match self.make_run_dir(s, &rel) {
+            Ok(made) => made,
+            Err((id, msg)) => {
                 return self.fail_start(
                     s,
                     wake,
-                    &first_id,
+                    &id,
                     None,
                     ("spawn_error", msg),
                     self.config.agent.retries,
                 );
             }
         };
-        if let Some(smith_dir) = conv.made_in {
-            self.invalidate
-                .entry(smith_dir, OsStr::new("conversations"));
-        }
-        let rec = self.recs.entry(s).or_default();
-        let (run_id, dir) = loop {
-            let id = format!("run-{:04}", rec.next_run);
-            match runner::create_run_dir(conv.dir.as_fd(), &id) {
-                Ok(d) => break (id, d),
-                Err(nix::errno::Errno::EEXIST) => rec.next_run += 1,
-                Err(e) => {
-                    let msg = format!("cannot create {rel}/conversations/{id}: {e}");
-                    return self.fail_start(
-                        s,
-                        wake,
-                        &id,
-                        None,
-                        ("spawn_error", msg),
-                        self.config.agent.retries,
-                    );
-                }
-            }
-        };
-        rec.next_run += 1;
         self.invalidate.entry(dir.conv_ino, OsStr::new(&run_id));
         self.charge_run_dir(s, &dir);
         let agent = match self.smith_agent(&rel) {
@@ -1216,6 +1190,42 @@ impl Exec {
         );
         if failed_reaper {
             self.finalize(s);
+        }
+    }
+
+    /// Make the directory of `s`'s next run in `<rel>/conversations/`, announcing a re-made
+    /// `conversations/` at once (docs/PROTOCOL-NOTES.md U13): the run id and its [`RunDir`], or
+    /// the run id and why it could not be made.
+    fn make_run_dir(
+        &mut self,
+        s: SmithIdx,
+        rel: &str,
+    ) -> Result<(String, RunDir), (String, String)> {
+        let next = self.recs.entry(s).or_default().next_run;
+        let conv = runner::conversations(self.root.as_fd(), Path::new(rel)).map_err(|e| {
+            (
+                format!("run-{next:04}"),
+                format!("cannot create {rel}/conversations: {e}"),
+            )
+        })?;
+        if let Some(smith_dir) = conv.made_in {
+            self.invalidate
+                .entry(smith_dir, OsStr::new("conversations"));
+        }
+        let rec = self.recs.entry(s).or_default();
+        loop {
+            let id = format!("run-{:04}", rec.next_run);
+            match runner::create_run_dir(conv.dir.as_fd(), &id) {
+                Ok(d) => {
+                    rec.next_run += 1;
+                    return Ok((id, d));
+                }
+                Err(nix::errno::Errno::EEXIST) => rec.next_run += 1,
+                Err(e) => {
+                    let msg = format!("cannot create {rel}/conversations/{id}: {e}");
+                    return Err((id, msg));
+                }
+            }
         }
     }
 
