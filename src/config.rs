@@ -50,6 +50,130 @@ pub struct Config {
     pub journal: JournalConfig,
     /// The project every smith works on (PROTOCOL.md §8, §11); `repo: null` (the default): none.
     pub workspace: WorkspaceConfig,
+    /// The sandbox every run starts in (docs/SPEC.md §12); on by default.
+    pub sandbox: SandboxConfig,
+}
+
+/// `sandbox` in `config.json` (docs/SPEC.md §8, §12): how runs are confined. Mount-wide only (a
+/// smith's own `config.json` cannot name it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SandboxConfig {
+    /// Start every run in the sandbox (default true); `false` is `init --no-sandbox`.
+    pub enabled: bool,
+    /// The agents' uid: `"auto"` (the default: `SUDO_UID`, else one smithfs allocates) or a number.
+    pub uid: SandboxUid,
+    /// A uid of its own for every smith, from a recorded range (default false).
+    pub uid_per_smith: bool,
+    /// Host paths (absolute) a run may read besides the system directories.
+    pub readable: Vec<std::path::PathBuf>,
+    /// Host paths (absolute) a run may write, e.g. a shared build cache.
+    pub writable: Vec<std::path::PathBuf>,
+    /// Size of each run's private `/tmp`, `/var/tmp` and `/dev/shm` tmpfs (default 1 GiB).
+    pub tmp_size: ByteSize,
+    /// `host` (default) or `none` (a network namespace with loopback only).
+    pub network: SandboxNetwork,
+    /// Allow runs to make user namespaces (default false).
+    pub user_namespaces: bool,
+    /// Protections the mount refuses to go without (e.g. `"landlock-scope"`, `"seccomp"`).
+    pub require: Vec<SandboxFeature>,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            enabled: true,
+            uid: SandboxUid::Auto,
+            uid_per_smith: false,
+            readable: Vec::new(),
+            writable: Vec::new(),
+            tmp_size: ByteSize(1 << 30),
+            network: SandboxNetwork::Host,
+            user_namespaces: false,
+            require: Vec::new(),
+        }
+    }
+}
+
+impl SandboxConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        for (list, key) in [(&self.readable, "readable"), (&self.writable, "writable")] {
+            for (i, path) in list.iter().enumerate() {
+                if !path.is_absolute() {
+                    return Err(invalid(
+                        &format!("sandbox.{key}[{i}]"),
+                        &format!("{} is not an absolute path", path.display()),
+                    ));
+                }
+            }
+        }
+        if let SandboxUid::Uid(0) = self.uid {
+            return Err(invalid("sandbox.uid", "0 is root: runs never run as root"));
+        }
+        at_least_one(self.tmp_size.0, "sandbox.tmp_size")
+    }
+}
+
+/// `sandbox.uid` (docs/SPEC.md §12): `"auto"` or an explicit uid (never 0).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SandboxUid {
+    /// `SUDO_UID`, else one allocated and recorded by smithfs.
+    #[default]
+    Auto,
+    /// This uid.
+    Uid(u32),
+}
+
+impl Serialize for SandboxUid {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            SandboxUid::Auto => s.serialize_str("auto"),
+            SandboxUid::Uid(n) => s.serialize_u32(*n),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for SandboxUid {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<SandboxUid, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u32),
+            S(String),
+        }
+        match Raw::deserialize(d) {
+            Ok(Raw::N(n)) => Ok(SandboxUid::Uid(n)),
+            Ok(Raw::S(s)) if s == "auto" => Ok(SandboxUid::Auto),
+            _ => Err(serde::de::Error::custom(
+                "expected \"auto\" or a uid number",
+            )),
+        }
+    }
+}
+
+/// `sandbox.network` (docs/SPEC.md §12).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxNetwork {
+    /// The host's network (agents reach their model API).
+    #[default]
+    Host,
+    /// A network namespace of its own with loopback only.
+    None,
+}
+
+/// A protection `sandbox.require` may name (docs/SPEC.md §12).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxFeature {
+    /// A Landlock domain restricting writes.
+    Landlock,
+    /// Landlock's signal and abstract-socket scoping (ABI >= 6).
+    LandlockScope,
+    /// The seccomp filter.
+    Seccomp,
+    /// Namespaces (mount, pid) of the run's view.
+    Namespaces,
 }
 
 /// `workspace` in `config.json` (PROTOCOL.md §8, §11): the user's repository and the revision the
@@ -367,6 +491,7 @@ impl Default for Config {
             hook_timeout_secs: 30,
             workspace: WorkspaceConfig::default(),
             journal: JournalConfig::default(),
+            sandbox: SandboxConfig::default(),
         }
     }
 }
@@ -437,6 +562,7 @@ impl Config {
             at_least_one(n.into(), "limits.max_open_files_per_smith")?;
         }
         self.limits.validate_resources()?;
+        self.sandbox.validate()?;
         for (event, argvs) in &self.hooks {
             for (i, argv) in argvs.iter().enumerate() {
                 let path = format!("hooks{}[{i}]", render_key(event.as_str(), false));
