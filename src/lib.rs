@@ -19,6 +19,7 @@ pub mod limits;
 pub mod policy;
 pub mod process;
 pub mod reload;
+pub mod sandbox;
 pub mod sched;
 pub mod time;
 pub mod tree;
