@@ -288,7 +288,8 @@ fn watch_for_outside_unmount(dir: &Path) {
     let raised = std::sync::atomic::AtomicBool::new(false);
     crate::process::reaper::every_second(move || {
         if raised.load(std::sync::atomic::Ordering::Relaxed)
-            || crate::cli::util::mounted_fs_type(&dir).as_deref() == Some(crate::cli::util::FS_TYPE)
+            || crate::sys::mount::mounted_fs_type(&dir).as_deref()
+                == Some(crate::sys::mount::FS_TYPE)
         {
             return;
         }

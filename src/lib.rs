@@ -3,7 +3,7 @@
 //!
 //! Layering (see `docs/ARCHITECTURE.md`): `cli → daemon → {fuse, sched, fs}`, `fuse → fs`,
 //! `fs → {policy, identity, tree, trigger}`, and everyone → `backing` (the store layer, a
-//! leaf). The pure modules (`policy`, `identity::procfs`, `tree::model`, `config`) import
+//! leaf). The pure modules (`policy`, `sys::procfs`, `tree::model`, `config`) import
 //! only types.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -21,6 +21,7 @@ pub mod process;
 pub mod reload;
 pub mod sandbox;
 pub mod sched;
+pub mod sys;
 pub mod time;
 pub mod tree;
 pub mod trigger;

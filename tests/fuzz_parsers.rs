@@ -1,5 +1,5 @@
 //! Property-based fuzzing (issue 6, "Fuzzing") of the four parsers that take untrusted text:
-//! the path classifier (`policy::classify`), the `/proc` parsers (`identity::procfs`), the
+//! the path classifier (`policy::classify`), the `/proc` parsers (`sys::procfs`), the
 //! config parser (`config::Config::parse`, `SmithConfig::parse`) and the `.smithfs/ctl` command
 //! parser (`fs::control::parse_command`).
 //!
@@ -16,10 +16,10 @@ use proptest::test_runner::Config as PtConfig;
 
 use smithfs::config::{Config, SmithConfig};
 use smithfs::fs::control::{parse_command, Command};
-use smithfs::identity::procfs::{
+use smithfs::policy::{classify, Area, Depth, RootArea, SmithRef, Zone};
+use smithfs::sys::procfs::{
     parse_cgroup, parse_mountinfo, parse_mountinfo_line, parse_stat, parse_status, unescape_octal,
 };
-use smithfs::policy::{classify, Area, Depth, RootArea, SmithRef, Zone};
 use smithfs::tree::model::FullId;
 use smithfs::tree::model::SmithIdx;
 
@@ -213,7 +213,7 @@ fn classify_areas_are_owned() {
 }
 
 // ------------------------------------------------------------------------------------------
-// identity::procfs
+// sys::procfs
 // ------------------------------------------------------------------------------------------
 
 /// Real /proc files of this machine: every one must parse, and mutations of them must not panic.

@@ -87,7 +87,7 @@ fn uname_release() -> String {
 /// The cgroup2 mount point and this process's cgroup path in it.
 fn cgroup2() -> Option<(PathBuf, PathBuf)> {
     let info = std::fs::read("/proc/self/mountinfo").ok()?;
-    let mounts = crate::identity::procfs::parse_mountinfo(&info).ok()?;
+    let mounts = crate::sys::procfs::parse_mountinfo(&info).ok()?;
     let mnt = mounts
         .into_iter()
         .find(|m| m.fs_type == "cgroup2")?

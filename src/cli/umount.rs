@@ -16,7 +16,7 @@ use super::util::{self, MountState};
 use super::whoami;
 use crate::fs::STATE_DIR;
 use crate::fuse::session::kernel_unmount;
-use crate::identity::procfs;
+use crate::sys::procfs;
 
 /// Arguments of `smithfs umount`.
 #[derive(Debug, Args)]

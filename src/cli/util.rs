@@ -4,11 +4,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use crate::identity::procfs::{self, MountInfo};
 use crate::policy::CtlAnswer;
-
-/// The FUSE filesystem type smithfs mounts as (`fuse.smithfs` in mountinfo).
-pub const FS_TYPE: &str = "fuse.smithfs";
+use crate::sys::mount::{mounted_fs_type, mounts, FS_TYPE};
+use crate::sys::procfs::MountInfo;
 
 /// What is mounted at a directory, as far as smithfs cares.
 #[derive(Debug, PartialEq, Eq)]
@@ -21,30 +19,6 @@ pub enum MountState {
     Dead,
     /// Something else is mounted there.
     Other(String),
-}
-
-/// The mounts of this process (`/proc/self/mountinfo`); empty if it cannot be read or parsed.
-fn mounts() -> Vec<MountInfo> {
-    std::fs::read("/proc/self/mountinfo")
-        .ok()
-        .and_then(|b| procfs::parse_mountinfo(&b).ok())
-        .unwrap_or_default()
-}
-
-/// The filesystem type mounted at exactly `dir` (the topmost mount there), if any:
-/// [`FS_TYPE`] for a smithfs mount ([`MountInfo::is_smithfs`]), else the type mountinfo gives.
-pub fn mounted_fs_type(dir: &Path) -> Option<String> {
-    mounts()
-        .into_iter()
-        .rev()
-        .find(|m| m.mount_point == dir)
-        .map(|m| {
-            if m.is_smithfs() {
-                FS_TYPE.to_owned()
-            } else {
-                m.fs_type
-            }
-        })
 }
 
 /// What is mounted at `dir`.
@@ -245,7 +219,7 @@ fn check_live(dir: &Path) -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::identity::procfs::parse_mountinfo;
+    use crate::sys::procfs::parse_mountinfo;
 
     #[test]
     fn nearest_mount_table() {

@@ -349,7 +349,7 @@ pub fn spawn_signal_thread(
                 // Unmounted from outside (`umount DIR`; the upkeep's watch raised the signal):
                 // the runs are stopped, so the copies of the mount in their namespaces are gone
                 // and the session ends by itself (docs/PROTOCOL-NOTES.md H13).
-                if crate::cli::util::mounted_fs_type(&dir).as_deref() != Some(crate::cli::util::FS_TYPE) {
+                if crate::sys::mount::mounted_fs_type(&dir).as_deref() != Some(crate::sys::mount::FS_TYPE) {
                     tracing::info!("already unmounted: the session ends with the last run");
                     return;
                 }
@@ -365,10 +365,10 @@ pub fn spawn_signal_thread(
                 if retried {
                     return;
                 }
-                let held = crate::identity::procfs::mount_holders(&dir, &[std::process::id()]);
+                let held = crate::sys::procfs::mount_holders(&dir, &[std::process::id()]);
                 tracing::error!(
                     "unmount failed: {e}; held by: {}; scheduling again; send the signal again to retry",
-                    crate::identity::procfs::describe_holders(&held)
+                    crate::sys::procfs::describe_holders(&held)
                 );
                 actions.resume();
             }

@@ -7,8 +7,8 @@
 //! ends it as Operator. A process is named by a `key` that no other process ever has (a pidfs inode
 //! number, or the pair pid + start time), never by its pid alone.
 
-use super::procfs::{parse_stat, parse_status, ParseError};
 use super::Identity;
+use crate::sys::procfs::{parse_stat, parse_status, ParseError};
 
 /// Longest chain of parents the walk climbs before giving up (fail closed: Unknown). Real chains
 /// are far shorter; a longer one means the process table changed under the walk.

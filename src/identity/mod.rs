@@ -2,7 +2,6 @@
 
 pub mod ancestry;
 pub mod cgroup;
-pub mod procfs;
 pub mod resolve;
 
 pub use resolve::{Effective, IdentityError, Resolver};

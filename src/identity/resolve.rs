@@ -43,11 +43,12 @@ use std::time::Duration;
 use parking_lot::{Mutex, RwLock};
 
 use super::ancestry::{self, ProcNode};
-use super::cgroup::{self, Cgroup, OPERATOR_CGROUP};
-use super::procfs;
+use super::cgroup;
 use super::Identity;
 use crate::config::IdentityMode;
 use crate::process::pidfd::{self, PidfdInfo, PIDFD_THREAD};
+use crate::sys::cgroup::{self as sys_cgroup, Cgroup, OPERATOR_CGROUP};
+use crate::sys::procfs;
 use crate::tree::model::SmithIdx;
 
 /// Default cap of the resolution cache, in entries (each holds one descriptor). Lowered to a
@@ -347,13 +348,13 @@ fn cgroup_dir_of(pid: u32) -> Result<PathBuf, String> {
     let own = std::fs::read(format!("/proc/{pid}/cgroup"))
         .map_err(|e| format!("/proc/{pid}/cgroup: {e}"))?;
     let own = procfs::parse_cgroup(&own).map_err(|e| e.to_string())?;
-    cgroup::own_cgroup_dir(&mounts, &own)
+    sys_cgroup::own_cgroup_dir(&mounts, &own)
         .ok_or_else(|| "no cgroup2 mount holds the daemon's cgroup".to_string())
 }
 
 /// Remove the empty `smithfs-*` cgroups (and their empty smith cgroups) that daemons killed
 /// before they could clean up left under `base`: only those no live daemon claims
-/// ([`cgroup::claimed`]; never judged by the pid in the name, which another pid namespace may
+/// ([`sys_cgroup::claimed`]; never judged by the pid in the name, which another pid namespace may
 /// not see), not created in the last [`STALE_MIN_AGE`] (a starting daemon claims its parent
 /// right after creating it), and only what `rmdir` accepts (a cgroup with processes stays).
 fn remove_stale_parents(base: &std::path::Path) {
@@ -361,7 +362,7 @@ fn remove_stale_parents(base: &std::path::Path) {
         return;
     };
     for e in entries.flatten() {
-        if !cgroup::is_parent_name(&e.file_name()) {
+        if !sys_cgroup::is_parent_name(&e.file_name()) {
             continue;
         }
         let old_enough = e
@@ -370,10 +371,10 @@ fn remove_stale_parents(base: &std::path::Path) {
             .ok()
             .and_then(|t| t.elapsed().ok())
             .is_some_and(|age| age >= STALE_MIN_AGE);
-        if !old_enough || cgroup::claimed(&e.path()) {
+        if !old_enough || sys_cgroup::claimed(&e.path()) {
             continue;
         }
-        crate::limits::cgroup::remove_tree(&e.path());
+        sys_cgroup::remove_tree(&e.path());
         if !e.path().exists() {
             tracing::info!(cgroup = %e.path().display(), "removed a stale cgroup of a dead daemon");
         }
@@ -696,7 +697,7 @@ impl Resolver {
                 Err(e) => return Err(io_err(format!("mkdir {}", node.display()))(e)),
             }
         }
-        let path = c.parent.path.join(rel).join(cgroup::SELF_CGROUP);
+        let path = c.parent.path.join(rel).join(sys_cgroup::SELF_CGROUP);
         let leaf = match Cgroup::create(&path) {
             Ok(l) => l,
             // Left by a smith of that id that was removed while its processes lived.
@@ -1433,7 +1434,7 @@ impl Resolver {
                 }
             }
             // Nodes of ancestors that were never registered themselves.
-            crate::limits::cgroup::remove_tree(&state.parent.path);
+            sys_cgroup::remove_tree(&state.parent.path);
             if let Some(l) = state.limits.read().as_ref() {
                 l.shutdown();
             }

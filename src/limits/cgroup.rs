@@ -20,7 +20,8 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use super::{CgroupLimits, CgroupPlan, Controller};
-use crate::identity::procfs::{self, Cgroups, MountInfo};
+use crate::sys::cgroup::{claimed, is_parent_name, own_cgroup_dir, remove_tree, SELF_CGROUP};
+use crate::sys::procfs::{self, Cgroups, MountInfo};
 
 /// Where one controller is available to the daemon.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,7 +83,7 @@ pub fn detect(
     read: &dyn Fn(&Path) -> Option<String>,
 ) -> Availability {
     let mut out = Availability {
-        v2_base: crate::identity::cgroup::own_cgroup_dir(mounts, own),
+        v2_base: own_cgroup_dir(mounts, own),
         ..Availability::default()
     };
     let v2_listed: Vec<String> = out
@@ -218,19 +219,6 @@ pub fn parse_oom_kill(text: &str) -> Option<u64> {
         let (k, v) = l.split_once(' ')?;
         (k == "oom_kill").then(|| v.trim().parse().ok()).flatten()
     })
-}
-
-/// Removes the directory tree `dir` bottom-up (cgroup directories: `rmdir` only; one that still
-/// has processes stays, with its ancestors). Missing is fine.
-pub fn remove_tree(dir: &Path) {
-    if let Ok(entries) = fs::read_dir(dir) {
-        for e in entries.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                remove_tree(&e.path());
-            }
-        }
-    }
-    let _ = fs::remove_dir(dir);
 }
 
 /// One v1 hierarchy used for limits.
@@ -435,10 +423,7 @@ impl LimitTree {
                 keep(apply(v2_leaf, true, *c, &self.plan.per_smith, true))?;
             }
             for t in &self.v1 {
-                let leaf = t
-                    .parent
-                    .join(rel)
-                    .join(crate::identity::cgroup::SELF_CGROUP);
+                let leaf = t.parent.join(rel).join(SELF_CGROUP);
                 if !strict {
                     let _ = fs::create_dir(&leaf);
                 }
@@ -526,10 +511,7 @@ impl LimitTree {
             apply(v2_leaf, true, *c, &self.plan.per_smith, false)?;
         }
         for t in &self.v1 {
-            let leaf = t
-                .parent
-                .join(rel)
-                .join(crate::identity::cgroup::SELF_CGROUP);
+            let leaf = t.parent.join(rel).join(SELF_CGROUP);
             match fs::create_dir(&leaf) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
@@ -554,10 +536,7 @@ impl LimitTree {
     /// The write that failed (`ESRCH` gone, `ENOENT` no such cgroup).
     pub fn place(&self, rel: &Path, pid: u32) -> io::Result<()> {
         for t in &self.v1 {
-            let leaf = t
-                .parent
-                .join(rel)
-                .join(crate::identity::cgroup::SELF_CGROUP);
+            let leaf = t.parent.join(rel).join(SELF_CGROUP);
             write(&leaf, "cgroup.procs", &pid.to_string()).map_err(|e| {
                 io::Error::new(
                     e.kind(),
@@ -580,10 +559,7 @@ impl LimitTree {
             .v1
             .iter()
             .find(|t| t.controller == Controller::Memory)?;
-        let leaf = t
-            .parent
-            .join(rel)
-            .join(crate::identity::cgroup::SELF_CGROUP);
+        let leaf = t.parent.join(rel).join(SELF_CGROUP);
         fs::read_to_string(leaf.join("memory.oom_control"))
             .ok()
             .as_deref()
@@ -594,11 +570,7 @@ impl LimitTree {
     pub fn v1_leaves(&self, rel: &Path) -> Vec<PathBuf> {
         self.v1
             .iter()
-            .map(|t| {
-                t.parent
-                    .join(rel)
-                    .join(crate::identity::cgroup::SELF_CGROUP)
-            })
+            .map(|t| t.parent.join(rel).join(SELF_CGROUP))
             .collect()
     }
 
@@ -607,7 +579,7 @@ impl LimitTree {
     pub fn removed(&self, rel: &Path) {
         for t in &self.v1 {
             let node = t.parent.join(rel);
-            let _ = fs::remove_dir(node.join(crate::identity::cgroup::SELF_CGROUP));
+            let _ = fs::remove_dir(node.join(SELF_CGROUP));
             let _ = fs::remove_dir(&node);
         }
     }
@@ -621,18 +593,18 @@ impl LimitTree {
 }
 
 /// Removes the v1 `smithfs-*` trees under `v1_base` whose daemon is dead: the v2 parent of the
-/// same name under `v2_base` is gone or claimed by nobody ([`crate::identity::cgroup::claimed`]).
+/// same name under `v2_base` is gone or claimed by nobody ([`claimed`]).
 /// Only what `rmdir` accepts goes.
 pub fn sweep_v1(v1_base: &Path, v2_base: &Path) {
     let Ok(entries) = fs::read_dir(v1_base) else {
         return;
     };
     for e in entries.flatten() {
-        if !crate::identity::cgroup::is_parent_name(&e.file_name()) {
+        if !is_parent_name(&e.file_name()) {
             continue;
         }
         let twin = v2_base.join(e.file_name());
-        if !twin.exists() || !crate::identity::cgroup::claimed(&twin) {
+        if !twin.exists() || !claimed(&twin) {
             remove_tree(&e.path());
         }
     }
@@ -651,7 +623,7 @@ pub fn remove_v1_mirrors(name: &std::ffi::OsStr) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::identity::procfs::{parse_cgroup, parse_mountinfo};
+    use crate::sys::procfs::{parse_cgroup, parse_mountinfo};
 
     const HYBRID: &[u8] = b"\
 31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755

@@ -1055,7 +1055,7 @@ mod tests {
     /// may live in it), or `None` where this is not allowed.
     fn test_cgroup() -> Option<(PathBuf, File)> {
         let info = std::fs::read("/proc/self/mountinfo").ok()?;
-        let mnt = crate::identity::procfs::parse_mountinfo(&info)
+        let mnt = crate::sys::procfs::parse_mountinfo(&info)
             .ok()?
             .into_iter()
             .find(|m| m.fs_type == "cgroup2")?

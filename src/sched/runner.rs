@@ -193,7 +193,7 @@ pub struct Started {
 /// The start time of `pid` in clock ticks, from `/proc/PID/stat`.
 pub fn start_ticks(pid: u32) -> Option<u64> {
     let bytes = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
-    crate::identity::procfs::parse_stat(&bytes)
+    crate::sys::procfs::parse_stat(&bytes)
         .ok()
         .map(|s| s.starttime)
 }

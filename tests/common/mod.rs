@@ -840,7 +840,7 @@ pub fn is_root() -> bool {
 /// its `self/` leaf) named by its full id with `/` → `.` (`smith-root.smith-001`); empty when
 /// there is none (ancestry mode, no cgroup2).
 pub fn daemon_cgroup_names(pid: i32) -> Vec<String> {
-    use smithfs::identity::{cgroup, procfs};
+    use smithfs::sys::{cgroup, procfs};
     fn walk(dir: &std::path::Path, prefix: &str, out: &mut Vec<String>) {
         let Ok(d) = std::fs::read_dir(dir) else {
             return;

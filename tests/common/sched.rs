@@ -210,7 +210,7 @@ pub struct TestCgroupBinder {
 impl TestCgroupBinder {
     pub fn new() -> Option<TestCgroupBinder> {
         let info = std::fs::read("/proc/self/mountinfo").ok()?;
-        let mnt = smithfs::identity::procfs::parse_mountinfo(&info)
+        let mnt = smithfs::sys::procfs::parse_mountinfo(&info)
             .ok()?
             .into_iter()
             .find(|m| m.fs_type == "cgroup2")?

@@ -16,9 +16,9 @@ use std::time::Duration;
 use common::msched::*;
 use common::{is_root, poll_until, smithfs};
 use serde_json::{json, Value};
-use smithfs::identity::procfs;
 use smithfs::limits::cgroup::{detect, Place};
 use smithfs::limits::Controller;
+use smithfs::sys::procfs;
 
 /// The agent of these tests: the first line of the task is a directive.
 /// `split` makes one child per further line and gives it that line as its task; `hog` execs a

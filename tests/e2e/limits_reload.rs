@@ -12,9 +12,9 @@ use std::process::Command;
 use common::msched::merge;
 use common::{is_root, run_as, smithfs, storage_of, MountOpts, Run, TestMount};
 use serde_json::{json, Value};
-use smithfs::identity::procfs;
 use smithfs::limits::cgroup::{detect, Place};
 use smithfs::limits::Controller;
+use smithfs::sys::procfs;
 
 /// A mount in identity mode `identity` (`None`: auto).
 fn mount(identity: Option<&'static str>) -> TestMount {

@@ -175,7 +175,7 @@ fn first_child(pid: u32) -> u32 {
 
 fn ppid(pid: u32) -> u32 {
     let stat = std::fs::read(format!("/proc/{pid}/stat")).expect("stat");
-    smithfs::identity::procfs::parse_stat(&stat)
+    smithfs::sys::procfs::parse_stat(&stat)
         .expect("parse stat")
         .ppid as u32
 }
