@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # smithfs reference coding agent: a real edit job on the project in the smith's workspace
-# (PROTOCOL.md §11), split over children by directory, merged back with plain git.
+# (docs/SPEC.md §11), split over children by directory, merged back with plain git.
 #
-# Runs with cwd = its smith dir and the environment of PROTOCOL.md §5 (SMITH_ID SMITH_FULL_ID
+# Runs with cwd = its smith dir and the environment of docs/SPEC.md §5 (SMITH_ID SMITH_FULL_ID
 # SMITH_LEVEL SMITH_PARENT SMITH_DIR SMITH_TASK_FILE SMITH_WAKE SMITH_MOUNT). Uses only bash,
 # coreutils, grep, sed, awk and git; never calls smithfs. Needs a mount made with
 # `smithfs init --repo PATH` (every smith dir has `workspace/`, a git work tree on `smith/NAME`).

@@ -2,7 +2,7 @@
 date +%s.%N >private/.started 2>/dev/null || : # first instruction: run start, for hook-latency measurement
 # smithfs reference agent: a census of a source tree, following the Agent Smith protocol.
 #
-# Runs with cwd = its smith dir and the environment of PROTOCOL.md §5 (SMITH_ID SMITH_FULL_ID
+# Runs with cwd = its smith dir and the environment of docs/SPEC.md §5 (SMITH_ID SMITH_FULL_ID
 # SMITH_LEVEL SMITH_PARENT SMITH_DIR SMITH_TASK_FILE SMITH_WAKE SMITH_MOUNT). Uses only sh-level
 # tools (bash, coreutils, find, grep, awk, sed, sort); never calls smithfs.
 #

@@ -1,4 +1,4 @@
-//! Identity resolution cost per FUSE request (PROTOCOL.md §2), in both modes: a cache hit (one
+//! Identity resolution cost per FUSE request (docs/SPEC.md §2), in both modes: a cache hit (one
 //! `PIDFD_GET_INFO` ioctl + lookups) and a miss (pidfd_open + ioctl + fstat per process climbed).
 //!
 //! Subjects: this bench's own thread (an operator: the walk climbs to init), and a freshly spawned
