@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job, coding edition (issue 13, PROTOCOL.md §11): a tree of bundled coding agents gives
+# The main job, coding edition (issue 13, docs/SPEC.md §11): a tree of bundled coding agents gives
 # every source file of a real repository a license header, and the result comes back as a branch.
 #
 #   git clone THIS repository (HEAD) into a temporary directory — never your own clone
@@ -125,7 +125,8 @@ read -r BR COMMIT < <("$SMITHFS" accept "$DIR" smith-root) || die "smithfs accep
 say "accepted: $BR $COMMIT"
 say "git diff --stat $(git -C "$PROJECT" rev-parse --short "$BASE")..$BR:"
 git -C "$PROJECT" diff --stat "$BASE" "$BR" | tail -n 12 | sed 's/^/  /'
-git -C "$PROJECT" log --oneline --graph "$BASE..$BR" | head -n 30 | sed 's/^/  /'
+# sed, not head: head exits after 30 lines, and git then dies of SIGPIPE (141) under pipefail
+git -C "$PROJECT" log --oneline --graph "$BASE..$BR" | sed -n '1,30s/^/  /p'
 
 # the same edit applied directly, by this script, to a second checkout of the same commit
 DIRECT=$TMP/direct
@@ -143,7 +144,7 @@ while IFS= read -r line; do
     esac
     f=$DIRECT/$path
     [ -s "$f" ] || continue
-    if sed -n '1,10p' "$f" | grep -qF "$HEADER1"; then continue; fi
+    if awk -v h="$HEADER1" 'NR > 10 { exit } index($0, h) { f = 1 } END { exit !f }' "$f"; then continue; fi
     if [ "$(head -c 3 "$f")" = '#!/' ]; then
         sed -i "1a\\$c $HEADER1\n$c $HEADER2" "$f"
     else
@@ -166,6 +167,8 @@ else
     git -C "$DIRECT" diff --stat "$GOT" "$WANT" | tail -n 10 >&2 || :
     exit 1
 fi
-git -C "$PROJECT" status --porcelain | grep -v '^?? .agent-smith' | grep -q . && die "the clone's work tree changed" || :
+# no `grep -q` after a pipe under pipefail: it may stop reading early and kill the writer with SIGPIPE
+CHANGES=$(git -C "$PROJECT" status --porcelain | grep -v '^?? .agent-smith' || :)
+[ -z "$CHANGES" ] || die "the clone's work tree changed"
 [ "$(git -C "$PROJECT" rev-parse HEAD)" = "$BASE" ] || die "the clone's checked-out branch moved"
 say "the clone's checked-out branch, index and work tree are untouched"

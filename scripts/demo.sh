@@ -17,7 +17,7 @@
 #   --split FILES  a smith splits its data when it holds more files than this
 #                  (default: total/12, which gives 2 levels; smaller gives 3)
 #   --timeout S    give up waiting after S seconds (default 900)
-#   --driver       who runs the agents. `smithfs` (the daemon's scheduler, PROTOCOL.md §5);
+#   --driver       who runs the agents. `smithfs` (the daemon's scheduler, docs/SPEC.md §5);
 #                  `operator`: this script plays the scheduler itself, running agents/reference.sh
 #                  as the operator through the mount (max 4 at a time) - a stand-in for smithfs
 #                  builds without scheduling; `auto` (default): smithfs if this build has
@@ -166,7 +166,7 @@ DATA=$ROOT/inbox/data
 T0=$(date +%s.%N)
 if [ "$RESUME" = 0 ]; then
     bold "== 4. data: this repository's src/ + cargo registry sources -> smith-root/inbox/data (through the mount)"
-    REG=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/ 2>/dev/null | head -n 1 || :)
+    REG=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/ 2>/dev/null | sed -n 1p || :)
     mkdir -p "$DATA/smithfs"
     cp -R "$REPO/src" "$DATA/smithfs/src"
     cp "$REPO/Cargo.toml" "$DATA/smithfs/"
@@ -254,7 +254,7 @@ if [ "$DRIVER" = smithfs ]; then
     has_cmd status && "$SMITHFS" status "$DIR" || :
     case $RC in 0) ;; 124) say "timed out after $TIMEOUT s" ;; *) say "the root failed or was cancelled (smithfs wait: $RC)" ;; esac
 else
-    # --- the operator plays the scheduler (PROTOCOL.md §5), through the mount --------------------
+    # --- the operator plays the scheduler (docs/SPEC.md §5), through the mount --------------------
     declare -A ST RUNS KEY
     NRUN=0 MAXC=4 LIVE=0
     sdir() { printf '%s/smiths/%s' "$DIR" "$(printf '%s' "$1" | sed 's#/#/children/#g')"; }
@@ -268,7 +268,7 @@ else
         lvl=$(printf '%s' "$id" | tr -cd / | wc -c)
         parent=${id%/*}
         [ "$parent" != "$id" ] || parent=""
-        task=$(ls -t "$d"/inbox/task-*.md 2>/dev/null | head -n 1)
+        task=$(ls -t "$d"/inbox/task-*.md 2>/dev/null | sed -n 1p)
         NRUN=$((NRUN + 1))
         RUNS[$id]=$((${RUNS[$id]:-0} + 1))
         run=$(printf 'run-%04d' "$NRUN")
@@ -299,7 +299,7 @@ else
             # a plain passthrough mount does not scaffold children yet: supply the areas
             for a in inbox private outbox children conversations; do [ -d "$d/$a" ] || mkdir -p "$d/$a"; done
             if [ -f "$d/outbox/result.md" ]; then ST[$id]="done"; continue; fi
-            task=$(ls -t "$d"/inbox/task-*.md 2>/dev/null | head -n 1 || :)
+            task=$(ls -t "$d"/inbox/task-*.md 2>/dev/null | sed -n 1p || :)
             [ -n "$task" ] || continue
             wake=""
             if [ "${KEY[$id]:-}" != "$task" ]; then

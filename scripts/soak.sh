@@ -77,7 +77,7 @@ if [ "$transport" = io-uring ]; then
     case "$was" in Y | y | 1) echo 1 >"$uring_param" ;; *) echo 0 >"$uring_param" ;; esac
 fi
 [ $mounted = 1 ] || { echo "soak: smithfs mount failed" >&2; exit 1; }
-daemon=$(pgrep -f "smithfs mount $mnt" | head -n 1)
+daemon=$(pgrep -f "smithfs mount $mnt" | sed -n 1p)
 root=$mnt/smiths/smith-root
 # Mounts in the work dir only: other smithfs mounts on the machine (parallel tests) come and go.
 work_mounts() { awk -v w="$work" '$5 == w || index($5, w "/") == 1' /proc/self/mountinfo | wc -l; }

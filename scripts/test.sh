@@ -3,6 +3,8 @@
 #   deps       scripts/install-deps.sh (apt fuse3/libacl1-dev/bindfs..., cargo install pjdfstest, users,
 #              the real agent CLIs that tests/e2e/agent_clis.rs runs: npm and pip into target/)
 #   fmt        cargo fmt --check
+#   refs       scripts/check-spec-refs.sh: every `§N` cited in the repository is a section of
+#              docs/SPEC.md, and none names the old contract file outside the repository
 #   clippy     cargo clippy --all-targets -- -D warnings
 #   build      cargo build --release
 #   tests      cargo nextest run --release (cargo test --release without nextest), plus doctests
@@ -14,6 +16,10 @@
 #              (core_fs, isolation) again with SMITHFS_TEST_TRANSPORT=io-uring, then pjdfstest over
 #              `mount --transport io-uring`; the machine-wide enable_uring switch is on only
 #              while those mounts start, and put back as found
+#   demos      (root) both demos exactly as a user runs them, from the checkout: `scripts/demo.sh`
+#              (the census; its tree stays in ./.agent-smith-demo, as for a user) and
+#              `scripts/demo.sh --coding-only`; each one's output goes to target/test-sh/demo*.log
+#              and its exit status is the verdict (the end of the log is shown on a failure)
 # Ends with one line, `test.sh: PASS — ...` or `test.sh: FAIL — <stage(s)>`, and exits 0 or 1.
 # fmt, clippy and tests failing do not stop the later stages; deps or build failing does.
 #
@@ -124,6 +130,36 @@ run_stage() {
 # sum_counts FILE LINE_REGEX WORD: adds up "N WORD" over the lines of FILE matching LINE_REGEX
 sum_counts() {
     grep -E "$2" "$1" 2>/dev/null | grep -oE "[0-9]+ $3" | awk '{ s += $1 } END { print s + 0 }'
+}
+
+# The demos as a user runs them (issue 25: their own tests ran the job, not the scripts, so an
+# exit 141 of the script itself went unseen). Output to a file each; the exit status decides.
+demo_counts=""
+stage_demos() {
+    local rc=0 name log r summary
+    for name in demo demo-coding; do
+        log="$logdir/$name.log"
+        r=0
+        if [ "$name" = demo ]; then
+            scripts/demo.sh >"$log" 2>&1 </dev/null || r=$?
+        else
+            scripts/demo.sh --coding-only >"$log" 2>&1 </dev/null || r=$?
+        fi
+        # the demo's own summary: its wall time and its check
+        summary="$(grep -E '^demo(-coding)?: (wall time|check):' "$log" | sed -E 's/^demo(-coding)?: +//; s/ +/ /g' |
+            awk '{ printf "%s%s", (NR > 1 ? "; " : ""), $0 }' || true)"
+        if [ "$r" = 0 ]; then
+            echo "test.sh: $name ok: $summary (log: $log)"
+            demo_counts+="$name ok, "
+        else
+            echo "test.sh: $name FAILED with exit $r (log: $log); its last lines:"
+            tail -n 25 "$log" | sed 's/^/    /'
+            demo_counts+="$name FAILED (exit $r), "
+            rc=1
+        fi
+    done
+    demo_counts="${demo_counts%, }"
+    return "$rc"
 }
 
 stage_tests() {
@@ -272,9 +308,10 @@ run_stage deps scripts/install-deps.sh || {
 }
 
 if wanted fmt; then run_stage fmt cargo fmt --check || true; fi
+if wanted refs; then run_stage refs scripts/check-spec-refs.sh || true; fi
 if wanted clippy; then run_stage clippy cargo clippy --all-targets -- -D warnings || true; fi
 
-if wanted build || wanted tests || wanted pjdfstest || wanted uring; then
+if wanted build || wanted tests || wanted pjdfstest || wanted uring || wanted demos; then
     if ! run_stage build cargo build --release; then
         current="build"
         exit 1
@@ -300,6 +337,14 @@ if wanted uring; then
     fi
 fi
 
+if wanted demos; then
+    if [ "$(id -u)" != 0 ]; then
+        notes+=("demos skipped (not root: the coding demo's workspaces need a root daemon)")
+    else
+        run_stage demos stage_demos || true
+    fi
+fi
+
 current="summary"
 parts=()
 if wanted fmt; then
@@ -307,6 +352,9 @@ if wanted fmt; then
 fi
 if wanted clippy; then
     if [[ " ${failed_stages[*]} " == *" clippy "* ]]; then parts+=("clippy FAILED"); else parts+=("clippy ok"); fi
+fi
+if wanted refs; then
+    if [[ " ${failed_stages[*]} " == *" refs "* ]]; then parts+=("spec citations FAILED"); else parts+=("spec citations ok"); fi
 fi
 if wanted tests; then
     if [[ " ${failed_stages[*]} " == *" tests "* ]]; then
@@ -333,6 +381,7 @@ if [ -n "$uring_counts" ]; then
         parts+=("io_uring: $uring_counts")
     fi
 fi
+if [ -n "$demo_counts" ]; then parts+=("demos: $demo_counts"); fi
 parts+=("${notes[@]}")
 detail="$(printf '%s, ' "${parts[@]}")"
 detail="${detail%, }"

@@ -129,7 +129,7 @@ for w in "${workloads[@]}"; do
         read) settle; t="$("$fsops" read "$work/small" "$n")" ;;
         untar)
             mkdir -p "$work/tree"
-            t="$("$fsops" time tar -xf "$(find "$bench_dir" -maxdepth 1 -name "tree-*.tar" | head -1)" -C "$work/tree")"
+            t="$("$fsops" time tar -xf "$(find "$bench_dir" -maxdepth 1 -name "tree-*.tar" | sed -n 1p)" -C "$work/tree")"
             ;;
         rm) t="$("$fsops" time rm -rf "$work/tree")" ;;
         *) die "unknown workload $w" ;;
