@@ -25,6 +25,22 @@ spec_sections=" $(sections "$spec")"
 agents_sections=" $(sections "$agents" 2>/dev/null || :)"
 
 bad=0 n=0 shown=0
+# The sections themselves: `## 1.` … `## 14.` in order (their numbers are what the code cites), and
+# §12-§14 open with a **Status** line (what of the section is built today).
+if [ "$spec_sections" != " 1 2 3 4 5 6 7 8 9 10 11 12 13 14 " ]; then
+    echo "$spec: its sections are$spec_sections; they must be 1 … 14 in order, each \`## N. Title\`"
+    bad=$((bad + 1))
+fi
+for sec in 12 13 14; do
+    first=$(awk -v s="$sec" '$0 ~ "^## " s "\\. " { on = 1; next } on && NF { print; exit }' "$spec")
+    case $first in
+    '**Status'*) ;;
+    *)
+        echo "$spec §$sec: the first paragraph must be its **Status** line (what is built today)"
+        bad=$((bad + 1))
+        ;;
+    esac
+done
 # report prints one bad citation (at most 30; the count says how many more)
 report() {
     bad=$((bad + 1))
