@@ -118,7 +118,7 @@ pub fn component(name: &OsStr) -> SysResult<CString> {
 
 /// Prefixes of the temporary names the daemon's atomic writes use (a scaffold being built, a
 /// file being replaced). They never show through the mount, and a crash's leftovers are removed
-/// at the next start (PROTOCOL.md §4, §9: never visible half-made).
+/// at the next start (docs/SPEC.md §4, §9: never visible half-made).
 pub const TEMP_PREFIXES: [&[u8]; 2] = [b".smithfs-new.", b".smithfs-tmp."];
 
 /// Is `name` one of the daemon's temporary names?
@@ -781,7 +781,7 @@ pub fn ensure_dir_made(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> SysResult
 }
 
 /// Write `data` to `dir/name` atomically: a temporary name, fsync, then rename over `name`.
-/// A crash leaves either the old file or the new one, never a torn one (PROTOCOL.md §9).
+/// A crash leaves either the old file or the new one, never a torn one (docs/SPEC.md §9).
 pub fn write_atomic(dir: BorrowedFd<'_>, name: &CStr, data: &[u8], mode: u32) -> SysResult<()> {
     write_renamed(dir, name, data, mode, true)
 }
@@ -795,7 +795,7 @@ pub fn write_replace(dir: BorrowedFd<'_>, name: &CStr, data: &[u8], mode: u32) -
     write_renamed(dir, name, data, mode, false)
 }
 
-/// Copy the regular file `src` to `dir/name` atomically (PROTOCOL.md §9): streamed with
+/// Copy the regular file `src` to `dir/name` atomically (docs/SPEC.md §9): streamed with
 /// `copy_file_range` over the data segments that `SEEK_DATA`/`SEEK_HOLE` report, so holes stay
 /// holes and memory use is O(1) (a 100 GiB sparse file costs what its data costs); falls back to
 /// a 64 KiB `pread`/`pwrite` loop where `copy_file_range` is not supported. fsynced, then renamed
@@ -1014,10 +1014,10 @@ pub type Finish<'a> = dyn FnMut(&CStr) -> SysResult<()> + 'a;
 
 /// Build a directory `name` in `dir` holding `nodes` (parents before children), so that it is
 /// never visible half-made: everything is created under a temporary name, fsynced, and renamed
-/// into place with `RENAME_NOREPLACE` (PROTOCOL.md §4, §9). `owner` (uid, gid), when given,
+/// into place with `RENAME_NOREPLACE` (docs/SPEC.md §4, §9). `owner` (uid, gid), when given,
 /// becomes the owner of every created entry. `mode` is the new directory's own mode. `finish`,
 /// when given, is called with the temporary name (in `dir`) once the nodes are in place and
-/// before the rename: what it adds (a workspace, PROTOCOL.md §11) is part of the atomic whole.
+/// before the rename: what it adds (a workspace, docs/SPEC.md §11) is part of the atomic whole.
 ///
 /// Errors: EEXIST when `name` exists; any errno of the underlying calls or of `finish` (the
 /// temporary tree is removed again on failure).

@@ -1,4 +1,4 @@
-//! Mount-wide configuration and a smith's own agent overrides (PROTOCOL.md §8).
+//! Mount-wide configuration and a smith's own agent overrides (docs/SPEC.md §8).
 //!
 //! Both files are strict: every key is optional and takes the default shown in §8, but an unknown key, a
 //! wrong type, an unknown hook event or an unknown `{placeholder}` is refused with the key's path in the
@@ -18,7 +18,7 @@ use serde::de::{DeserializeOwned, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
-/// Placeholders allowed in `agent.command` and hook argv (PROTOCOL.md §5).
+/// Placeholders allowed in `agent.command` and hook argv (docs/SPEC.md §5).
 pub const PLACEHOLDERS: &[&str] = &[
     "mount",
     "smith_dir",
@@ -28,27 +28,27 @@ pub const PLACEHOLDERS: &[&str] = &[
     "level",
 ];
 
-/// The mount-wide `config.json` (PROTOCOL.md §8). `Config::default()` is what an empty `{}` gives.
+/// The mount-wide `config.json` (docs/SPEC.md §8). `Config::default()` is what an empty `{}` gives.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// How runs are started (PROTOCOL.md §5, §8).
+    /// How runs are started (docs/SPEC.md §5, §8).
     pub agent: AgentConfig,
     /// Run concurrency.
     pub scheduler: SchedulerConfig,
-    /// Tree shape limits checked by the scaffold (PROTOCOL.md §4).
+    /// Tree shape limits checked by the scaffold (docs/SPEC.md §4).
     pub limits: Limits,
-    /// What the operator may change (PROTOCOL.md §3); `--operator` overrides it.
+    /// What the operator may change (docs/SPEC.md §3); `--operator` overrides it.
     pub operator: OperatorMode,
-    /// How callers are identified (PROTOCOL.md §2); `--identity` overrides it.
+    /// How callers are identified (docs/SPEC.md §2); `--identity` overrides it.
     pub identity: IdentityMode,
-    /// Extra commands per event: event → list of argv lists (PROTOCOL.md §5). Default: none.
+    /// Extra commands per event: event → list of argv lists (docs/SPEC.md §5). Default: none.
     pub hooks: BTreeMap<HookEvent, Vec<Vec<String>>>,
     /// Timeout of one user hook, seconds (default 30, at least 1).
     pub hook_timeout_secs: u64,
-    /// Rotation of the journal (PROTOCOL.md §7, §8).
+    /// Rotation of the journal (docs/SPEC.md §7, §8).
     pub journal: JournalConfig,
-    /// The project every smith works on (PROTOCOL.md §8, §11); `repo: null` (the default): none.
+    /// The project every smith works on (docs/SPEC.md §8, §11); `repo: null` (the default): none.
     pub workspace: WorkspaceConfig,
     /// The sandbox every run starts in (docs/SPEC.md §12); on by default.
     pub sandbox: SandboxConfig,
@@ -176,7 +176,7 @@ pub enum SandboxFeature {
     Namespaces,
 }
 
-/// `workspace` in `config.json` (PROTOCOL.md §8, §11): the user's repository and the revision the
+/// `workspace` in `config.json` (docs/SPEC.md §8, §11): the user's repository and the revision the
 /// root's workspace starts at. `init --repo` writes it and makes `project.git`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -203,7 +203,7 @@ impl WorkspaceConfig {
     }
 }
 
-/// `journal` in `config.json` (PROTOCOL.md §7, §8): rotate `events.jsonl` at `max_bytes`
+/// `journal` in `config.json` (docs/SPEC.md §7, §8): rotate `events.jsonl` at `max_bytes`
 /// (default 64 MiB; bytes or a string with a `K`/`M`/`G` suffix, at least 4 KiB), keeping
 /// `keep` rotated files (default 3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -234,7 +234,7 @@ impl JournalConfig {
     }
 }
 
-/// A size in bytes as config.json writes it (PROTOCOL.md §8): a number, or a string of digits
+/// A size in bytes as config.json writes it (docs/SPEC.md §8): a number, or a string of digits
 /// with an optional `K`, `M` or `G` suffix (powers of 1024; `KiB`, `MiB`, `GiB` and a lower-case
 /// letter are accepted too).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -281,7 +281,7 @@ impl<'de> Deserialize<'de> for ByteSize {
     }
 }
 
-/// `agent` in `config.json` (PROTOCOL.md §8): the command a run executes and its limits.
+/// `agent` in `config.json` (docs/SPEC.md §8): the command a run executes and its limits.
 ///
 /// `env` is readable by every smith (config.json is readable outside `smiths/`): it is no place for
 /// secrets that smiths must not see.
@@ -308,7 +308,7 @@ pub struct AgentConfig {
     pub confine: bool,
 }
 
-/// `scheduler` in `config.json` (PROTOCOL.md §5, §8).
+/// `scheduler` in `config.json` (docs/SPEC.md §5, §8).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SchedulerConfig {
@@ -316,7 +316,7 @@ pub struct SchedulerConfig {
     pub max_concurrent: u32,
 }
 
-/// `limits` in `config.json`: the scaffold's limits (PROTOCOL.md §4, §8) and the open files a
+/// `limits` in `config.json`: the scaffold's limits (docs/SPEC.md §4, §8) and the open files a
 /// smith may hold in the daemon (docs/PROTOCOL-NOTES.md, C26).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -331,19 +331,19 @@ pub struct Limits {
     /// at mount from `RLIMIT_NOFILE` (915 with a limit of 20 000, 61 184 with 1 048 576).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_open_files_per_smith: Option<u32>,
-    /// Allocated bytes one smith's zones may hold (PROTOCOL.md §8); `None`: no limit.
+    /// Allocated bytes one smith's zones may hold (docs/SPEC.md §8); `None`: no limit.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_bytes_per_smith: Option<crate::limits::Size>,
-    /// Inodes one smith's zones may hold (PROTOCOL.md §8); `None`: no limit. At least 1.
+    /// Inodes one smith's zones may hold (docs/SPEC.md §8); `None`: no limit. At least 1.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_inodes_per_smith: Option<u64>,
-    /// cgroup limits of each smith's own processes (PROTOCOL.md §5).
+    /// cgroup limits of each smith's own processes (docs/SPEC.md §5).
     pub per_smith: crate::limits::CgroupLimits,
-    /// cgroup limits of each smith together with all its descendants (PROTOCOL.md §5).
+    /// cgroup limits of each smith together with all its descendants (docs/SPEC.md §5).
     pub per_subtree: crate::limits::CgroupLimits,
 }
 
-/// `operator` in `config.json` or `--operator` (PROTOCOL.md §3, §8). serde and clap spell the
+/// `operator` in `config.json` or `--operator` (docs/SPEC.md §3, §8). serde and clap spell the
 /// variants alike (kebab-case), as [`OperatorMode::as_str`] does.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
@@ -358,7 +358,7 @@ pub enum OperatorMode {
     ReadOnly,
 }
 
-/// `identity` in `config.json` or `--identity` (PROTOCOL.md §2, §8). serde and clap spell the
+/// `identity` in `config.json` or `--identity` (docs/SPEC.md §2, §8). serde and clap spell the
 /// variants alike (kebab-case), as [`IdentityMode::as_str`] does.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
@@ -374,7 +374,7 @@ pub enum IdentityMode {
     Ancestry,
 }
 
-/// An event a user hook may be attached to (PROTOCOL.md §5).
+/// An event a user hook may be attached to (docs/SPEC.md §5).
 ///
 /// `hook.exited` is journaled but is *not* accepted as a trigger: a hook on it would fire on its own
 /// exit, for ever. `config.json: hooks.hook.exited` is refused with that reason.
@@ -400,19 +400,19 @@ pub enum HookEvent {
     RunInterrupted,
     /// `access.denied`
     AccessDenied,
-    /// `task.ignored` (a `task-*.md` that breaks the name rule, PROTOCOL.md §5)
+    /// `task.ignored` (a `task-*.md` that breaks the name rule, docs/SPEC.md §5)
     TaskIgnored,
-    /// `access.denied.suppressed` (denials beyond the rate limit, PROTOCOL.md §7)
+    /// `access.denied.suppressed` (denials beyond the rate limit, docs/SPEC.md §7)
     AccessDeniedSuppressed,
     /// `fleet.done`: `results/final.md` was written while no run of the tree is live or queued
-    /// (smith `smith-root`, PROTOCOL.md §5).
+    /// (smith `smith-root`, docs/SPEC.md §5).
     FleetDone,
     /// `config.reloaded`: a changed `config.json` was applied without a remount (`smithfs
-    /// reload`, SIGHUP; PROTOCOL.md §6, docs/PROTOCOL-NOTES.md O12).
+    /// reload`, SIGHUP; docs/SPEC.md §6, docs/PROTOCOL-NOTES.md O12).
     ConfigReloaded,
 }
 
-/// A smith's own `config.json` (PROTOCOL.md §8): only `agent`, merged key by key over the mount-wide one.
+/// A smith's own `config.json` (docs/SPEC.md §8): only `agent`, merged key by key over the mount-wide one.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SmithConfig {
@@ -420,7 +420,7 @@ pub struct SmithConfig {
     pub agent: AgentOverride,
 }
 
-/// `agent` in a smith's `config.json`: every key optional, `None` = inherit (PROTOCOL.md §8).
+/// `agent` in a smith's `config.json`: every key optional, `None` = inherit (docs/SPEC.md §8).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AgentOverride {
@@ -436,7 +436,7 @@ pub struct AgentOverride {
     pub kill_grace_secs: Option<u64>,
 }
 
-/// A refused config file (PROTOCOL.md §8). Display is one line naming the key path.
+/// A refused config file (docs/SPEC.md §8). Display is one line naming the key path.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
     /// Not JSON at all (position included in `msg`).
@@ -530,7 +530,7 @@ impl Default for Limits {
 }
 
 impl Config {
-    /// Parse and validate the mount-wide `config.json` (PROTOCOL.md §8).
+    /// Parse and validate the mount-wide `config.json` (docs/SPEC.md §8).
     ///
     /// Errors: [`ConfigError::Syntax`] for bad JSON, [`ConfigError::UnknownKey`] for a key the schema does
     /// not have, [`ConfigError::Invalid`] for a wrong type, an unknown hook event or placeholder, an empty
@@ -574,7 +574,7 @@ impl Config {
 }
 
 impl Limits {
-    /// The resource keys of PROTOCOL.md §5/§8 (`max_bytes_per_smith`, `max_inodes_per_smith`,
+    /// The resource keys of docs/SPEC.md §5/§8 (`max_bytes_per_smith`, `max_inodes_per_smith`,
     /// `per_smith`, `per_subtree`): values the kernel and the daemon can enforce.
     fn validate_resources(&self) -> Result<(), ConfigError> {
         if let Some(n) = self.max_inodes_per_smith {
@@ -605,7 +605,7 @@ impl AgentConfig {
 }
 
 impl SmithConfig {
-    /// Parse and validate a smith's own `config.json` (PROTOCOL.md §8): only `agent`, same key rules as
+    /// Parse and validate a smith's own `config.json` (docs/SPEC.md §8): only `agent`, same key rules as
     /// the mount-wide `agent`. A bad one fails that smith's run, not the mount (the caller's business).
     pub fn parse(text: &str) -> Result<SmithConfig, ConfigError> {
         let config: SmithConfig = parse_strict(text)?;
@@ -621,7 +621,7 @@ impl SmithConfig {
     }
 
     /// The effective agent config of this smith: each key of `agent` present here replaces the
-    /// mount-wide one; `env` is merged variable by variable, this file's values winning (PROTOCOL.md §8).
+    /// mount-wide one; `env` is merged variable by variable, this file's values winning (docs/SPEC.md §8).
     pub fn merged(&self, base: &AgentConfig) -> AgentConfig {
         let o = &self.agent;
         let mut env = base.env.clone();
@@ -749,7 +749,7 @@ impl IdentityMode {
     }
 }
 
-/// Check one argv: not empty, every `{name}` a known placeholder (PROTOCOL.md §5).
+/// Check one argv: not empty, every `{name}` a known placeholder (docs/SPEC.md §5).
 ///
 /// A placeholder is `{` + one or more of `[A-Za-z0-9_]` + `}`; any other brace is literal text, so
 /// `sh -c 'f() { :; }'` stays usable.
@@ -1357,7 +1357,7 @@ mod tests {
         assert_eq!(unknown_placeholder("x{level}{zz"), None);
     }
 
-    /// The resource keys of PROTOCOL.md §5/§8: sizes with K/M/G, `cpu_max` as cgroup v2 writes
+    /// The resource keys of docs/SPEC.md §5/§8: sizes with K/M/G, `cpu_max` as cgroup v2 writes
     /// it, `null` for no limit; a bad value names its key.
     #[test]
     fn resource_limit_keys() {

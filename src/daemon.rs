@@ -1,4 +1,4 @@
-//! The composition root: the whole daemon wired in one place (PROTOCOL.md §6, §9).
+//! The composition root: the whole daemon wired in one place (docs/SPEC.md §6, §9).
 //!
 //! [`serve`] opens the store once, builds the identity resolver, the scheduler's queue (one
 //! channel, made before the filesystem), the kernel cache invalidator, the filesystem, then
@@ -75,7 +75,7 @@ pub fn init_logging(level: Option<&str>, file: Option<File>) {
 pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) -> Result<()> {
     // SAFETY: umask and prctl have no memory-safety preconditions. A zero umask lets created
     // modes be exactly what the caller asked (the kernel already applied the caller's umask);
-    // a non-dumpable daemon keeps same-uid processes out of its descriptors (PROTOCOL.md §10).
+    // a non-dumpable daemon keeps same-uid processes out of its descriptors (docs/SPEC.md §10).
     unsafe {
         libc::umask(0);
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
@@ -163,11 +163,11 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
     let link = Link::open(state.as_fd(), config.journal.rotation())
         .context("cannot start the scheduler")?;
     let kernel = KernelCache::new();
-    // The limits in force, shared by the filesystem and the reloader (PROTOCOL.md §6, §8).
+    // The limits in force, shared by the filesystem and the reloader (docs/SPEC.md §6, §8).
     let live = Arc::new(crate::limits::live::LiveLimits::new(
         crate::limits::live::Snapshot::new(config.limits, fds.per_smith),
     ));
-    // `smithfs reload` and SIGHUP (PROTOCOL.md §6): config.json applied without a remount.
+    // `smithfs reload` and SIGHUP (docs/SPEC.md §6): config.json applied without a remount.
     let reloader = Arc::new(crate::reload::Reloader::new(
         dir.to_path_buf(),
         opts.clone(),
@@ -329,7 +329,7 @@ pub fn wait_for_lock(path: &Path, patience: Duration) -> bool {
 
 /// The mount's configuration: `--config F` or `DIR/config.json` (absent: defaults), with
 /// `--operator` and `--identity` overriding it. A malformed file is refused with the key's path
-/// (PROTOCOL.md §8).
+/// (docs/SPEC.md §8).
 pub fn load_config(
     dir: &Path,
     root: std::os::fd::BorrowedFd<'_>,
@@ -451,7 +451,7 @@ const DAEMON_CGROUP: &CStr = c"daemon.cgroup";
 
 /// Kill what a killed predecessor left in its cgroups (its runs, also one it started but had
 /// not journaled yet: the journal alone cannot name it), then record this daemon's parent
-/// cgroup for its successor (PROTOCOL.md §6, §9).
+/// cgroup for its successor (docs/SPEC.md §6, §9).
 fn reap_previous_daemon(state: BorrowedFd<'_>, own: Option<&Path>) {
     if let Ok(prev) =
         backing::read_file(state, Path::new(DAEMON_CGROUP.to_str().unwrap_or_default()))
@@ -555,7 +555,7 @@ impl RunBinder for Binding {
     }
 }
 
-/// What the signal thread does to the daemon (PROTOCOL.md §6; docs/PROTOCOL-NOTES.md O9, O11,
+/// What the signal thread does to the daemon (docs/SPEC.md §6; docs/PROTOCOL-NOTES.md O9, O11,
 /// O12).
 struct Signals {
     sched: Arc<Scheduler>,
@@ -597,7 +597,7 @@ fn detach_stdio() {
     }
 }
 
-/// The templates, with `DIR/templates/` overrides (PROTOCOL.md §1).
+/// The templates, with `DIR/templates/` overrides (docs/SPEC.md §1).
 ///
 /// # Errors
 /// An override that does not render (its placeholder errors, one line).

@@ -1,5 +1,5 @@
 //! smithfs: a FUSE filesystem that enforces the Agent Smith multi-agent protocol
-//! (`PROTOCOL.md`) at the kernel boundary.
+//! (`docs/SPEC.md`) at the kernel boundary.
 //!
 //! Layering (see `docs/ARCHITECTURE.md`): `cli → daemon → {fuse, sched, fs}`, `fuse → fs`,
 //! `fs → {policy, identity, tree, trigger}`, and everyone → `backing` (the store layer, a

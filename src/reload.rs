@@ -1,4 +1,4 @@
-//! `smithfs reload` and SIGHUP (PROTOCOL.md §6): re-read config.json and apply it without a
+//! `smithfs reload` and SIGHUP (docs/SPEC.md §6): re-read config.json and apply it without a
 //! remount, or refuse it whole.
 //!
 //! [`Reloader`] is made by the daemon (`crate::daemon`) before the filesystem, which calls it for
@@ -39,7 +39,7 @@ const LIVE: &[&str] = &[
     "journal",
 ];
 
-/// Keys whose change needs a remount (PROTOCOL.md §6): how callers are identified, what the
+/// Keys whose change needs a remount (docs/SPEC.md §6): how callers are identified, what the
 /// operator may do, the project (its workspaces are made at mount; docs/PROTOCOL-NOTES.md O12).
 const REMOUNT: &[&str] = &["identity", "operator", "workspace"];
 
@@ -114,7 +114,7 @@ pub struct Reloader {
     limits: LimitPorts,
 }
 
-/// Where a reload puts changed `limits` (PROTOCOL.md §8).
+/// Where a reload puts changed `limits` (docs/SPEC.md §8).
 pub struct LimitPorts {
     /// The mount's live limits, read by the filesystem.
     pub live: Arc<LiveLimits>,

@@ -1,4 +1,4 @@
-//! What the filesystem tells the scheduler (PROTOCOL.md §5, §6, §7): the one message type on
+//! What the filesystem tells the scheduler (docs/SPEC.md §5, §6, §7): the one message type on
 //! the scheduler's queue from outside it. The fs detects completions (a handle released after
 //! write access, `O_TRUNC` or `O_CREAT`; a rename or link onto the name), registry changes,
 //! denials and `ctl`'s `cancel`, and hands one of these to its scheduler link
@@ -18,7 +18,7 @@ pub enum Trigger {
         file: String,
     },
     /// A `task-*.md` directly in `smith`'s `inbox/` completed but breaks the task-name rule
-    /// (PROTOCOL.md §5): kept as data, journaled once as `task.ignored` (`path`, `reason`).
+    /// (docs/SPEC.md §5): kept as data, journaled once as `task.ignored` (`path`, `reason`).
     TaskIgnored {
         /// The smith whose inbox it is.
         smith: SmithIdx,
@@ -47,7 +47,7 @@ pub enum Trigger {
         /// The top of the removed subtree.
         smith: SmithIdx,
     },
-    /// An operation was denied (PROTOCOL.md §3); journaled as `access.denied`.
+    /// An operation was denied (docs/SPEC.md §3); journaled as `access.denied`.
     AccessDenied {
         /// The caller's smith; `None` for the operator or Unknown.
         smith: Option<SmithIdx>,
@@ -62,17 +62,17 @@ pub enum Trigger {
         /// The rule that denied it.
         rule: String,
     },
-    /// Denials of one identity and second beyond the rate limit (PROTOCOL.md §7); journaled
+    /// Denials of one identity and second beyond the rate limit (docs/SPEC.md §7); journaled
     /// as `access.denied.suppressed` with `count`.
     DenialsSuppressed(crate::sched::denials::Suppressed),
-    /// `cancel <full-id>` was written to `ctl` by an authorised identity (PROTOCOL.md §6): the
+    /// `cancel <full-id>` was written to `ctl` by an authorised identity (docs/SPEC.md §6): the
     /// smith and its subtree are cancelled (journaled by the scheduler as `run.cancelled`).
     Cancel {
         /// The smith to cancel (with its subtree).
         smith: SmithIdx,
     },
     /// `retry <full-id>` was written to `ctl` by an authorised identity (`smithfs retry`,
-    /// PROTOCOL.md §6): a failed or cancelled smith runs again with `SMITH_WAKE=retry`.
+    /// docs/SPEC.md §6): a failed or cancelled smith runs again with `SMITH_WAKE=retry`.
     Retry {
         /// The smith to run again.
         smith: SmithIdx,

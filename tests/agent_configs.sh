@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Check the `agent` sections that `smithfs init --agent X` writes (agents/configs/*.json):
-#   1. valid JSON; only the keys of PROTOCOL.md §8 `agent` with the right types;
+#   1. valid JSON; only the keys of docs/SPEC.md §8 `agent` with the right types;
 #   2. every `{...}` in the command is one of {mount} {smith_dir} {task_file} {smith_id} {full_id} {level};
 #   3. the command runs as smithfs would run it (placeholders filled, cwd = smith dir, §5 environment,
 #      CLAUDECODE=1 inherited as when smithfs is started from a Claude Code session) against stand-ins
@@ -156,7 +156,7 @@ EOF
     mkdir -p "$m/smiths/smith-root/inbox/data/a" && printf 'x\ny\n' >"$m/smiths/smith-root/inbox/data/a/f.rs"
     printf '# Task: census\n\ncensus-data: inbox/data\n' >"$m/smiths/smith-root/inbox/task-root.md"
     if [ "$name" = coder ]; then
-        # the coding agent works in a workspace (PROTOCOL.md §11): a git work tree with one file
+        # the coding agent works in a workspace (docs/SPEC.md §11): a git work tree with one file
         cp "$HERE/agents/coder.sh" "$m/agents/"
         ws=$m/smiths/smith-root/workspace
         mkdir -p "$ws" && printf 'fn main() {}\n' >"$ws/main.rs"

@@ -3,7 +3,7 @@
 #
 # A plain directory is laid out like a mount (config.json, smiths/smith-root/{inbox,private,outbox,
 # children,conversations}, results/, .smithfs/why) and a small scheduler written in bash plays
-# smithfs's part (PROTOCOL.md §4, §5): it runs the agent for every smith with a new task (cwd = the
+# smithfs's part (docs/SPEC.md §4, §5): it runs the agent for every smith with a new task (cwd = the
 # smith dir, the §5 environment), retries a failed run once, marks a smith done when its
 # outbox/result.md appears, wakes a parent with SMITH_WAKE=children once all its children are done
 # or failed, and copies the root's result to results/final.md. A `mkdir` shim on PATH enforces the

@@ -321,7 +321,7 @@ fn dead_mount_is_recognised_at_once() {
 /// What a crash leaves in the store under temporary names — a half-built child
 /// (`children/.smithfs-new.PID.N/`, from the scaffold) and a half-written copy of the result
 /// (`results/.smithfs-tmp.PID.N`, from publishing) — is never visible through the next mount
-/// (PROTOCOL.md §4, §9: "no half-made entry visible").
+/// (docs/SPEC.md §4, §9: "no half-made entry visible").
 #[test]
 fn crash_leftovers_are_not_visible_after_restart() {
     let mut m = TestMount::new();
@@ -390,7 +390,7 @@ fn next_mount_kills_what_a_dead_daemon_left_in_its_cgroups() {
     );
 }
 
-/// A handle opened before the crash (PROTOCOL.md §9: "handles opened before keep the rights
+/// A handle opened before the crash (docs/SPEC.md §9: "handles opened before keep the rights
 /// they were granted"). With FUSE passthrough (the default as root) reads and writes on it go
 /// straight to the backing file and keep working, and what is written lands in the store;
 /// fsync and fstat still need the daemon (FUSE_FSYNC, FUSE_GETATTR) and fail with ENOTCONN.
@@ -734,7 +734,7 @@ fn storm_matches_native(links: bool) {
 
 /// Minimal reproduction of the storm's finding. A parent makes a second name for a file of its
 /// private/ and moves that name into a child's inbox, then removes it there: the file still has
-/// its name in the parent's private/, and the child must not read it (PROTOCOL.md §3: private
+/// its name in the parent's private/, and the child must not read it (docs/SPEC.md §3: private
 /// is the owner's alone). Moving a name of a file that has other names into another zone is
 /// EXDEV like a cross-zone link, so `mv` copies: the inbox gets a copy, never a second name of
 /// the private file. Likewise a link from a private/ name to outbox/ stays EXDEV.
@@ -1219,7 +1219,7 @@ fn task_deleted_while_its_run_starts() {
 }
 
 /// `smithfs run` errors: a smith that does not exist, no mount at all, a directory that is not
-/// a mount. Each exits with one clear line and runs nothing: 2 for the unknown smith (PROTOCOL.md
+/// a mount. Each exits with one clear line and runs nothing: 2 for the unknown smith (docs/SPEC.md
 /// §6: "2 usage errors and unknown smiths"), 1 for the others.
 #[test]
 fn run_refusals_are_clear() {
@@ -1458,7 +1458,7 @@ except OSError as e:
 
 /// A file handle passed over a Unix socket (SCM_RIGHTS) from smith-001 to smith-002: reads,
 /// writes and ftruncate on it are judged by the opener (allowed), fchmod and fsetxattr by the
-/// caller (smith-002 has no rights in smith-001's private/: EACCES), PROTOCOL.md §2.
+/// caller (smith-002 has no rights in smith-001's private/: EACCES), docs/SPEC.md §2.
 #[test]
 fn passed_file_handle_is_judged_by_its_opener_for_io_only() {
     for extra in [vec![], vec!["--no-passthrough"]] {

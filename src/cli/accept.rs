@@ -1,4 +1,4 @@
-//! `smithfs accept [DIR] ID [--branch NAME]` (PROTOCOL.md §6, §11): fetch a smith's branch
+//! `smithfs accept [DIR] ID [--branch NAME]` (docs/SPEC.md §6, §11): fetch a smith's branch
 //! (`smith/NAME`, its committed work) into the user's repository (`workspace.repo`) as
 //! `smith/NAME` or `--branch NAME`, and print `BRANCH COMMIT`.
 //!

@@ -1,5 +1,5 @@
 //! `smithfs cancel [DIR] ID`: stop a smith's run and its subtree's, marking them cancelled, by
-//! writing `cancel FULL_ID` to `DIR/.smithfs/ctl` (PROTOCOL.md §6, §7). The mount checks the
+//! writing `cancel FULL_ID` to `DIR/.smithfs/ctl` (docs/SPEC.md §6, §7). The mount checks the
 //! writer's authority (the operator, or an ancestor smith).
 
 use std::path::PathBuf;

@@ -1,4 +1,4 @@
-//! `smithfs completions SHELL` (PROTOCOL.md §6) and the hidden `smithfs man`: a completion
+//! `smithfs completions SHELL` (docs/SPEC.md §6) and the hidden `smithfs man`: a completion
 //! script on stdout (clap_complete), and the man pages (clap_mangen) — `smithfs.1` on stdout, or
 //! one page per command into a directory, as `scripts/install.sh` does.
 

@@ -1,4 +1,4 @@
-//! `smithfs diff [DIR] ID [--stat]` (PROTOCOL.md §6, §11): a smith's changes from its base commit
+//! `smithfs diff [DIR] ID [--stat]` (docs/SPEC.md §6, §11): a smith's changes from its base commit
 //! (`git config smithfs.base`) to its work tree, committed and not, untracked files included.
 //!
 //! Read-only on the workspace: the untracked files are marked intent-to-add in a temporary index
@@ -38,7 +38,7 @@ pub(crate) struct Located {
     pub config: Config,
 }
 
-/// Error with an exit code: 2 for usage errors and unknown smiths (PROTOCOL.md §6).
+/// Error with an exit code: 2 for usage errors and unknown smiths (docs/SPEC.md §6).
 pub(crate) struct Exit2(pub String);
 
 /// Find the workspace of `[DIR] ID` (`cmd` names the subcommand in messages).
@@ -58,7 +58,7 @@ pub(crate) fn locate(args: &[String], cmd: &str) -> Result<Result<Located, Exit2
             dir.display()
         );
     }
-    // A full id, a short id only one smith has or a unique suffix (PROTOCOL.md §6); ambiguous
+    // A full id, a short id only one smith has or a unique suffix (docs/SPEC.md §6); ambiguous
     // and unknown ids are usage errors (exit 2, the candidates listed).
     let src = super::store::source(&dir)?;
     let id = super::store::resolve_id(&src, id)?;

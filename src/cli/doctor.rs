@@ -1,4 +1,4 @@
-//! `smithfs doctor [--json]`: what this machine offers smithfs (PROTOCOL.md §6): `/dev/fuse`,
+//! `smithfs doctor [--json]`: what this machine offers smithfs (docs/SPEC.md §6): `/dev/fuse`,
 //! `fusermount3`, the kernel and FUSE passthrough (Linux ≥ 6.9), FUSE over io_uring, the cgroup2
 //! hierarchy and whether we may create cgroups (identity `auto` → `cgroup`), the cgroup limits
 //! backend, privileges, and the git version workspaces need. Every check is a [`Check`]; the text
@@ -193,7 +193,7 @@ fn check_cgroups() -> Check {
     }
 }
 
-/// Which cgroup backend can enforce `limits.per_smith` / `limits.per_subtree` (PROTOCOL.md §5,
+/// Which cgroup backend can enforce `limits.per_smith` / `limits.per_subtree` (docs/SPEC.md §5,
 /// §6): the controllers `memory`, `pids` and `cpu`, on v2 (the unified hierarchy) or v1.
 fn check_limits() -> Check {
     use crate::limits::cgroup::{detect_here, Place};
@@ -293,7 +293,7 @@ fn check_privileges(root: bool) -> Check {
     )
 }
 
-/// The git that workspaces run (PROTOCOL.md §11): a parent's `git pull` from a child must run
+/// The git that workspaces run (docs/SPEC.md §11): a parent's `git pull` from a child must run
 /// nothing the child configured, which needs git ≥ 2.45.1 or one of its backports
 /// (`workspace::git::SAFE_PULL_VERSIONS`, docs/PROTOCOL-NOTES.md W4, W13). `version` is the output
 /// of `git --version`, `None` when git cannot be run. Only workspaces need git, so the worst is
@@ -387,7 +387,7 @@ pub fn checks() -> Vec<Check> {
     ]
 }
 
-/// Run `smithfs doctor`: exit 1 when a check failed (PROTOCOL.md §6).
+/// Run `smithfs doctor`: exit 1 when a check failed (docs/SPEC.md §6).
 pub fn run(args: DoctorArgs) -> Result<ExitCode> {
     let checks = checks();
     if args.json {

@@ -1,4 +1,4 @@
-//! `smithfs events [DIR] [-f|--follow] [--json] [--smith ID]`: the journal (PROTOCOL.md §6,
+//! `smithfs events [DIR] [-f|--follow] [--json] [--smith ID]`: the journal (docs/SPEC.md §6,
 //! §7), one event a line for humans, or the JSON lines as they are. Read from the mount's
 //! `.smithfs/events.jsonl`, or from the store (`.smithfs-state/events.jsonl` and its rotated
 //! files) when the directory is not mounted.

@@ -1,4 +1,4 @@
-//! Smith ids on the command line (PROTOCOL.md §6): a full id (`smith-root/smith-001`) or any
+//! Smith ids on the command line (docs/SPEC.md §6): a full id (`smith-root/smith-001`) or any
 //! unambiguous short form — a short id only one smith has (`smith-001`), or a unique suffix of
 //! a full id (`smith-001/smith-002`, `1/smith-002`) — and the store path of a smith dir
 //! (`smiths/smith-root/children/smith-001`). Ambiguous and unknown ids are usage errors (exit 2)
@@ -6,7 +6,7 @@
 
 use std::fmt;
 
-/// A usage error: bad arguments or an unknown or ambiguous smith (PROTOCOL.md §6: exit 2).
+/// A usage error: bad arguments or an unknown or ambiguous smith (docs/SPEC.md §6: exit 2).
 /// `cli::run` maps it to exit code 2; its text is the one line printed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UsageError(pub String);
@@ -54,7 +54,7 @@ fn from_store_path(q: &str) -> String {
     }
 }
 
-/// Resolve `query` among the full ids `known` (PROTOCOL.md §6), in this order: an exact full
+/// Resolve `query` among the full ids `known` (docs/SPEC.md §6), in this order: an exact full
 /// id; a smith-dir path; the smiths whose full id ends with `/query` (whole components: a short
 /// id or a component suffix); the smiths whose full id ends with `query` (any characters).
 /// The first rule with exactly one match wins; a rule with several matches is ambiguous.

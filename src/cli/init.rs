@@ -1,5 +1,5 @@
 //! `smithfs init DIR`: create the layout, a default config.json and the root smith through the
-//! same scaffold code that child creation uses (PROTOCOL.md §1, §4, §6).
+//! same scaffold code that child creation uses (docs/SPEC.md §1, §4, §6).
 
 use std::ffi::CString;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -38,7 +38,7 @@ pub struct InitArgs {
     /// `agents/coder.sh`, which needs `--repo`).
     #[arg(long, value_enum)]
     pub agent: Option<AgentPreset>,
-    /// The user's git repository every smith works on (PROTOCOL.md §11): copied to
+    /// The user's git repository every smith works on (docs/SPEC.md §11): copied to
     /// `DIR/project.git`; every smith dir gets a `workspace/`.
     #[arg(long, value_name = "PATH")]
     pub repo: Option<PathBuf>,
@@ -58,9 +58,9 @@ pub struct InitArgs {
     pub agent_command: Option<Vec<String>>,
 }
 
-/// The bundled reference agent (PROTOCOL.md §6: installed under the mount's `agents/`).
+/// The bundled reference agent (docs/SPEC.md §6: installed under the mount's `agents/`).
 pub const REFERENCE_AGENT: &str = include_str!("../../agents/reference.sh");
-/// The bundled coding agent (license headers over a workspace tree, PROTOCOL.md §11;
+/// The bundled coding agent (license headers over a workspace tree, docs/SPEC.md §11;
 /// docs/PROTOCOL-NOTES.md W11), installed like the reference agent.
 pub const CODER_AGENT: &str = include_str!("../../agents/coder.sh");
 
@@ -132,7 +132,7 @@ fn config_with_agent(agent: AgentPreset) -> Result<String> {
 }
 
 /// The default config.json with `agent.command` = `command` (`init --agent-command`), checked
-/// like any config.json (unknown placeholders are refused, PROTOCOL.md §5, §8).
+/// like any config.json (unknown placeholders are refused, docs/SPEC.md §5, §8).
 fn config_with_command(command: &[String]) -> Result<String> {
     if command.first().map_or(true, |c| c.is_empty()) {
         bail!("--agent-command needs a program to run");
@@ -144,7 +144,7 @@ fn config_with_command(command: &[String]) -> Result<String> {
     Ok(text)
 }
 
-/// The config.json that `init` writes: every key of PROTOCOL.md §8 at its default, no agent.
+/// The config.json that `init` writes: every key of docs/SPEC.md §8 at its default, no agent.
 pub const DEFAULT_CONFIG: &str = r#"{
   "agent": { "env": {}, "timeout_secs": 1800, "retries": 1, "kill_grace_secs": 5 },
   "scheduler": { "max_concurrent": 4 },
@@ -156,7 +156,7 @@ pub const DEFAULT_CONFIG: &str = r#"{
 }
 "#;
 
-/// `config` with `"workspace": {"repo", "rev"}` of the checked project (PROTOCOL.md §8).
+/// `config` with `"workspace": {"repo", "rev"}` of the checked project (docs/SPEC.md §8).
 fn config_with_workspace(config: &str, p: &project::Checked) -> Result<String> {
     let mut value: serde_json::Value = serde_json::from_str(config)?;
     value["workspace"] = serde_json::json!({ "repo": p.repo, "rev": p.rev });
@@ -184,7 +184,7 @@ pub fn run(args: InitArgs) -> Result<ExitCode> {
         (None, None) => None,
     };
     if args.agent == Some(AgentPreset::Coder) && args.repo.is_none() {
-        bail!("--agent coder needs --repo PATH: the coding agent edits the project in workspaces (PROTOCOL.md §11)");
+        bail!("--agent coder needs --repo PATH: the coding agent edits the project in workspaces (docs/SPEC.md §11)");
     }
     // checked before anything is created, so a bad --agent-command leaves nothing behind
     let config = match (&args.agent, &args.agent_command) {
@@ -250,7 +250,7 @@ pub fn run(args: InitArgs) -> Result<ExitCode> {
         project.as_ref(),
     );
     if result.is_err() && project.is_some() {
-        // Nothing is left of a failed `init --repo` (PROTOCOL.md §11).
+        // Nothing is left of a failed `init --repo` (docs/SPEC.md §11).
         if created {
             let _ = std::fs::remove_dir_all(&dir);
         } else {

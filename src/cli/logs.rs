@@ -1,6 +1,6 @@
 //! `smithfs logs [DIR] ID [--run RUN_ID] [--follow]`: a run's `messages.log` (its stdout and
-//! stderr, PROTOCOL.md §5) — the latest run's by default — and `smithfs logs [DIR] --daemon
-//! [--follow]`: the daemon's own log (PROTOCOL.md §6). Both work on a mount and on a directory
+//! stderr, docs/SPEC.md §5) — the latest run's by default — and `smithfs logs [DIR] --daemon
+//! [--follow]`: the daemon's own log (docs/SPEC.md §6). Both work on a mount and on a directory
 //! that is not mounted (read from the store).
 //!
 //! `--follow` prints new lines within a second (the file is re-opened every [`POLL`], so a

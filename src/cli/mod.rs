@@ -1,4 +1,4 @@
-//! Command line (PROTOCOL.md §6): one file per subcommand. Errors end as one clear line on
+//! Command line (docs/SPEC.md §6): one file per subcommand. Errors end as one clear line on
 //! stderr and a non-zero exit.
 
 mod accept;
@@ -81,7 +81,7 @@ enum Command {
     /// Check /dev/fuse, fusermount3, kernel features, cgroups and privileges.
     #[command(after_help = help::DOCTOR)]
     Doctor(doctor::DoctorArgs),
-    /// With a project: a smith's changes since its base commit (PROTOCOL.md §11).
+    /// With a project: a smith's changes since its base commit (docs/SPEC.md §11).
     #[command(override_usage = "smithfs diff [DIR] ID [--stat]", after_help = help::DIFF)]
     Diff(diff::DiffArgs),
     /// With a project: fetch a smith's branch into the repository; prints `BRANCH COMMIT`.
@@ -144,7 +144,7 @@ pub fn run() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("smithfs: {e:#}");
-            // PROTOCOL.md §6: 2 for usage errors and unknown smiths, 1 otherwise.
+            // docs/SPEC.md §6: 2 for usage errors and unknown smiths, 1 otherwise.
             if e.downcast_ref::<ids::UsageError>().is_some() {
                 ExitCode::from(2)
             } else {

@@ -1,4 +1,4 @@
-//! `smithfs mount DIR`: mount DIR over itself and serve it (PROTOCOL.md §6, §9).
+//! `smithfs mount DIR`: mount DIR over itself and serve it (docs/SPEC.md §6, §9).
 //!
 //! Without `-f`, the process forks before any thread exists; the child mounts and serves, and
 //! the parent waits on a pipe until the mount is live (exit 0) or has failed (the child's
@@ -66,7 +66,7 @@ pub struct MountArgs {
 }
 
 impl MountArgs {
-    /// Fold `-o` into the flags (PROTOCOL.md §6, docs/PROTOCOL-NOTES.md O40): a boolean option
+    /// Fold `-o` into the flags (docs/SPEC.md §6, docs/PROTOCOL-NOTES.md O40): a boolean option
     /// sets its flag; a valued one fills its flag, or must agree with it.
     ///
     /// # Errors
@@ -146,7 +146,7 @@ fn preflight(dir: &Path, force: bool) -> Result<()> {
     if !meta.is_dir() {
         bail!("{} is not a directory", dir.display());
     }
-    // PROTOCOL.md §6: only a directory `init` made (it has the root smith's dir).
+    // docs/SPEC.md §6: only a directory `init` made (it has the root smith's dir).
     if !dir
         .join("smiths")
         .join(crate::tree::scaffold_plan::ROOT_ID)
@@ -179,7 +179,7 @@ fn preflight(dir: &Path, force: bool) -> Result<()> {
 }
 
 /// Warn about processes whose working directory or open files are inside `dir`: after the
-/// mount they still see the backing store, unchecked (PROTOCOL.md §10).
+/// mount they still see the backing store, unchecked (docs/SPEC.md §10).
 fn warn_about_users(dir: &Path) {
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return;

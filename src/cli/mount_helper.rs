@@ -1,5 +1,5 @@
 //! `mount.fuse.smithfs SOURCE DIR [-o OPTS] [-n] [-s] [-v] [-f] [-t TYPE]`: what mount(8) runs
-//! for an fstab line of type `fuse.smithfs` (PROTOCOL.md §6). It is this binary under another
+//! for an fstab line of type `fuse.smithfs` (docs/SPEC.md §6). It is this binary under another
 //! name (a symlink, `scripts/install.sh`), translated to `smithfs mount DIR -o OPTS`
 //! (docs/PROTOCOL-NOTES.md O41). SOURCE is `smithfs` or DIR itself: a smithfs mount is always
 //! the directory over itself.

@@ -1,4 +1,4 @@
-//! `mount -o OPT[,OPT…]` (PROTOCOL.md §6): the comma-separated options as fstab writes them and
+//! `mount -o OPT[,OPT…]` (docs/SPEC.md §6): the comma-separated options as fstab writes them and
 //! mount(8) hands them to `mount.fuse.smithfs`. Pure: lists in, [`MountOptions`] or one usage
 //! line out (docs/PROTOCOL-NOTES.md O40).
 

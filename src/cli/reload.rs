@@ -1,4 +1,4 @@
-//! `smithfs reload [DIR]`: re-read DIR/config.json and apply it without a remount (PROTOCOL.md
+//! `smithfs reload [DIR]`: re-read DIR/config.json and apply it without a remount (docs/SPEC.md
 //! §6), by writing `reload` to `DIR/.smithfs/ctl`. The daemon validates the file as `mount`
 //! does and refuses it whole — bad, or a key that needs a remount changed — with one line naming
 //! the key, which `.smithfs/why` holds for the CLI to print (exit 1); the daemon then keeps its

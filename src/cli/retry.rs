@@ -1,5 +1,5 @@
 //! `smithfs retry [DIR] ID`: run a failed or cancelled smith again on its newest task, with
-//! `SMITH_WAKE=retry` (PROTOCOL.md §6), by writing `retry FULL_ID` to `DIR/.smithfs/ctl`. Its
+//! `SMITH_WAKE=retry` (docs/SPEC.md §6), by writing `retry FULL_ID` to `DIR/.smithfs/ctl`. Its
 //! failure count starts again; once it settles its parent is woken with `SMITH_WAKE=children`
 //! and aggregates again, as after a new task (O5).
 

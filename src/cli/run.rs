@@ -1,5 +1,5 @@
 //! `smithfs run [--mount DIR] --smith FULL_ID -- CMD [ARGS…]`: run CMD bound to a smith, for the
-//! operator (PROTOCOL.md §2, §6, §7), and exit with CMD's status.
+//! operator (docs/SPEC.md §2, §6, §7), and exit with CMD's status.
 //!
 //! Binding: this process writes `bind <full-id>\n` to `<mount>/.smithfs/ctl` in one `write`; the
 //! daemon binds the writing process. A refused bind fails the write (`EACCES` not the operator,
@@ -88,7 +88,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     Ok(ExitCode::from(status))
 }
 
-/// The smith `query` names (PROTOCOL.md §6): a short id or unique suffix among the smiths the
+/// The smith `query` names (docs/SPEC.md §6): a short id or unique suffix among the smiths the
 /// mount's status lists, or a well-formed full id as it is — a smith its parent has just made
 /// is not listed until the daemon publishes it, and the daemon's answer to `bind` decides.
 ///
@@ -221,7 +221,7 @@ fn bind(control: &Path, full_id: &str) -> Result<()> {
             "bind refused: `smithfs run` is for the operator only".to_string()
         }
         crate::policy::CtlAnswer::NoSuchSmith => {
-            // PROTOCOL.md §6: an unknown smith is a usage error (exit 2).
+            // docs/SPEC.md §6: an unknown smith is a usage error (exit 2).
             let line = if why.is_empty() {
                 format!("no such smith {full_id}")
             } else {

@@ -1,7 +1,7 @@
 //! `smithfs status [DIR] [--json] [--watch]`: the tree of smiths — full ids, state and the time
 //! in it, runs, the last run's duration, whether a result is present, and for a failed or
 //! cancelled smith its last exit code or signal, `reason` and log — read from
-//! `DIR/.smithfs/status.json`, or rebuilt from the store when DIR is not mounted (PROTOCOL.md
+//! `DIR/.smithfs/status.json`, or rebuilt from the store when DIR is not mounted (docs/SPEC.md
 //! §6, §7). Coloured on a terminal (unless `NO_COLOR`), plain otherwise.
 
 use std::io::{IsTerminal, Write};
@@ -21,7 +21,7 @@ pub struct StatusArgs {
     /// $SMITH_MOUNT, then ./.agent-smith). A directory that is not mounted is read from its
     /// store.
     pub dir: Option<PathBuf>,
-    /// Print status.json as it is (PROTOCOL.md §7).
+    /// Print status.json as it is (docs/SPEC.md §7).
     #[arg(long)]
     pub json: bool,
     /// Redraw every second until interrupted.

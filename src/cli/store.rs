@@ -1,4 +1,4 @@
-//! Where the reporting commands read from (PROTOCOL.md §6): the live mount's `.smithfs/`
+//! Where the reporting commands read from (docs/SPEC.md §6): the live mount's `.smithfs/`
 //! files, or — on a directory that is not mounted (post-mortem) — the store itself: the
 //! journal in `.smithfs-state/` (with its rotated files) and the smith dirs under `smiths/`.
 
@@ -57,7 +57,7 @@ fn state_dir(dir: &Path) -> Option<std::fs::File> {
     std::fs::File::open(dir.join(crate::fs::STATE_DIR)).ok()
 }
 
-/// The journal files of a store, oldest first, as [`journal::files`] lists them (PROTOCOL.md
+/// The journal files of a store, oldest first, as [`journal::files`] lists them (docs/SPEC.md
 /// §7: rotation keeps `journal.keep` old files).
 pub fn journal_files(dir: &Path) -> Vec<PathBuf> {
     let state = dir.join(crate::fs::STATE_DIR);
@@ -119,13 +119,13 @@ pub fn rel_dir(full_id: &str) -> String {
     )
 }
 
-/// The status document of a store that is not mounted (PROTOCOL.md §7, §9): smiths found in
+/// The status document of a store that is not mounted (docs/SPEC.md §7, §9): smiths found in
 /// the tree, states as a mount would rebuild them (`done` with a result, `failed`/`cancelled`
 /// from the journal, `waiting` for a parent that ran, else `idle`), `state_since` its last
 /// run's end (the last journaled event naming it for an `idle` smith or one whose run has no end).
 pub fn status_doc(dir: &Path) -> StatusDoc {
     let events = journal::parse(&journal_bytes(dir));
-    // The snapshot of rotated-away lines too, as a mount rebuilds it (PROTOCOL.md §7).
+    // The snapshot of rotated-away lines too, as a mount rebuilds it (docs/SPEC.md §7).
     let hist = state_dir(dir)
         .and_then(|d| journal::load(std::os::fd::AsFd::as_fd(&d)).ok())
         .map_or_else(|| journal::replay(&events).0, |r| r.hist);
@@ -220,7 +220,7 @@ pub fn read_status(src: &Source) -> Result<(String, StatusDoc)> {
     }
 }
 
-/// Resolve the smith id `query` (PROTOCOL.md §6) against the smiths `src` knows.
+/// Resolve the smith id `query` (docs/SPEC.md §6) against the smiths `src` knows.
 ///
 /// # Errors
 /// The status cannot be read, or the id is ambiguous or unknown ([`super::ids::UsageError`],

@@ -1,5 +1,5 @@
 //! `smithfs umount DIR`: stop the live runs and unmount, then wait for the daemon to finish
-//! (PROTOCOL.md §6: "`umount` with live runs stops them the same way").
+//! (docs/SPEC.md §6: "`umount` with live runs stops them the same way").
 //!
 //! A live mount is asked to go by signalling its daemon (its pid is in `.smithfs/whoami`): the
 //! daemon stops its runs — their working directories are inside the mount, so a plain unmount
@@ -70,7 +70,7 @@ pub fn run(args: UmountArgs) -> Result<ExitCode> {
 }
 
 /// Refuse a caller the mount resolves as a smith: unmounting stops every run, which is the
-/// operator's to decide, like `smithfs run` (PROTOCOL.md §6; docs/PROTOCOL-NOTES.md O47). A smith
+/// operator's to decide, like `smithfs run` (docs/SPEC.md §6; docs/PROTOCOL-NOTES.md O47). A smith
 /// running as the daemon's uid can still signal the daemon itself (§10): this stops the agent that
 /// "cleans up" with `smithfs umount`, not an attacker.
 fn refuse_smith(dir: &std::path::Path) -> Result<()> {

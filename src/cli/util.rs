@@ -1,4 +1,4 @@
-//! Helpers shared by subcommands: finding mounts, resolving DIR (PROTOCOL.md §6).
+//! Helpers shared by subcommands: finding mounts, resolving DIR (docs/SPEC.md §6).
 
 use std::path::{Path, PathBuf};
 
@@ -80,7 +80,7 @@ pub fn nearest_mount(mounts: &[MountInfo], cwd: &Path) -> Option<PathBuf> {
         .map(|m| m.mount_point.clone())
 }
 
-/// Where a subcommand's mount is (PROTOCOL.md §6): `explicit` (made absolute; a directory inside
+/// Where a subcommand's mount is (docs/SPEC.md §6): `explicit` (made absolute; a directory inside
 /// a smithfs mount means that mount), else the nearest
 /// smithfs mount above the working directory, else `$SMITH_MOUNT`, else `./.agent-smith`. Whether
 /// a mount is live there is not checked: `status`, `events`, `wait` and `cancel` read and write
@@ -109,7 +109,7 @@ pub fn resolve_mount(explicit: Option<&Path>) -> Result<PathBuf> {
     Ok(cwd.join(".agent-smith"))
 }
 
-/// `DIR/.smithfs/NAME`, the control file `name` of the mount `dir` (PROTOCOL.md §7).
+/// `DIR/.smithfs/NAME`, the control file `name` of the mount `dir` (docs/SPEC.md §7).
 ///
 /// # Errors
 /// The file does not exist and `dir` is not a live smithfs mount: the one-line reason of
@@ -143,7 +143,7 @@ pub fn find_mount(explicit: Option<&Path>) -> Result<PathBuf> {
 }
 
 /// The live mount for a command that acts on a smith (`cancel`, `retry`): [`resolve_mount`]
-/// of `explicit`, which must be live, and the full id `query` names there (PROTOCOL.md §6).
+/// of `explicit`, which must be live, and the full id `query` names there (docs/SPEC.md §6).
 ///
 /// # Errors
 /// Not a live mount (one line), or an ambiguous or unknown id
@@ -158,7 +158,7 @@ pub fn mount_and_id(explicit: Option<&Path>, query: &str) -> Result<(PathBuf, St
     Ok((dir, full))
 }
 
-/// Write the command `line` to `dir/.smithfs/ctl` in one `write` (PROTOCOL.md §7). `verb` and
+/// Write the command `line` to `dir/.smithfs/ctl` in one `write` (docs/SPEC.md §7). `verb` and
 /// `full` name the command in errors.
 ///
 /// # Errors

@@ -1,5 +1,5 @@
 //! `smithfs wait [DIR] [--children | --smith ID | --final] [--timeout SECS]`: block until the
-//! target is settled (PROTOCOL.md §6). Exit 0 done, 1 failed or cancelled, 2 an unknown or
+//! target is settled (docs/SPEC.md §6). Exit 0 done, 1 failed or cancelled, 2 an unknown or
 //! ambiguous smith, 124 timeout.
 
 use std::path::PathBuf;

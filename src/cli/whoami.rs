@@ -1,5 +1,5 @@
 //! `smithfs whoami [--json]`: the calling process's identity and rights as the daemon sees it
-//! (PROTOCOL.md §6, §7). It prints `<mount>/.smithfs/whoami` (`key: value` lines: identity, full id,
+//! (docs/SPEC.md §6, §7). It prints `<mount>/.smithfs/whoami` (`key: value` lines: identity, full id,
 //! level, smith dir, identity mode, rights per area), or with `--json` one JSON object whose keys are
 //! those keys in snake case (`full id` → `full_id`), values strings (`level` a number when it is
 //! one).
@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 
 use super::util::find_mount;
 
-/// Name of the control directory at the mount root (PROTOCOL.md §7).
+/// Name of the control directory at the mount root (docs/SPEC.md §7).
 pub const CONTROL_DIR: &str = ".smithfs";
 
 /// Arguments of `smithfs whoami`.

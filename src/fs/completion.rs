@@ -1,4 +1,4 @@
-//! Completion of `task-*.md` and `result.md` (PROTOCOL.md §5), and the task-name rule's `why`:
+//! Completion of `task-*.md` and `result.md` (docs/SPEC.md §5), and the task-name rule's `why`:
 //! an inbox name that looks like a task but breaks the rule is kept as data, the scheduler
 //! journals it once as `task.ignored`, and the writer's `.smithfs/why` names a name that works.
 
@@ -18,7 +18,7 @@ pub(super) type Writer = (Identity, u32, u32);
 
 impl SmithFs {
     /// If `inode` (a regular file now named `name` in `dir`, put there by `caller`) is a
-    /// protocol file, report its completion (PROTOCOL.md §5).
+    /// protocol file, report its completion (docs/SPEC.md §5).
     pub(super) fn completed_at(&self, caller: &Caller, dir: &Inode, name: &OsStr, inode: &Inode) {
         if inode.kind == libc::S_IFREG {
             self.completed_name(caller, dir, name);
@@ -70,7 +70,7 @@ impl SmithFs {
 }
 
 /// The completion event for a regular file named `name` in a directory of zone `dir`
-/// (PROTOCOL.md §5): a task name directly in an inbox (`task.assigned`, or `task.ignored` for a
+/// (docs/SPEC.md §5): a task name directly in an inbox (`task.assigned`, or `task.ignored` for a
 /// `task-*.md` that breaks the name rule), `result.md` directly in an outbox.
 pub fn completion(dir: Zone, name: &[u8]) -> Option<Trigger> {
     let Zone::Smith(z) = dir else {

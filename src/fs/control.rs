@@ -1,4 +1,4 @@
-//! The virtual control directory `.smithfs/` at the mount root (PROTOCOL.md §7): `whoami`,
+//! The virtual control directory `.smithfs/` at the mount root (docs/SPEC.md §7): `whoami`,
 //! `why`, `ctl`, `status.json`, `events.jsonl`. Never stored; content depends on the caller, so
 //! the glue serves it with no attribute caching and direct I/O.
 
@@ -101,7 +101,7 @@ pub fn is_virtual(id: NodeId) -> bool {
     id == DIR_ID || ControlFile::by_id(id).is_some()
 }
 
-/// A command written to `ctl` (PROTOCOL.md §7).
+/// A command written to `ctl` (docs/SPEC.md §7).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
     /// Bind the writing process to a smith (operator only).
@@ -109,10 +109,10 @@ pub enum Command {
     /// Cancel a smith's run and its subtree's (operator or an ancestor smith).
     Cancel(FullId),
     /// Run a failed or cancelled smith again on its newest task (operator or an ancestor
-    /// smith; `smithfs retry`, PROTOCOL.md §6).
+    /// smith; `smithfs retry`, docs/SPEC.md §6).
     Retry(FullId),
     /// Re-read config.json and apply it without a remount (operator only; `smithfs reload`,
-    /// PROTOCOL.md §6).
+    /// docs/SPEC.md §6).
     Reload,
 }
 

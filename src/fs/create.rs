@@ -49,7 +49,7 @@ impl SmithFs {
         Ok((dir, cname))
     }
 
-    /// What a new entry of `kind` is estimated to allocate before it exists (PROTOCOL.md §8,
+    /// What a new entry of `kind` is estimated to allocate before it exists (docs/SPEC.md §8,
     /// note L19): a directory takes one 4 KiB block on ext4, a symlink's target up to one block
     /// (a short one lives in the inode; the estimate is the bound), other nodes nothing until
     /// written. The books then take what the store really allocated (`settle_new`).
@@ -60,7 +60,7 @@ impl SmithFs {
         }
     }
 
-    /// Look up the entry `cname` (`name`) just created in `dir` and charge it (PROTOCOL.md §8).
+    /// Look up the entry `cname` (`name`) just created in `dir` and charge it (docs/SPEC.md §8).
     pub(super) fn lookup_created(
         &self,
         dir: &Inode,
@@ -99,7 +99,7 @@ impl SmithFs {
     }
 
     /// Create a directory owned by the caller (FUSE mkdir). In a smith's `children/` this is
-    /// the scaffold (PROTOCOL.md §4).
+    /// the scaffold (docs/SPEC.md §4).
     pub fn mkdir(
         &self,
         caller: &Caller,
@@ -281,7 +281,7 @@ impl SmithFs {
     }
 
     /// Add the name `newname` in `newparent` for `ino` (FUSE link): only within one zone, else
-    /// EXDEV (PROTOCOL.md §3).
+    /// EXDEV (docs/SPEC.md §3).
     pub fn link(
         &self,
         caller: &Caller,

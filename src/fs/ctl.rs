@@ -1,4 +1,4 @@
-//! The virtual control files under `.smithfs/` and `ctl` commands (PROTOCOL.md §6, §7).
+//! The virtual control files under `.smithfs/` and `ctl` commands (docs/SPEC.md §6, §7).
 
 use std::os::fd::AsFd;
 
@@ -38,7 +38,7 @@ impl SmithFs {
             // Served live from the journal when there is one (`read_control`).
             ControlFile::Events if self.links.sched.journal_end().is_some() => Vec::new(),
             ControlFile::Events => journal_lines(
-                // Across the rotated files, oldest first (PROTOCOL.md §7).
+                // Across the rotated files, oldest first (docs/SPEC.md §7).
                 &crate::sched::journal::read_all_bytes(self.state.as_fd()).unwrap_or_default(),
             ),
             // Served live from the file (`read_control`).
@@ -150,7 +150,7 @@ impl SmithFs {
         Ok(data.len() as u32)
     }
 
-    /// Run one `ctl` command as `who` (PROTOCOL.md §7).
+    /// Run one `ctl` command as `who` (docs/SPEC.md §7).
     pub(super) fn run_command(&self, caller: &Caller, who: Identity, line: &str) -> FsResult<()> {
         let path = || format!("{}/{}", control::DIR_NAME, ControlFile::Ctl.name());
         let cmd = match control::parse_command(line) {
@@ -211,7 +211,7 @@ impl SmithFs {
         Ok(())
     }
 
-    /// `.smithfs/whoami`: key: value lines (PROTOCOL.md §7).
+    /// `.smithfs/whoami`: key: value lines (docs/SPEC.md §7).
     pub(super) fn whoami_text(&self, caller: &Caller, who: Identity) -> String {
         self.with_ctx(|ctx| self.whoami_lines(caller, who, ctx))
     }
@@ -309,7 +309,7 @@ impl SmithFs {
 const DAEMON_LOG: &std::ffi::CStr = c"daemon.log";
 
 /// The journal as served in `.smithfs/events.jsonl`: complete lines that are JSON objects; a
-/// torn line left by a crash is dropped (PROTOCOL.md §7).
+/// torn line left by a crash is dropped (docs/SPEC.md §7).
 pub(super) fn journal_lines(raw: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(raw.len());
     for line in raw.split_inclusive(|b| *b == b'\n') {

@@ -32,7 +32,7 @@ impl SmithFs {
 
     /// Refuse a change to the control directory `.smithfs/` or to a name the mount never shows
     /// (`.smithfs-state`, the daemon's temporary names), recording the reason like any denial
-    /// (PROTOCOL.md §3, §7). `parent`/`name` name the entry the caller tried to change.
+    /// (docs/SPEC.md §3, §7). `parent`/`name` name the entry the caller tried to change.
     pub(super) fn refuse_reserved(
         &self,
         caller: &Caller,
@@ -62,7 +62,7 @@ impl SmithFs {
     }
 
     /// Resolve `name` in `parent`, raising its lookup count (FUSE lookup). Allowed to every
-    /// identity (PROTOCOL.md §3).
+    /// identity (docs/SPEC.md §3).
     pub fn lookup(&self, parent: NodeId, name: &OsStr) -> FsResult<(Attr, Cache)> {
         if parent == NodeId::ROOT && name.as_bytes() == control::DIR_NAME.as_bytes() {
             return Ok((self.control_attr(control::DIR_ID), Cache::Never));
@@ -205,7 +205,7 @@ impl SmithFs {
 
     /// Change attributes (FUSE setattr): mode, owner, size, times, in that order.
     /// Truncation through a handle is judged by the handle's opener; everything else by the
-    /// caller (PROTOCOL.md §2).
+    /// caller (docs/SPEC.md §2).
     pub fn setattr(&self, caller: &Caller, ino: NodeId, set: &SetAttr) -> FsResult<Attr> {
         if control::is_virtual(ino) {
             // Truncating ctl on open (`echo … > ctl`) is harmless; nothing else changes.

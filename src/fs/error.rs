@@ -10,7 +10,7 @@ pub enum FsError {
     /// The backing store refused: the system call's errno, echoed unchanged.
     #[error("backing store: {0}")]
     Backing(#[from] Errno),
-    /// The access policy refused (PROTOCOL.md §3); the errno is the rule's
+    /// The access policy refused (docs/SPEC.md §3); the errno is the rule's
     /// (`policy::Rule::errno`) and the reason is recorded for `.smithfs/why`.
     #[error("denied: {0}")]
     Denied(Errno),
@@ -52,7 +52,7 @@ pub enum FsError {
     /// Attributes or extended attributes of `.smithfs/` changed: EPERM.
     #[error("control files have fixed attributes")]
     ControlFixed,
-    /// `.smithfs/` listed by a process of unknown identity (PROTOCOL.md §7): EACCES.
+    /// `.smithfs/` listed by a process of unknown identity (docs/SPEC.md §7): EACCES.
     #[error("control directory closed to unknown processes")]
     ControlUnknown,
     /// The control files carry no extended attributes: ENODATA.

@@ -98,7 +98,7 @@ impl std::fmt::Debug for Passthrough {
 }
 
 /// An inode's place in the tree: the name it was last reached by and its zone
-/// (PROTOCOL.md §3: zones follow the tree; a new entry takes the zone of its directory), and
+/// (docs/SPEC.md §3: zones follow the tree; a new entry takes the zone of its directory), and
 /// for a non-directory the other names (hard links) the daemon has seen.
 #[derive(Debug, Clone)]
 pub struct Place {
@@ -111,7 +111,7 @@ pub struct Place {
     /// The zone epoch `zone` was computed in; `FIXED` for zones that never change.
     pub epoch: u64,
     /// Other names of the same file (hard links) seen through the mount: decisions take the
-    /// intersection of the rights of all names (PROTOCOL.md §3). Empty for nearly every inode.
+    /// intersection of the rights of all names (docs/SPEC.md §3). Empty for nearly every inode.
     pub others: Vec<Name>,
 }
 

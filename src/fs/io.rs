@@ -44,7 +44,7 @@ impl SmithFs {
         if truncates && caller.uid != 0 && kill_suid_sgid(&inode, caller)? {
             self.attrs_changed(inode.id);
         }
-        // A limited writer's writes must reach the daemon (PROTOCOL.md §8). While other opens
+        // A limited writer's writes must reach the daemon (docs/SPEC.md §8). While other opens
         // of the file are passed through, the kernel takes only a passthrough open beside them
         // (any other is EINVAL): the writer joins them, admitted only while it is below its
         // limits, and the books catch up at its release (docs/PROTOCOL-NOTES.md, L13).
@@ -107,7 +107,7 @@ impl SmithFs {
         if h.inode.kind != libc::S_IFREG {
             return None;
         }
-        // A limited writer is never passed through (PROTOCOL.md §8): the file's opens go
+        // A limited writer is never passed through (docs/SPEC.md §8): the file's opens go
         // through the daemon until all are closed, unless other opens already pass through
         // (then it joins them, see `open`).
         let checked = h.may_write && self.checks_writes_of(h.opener);
@@ -189,7 +189,7 @@ impl SmithFs {
 
     /// Write `data` at `offset` through handle `fh` (FUSE write); `kill_suidgid` is the kernel's
     /// request to clear setuid/setgid (`FUSE_WRITE_KILL_SUIDGID`, with `HANDLE_KILLPRIV_V2`).
-    /// A write to `.smithfs/ctl` runs its commands as the writing process (PROTOCOL.md §7).
+    /// A write to `.smithfs/ctl` runs its commands as the writing process (docs/SPEC.md §7).
     pub fn write(
         &self,
         caller: &Caller,
@@ -253,7 +253,7 @@ impl SmithFs {
     }
 
     /// Release the handle `fh` (FUSE release, at the last close). Releasing a handle that wrote
-    /// completes the file (PROTOCOL.md §5).
+    /// completes the file (docs/SPEC.md §5).
     pub fn release(&self, ino: NodeId, fh: Fh) -> FsResult<()> {
         if control::is_virtual(ino) {
             return self.controls.remove(fh).map(drop).ok_or(FsError::Stale);

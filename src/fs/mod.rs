@@ -3,8 +3,8 @@
 //! operation can be exercised without a kernel.
 //!
 //! Every operation that reaches the daemon is judged once per object it touches by a
-//! `policy::decide*` function (through `zones.rs`, PROTOCOL.md §3) and only enforced here;
-//! requests that carry a file handle are judged by the handle's recorded opener (PROTOCOL.md
+//! `policy::decide*` function (through `zones.rs`, docs/SPEC.md §3) and only enforced here;
+//! requests that carry a file handle are judged by the handle's recorded opener (docs/SPEC.md
 //! §2). One file per job: `zones` (zones, hard-link names), `deny` (denial records, open-file
 //! budgets), `ctl` (control files and commands), `creds` (caller credentials), and one per
 //! family of operations: `entries`, `create`, `remove`, `rename`, `io`, `dir`, `xattr`.
@@ -62,7 +62,7 @@ use crate::tree::template::Templates;
 use crate::trigger::Trigger;
 
 /// The name of smithfs's own state directory in the store's root, never visible through the
-/// mount (PROTOCOL.md §1).
+/// mount (docs/SPEC.md §1).
 pub const STATE_DIR: &str = ".smithfs-state";
 
 /// How long the kernel may keep an entry and its attributes (docs/PROTOCOL-NOTES.md C4, U4):
@@ -79,7 +79,7 @@ pub enum Cache {
     Volatile,
     /// The mount root: 1 s, so that a `stat` of the mount point reaches the daemon within a second
     /// and reports a dead daemon (ENOTCONN) — how `mount`, `umount` and `doctor` tell a dead
-    /// mount (PROTOCOL.md §9); a second, not zero, so that path walks from the root (whose
+    /// mount (docs/SPEC.md §9); a second, not zero, so that path walks from the root (whose
     /// permission check needs its attributes) do not each cost a GETATTR.
     Brief,
     /// `.smithfs/`: never cache, direct I/O (content and rights depend on the caller).
@@ -187,7 +187,7 @@ pub trait Scheduling: Send + Sync {
     }
 }
 
-/// Re-reads config.json and applies it without a remount (`.smithfs/ctl` `reload`, PROTOCOL.md
+/// Re-reads config.json and applies it without a remount (`.smithfs/ctl` `reload`, docs/SPEC.md
 /// §6). Implemented by the daemon (`crate::reload::Reloader`).
 pub trait Reloading: Send + Sync {
     /// Reload; returns the sections that changed (`agent`, `hooks` …).
@@ -250,7 +250,7 @@ impl Default for Links {
     }
 }
 
-/// Who resolves identities and binds processes (PROTOCOL.md §2); implemented by the identity
+/// Who resolves identities and binds processes (docs/SPEC.md §2); implemented by the identity
 /// resolver. Must be cheap on a cache hit: it is on every request's path.
 pub trait Identities: Send + Sync {
     /// The identity of the thread `pid` (0: Unknown).
@@ -312,9 +312,9 @@ impl Identities for NoBinding {
 /// Options fixed for the life of a mount.
 #[derive(Clone, Debug)]
 pub struct FsOptions {
-    /// Operator mode (PROTOCOL.md §3).
+    /// Operator mode (docs/SPEC.md §3).
     pub operator: OperatorMode,
-    /// The limits in force (PROTOCOL.md §4, §8), shared with the reloader, which changes them
+    /// The limits in force (docs/SPEC.md §4, §8), shared with the reloader, which changes them
     /// without a remount (§6): the scaffold's, the open handles per smith, the storage quotas.
     pub limits: Arc<crate::limits::live::LiveLimits>,
     /// Templates for the scaffold.
@@ -325,7 +325,7 @@ pub struct FsOptions {
     pub max_fds: usize,
     /// Open handles everybody together may hold, the operator included (ENFILE beyond).
     pub max_open_total: usize,
-    /// A project exists (PROTOCOL.md §11): every new smith dir gets a `workspace/`, and
+    /// A project exists (docs/SPEC.md §11): every new smith dir gets a `workspace/`, and
     /// `workspace` is a structure area.
     pub project: bool,
 }
@@ -391,7 +391,7 @@ pub struct SmithFs {
     state: OwnedFd,
     opts: FsOptions,
     links: Links,
-    /// The storage limits (PROTOCOL.md §8): the books (kept when a storage quota is
+    /// The storage limits (docs/SPEC.md §8): the books (kept when a storage quota is
     /// configured), the reserve and the cached free space; shared with the scheduler's output
     /// pump.
     storage: Arc<crate::limits::storage::Storage>,
@@ -417,7 +417,7 @@ impl crate::policy::Names for RegistryNames<'_> {
 
 impl SmithFs {
     /// A filesystem over the backing store whose root is the `O_PATH` descriptor `root`; its
-    /// smith registry is rebuilt by scanning (PROTOCOL.md §9). Connected to no scheduler and
+    /// smith registry is rebuilt by scanning (docs/SPEC.md §9). Connected to no scheduler and
     /// no kernel ([`Links::default`]).
     pub fn new(
         root: OwnedFd,
@@ -465,12 +465,12 @@ impl SmithFs {
             links,
             storage,
         };
-        // With a quota in force, the books are built now, by one scan (PROTOCOL.md §8).
+        // With a quota in force, the books are built now, by one scan (docs/SPEC.md §8).
         let _ = fs.books();
         Ok(fs)
     }
 
-    /// The storage limits (PROTOCOL.md §8), for the scheduler's output pump.
+    /// The storage limits (docs/SPEC.md §8), for the scheduler's output pump.
     pub fn storage(&self) -> &Arc<crate::limits::storage::Storage> {
         &self.storage
     }
@@ -509,12 +509,12 @@ impl SmithFs {
         self.links.sched.trigger(t);
     }
 
-    /// The identity a request is judged by (PROTOCOL.md §2).
+    /// The identity a request is judged by (docs/SPEC.md §2).
     pub fn identify(&self, caller: &Caller) -> Identity {
         self.identities.resolve(caller.pid)
     }
 
-    /// Run `f` with the policy context of this mount (PROTOCOL.md §3: operator mode, root smith,
+    /// Run `f` with the policy context of this mount (docs/SPEC.md §3: operator mode, root smith,
     /// limits, and full ids for the sentences of a denial).
     fn with_ctx<R>(&self, f: impl FnOnce(&Ctx<'_>) -> R) -> R {
         let names = RegistryNames(&self.registry);

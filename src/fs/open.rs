@@ -1,6 +1,6 @@
 //! Open files and directories: our per-open state, named to the kernel by an [`Fh`] number. An
 //! open file records who opened it and with what rights, so that requests carrying its number
-//! are judged by the opener, never by the request's pid (PROTOCOL.md §2; the kernel sends some
+//! are judged by the opener, never by the request's pid (docs/SPEC.md §2; the kernel sends some
 //! with pid 0).
 
 use std::os::fd::{AsFd, OwnedFd};
@@ -51,7 +51,7 @@ pub struct OpenFile {
     /// Who opened it.
     pub opener: Identity,
     /// The opener's thread id and uid, for the `why` its release may leave (a refused task
-    /// name, PROTOCOL.md §5).
+    /// name, docs/SPEC.md §5).
     pub opener_pid: u32,
     /// See `opener_pid`.
     pub opener_uid: u32,
@@ -60,7 +60,7 @@ pub struct OpenFile {
     /// May the opener write through it (decided at open).
     pub may_write: bool,
     /// Set once anything was written through it, or it was opened with `O_TRUNC`/`O_CREAT`:
-    /// its release completes the file (PROTOCOL.md §5).
+    /// its release completes the file (docs/SPEC.md §5).
     pub dirty: AtomicBool,
     /// Counted as a user of its inode's passthrough state (released with the handle).
     pub passthrough: AtomicBool,
@@ -72,7 +72,7 @@ pub struct OpenFile {
 impl OpenFile {
     /// The open file `file` of `inode`, opened by `caller` (identified as `opener`) with `flags`;
     /// writable when `flags` ask for write access; `dirty` when its release completes the file
-    /// already (opened for writing, with `O_TRUNC`, or created, PROTOCOL.md §5).
+    /// already (opened for writing, with `O_TRUNC`, or created, docs/SPEC.md §5).
     pub fn new(
         file: HandleFd,
         inode: Arc<Inode>,

@@ -1,4 +1,4 @@
-//! Storage quotas and the store's reserve, as the filesystem enforces them (PROTOCOL.md §8;
+//! Storage quotas and the store's reserve, as the filesystem enforces them (docs/SPEC.md §8;
 //! the model is `crate::limits::storage`, docs/PROTOCOL-NOTES.md L9–L14).
 //!
 //! Every change a smith makes through the daemon that may allocate is first *admitted*
@@ -43,7 +43,7 @@ impl SmithFs {
     }
 
     /// Admit a change by `who` to an entry of `zone` that adds about `bytes` and `inodes`
-    /// (PROTOCOL.md §8): the operator, unknown callers and changes that add nothing always
+    /// (docs/SPEC.md §8): the operator, unknown callers and changes that add nothing always
     /// pass; a smith's change fails with ENOSPC when it would leave the store below its reserve
     /// (`store-reserve`), with EDQUOT when the payer of `zone` would pass its quota
     /// (`storage-bytes-per-smith`, `storage-inodes-per-smith`). Each refusal is explained in
@@ -338,7 +338,7 @@ impl SmithFs {
         self.books().map(|l| l.snapshot())
     }
 
-    /// The `whoami` lines of `smith`'s storage (PROTOCOL.md §7, §8; docs/PROTOCOL-NOTES.md L13):
+    /// The `whoami` lines of `smith`'s storage (docs/SPEC.md §7, §8; docs/PROTOCOL-NOTES.md L13):
     /// what its zones hold and its limits, while a quota is in force; else nothing.
     pub(super) fn storage_lines(&self, smith: crate::tree::model::SmithIdx) -> String {
         if !self.storage.quota().is_set() {

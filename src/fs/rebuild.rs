@@ -1,4 +1,4 @@
-//! The start-up scan: rebuild the smith registry from the store (PROTOCOL.md §1, §9). A directory
+//! The start-up scan: rebuild the smith registry from the store (docs/SPEC.md §1, §9). A directory
 //! is a smith dir when it is `smiths/smith-root` or a validly named directory in a registered
 //! smith's `children/`.
 
@@ -146,7 +146,7 @@ fn scan_children(
 
 /// Remove what a crashed daemon left under its temporary names ([`backing::is_daemon_temp`]): a
 /// half-built smith dir in a `children/`, a half-written `results/final.md`, `meta.json` or
-/// state file (PROTOCOL.md §4, §9). Looks in the store's root, `results/`, `.smithfs-state/`, and
+/// state file (docs/SPEC.md §4, §9). Looks in the store's root, `results/`, `.smithfs-state/`, and
 /// each registered smith's `children/` and `conversations/<run-id>/`. Call it once at start-up,
 /// after [`scan`] and before the mount is served or the scheduler starts: later, a temporary name
 /// may be a scaffold or a write in progress. Returns how many entries were removed; an entry

@@ -61,7 +61,7 @@ impl SmithFs {
 
     /// The directory with backing inode `ino` no longer exists (rmdir, or replaced by a
     /// rename): if it was a smith dir, forget that smith and its subtree, and release what the
-    /// identity resolver held for them (their cgroups, PROTOCOL.md §2).
+    /// identity resolver held for them (their cgroups, docs/SPEC.md §2).
     pub(super) fn smith_dir_gone(&self, ino: BackingIno) {
         if let Some((idx, _, _)) = self.registry.smith_at(ino) {
             self.smith_gone(idx);

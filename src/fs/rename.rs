@@ -18,7 +18,7 @@ use crate::trigger::Trigger;
 
 impl SmithFs {
     /// Rename (FUSE rename; `flags` are `RENAME_NOREPLACE`/`RENAME_EXCHANGE`): delete at the
-    /// source and create at the destination (PROTOCOL.md §3). A moved directory carries its
+    /// source and create at the destination (docs/SPEC.md §3). A moved directory carries its
     /// subtree to the new zone.
     pub fn rename(
         &self,
@@ -44,7 +44,7 @@ impl SmithFs {
         let cname = Self::name_in(name)?;
         let cnew = Self::name_in(newname)?;
         // The whiteout left at the source is a character device (0, 0): a device node,
-        // which only the operator may create (PROTOCOL.md §3).
+        // which only the operator may create (docs/SPEC.md §3).
         let whiteout = policy::decide_rename_whiteout(&who, flags & libc::RENAME_WHITEOUT != 0);
         self.enforce(caller, who, whiteout, "rename", || {
             self.child_path(&from, name)
@@ -123,7 +123,7 @@ impl SmithFs {
             }
         }
         self.moved(&src_st, (from.id, name.as_bytes()), &to, newname.as_bytes());
-        // Storage (PROTOCOL.md §8): the moved entry is charged where it now is; a replaced one
+        // Storage (docs/SPEC.md §8): the moved entry is charged where it now is; a replaced one
         // loses a name.
         self.storage_moved(&src_st, &to, &cnew, &dst_zone);
         match &replaced {
@@ -160,7 +160,7 @@ impl SmithFs {
     /// Rename the registered smith dir `m` (`name` in `from`) to `dst` (docs/PROTOCOL-NOTES.md,
     /// C35): allowed to the operator alone, never for the root, while no run in its subtree
     /// is live (else EBUSY). Directly into a smith's `children/` it is admitted as a mkdir there
-    /// would be (PROTOCOL.md §4) and stays a smith dir: the old subtree is unregistered and the
+    /// would be (docs/SPEC.md §4) and stays a smith dir: the old subtree is unregistered and the
     /// new location registered by scanning it, under new full ids. Anywhere else it becomes
     /// ordinary data of its new zone, its smiths unregistered as by rmdir. Serialised with the
     /// destination smith's mkdirs, so the §4 limits hold under races.

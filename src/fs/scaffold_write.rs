@@ -1,5 +1,5 @@
 //! Applying a scaffold plan (`tree::scaffold_plan`) to the backing store: a smith dir appears whole
-//! or not at all (PROTOCOL.md §4).
+//! or not at all (docs/SPEC.md §4).
 
 use std::ffi::CStr;
 use std::os::fd::BorrowedFd;
@@ -10,7 +10,7 @@ use crate::tree::scaffold_plan::{Plan, PlanEntry, DIR_MODE};
 /// Create the smith dir `name` in `dir` (a `children/` or `smiths/` directory) from `plan`,
 /// built under a temporary name and renamed into place. `owner` (uid, gid) owns every entry.
 /// `finish` (see [`backing::build_tree`]) completes the tree under its temporary name: the
-/// workspace's git step (PROTOCOL.md §11).
+/// workspace's git step (docs/SPEC.md §11).
 ///
 /// Errors: EEXIST if `name` exists; the errno of any failing call (nothing is left behind).
 pub fn create_smith_dir(

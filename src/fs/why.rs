@@ -1,4 +1,4 @@
-//! Denial records: the last [`HISTORY`] denials per identity, for `.smithfs/why` (PROTOCOL.md
+//! Denial records: the last [`HISTORY`] denials per identity, for `.smithfs/why` (docs/SPEC.md
 //! §7). Per identity, not per process: a denial in one process is explained to the next `cat`.
 //! Shown most recent first, except that within one second denials of writes and creates come
 //! before denials of reads and listings, so an agent's own failed write is not hidden by the
@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 
 use crate::identity::Identity;
 
-/// One recorded denial (PROTOCOL.md §3: identity, pid, operation, path, rule, alternative).
+/// One recorded denial (docs/SPEC.md §3: identity, pid, operation, path, rule, alternative).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DenialRecord {
     /// The denied identity's full id, `operator` or `unknown`.
@@ -82,7 +82,7 @@ fn key(who: Identity, uid: u32) -> Key {
     }
 }
 
-/// Denials kept per identity (PROTOCOL.md §7).
+/// Denials kept per identity (docs/SPEC.md §7).
 pub const HISTORY: usize = 10;
 
 /// The last [`HISTORY`] denials of each identity, oldest first.

@@ -11,7 +11,7 @@ use crate::policy::Op;
 
 impl SmithFs {
     /// Set an extended attribute (FUSE setxattr), judged by the caller. Charged like a write
-    /// (PROTOCOL.md §8, docs/PROTOCOL-NOTES.md L18): admitted on the value's length rounded up
+    /// (docs/SPEC.md §8, docs/PROTOCOL-NOTES.md L18): admitted on the value's length rounded up
     /// to a block (a value may take one), settled on the inode's `st_blocks` after.
     pub fn setxattr(
         &self,

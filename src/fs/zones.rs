@@ -1,4 +1,4 @@
-//! Zones of inodes and of names, hard-link names, and the zone-based policy checks (PROTOCOL.md §3).
+//! Zones of inodes and of names, hard-link names, and the zone-based policy checks (docs/SPEC.md §3).
 
 use std::ffi::{CStr, OsStr};
 use std::os::fd::AsFd;
@@ -13,7 +13,7 @@ use crate::identity::Identity;
 use crate::policy::{self, decide, decide_unseen_names, Decision, Op, Zone};
 
 impl SmithFs {
-    /// Decide `op` on `inode` (PROTOCOL.md §3). A file with one link — nearly every inode — is
+    /// Decide `op` on `inode` (docs/SPEC.md §3). A file with one link — nearly every inode — is
     /// judged by the zone of its name, at the cost of one `decide`. A file with several names is
     /// judged by the intersection of the rights of every name the daemon has seen; when its link
     /// count says it has names the daemon has not seen (hard links made in the store behind the

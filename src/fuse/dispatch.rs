@@ -328,7 +328,7 @@ impl Dispatcher {
             }
             Request::Releasedir { fh } => empty(fs.releasedir(ino, Fh(fh))),
             Request::Fsyncdir { fh, datasync } => empty(fs.fsyncdir(ino, Fh(fh), datasync)),
-            // With `default_permissions` the kernel checks mode bits itself (PROTOCOL.md §3).
+            // With `default_permissions` the kernel checks mode bits itself (docs/SPEC.md §3).
             Request::Access { .. } => Reply::Empty,
             Request::Create {
                 flags, mode, name, ..

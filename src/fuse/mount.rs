@@ -1,4 +1,4 @@
-//! Making the FUSE mount itself, with the type `fuse.smithfs` whoever mounts (PROTOCOL.md §6):
+//! Making the FUSE mount itself, with the type `fuse.smithfs` whoever mounts (docs/SPEC.md §6):
 //! `mount(2)` on a `/dev/fuse` connection this process opened when the kernel lets it (root, or
 //! CAP_SYS_ADMIN in the mount's user namespace), otherwise the setuid `fusermount3`, which opens
 //! `/dev/fuse` itself — so a root-only `/dev/fuse` (`crw-------`) does not stop an unprivileged

@@ -1,5 +1,5 @@
 //! The FUSE session: mount options, worker threads, `clone_fd`, passthrough, kernel cache
-//! invalidation, and the signal thread that stops the daemon (PROTOCOL.md §6, §9). The daemon
+//! invalidation, and the signal thread that stops the daemon (docs/SPEC.md §6, §9). The daemon
 //! (`crate::daemon`) composes it; nothing outside `fuse/` names fuser.
 
 use std::path::{Path, PathBuf};
@@ -160,7 +160,7 @@ pub fn mount(
     }
     let _ = kernel.fs.set(Arc::downgrade(&fs));
     let negotiated = Arc::new(Negotiated::default());
-    // Type `fuse.smithfs` whoever mounts (PROTOCOL.md §6): our own mount, then fuser serves the
+    // Type `fuse.smithfs` whoever mounts (docs/SPEC.md §6): our own mount, then fuser serves the
     // connection.
     let (dev, via) = super::mount::mount(dir, opts.allow_other)?;
     let guard = MountGuard {

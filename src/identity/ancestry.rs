@@ -1,4 +1,4 @@
-//! The ancestry walk of PROTOCOL.md §2, as pure logic over an abstract "parent of" function, plus a
+//! The ancestry walk of docs/SPEC.md §2, as pure logic over an abstract "parent of" function, plus a
 //! `/proc`-text source of process nodes (used by tests, and where pidfds cannot answer).
 //!
 //! The walk starts at a thread group and climbs parents. At each process `classify` may stop it (a

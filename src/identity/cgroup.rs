@@ -1,4 +1,4 @@
-//! The cgroup v2 side of identity (PROTOCOL.md §2, cgroup mode): where the cgroup2 hierarchy is,
+//! The cgroup v2 side of identity (docs/SPEC.md §2, cgroup mode): where the cgroup2 hierarchy is,
 //! the cgroups smithfs creates, and the few operations on them (move a process in, list, signal,
 //! kill, remove).
 //!
@@ -10,7 +10,7 @@
 //!         smith-001/                   a child's node, same shape
 //!             self/
 //!             smith-002/ …
-//!     operator/                        user hooks, bound as the operator (PROTOCOL.md §5)
+//!     operator/                        user hooks, bound as the operator (docs/SPEC.md §5)
 //! ```
 //! A smith's node is `<parent>/<its full id>` (the full id's `/` are directory levels); its
 //! identity is its `self/` leaf's cgroup id. Hybrid hosts mirror the tree in the v1 limit
@@ -40,7 +40,7 @@ pub fn smith_node_rel(full_id: &str) -> Option<PathBuf> {
 /// subtree; wait up to `wait` for it to empty, and remove the tree bottom-up, with its v1
 /// mirrors ([`crate::limits::cgroup::remove_v1_mirrors`]). Nothing happens when `parent` is
 /// claimed, is not a `smithfs-*` directory under `/sys/fs/cgroup`, or does not exist. This
-/// catches a run the dead daemon started but did not journal yet (PROTOCOL.md §6: kill what is
+/// catches a run the dead daemon started but did not journal yet (docs/SPEC.md §6: kill what is
 /// left of runs). Returns how many smith leaves still had processes.
 pub fn kill_dead_parent(parent: &Path, wait: Duration) -> usize {
     let named = parent.file_name().is_some_and(is_parent_name);

@@ -1,4 +1,4 @@
-//! Who is calling: the identity of the process behind a FUSE request (PROTOCOL.md §2).
+//! Who is calling: the identity of the process behind a FUSE request (docs/SPEC.md §2).
 
 pub mod ancestry;
 pub mod cgroup;
@@ -8,7 +8,7 @@ pub use resolve::{Effective, IdentityError, Resolver};
 
 use crate::tree::model::SmithIdx;
 
-/// The identity a request is judged by (PROTOCOL.md §2).
+/// The identity a request is judged by (docs/SPEC.md §2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Identity {
     /// A process started as a smith's run or bound to it, or a descendant of such a process.

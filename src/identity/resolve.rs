@@ -1,4 +1,4 @@
-//! The daemon's identity engine (PROTOCOL.md §2): FUSE request thread id → [`Identity`], binding of
+//! The daemon's identity engine (docs/SPEC.md §2): FUSE request thread id → [`Identity`], binding of
 //! processes to smiths, and the per-smith cgroups of cgroup mode.
 //!
 //! **cgroup mode.** Each registered smith has a cgroup under `smithfs-<daemon pid>` (layout in
@@ -65,7 +65,7 @@ const FREEZE_WAIT: Duration = Duration::from_millis(200);
 /// twice as many as after the previous sweep.
 pub const SWEEP_MIN: usize = 64;
 
-/// The identity mechanism in force (PROTOCOL.md §2), after `auto` was decided.
+/// The identity mechanism in force (docs/SPEC.md §2), after `auto` was decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Effective {
     /// One cgroup per smith.
@@ -90,7 +90,7 @@ pub enum IdentityError {
     /// `--identity cgroup` but no cgroup can be created (no cgroup2 mount, no permission, …).
     #[error("cgroup identity is not available: {0}")]
     NoCgroup(String),
-    /// Configured cgroup limits cannot be enforced (PROTOCOL.md §5): one line naming what is
+    /// Configured cgroup limits cannot be enforced (docs/SPEC.md §5): one line naming what is
     /// missing (a controller, delegation, or cgroup identity itself).
     #[error("{0}")]
     Limits(String),
@@ -138,7 +138,7 @@ pub enum IdentityError {
 }
 
 impl IdentityError {
-    /// The errno a `ctl bind` that failed with this error returns (PROTOCOL.md §2): ESRCH for
+    /// The errno a `ctl bind` that failed with this error returns (docs/SPEC.md §2): ESRCH for
     /// a gone process, ENOENT for an unregistered smith, EBUSY for a process that is another
     /// smith already, EIO for what the resolver itself could not do.
     pub fn errno(&self) -> nix::errno::Errno {
@@ -181,7 +181,7 @@ struct Retired {
     leaf_gone: bool,
 }
 
-// A full id is never registered twice in one daemon's life (child numbers only grow, PROTOCOL.md
+// A full id is never registered twice in one daemon's life (child numbers only grow, docs/SPEC.md
 // §4), so a retired cgroup's name is never wanted again before it is removed.
 
 /// A process bound in ancestry mode, keyed by its pidfs inode number.
@@ -215,13 +215,13 @@ struct CgroupState {
     /// never Operator (docs/PROTOCOL-NOTES.md H13). `None` if it could not be read.
     tree: Option<PathBuf>,
     operator: Arc<Cgroup>,
-    /// The cgroup limits in force (PROTOCOL.md §5), if any were ever configured (a reload
+    /// The cgroup limits in force (docs/SPEC.md §5), if any were ever configured (a reload
     /// replaces the tree, [`Resolver::set_limits`]). A leaf: cloned out, never held across a
     /// syscall.
     limits: parking_lot::RwLock<Option<Arc<crate::limits::cgroup::LimitTree>>>,
 }
 
-/// The identity engine: thread-safe (`Send + Sync`), one per mount (PROTOCOL.md §2).
+/// The identity engine: thread-safe (`Send + Sync`), one per mount (docs/SPEC.md §2).
 pub struct Resolver {
     mode: Effective,
     daemon_pid: u32,
@@ -490,7 +490,7 @@ impl Resolver {
         Resolver::with_limits(mode, daemon_pid, &crate::limits::CgroupPlan::default())
     }
 
-    /// [`Resolver::new`] with cgroup limits (PROTOCOL.md §5): every smith's node carries
+    /// [`Resolver::new`] with cgroup limits (docs/SPEC.md §5): every smith's node carries
     /// `plan.per_subtree`, its `self/` leaf `plan.per_smith`, on the backend the host has
     /// ([`crate::limits::cgroup`]).
     ///
@@ -611,7 +611,7 @@ impl Resolver {
         self.cache.write().clear();
     }
 
-    /// Registers smith `idx` with its full id (`smith-root(/smith-NNN)*`, PROTOCOL.md §1); in
+    /// Registers smith `idx` with its full id (`smith-root(/smith-NNN)*`, docs/SPEC.md §1); in
     /// cgroup mode creates its node `<parent>/<full id>` (and missing ancestors' nodes) with the
     /// subtree limits, and its leaf `<node>/self` with the per-smith limits: the leaf is its
     /// identity. Registering the same pair again is a no-op.
@@ -717,7 +717,7 @@ impl Resolver {
         self.cgroups.as_ref()?.limits.read().clone()
     }
 
-    /// Puts the cgroup limits `plan` in force without a remount (`smithfs reload`, PROTOCOL.md
+    /// Puts the cgroup limits `plan` in force without a remount (`smithfs reload`, docs/SPEC.md
     /// §6): the controllers it needs are set up if the tree lacks them, and the limits are
     /// written into the cgroups of every registered smith ([`LimitTree::reapply`]); smiths
     /// registered later get them when their cgroups are made. Serialised with registrations.
@@ -779,7 +779,7 @@ impl Resolver {
     }
 
     /// Places the thread group of `pid` into smith `idx`'s v1 limit cgroups (hybrid hosts,
-    /// PROTOCOL.md §5): called before the process executes anything. A no-op without v1 limits.
+    /// docs/SPEC.md §5): called before the process executes anything. A no-op without v1 limits.
     ///
     /// # Errors
     /// [`IdentityError::UnknownSmith`], or the `cgroup.procs` write that failed.
@@ -803,7 +803,7 @@ impl Resolver {
         self.limits().is_some_and(|l| l.needs_placing())
     }
 
-    /// The oom-kill counter of smith `idx`'s leaf (PROTOCOL.md §5 `reason: oom`): how many of
+    /// The oom-kill counter of smith `idx`'s leaf (docs/SPEC.md §5 `reason: oom`): how many of
     /// its own processes the OOM killer has killed since its leaf was made. `None` without a
     /// memory limit.
     pub fn oom_kills(&self, idx: SmithIdx) -> Option<u64> {
@@ -911,7 +911,7 @@ impl Resolver {
         self.retired.lock().len()
     }
 
-    /// The identity of the thread `tid` of a FUSE request (PROTOCOL.md §2); the hot path.
+    /// The identity of the thread `tid` of a FUSE request (docs/SPEC.md §2); the hot path.
     ///
     /// pid 0 and vanished threads are Unknown; so is any failure to read the process table (fail
     /// closed: Unknown may only look up and stat). A cache hit costs one ioctl.
@@ -1158,7 +1158,7 @@ impl Resolver {
     }
 
     /// Binds the process of `pid` (a tid is enough: its whole thread group) to smith `idx`
-    /// (PROTOCOL.md §2, §7 `bind`): cgroup mode moves it into the smith's cgroup; ancestry mode
+    /// (docs/SPEC.md §2, §7 `bind`): cgroup mode moves it into the smith's cgroup; ancestry mode
     /// records it by pidfd. Its descendants from then on are that smith. Authority (operator only)
     /// is the caller's check.
     ///
@@ -1177,7 +1177,7 @@ impl Resolver {
     }
 
     /// Binds the process of `pid` as the operator: user hooks, which the daemon starts but which
-    /// act for the operator (PROTOCOL.md §5). cgroup mode moves it into the `operator` cgroup.
+    /// act for the operator (docs/SPEC.md §5). cgroup mode moves it into the `operator` cgroup.
     ///
     /// # Errors
     /// As [`Resolver::bind`].
@@ -1319,7 +1319,7 @@ impl Resolver {
             .collect()
     }
 
-    /// Sends `signal` to every process of smith `idx` (PROTOCOL.md §5 timeouts, §6 cancel).
+    /// Sends `signal` to every process of smith `idx` (docs/SPEC.md §5 timeouts, §6 cancel).
     /// cgroup mode: to every process of the frozen cgroup (a frozen process cannot fork, and a
     /// fork in flight is frozen at birth, so nothing escapes once the freeze completes; SIGKILL
     /// kills frozen processes). Not through `cgroup.kill`: Linux (6.18) then SIGKILLs at birth

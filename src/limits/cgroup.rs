@@ -1,4 +1,4 @@
-//! The cgroup backends of `limits.per_smith` / `limits.per_subtree` (PROTOCOL.md §5).
+//! The cgroup backends of `limits.per_smith` / `limits.per_subtree` (docs/SPEC.md §5).
 //!
 //! Each controller a configured limit needs (`memory`, `pids`, `cpu`) is enforced where the host
 //! has it:
@@ -238,7 +238,7 @@ pub struct LimitTree {
     v1: Vec<V1Tree>,
 }
 
-/// Why configured limits cannot be enforced: one line naming what is missing (PROTOCOL.md §5).
+/// Why configured limits cannot be enforced: one line naming what is missing (docs/SPEC.md §5).
 pub fn unavailable(plan: &CgroupPlan, avail: &Availability) -> Option<String> {
     for c in plan.controllers() {
         if !avail.controllers.contains_key(&c) {

@@ -1,4 +1,4 @@
-//! The limits in force (PROTOCOL.md §8 `limits`), one cell shared by everyone who enforces
+//! The limits in force (docs/SPEC.md §8 `limits`), one cell shared by everyone who enforces
 //! them, so that `smithfs reload` and SIGHUP (§6) change them without a remount
 //! (docs/PROTOCOL-NOTES.md L20).
 //!
@@ -18,7 +18,7 @@ use crate::config::Limits;
 /// half of a reload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Snapshot {
-    /// `limits` of config.json as it was read (PROTOCOL.md §8).
+    /// `limits` of config.json as it was read (docs/SPEC.md §8).
     pub limits: Limits,
     /// The cgroup limits: `per_smith` clamped to `per_subtree` ([`CgroupPlan::new`]).
     pub cgroups: CgroupPlan,
@@ -101,7 +101,7 @@ impl LiveLimits {
 }
 
 impl Default for LiveLimits {
-    /// The default limits (PROTOCOL.md §8) and no practical limit on open handles.
+    /// The default limits (docs/SPEC.md §8) and no practical limit on open handles.
     fn default() -> Self {
         LiveLimits::new(Snapshot::new(Limits::default(), 1 << 20))
     }

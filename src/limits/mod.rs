@@ -1,4 +1,4 @@
-//! Resource limits (PROTOCOL.md §5 "Resource limits", §8 `limits`): the value types of
+//! Resource limits (docs/SPEC.md §5 "Resource limits", §8 `limits`): the value types of
 //! `config.json` (sizes with a `K`/`M`/`G` suffix, `cpu_max` as cgroup v2 writes it) and the
 //! cgroup backends that enforce `limits.per_smith` and `limits.per_subtree` ([`cgroup`]).
 //!
@@ -20,7 +20,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// A size in bytes: a JSON integer, or a string of digits with an optional `K`, `M` or `G`
 /// suffix (powers of 1024, as cgroup v2's `memory.max` reads them; `k`/`m`/`g` too, and an
-/// optional trailing `B`/`iB`). PROTOCOL.md §8: "Sizes are bytes or strings with a K/M/G suffix".
+/// optional trailing `B`/`iB`). docs/SPEC.md §8: "Sizes are bytes or strings with a K/M/G suffix".
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Size(pub u64);
 
@@ -195,7 +195,7 @@ impl<'de> Deserialize<'de> for CpuMax {
     }
 }
 
-/// `limits.per_smith` / `limits.per_subtree` (PROTOCOL.md §5, §8): `null` (or absent) = no limit.
+/// `limits.per_smith` / `limits.per_subtree` (docs/SPEC.md §5, §8): `null` (or absent) = no limit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CgroupLimits {

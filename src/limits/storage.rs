@@ -1,4 +1,4 @@
-//! Storage quotas (PROTOCOL.md §8, `limits.max_bytes_per_smith` and
+//! Storage quotas (docs/SPEC.md §8, `limits.max_bytes_per_smith` and
 //! `limits.max_inodes_per_smith`): who pays for an entry of the store, the books of what each
 //! smith holds, the admission of a change, and the scan that rebuilds the books at mount.
 //!
@@ -7,7 +7,7 @@
 //!   `outbox/`, `workspace/`, `conversations/` (its runs' directories, `meta.json` and
 //!   `messages.log`, written by the daemon), and every other name X made directly in its smith
 //!   dir (`CLAUDE.md`, `.git/…`), costs X; a task in X's `inbox/`, X's `config.json` and what is
-//!   in X's `.claude/` cost X's parent (who writes them; PROTOCOL.md §8: "a task a parent writes
+//!   in X's `.claude/` cost X's parent (who writes them; docs/SPEC.md §8: "a task a parent writes
 //!   into a child's inbox counts for the parent"); the structure (smith dirs, area directories,
 //!   `smith.md`) and everything outside `smiths/` cost nobody. So the books are a function of
 //!   the store alone, and a scan can always rebuild them.
@@ -80,12 +80,12 @@ pub fn payer(zone: &Zone) -> Option<Home> {
     })
 }
 
-/// The name of the daemon's copy of the root's result in `results/` (PROTOCOL.md §5): written
+/// The name of the daemon's copy of the root's result in `results/` (docs/SPEC.md §5): written
 /// by smithfs alone, so it costs nobody wherever it is in `results/`.
 const FINAL: &[u8] = b"final.md";
 
 /// Who pays for the entry `name` of zone `zone` when `root` is the root smith: [`payer`], and
-/// also `results/**` — written by the root smith alone among smiths (PROTOCOL.md §3), so it
+/// also `results/**` — written by the root smith alone among smiths (docs/SPEC.md §3), so it
 /// costs the root (docs/PROTOCOL-NOTES.md L9) — but for the daemon's `final.md` and its
 /// temporary files while it writes one. `name` is
 /// `None` where it is not known (the admission of a write to an open file): then every entry of
@@ -116,7 +116,7 @@ pub struct Usage {
     pub inodes: u64,
 }
 
-/// The limits of one smith (PROTOCOL.md §8); `None`: no limit.
+/// The limits of one smith (docs/SPEC.md §8); `None`: no limit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Quota {
     /// `limits.max_bytes_per_smith`.
@@ -474,7 +474,7 @@ impl Ledger {
 }
 
 /// The part of the store kept for the daemon's own writes (the journal, scaffolds,
-/// `results/final.md`, workspaces, state; PROTOCOL.md §8): smiths' writes through the daemon
+/// `results/final.md`, workspaces, state; docs/SPEC.md §8): smiths' writes through the daemon
 /// fail once they would leave less free than this (docs/PROTOCOL-NOTES.md, L12).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Reserve {
@@ -637,7 +637,7 @@ impl Storage {
         })
     }
 
-    /// The quota in force (PROTOCOL.md §8; `reload` changes it, §6).
+    /// The quota in force (docs/SPEC.md §8; `reload` changes it, §6).
     pub fn quota(&self) -> Quota {
         self.live.quota()
     }
@@ -689,7 +689,7 @@ impl Storage {
     }
 
     /// May a smith's change (or a run's output) add about `bytes` and `inodes` to the store
-    /// without leaving it below the reserve (PROTOCOL.md §8)? The cached figure answers when it
+    /// without leaving it below the reserve (docs/SPEC.md §8)? The cached figure answers when it
     /// is fresh and says there is room for the change and one more reserve (the margin that
     /// covers writes the daemon does not see within [`SPACE_STALE`]: passthrough writers, the
     /// operator, other processes of the host); otherwise, near the bound, one `statvfs`

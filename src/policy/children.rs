@@ -1,4 +1,4 @@
-//! The scaffold's admission check for a new child (PROTOCOL.md §4): who may make one, how deep, under
+//! The scaffold's admission check for a new child (docs/SPEC.md §4): who may make one, how deep, under
 //! which name, how many. Pure; the caller serialises concurrent mkdirs of one parent and remembers the
 //! highest number used across restarts. The same check admits an idle smith dir the operator moves into
 //! a `children/` (docs/PROTOCOL-NOTES.md, C35), with the depth of the subtree it brings.
@@ -27,7 +27,7 @@ pub struct Family {
     pub subtree_depth: u8,
 }
 
-/// Check `mkdir children/NAME` in S's `children/` (PROTOCOL.md §4), in the protocol's order:
+/// Check `mkdir children/NAME` in S's `children/` (docs/SPEC.md §4), in the protocol's order:
 ///
 /// 1. the caller is neither S nor the operator (or the operator is read-only) → EACCES;
 /// 2. `parent_level + 1 + subtree_depth > limits.max_level` → EPERM;

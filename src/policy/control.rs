@@ -1,4 +1,4 @@
-//! The decisions the filesystem used to word inline (PROTOCOL.md §3, §6, §7, §8): opening the
+//! The decisions the filesystem used to word inline (docs/SPEC.md §3, §6, §7, §8): opening the
 //! control files, `ctl` commands by identity and ancestry, the open-file budgets, reserved
 //! names and `RENAME_WHITEOUT`. Pure: the caller passes what it knows (names, limits, ancestry)
 //! and enforces the answer.
@@ -13,7 +13,7 @@ use crate::tree::model::SmithIdx;
 /// The control directory's name, for sentences.
 const CONTROL_DIR: &str = ".smithfs";
 
-/// Open a control file (PROTOCOL.md §7): every identified process may read them; only `ctl`
+/// Open a control file (docs/SPEC.md §7): every identified process may read them; only `ctl`
 /// is written; an unidentified process may open none (EACCES).
 pub fn decide_control_open(id: &Identity, is_ctl: bool, writing: bool) -> Decision {
     let (rule, why) = match () {
@@ -45,9 +45,9 @@ pub fn ctl_syntax(msg: &str) -> Denial {
 /// A `ctl` command's verb.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CtlVerb {
-    /// `bind <full-id>`: bind the writing process to the smith (PROTOCOL.md §2).
+    /// `bind <full-id>`: bind the writing process to the smith (docs/SPEC.md §2).
     Bind,
-    /// `cancel <full-id>`: cancel the smith and its subtree (PROTOCOL.md §6).
+    /// `cancel <full-id>`: cancel the smith and its subtree (docs/SPEC.md §6).
     Cancel,
     /// `retry <full-id>`: run a failed or cancelled smith again (`smithfs retry`, §6); the same
     /// authority as `cancel` (docs/PROTOCOL-NOTES.md O5).
@@ -113,7 +113,7 @@ pub fn decide_ctl(
     }
 }
 
-/// `reload` (re-read config.json, PROTOCOL.md §6) by `id` (named `who`): the operator's only
+/// `reload` (re-read config.json, docs/SPEC.md §6) by `id` (named `who`): the operator's only
 /// (EACCES, `ctl-reload-operator-only`; docs/PROTOCOL-NOTES.md O12).
 pub fn decide_reload(id: &Identity, who: &str) -> Decision {
     if *id == Identity::Operator {
@@ -126,7 +126,7 @@ pub fn decide_reload(id: &Identity, who: &str) -> Decision {
 }
 
 /// A reloaded config.json refused whole (EINVAL, `ctl-reload-refused`): `error` is the one line
-/// `mount` gives for it, naming the key (PROTOCOL.md §6, §8).
+/// `mount` gives for it, naming the key (docs/SPEC.md §6, §8).
 pub fn reload_refused(error: &str) -> Denial {
     Rule::CtlReloadRefused.deny(
         error.to_string(),
@@ -147,7 +147,7 @@ pub fn bind_failed(errno: Errno, pid: u32, full_id: &str, reason: &str) -> Denia
     d
 }
 
-/// Which open-file budget an open exceeds (PROTOCOL.md §8, `limits.max_open_files_per_smith`).
+/// Which open-file budget an open exceeds (docs/SPEC.md §8, `limits.max_open_files_per_smith`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OpenBudget {
     /// The smith already holds `limit` open files (EMFILE).
@@ -181,7 +181,7 @@ pub fn open_budget_denial(who: &str, budget: OpenBudget) -> Denial {
 }
 
 /// A change to the control directory or to a name the mount never shows (`.smithfs-state`,
-/// the daemon's temporary names): EPERM for everyone (PROTOCOL.md §1, §7).
+/// the daemon's temporary names): EPERM for everyone (docs/SPEC.md §1, §7).
 pub fn reserved_name() -> Denial {
     Rule::Reserved.deny(
         format!(
@@ -193,7 +193,7 @@ pub fn reserved_name() -> Denial {
 }
 
 /// A rename with `RENAME_WHITEOUT` (`whiteout`): it leaves a character device (0, 0) at the
-/// source, a device node only the operator may create (PROTOCOL.md §3, EPERM).
+/// source, a device node only the operator may create (docs/SPEC.md §3, EPERM).
 pub fn decide_rename_whiteout(id: &Identity, whiteout: bool) -> Decision {
     if !whiteout || *id == Identity::Operator {
         return Decision::Allow;
@@ -208,7 +208,7 @@ pub fn decide_rename_whiteout(id: &Identity, whiteout: bool) -> Decision {
     )
 }
 
-/// Which storage bound a change would pass (PROTOCOL.md §8).
+/// Which storage bound a change would pass (docs/SPEC.md §8).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StorageBound {
     /// The smith holds `used` allocated bytes and the change adds about `asked`, beyond
@@ -310,7 +310,7 @@ fn held_advice(held: &[(Held, u64)], key: &str) -> String {
 }
 
 /// The denial of a write, create, truncate or fallocate by `who` (a full id) beyond `bound`
-/// (PROTOCOL.md §8: "fails with EDQUOT and a why"); `held` says where the smith's charged bytes
+/// (docs/SPEC.md §8: "fails with EDQUOT and a why"); `held` says where the smith's charged bytes
 /// (for [`StorageBound::Bytes`]) or inodes (for [`StorageBound::Inodes`]) lie.
 pub fn storage_denial(who: &str, bound: StorageBound, held: &[(Held, u64)]) -> Denial {
     let mib = |b: u64| format!("{:.1} MiB", b as f64 / f64::from(1u32 << 20));
@@ -353,7 +353,7 @@ pub fn storage_denial(who: &str, bound: StorageBound, held: &[(Held, u64)]) -> D
 }
 
 /// How a `ctl` client (`smithfs cancel`, `retry`, `run`, `reload`) reads the errno of a refused
-/// write (PROTOCOL.md §6): the errnos of the `ctl-*` rules above, read back in one place.
+/// write (docs/SPEC.md §6): the errnos of the `ctl-*` rules above, read back in one place.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CtlAnswer {
     /// EACCES (`ctl-bind-operator-only`, `ctl-cancel-ancestor-only`, `ctl-retry-ancestor-only`,

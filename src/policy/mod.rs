@@ -1,8 +1,8 @@
-//! The access policy (PROTOCOL.md §3–§4): pure decisions over identity, operation and zone.
+//! The access policy (docs/SPEC.md §3–§4): pure decisions over identity, operation and zone.
 //!
 //! [`zone`] says where an entry sits (owner and area, kept on every inode); [`rules`] decides an operation
 //! there ([`decide`] → [`Decision::Allow`] or [`Decision::Deny`] with errno, rule id and sentences);
-//! [`children`] admits a new child for the scaffold (PROTOCOL.md §4); [`moves`] decides the operator's
+//! [`children`] admits a new child for the scaffold (docs/SPEC.md §4); [`moves`] decides the operator's
 //! rename of a smith dir (into a `children/`, or out of the tree as data). Nothing here touches the
 //! filesystem or a process: the module imports only types.
 

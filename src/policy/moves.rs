@@ -1,9 +1,9 @@
-//! The rename of a registered smith dir (PROTOCOL.md §3, the structure bullet: "the operator may
+//! The rename of a registered smith dir (docs/SPEC.md §3, the structure bullet: "the operator may
 //! remove or rename a smith dir through the mount only while no run in that subtree is live (else
 //! EBUSY); everyone else: EPERM"). Pure, like the rest of the policy.
 //!
 //! A smith dir renamed directly into a smith's `children/` stays a smith dir — the child of that
-//! smith under its new name, admitted as a `mkdir` there would be ([`check_new_child`], PROTOCOL.md
+//! smith under its new name, admitted as a `mkdir` there would be ([`check_new_child`], docs/SPEC.md
 //! §4). Renamed anywhere else it stops being a smith dir and becomes ordinary data of the zone it
 //! lands in, so the destination needs the caller's create right there, as for any rename. The root
 //! smith dir never moves, and neither an exchange nor the replacement of another smith dir is
@@ -45,7 +45,7 @@ pub struct SmithDirMove<'a> {
     pub exchange: bool,
 }
 
-/// Decide the rename of a smith dir (PROTOCOL.md §3, §4), in this order:
+/// Decide the rename of a smith dir (docs/SPEC.md §3, §4), in this order:
 ///
 /// 1. the root smith dir, by the operator → EPERM (`structure-root-smith`);
 /// 2. the source as [`decide`] judges `Delete { RenameSource }` on a smith dir: Unknown → EACCES,

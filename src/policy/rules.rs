@@ -1,4 +1,4 @@
-//! The access decision (PROTOCOL.md §3): who may do what where, as one pure function of identity,
+//! The access decision (docs/SPEC.md §3): who may do what where, as one pure function of identity,
 //! operation, zone and a small mount context.
 //!
 //! [`decide`] is O(1) and allocates only when it denies: the sentence for `.smithfs/why` and the journal
@@ -19,7 +19,7 @@ use crate::identity::Identity;
 use crate::policy::zone::{Area, Depth, RootArea, SmithZone, Zone};
 use crate::tree::model::{FullId, SmithIdx};
 
-/// The operation classes of PROTOCOL.md §3.
+/// The operation classes of docs/SPEC.md §3.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum OpClass {
     /// Open for reading, readdir, getxattr/listxattr, readlink.
@@ -38,7 +38,7 @@ pub enum OpClass {
     Statfs,
 }
 
-/// What kind of entry a create makes (PROTOCOL.md §3, "special files").
+/// What kind of entry a create makes (docs/SPEC.md §3, "special files").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NewKind {
     /// create / mknod of a regular file.
@@ -60,7 +60,7 @@ pub enum NewKind {
     RenameDest,
 }
 
-/// How an entry is removed (PROTOCOL.md §3, "delete").
+/// How an entry is removed (docs/SPEC.md §3, "delete").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Removal {
     /// unlink.
@@ -124,9 +124,9 @@ pub struct Ctx<'a> {
     pub operator: OperatorMode,
     /// The root smith (it may write and create in `results/`); `None` if there is none.
     pub root: Option<SmithIdx>,
-    /// `limits` from config (PROTOCOL.md §4).
+    /// `limits` from config (docs/SPEC.md §4).
     pub limits: Limits,
-    /// A project exists (PROTOCOL.md §11): `workspace` in a smith dir is then the structure area
+    /// A project exists (docs/SPEC.md §11): `workspace` in a smith dir is then the structure area
     /// [`Area::Workspace`]; without one it is an ordinary top-level name ([`Area::Other`]'s rights).
     pub project: bool,
     /// Full ids for messages; only used when denying.
@@ -164,7 +164,7 @@ pub enum Decision {
     Deny(Denial),
 }
 
-/// A refusal and its reason, as `.smithfs/why` and `access.denied` show it (PROTOCOL.md §3, §7).
+/// A refusal and its reason, as `.smithfs/why` and `access.denied` show it (docs/SPEC.md §3, §7).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Denial {
     /// What the caller gets.
@@ -194,7 +194,7 @@ impl Rights {
     pub const RWC: Rights = Rights(7);
     /// Read, write, delete.
     pub const RWD: Rights = Rights(11);
-    /// All four ("all" in PROTOCOL.md §3).
+    /// All four ("all" in docs/SPEC.md §3).
     pub const ALL: Rights = Rights(15);
 
     /// Does the set hold the right an op of class `class` needs? Lookup-class ops need none.
@@ -324,7 +324,7 @@ impl fmt::Debug for Ctx<'_> {
     }
 }
 
-/// The §3 table: the rights of `rel` on the entries of `area` (PROTOCOL.md §3).
+/// The §3 table: the rights of `rel` on the entries of `area` (docs/SPEC.md §3).
 ///
 /// For an area's own entry ([`Depth::Top`]) of a structure area this is its area's read and write right
 /// only (an area directory is listed under the read right and changed under the write right); creating
@@ -370,7 +370,7 @@ pub const fn table(rel: Relation, area: Area, depth: Depth) -> Rights {
     }
 }
 
-/// The rights outside `smiths/`' smith dirs (PROTOCOL.md §3): smiths read; the root smith may also write
+/// The rights outside `smiths/`' smith dirs (docs/SPEC.md §3): smiths read; the root smith may also write
 /// and create in `results/`; the operator may do all. The mount root and `smiths/` are structure
 /// (read and write only); `.smithfs/` is read by all and only `ctl` is written; `.smithfs-state` is nothing.
 pub const fn outside_table(caller: Caller, area: RootArea, depth: Depth) -> Rights {
@@ -421,7 +421,7 @@ pub enum Caller {
     Operator,
 }
 
-/// Every rule a denial can cite (PROTOCOL.md §3, §4, §6, §7): the one source of rule ids
+/// Every rule a denial can cite (docs/SPEC.md §3, §4, §6, §7): the one source of rule ids
 /// ([`Rule::id`]) and of the errno each rule returns ([`Rule::errno`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Rule {
@@ -679,7 +679,7 @@ impl Rule {
     }
 }
 
-/// Decide one operation (PROTOCOL.md §3). See the module header for the order of checks.
+/// Decide one operation (docs/SPEC.md §3). See the module header for the order of checks.
 ///
 /// Errors (as `Deny`): EACCES for "—" cells, Unknown and operator read-only mode; EPERM for structure,
 /// device nodes, `.smithfs/` entries, `.smithfs-state` and non-scaffold creates in `children/` and
@@ -692,7 +692,7 @@ pub fn decide(id: &Identity, op: Op, zone: &Zone, ctx: &Ctx<'_>) -> Decision {
 }
 
 /// Decide an operation on an inode with names in several zones: the intersection of their rights
-/// (PROTOCOL.md §3). An empty slice is allowed (no zone restricts it), as the filesystem has
+/// (docs/SPEC.md §3). An empty slice is allowed (no zone restricts it), as the filesystem has
 /// always decided: it passes the zones of the names it has seen, and the inode's own zone is
 /// checked with them.
 pub fn decide_all(id: &Identity, op: Op, zones: &[Zone], ctx: &Ctx<'_>) -> Decision {
@@ -704,7 +704,7 @@ pub fn decide_all(id: &Identity, op: Op, zones: &[Zone], ctx: &Ctx<'_>) -> Decis
     Decision::Allow
 }
 
-/// Decide a rename (PROTOCOL.md §3): delete at the source, create at the destination, and delete on the
+/// Decide a rename (docs/SPEC.md §3): delete at the source, create at the destination, and delete on the
 /// replaced entry if there is one. `dst` is the zone the moved entry gets (the destination directory's
 /// [`Zone::child_zone`], or a registered smith dir's zone); the `bool`s say whether a run in the
 /// source's, resp. the replaced entry's, owner subtree is live. For `RENAME_EXCHANGE` decide both
@@ -735,7 +735,7 @@ pub fn decide_rename(
         })
 }
 
-/// Decide a hard link of an inode in zone `src` to a new name whose zone is `dst` (PROTOCOL.md §3): only
+/// Decide a hard link of an inode in zone `src` to a new name whose zone is `dst` (docs/SPEC.md §3): only
 /// within one zone (same smith, same area), else EXDEV so tools copy instead; then the create right at
 /// the destination. Unknown gets EACCES first.
 pub fn decide_link(id: &Identity, src: &Zone, dst: &Zone, ctx: &Ctx<'_>) -> Decision {
@@ -775,7 +775,7 @@ pub fn decide_linked_rename(id: &Identity, src: &Zone, dst: &Zone, ctx: &Ctx<'_>
 /// the zone of the name it was reached by — keep their rights; every other smith gets EACCES
 /// (`links-unseen`), as if the unseen names were in the owner's `private/`. Lookup-class ops stay
 /// free; Unknown gets its usual EACCES. Reads in `project.git/` stay allowed to smiths: its
-/// objects share inodes with the user's repository, which no zone holds (PROTOCOL.md §11).
+/// objects share inodes with the user's repository, which no zone holds (docs/SPEC.md §11).
 pub fn decide_unseen_names(id: &Identity, op: Op, zone: &Zone, ctx: &Ctx<'_>) -> Decision {
     match op.class() {
         OpClass::Lookup | OpClass::Getattr | OpClass::Statfs => return Decision::Allow,
@@ -793,7 +793,7 @@ pub fn decide_unseen_names(id: &Identity, op: Op, zone: &Zone, ctx: &Ctx<'_>) ->
         Identity::Operator => return Decision::Allow,
         Identity::Smith(s) if zone.owner() == Some(*s) => return Decision::Allow,
         // project.git is written only by the operator and smithfs; its objects are hardlinked
-        // with the user's repository by `git clone --local` (PROTOCOL.md §11), not with a zone.
+        // with the user's repository by `git clone --local` (docs/SPEC.md §11), not with a zone.
         Identity::Smith(_) if project_read => return Decision::Allow,
         Identity::Smith(_) => Rule::UnseenNames,
         Identity::Unknown => Rule::UnknownIdentity,
@@ -801,7 +801,7 @@ pub fn decide_unseen_names(id: &Identity, op: Op, zone: &Zone, ctx: &Ctx<'_>) ->
     Decision::Deny(explain(rule, id, op, zone, None, ctx))
 }
 
-/// The rights `id` has on the entries of `zone`, for `.smithfs/whoami` (PROTOCOL.md §7): each class as
+/// The rights `id` has on the entries of `zone`, for `.smithfs/whoami` (docs/SPEC.md §7): each class as
 /// [`decide`] judges a plain op of it (read, write, create a file, unlink while a run is live).
 pub fn rights(id: &Identity, zone: &Zone, ctx: &Ctx<'_>) -> Rights {
     let probe = |op: Op, r: Rights| {
@@ -853,7 +853,7 @@ fn judge(id: &Identity, op: Op, zone: &Zone, ctx: &Ctx<'_>) -> Result<(), Rule> 
     let read_only = caller == Caller::Operator && ctx.operator == OperatorMode::ReadOnly;
     match zone {
         Zone::Smith(z) if z.area == Area::Workspace && !ctx.project => {
-            // No project: `workspace` is an ordinary top-level name (PROTOCOL.md §3, §11).
+            // No project: `workspace` is an ordinary top-level name (docs/SPEC.md §3, §11).
             let z = SmithZone {
                 area: Area::Other,
                 ..*z

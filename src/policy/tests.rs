@@ -1,4 +1,4 @@
-//! Table and property tests of the policy (PROTOCOL.md §3–§4): one row per cell of the §3 table, one test
+//! Table and property tests of the policy (docs/SPEC.md §3–§4): one row per cell of the §3 table, one test
 //! per bullet, one per step of §4, and proptest invariants.
 //!
 //! Long on purpose: the policy tables, cell by cell (§3, §4, §7), in one place.
@@ -130,7 +130,7 @@ fn expect(cell: &str, id: Identity, zone: Zone, ctx: &Ctx<'_>, row: &str) {
     }
 }
 
-/// PROTOCOL.md §3, one row per table row; each cell: X, P(X), other smiths (a child of X, the
+/// docs/SPEC.md §3, one row per table row; each cell: X, P(X), other smiths (a child of X, the
 /// grandparent, a sibling, a cousin), operator, Unknown.
 #[test]
 fn section_3_table_every_cell() {
@@ -177,7 +177,7 @@ fn section_3_table_every_cell() {
     }
 }
 
-/// PROTOCOL.md §3, §11: without a project, `workspace` is an ordinary top-level name of the smith
+/// docs/SPEC.md §3, §11: without a project, `workspace` is an ordinary top-level name of the smith
 /// dir (the owner's; not structure, no parent read).
 #[test]
 fn workspace_without_a_project_is_an_ordinary_name() {
@@ -217,7 +217,7 @@ fn workspace_without_a_project_is_an_ordinary_name() {
     assert!(d.why.contains("project.git/"), "{}", d.why);
 }
 
-/// PROTOCOL.md §3, outside `smiths/`: smiths read; the root smith also writes and creates in results/;
+/// docs/SPEC.md §3, outside `smiths/`: smiths read; the root smith also writes and creates in results/;
 /// the operator may do all. Columns: root smith, another smith, operator (Unknown: nothing).
 #[test]
 fn section_3_outside_smiths() {
@@ -264,7 +264,7 @@ fn section_3_outside_smiths() {
     );
 }
 
-/// PROTOCOL.md §3, operator mode `read-only`: read everything, write only `smiths/smith-root/inbox/**`,
+/// docs/SPEC.md §3, operator mode `read-only`: read everything, write only `smiths/smith-root/inbox/**`,
 /// `config.json` and `.smithfs/ctl`.
 #[test]
 fn operator_read_only() {
@@ -322,7 +322,7 @@ fn deny(d: Decision) -> Denial {
     }
 }
 
-/// PROTOCOL.md §3, structure: made, removed, renamed or replaced only by smithfs; the operator may remove
+/// docs/SPEC.md §3, structure: made, removed, renamed or replaced only by smithfs; the operator may remove
 /// or rename a smith dir while no run in the subtree is live (else EBUSY); everyone else EPERM.
 #[test]
 fn structure_bullet() {
@@ -413,7 +413,7 @@ fn structure_bullet() {
     assert!(decide(&Identity::Smith(X), IDLE_UNLINK, &x(A::Other, Top), &c).is_allowed());
 }
 
-/// PROTOCOL.md §3, special files: devices EPERM for all but the operator; FIFOs and sockets like files
+/// docs/SPEC.md §3, special files: devices EPERM for all but the operator; FIFOs and sockets like files
 /// (the table test checks them cell by cell).
 #[test]
 fn special_files_bullet() {
@@ -451,7 +451,7 @@ fn special_files_bullet() {
     );
 }
 
-/// PROTOCOL.md §3, rename = delete at the source ∧ create at the destination (∧ delete on the replaced).
+/// docs/SPEC.md §3, rename = delete at the source ∧ create at the destination (∧ delete on the replaced).
 #[test]
 fn rename_bullet() {
     use Area as A;
@@ -547,7 +547,7 @@ fn rename_bullet() {
     assert_eq!((d.errno, d.rule), (Errno::EPERM, "children-scaffold-only"));
 }
 
-/// PROTOCOL.md §3, link only within one zone, else EXDEV.
+/// docs/SPEC.md §3, link only within one zone, else EXDEV.
 #[test]
 fn link_bullet() {
     use Area as A;
@@ -602,7 +602,7 @@ fn link_bullet() {
     .is_allowed());
 }
 
-/// PROTOCOL.md §3, an inode with names in several zones gets the intersection of their rights.
+/// docs/SPEC.md §3, an inode with names in several zones gets the intersection of their rights.
 #[test]
 fn multi_zone_intersection() {
     let c = rw();
@@ -689,7 +689,7 @@ fn unseen_names_fail_closed() {
     assert!(!decide_unseen_names(&Identity::Smith(X), Op::Write, &objects, &c).is_allowed());
 }
 
-/// PROTOCOL.md §3, children/: a mkdir in it is the scaffold's (routed by `is_children_dir`), and
+/// docs/SPEC.md §3, children/: a mkdir in it is the scaffold's (routed by `is_children_dir`), and
 /// `decide` never allows a plain create there.
 #[test]
 fn children_dir_is_for_the_scaffold() {
@@ -822,7 +822,7 @@ fn child(caller: Identity, f: Family, name: &str, c: &Ctx<'_>) -> Result<u32, De
     check_new_child(&caller, &f, OsStr::new(name), c)
 }
 
-/// PROTOCOL.md §4, one test per step, and the order between steps.
+/// docs/SPEC.md §4, one test per step, and the order between steps.
 #[test]
 fn section_4_step_1_caller() {
     let c = rw();
@@ -1049,7 +1049,7 @@ fn section_4_step_2_depth_of_a_moved_subtree() {
     );
 }
 
-/// PROTOCOL.md §3 structure bullet, the rename of a smith dir (docs/PROTOCOL-NOTES.md, C35):
+/// docs/SPEC.md §3 structure bullet, the rename of a smith dir (docs/PROTOCOL-NOTES.md, C35):
 /// the operator alone, never the root, while nothing in the subtree is live; into a `children/`
 /// as a mkdir there, elsewhere with the create right; no exchange, no replaced smith dir.
 #[test]
@@ -1585,7 +1585,7 @@ fn rule_ids_are_unique_and_only_in_rule_id() {
 /// A refusal as the tables spell it: errno and rule id.
 type Refusal = Option<(Errno, &'static str)>;
 
-/// PROTOCOL.md §7: the control files, cell by cell (identity × file × access).
+/// docs/SPEC.md §7: the control files, cell by cell (identity × file × access).
 #[test]
 fn control_file_opens_cell_by_cell() {
     let smith = Identity::Smith(X);
@@ -1614,7 +1614,7 @@ fn control_file_opens_cell_by_cell() {
     }
 }
 
-/// PROTOCOL.md §6, §7: `ctl` commands by identity, target and ancestry, cell by cell.
+/// docs/SPEC.md §6, §7: `ctl` commands by identity, target and ancestry, cell by cell.
 #[test]
 fn ctl_commands_cell_by_cell() {
     // P is X's parent; ROOT is everyone's ancestor.
@@ -1656,7 +1656,7 @@ fn ctl_commands_cell_by_cell() {
     assert_eq!((d.errno, d.rule), (Errno::EINVAL, "ctl-syntax"));
 }
 
-/// PROTOCOL.md §3 special files and §8 budgets: whiteouts, reserved names, open-file limits.
+/// docs/SPEC.md §3 special files and §8 budgets: whiteouts, reserved names, open-file limits.
 #[test]
 fn whiteout_reserved_and_budgets() {
     for (id, want) in [
@@ -1680,7 +1680,7 @@ fn whiteout_reserved_and_budgets() {
     assert_eq!((d.errno, d.rule), (Errno::ENFILE, "open-files-mount"));
 }
 
-/// `CtlAnswer::of` reads back the errnos of the `ctl-*` rules (PROTOCOL.md §6).
+/// `CtlAnswer::of` reads back the errnos of the `ctl-*` rules (docs/SPEC.md §6).
 #[test]
 fn ctl_answers_read_back_the_rule_errnos() {
     use crate::policy::CtlAnswer;

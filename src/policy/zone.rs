@@ -1,4 +1,4 @@
-//! Where an entry sits in the mount, as the access rules see it (PROTOCOL.md §1, §3).
+//! Where an entry sits in the mount, as the access rules see it (docs/SPEC.md §1, §3).
 //!
 //! A [`Zone`] is small and `Copy`: the daemon stores one on every inode and derives a new entry's zone from
 //! its directory's with [`Zone::child_zone`], so a decision never parses a path. Zones follow the tree, not
@@ -13,7 +13,7 @@ use std::fmt;
 use crate::tree::model::SmithIdx;
 
 /// Whether an entry is an area's own entry (the `inbox/` directory, `smith.md`, a top-level name of a
-/// smith dir, `results/`) or strictly inside it (`inbox/**`, `results/**`). PROTOCOL.md §3 gives the area
+/// smith dir, `results/`) or strictly inside it (`inbox/**`, `results/**`). docs/SPEC.md §3 gives the area
 /// directory itself only its area's read and write rights; what is inside gets all of the area's rights.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Depth {
@@ -23,7 +23,7 @@ pub enum Depth {
     Inner,
 }
 
-/// A part of a smith dir (PROTOCOL.md §1, the rows of the §3 table).
+/// A part of a smith dir (docs/SPEC.md §1, the rows of the §3 table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Area {
     /// The smith dir itself (always [`Depth::Top`]).
@@ -47,12 +47,12 @@ pub enum Area {
     Children,
     /// Any other name directly in the smith dir (`CLAUDE.md`, `.git`, `.aider*`) and what is below it.
     Other,
-    /// `workspace/` and `workspace/**`: the smith's git work tree and repository (PROTOCOL.md §11).
+    /// `workspace/` and `workspace/**`: the smith's git work tree and repository (docs/SPEC.md §11).
     /// Without a project the rules treat it as [`Area::Other`] (see `policy::rules`).
     Workspace,
 }
 
-/// A part of the mount outside every smith dir (PROTOCOL.md §1).
+/// A part of the mount outside every smith dir (docs/SPEC.md §1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RootArea {
     /// The mount root directory itself.
@@ -65,21 +65,21 @@ pub enum RootArea {
     Agents,
     /// `results/**`.
     Results,
-    /// `project.git/**`: the shared history of the user's repository (PROTOCOL.md §11).
+    /// `project.git/**`: the shared history of the user's repository (docs/SPEC.md §11).
     Project,
     /// `smiths/` itself ([`Depth::Top`]) or an unregistered name under it ([`Depth::Inner`]).
     Smiths,
     /// Any other root-level name and what is below it.
     Other,
-    /// The virtual `.smithfs/` directory and its files other than `ctl` (PROTOCOL.md §7).
+    /// The virtual `.smithfs/` directory and its files other than `ctl` (docs/SPEC.md §7).
     Control,
-    /// `.smithfs/ctl`, writable by every identity but Unknown (PROTOCOL.md §7).
+    /// `.smithfs/ctl`, writable by every identity but Unknown (docs/SPEC.md §7).
     ControlCtl,
-    /// `.smithfs-state`: does not exist in the mount's view; the name cannot be made (PROTOCOL.md §1).
+    /// `.smithfs-state`: does not exist in the mount's view; the name cannot be made (docs/SPEC.md §1).
     Reserved,
 }
 
-/// The zone of an entry inside a smith dir: its owner and the area it is in (PROTOCOL.md §3).
+/// The zone of an entry inside a smith dir: its owner and the area it is in (docs/SPEC.md §3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SmithZone {
     /// X, the smith that owns the smith dir.
@@ -94,7 +94,7 @@ pub struct SmithZone {
     pub depth: Depth,
 }
 
-/// Where an inode, or a name being created or removed, sits (PROTOCOL.md §3).
+/// Where an inode, or a name being created or removed, sits (docs/SPEC.md §3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Zone {
     /// Outside `smiths/<registered smith dirs>`.
@@ -129,7 +129,7 @@ impl Zone {
     }
 
     /// The zone of a registered smith dir. Only the daemon's registry (scaffold or start-up scan) calls
-    /// this; a directory is a smith dir because smithfs made or found it in `children/` (PROTOCOL.md §1).
+    /// this; a directory is a smith dir because smithfs made or found it in `children/` (docs/SPEC.md §1).
     pub const fn smith_dir(owner: SmithIdx, parent: Option<SmithIdx>, level: u8) -> Zone {
         Zone::Smith(SmithZone {
             owner,
@@ -141,7 +141,7 @@ impl Zone {
     }
 
     /// The zone of a new (or found) entry `name` in a directory of this zone, when that entry is *not* a
-    /// registered smith dir (PROTOCOL.md §3: "a new entry takes the zone of the directory it is created
+    /// registered smith dir (docs/SPEC.md §3: "a new entry takes the zone of the directory it is created
     /// in").
     ///
     /// In a smith dir the fixed names map to their areas (`inbox` → `Inbox`/`Top`), anything else to
@@ -194,7 +194,7 @@ impl Zone {
 
     /// Is this the `children/` directory of a smith? A `mkdir` in it is a scaffold request: check it with
     /// [`check_new_child`](crate::policy::check_new_child) and build it with the scaffold, never a plain
-    /// mkdir (PROTOCOL.md §4).
+    /// mkdir (docs/SPEC.md §4).
     pub fn is_children_dir(&self) -> bool {
         matches!(
             self,
@@ -222,7 +222,7 @@ impl Zone {
         }
     }
 
-    /// Same smith and same area (depth ignored): the condition for `link` (PROTOCOL.md §3).
+    /// Same smith and same area (depth ignored): the condition for `link` (docs/SPEC.md §3).
     pub fn same_zone(&self, other: &Zone) -> bool {
         match (self, other) {
             (Zone::Smith(a), Zone::Smith(b)) => a.owner == b.owner && a.area == b.area,
@@ -233,7 +233,7 @@ impl Zone {
         }
     }
 
-    /// Is this part of the structure that only smithfs creates, removes or renames (PROTOCOL.md §3: a
+    /// Is this part of the structure that only smithfs creates, removes or renames (docs/SPEC.md §3: a
     /// smith dir, its areas, `smith.md`; also the mount root and `smiths/`)? `.smithfs/` and
     /// `.smithfs-state` have their own rules.
     pub fn is_structure(&self) -> bool {
@@ -272,7 +272,7 @@ impl Area {
         Area::SmithDir,
     ];
 
-    /// Is the area's own entry structure (PROTOCOL.md §3)? `config.json` and other top-level names are not:
+    /// Is the area's own entry structure (docs/SPEC.md §3)? `config.json` and other top-level names are not:
     /// the parent, resp. the owner, may create and delete them. `workspace` is structure only with a
     /// project, which this const cannot know: the rules decide it with their context
     /// (`Ctx::project`), and here it is not.
@@ -372,7 +372,7 @@ fn smith_dir_name(name: &[u8]) -> Area {
 }
 
 /// The zone of a mount-relative path such as `smiths/smith-root/children/smith-001/private/a.txt`
-/// (PROTOCOL.md §1). For messages and tests only: the daemon keeps zones on inodes.
+/// (docs/SPEC.md §1). For messages and tests only: the daemon keeps zones on inodes.
 ///
 /// `registered(full_id)` says whether a directory is a registered smith dir and which; it is asked only
 /// for names directly in `smiths/` (`"smith-root"`) and in a smith's `children/`
@@ -543,7 +543,7 @@ mod tests {
                 "smiths/smith-root/children/smith-001/conversations/r1/messages.log",
                 s1(A::Conversations, Inner),
             ),
-            // A registered name elsewhere is plain data (PROTOCOL.md §1).
+            // A registered name elsewhere is plain data (docs/SPEC.md §1).
             (
                 "smiths/smith-root/children/smith-001/private/children/smith-002",
                 s1(A::Private, Inner),

@@ -1,5 +1,5 @@
 //! Confinement of the processes a root daemon starts for smiths (runs, and `smithfs run`), so
-//! that a root agent cannot leave its smith (PROTOCOL.md §2 "orphaning cannot escape it";
+//! that a root agent cannot leave its smith (docs/SPEC.md §2 "orphaning cannot escape it";
 //! docs/PROTOCOL-NOTES.md H13).
 //!
 //! In cgroup identity mode a process *is* the smith whose cgroup it is in, and root may write

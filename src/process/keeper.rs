@@ -1,9 +1,9 @@
-//! The *keeper* of ancestry mode (PROTOCOL.md §2): a bound process that is a child subreaper, runs
+//! The *keeper* of ancestry mode (docs/SPEC.md §2): a bound process that is a child subreaper, runs
 //! a command, reaps every descendant (orphans re-parent to it), and returns the command's status only
 //! once its last descendant is gone, so that no process of a smith's tree ever re-parents outside
 //! it. `smithfs run` uses it after binding itself.
 //!
-//! Signals (PROTOCOL.md §2, issue 10): the keeper must outlive its command's last descendant, so
+//! Signals (docs/SPEC.md §2, issue 10): the keeper must outlive its command's last descendant, so
 //! it survives every signal that can be caught. The terminal's job-control and interrupt signals
 //! (SIGINT, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU) and SIGPIPE are ignored (a terminal sends the
 //! former to the command's process group, which includes the command); SIGCHLD, SIGCONT,

@@ -1,6 +1,6 @@
 //! Process primitives, kept together because they share one discipline (code that runs between
 //! `fork`/`clone3` and `execve` makes async-signal-safe calls only) and one goal: no process of
-//! a smith's tree ever escapes it (PROTOCOL.md §2).
+//! a smith's tree ever escapes it (docs/SPEC.md §2).
 //!
 //! - [`spawn`]: `clone3(CLONE_INTO_CGROUP)` — a run or hook is born inside its smith's cgroup,
 //!   becomes a session leader and a child subreaper, and `execve`s (the scheduler's runs and

@@ -1,4 +1,4 @@
-//! Thin, safe wrappers around the pidfd system calls identity resolution needs (PROTOCOL.md §2):
+//! Thin, safe wrappers around the pidfd system calls identity resolution needs (docs/SPEC.md §2):
 //! `pidfd_open` (a process or, with [`PIDFD_THREAD`], one thread), the `PIDFD_GET_INFO` ioctl
 //! (Linux ≥ 6.13: tgid, ppid and cgroup v2 id of a live task, `ESRCH` once it is gone),
 //! `pidfd_send_signal`, and the pidfs inode number, which names one process for the life of the

@@ -1,4 +1,4 @@
-//! Reaping orphans. The daemon is a child subreaper (PROTOCOL.md §2), so the orphans of runs
+//! Reaping orphans. The daemon is a child subreaper (docs/SPEC.md §2), so the orphans of runs
 //! re-parent to it and must be reaped — without stealing the exit status of the processes the
 //! daemon started itself (run leaders, hooks), which their own threads wait for.
 //!

@@ -1,5 +1,5 @@
 //! Creating the processes the daemon starts (agent runs, user hooks) with `clone3(2)`, so that
-//! a run is born inside its smith's cgroup (`CLONE_INTO_CGROUP`, PROTOCOL.md §2) instead of
+//! a run is born inside its smith's cgroup (`CLONE_INTO_CGROUP`, docs/SPEC.md §2) instead of
 //! being moved there between fork and exec: a write to `cgroup.procs` takes the cgroup
 //! threadgroup rwsem for writing, which waits for an RCU grace period (~15 ms here) and stalls
 //! every fork and exit on the machine meanwhile. Creating the child in the cgroup takes only
@@ -92,7 +92,7 @@ pub struct Spawn<'a> {
     /// the child before exec and is [`spawn`]'s error.
     pub bind: &'a mut dyn FnMut(u32) -> io::Result<()>,
     /// Called with its pid before it executes anything, however it was bound (after `bind` if
-    /// that was called): the v1 limit cgroups of a hybrid host (PROTOCOL.md §5), which have no
+    /// that was called): the v1 limit cgroups of a hybrid host (docs/SPEC.md §5), which have no
     /// `CLONE_INTO_CGROUP`. `None`: the child is not held for it. An error stops the child
     /// before exec and is [`spawn`]'s error.
     pub place: Option<&'a mut dyn FnMut(u32) -> io::Result<()>>,
@@ -259,7 +259,7 @@ unsafe fn child(p: &mut ChildPlan<'_>) -> ! {
         }
         // The run leader adopts its own orphans (the flag survives exec): a double-forked
         // descendant re-parents to a bound process, not to the daemon, so in ancestry mode it
-        // stays the smith while the run lives (PROTOCOL.md §2).
+        // stays the smith while the run lives (docs/SPEC.md §2).
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
         let (soft, hard) = p.nofile;
         if soft != 0 || hard != 0 {

@@ -1,4 +1,4 @@
-//! The auto-commit at run exit (PROTOCOL.md §11): whatever a run left uncommitted in its smith's
+//! The auto-commit at run exit (docs/SPEC.md §11): whatever a run left uncommitted in its smith's
 //! `workspace/` (untracked files included, ignored ones not) becomes one commit on the smith's branch,
 //! author and committer the full id, message `smithfs: RUN_ID (WAKE)`.
 //!

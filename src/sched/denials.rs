@@ -1,4 +1,4 @@
-//! The rate limit of `access.denied` (PROTOCOL.md §7): per identity, at most [`FULL_PER_SECOND`]
+//! The rate limit of `access.denied` (docs/SPEC.md §7): per identity, at most [`FULL_PER_SECOND`]
 //! denials a second are journaled in full (and fire their hooks); the rest of that second are
 //! counted and journaled as one `access.denied.suppressed` line with `count`, once the second is
 //! over. One smith retrying a forbidden open in a loop then writes at most 21 lines a second.

@@ -80,7 +80,7 @@ struct Live {
     meta: Meta,
     /// The smith's oom-kill counter when the run started (a memory limit is set).
     oom_base: Option<u64>,
-    /// The auto-commit of its workspace is under way (PROTOCOL.md §11); the run is finished
+    /// The auto-commit of its workspace is under way (docs/SPEC.md §11); the run is finished
     /// when it reports.
     committing: bool,
     /// Its stdout and stderr in the output pump.
@@ -96,7 +96,7 @@ pub(crate) struct Exec {
     binder: Arc<dyn RunBinder>,
     invalidate: Arc<dyn Invalidate>,
     /// The storage limits (the filesystem's): runs' directories and logs are charged to their
-    /// smith (PROTOCOL.md §8).
+    /// smith (docs/SPEC.md §8).
     storage: Arc<Storage>,
     /// Drains runs' and hooks' output into their logs (docs/PROTOCOL-NOTES.md L17).
     pump: Pump,
@@ -316,7 +316,7 @@ impl Exec {
         {
             tracing::warn!("cannot scan the smith tree: {e}");
         }
-        // The snapshot of rotated-away lines plus every journal file (PROTOCOL.md §7).
+        // The snapshot of rotated-away lines plus every journal file (docs/SPEC.md §7).
         let journal::Replay { hist, open } =
             journal::load(self.state.as_fd()).unwrap_or_else(|e| {
                 tracing::error!("cannot read the journal: {e}");
@@ -552,7 +552,7 @@ impl Exec {
         self.rescan_all();
     }
 
-    /// Apply a reloaded `config.json` (PROTOCOL.md §6; validated and diffed by the daemon,
+    /// Apply a reloaded `config.json` (docs/SPEC.md §6; validated and diffed by the daemon,
     /// `crate::reload`): agent and scheduler settings for the next runs, hooks for the next
     /// events, the journal's rotation for the next line; then journal `config.reloaded`.
     fn reload(&mut self, config: Config, changed: Vec<String>) {
@@ -747,7 +747,7 @@ impl Exec {
                     return;
                 };
                 let path = format!("{}/inbox/{file}", info.rel_dir());
-                // Once per name (PROTOCOL.md §5): rewriting it says nothing new.
+                // Once per name (docs/SPEC.md §5): rewriting it says nothing new.
                 if !self.ignored.insert(path.clone()) {
                     return;
                 }
@@ -765,7 +765,7 @@ impl Exec {
         }
     }
 
-    /// Journal one `access.denied.suppressed` line (PROTOCOL.md §7).
+    /// Journal one `access.denied.suppressed` line (docs/SPEC.md §7).
     fn record_suppressed(&self, d: super::denials::Suppressed) {
         let mut ev = Event::new(
             "access.denied.suppressed",
@@ -900,7 +900,7 @@ impl Exec {
     }
 
     /// `results/final.md` was written and no run of the tree is live or queued (now, or once
-    /// the last run ended): journal `fleet.done` (smith `smith-root`, PROTOCOL.md §5), which
+    /// the last run ended): journal `fleet.done` (smith `smith-root`, docs/SPEC.md §5), which
     /// fires its hooks — once per written `final.md` (O6).
     fn fleet_done(&mut self) {
         if !self.final_pending || !self.live.is_empty() || !self.queue.fifo().is_empty() {
@@ -946,7 +946,7 @@ impl Exec {
         }
     }
 
-    /// Charge a new run's directory and log to its smith (PROTOCOL.md §8; the daemon's write,
+    /// Charge a new run's directory and log to its smith (docs/SPEC.md §8; the daemon's write,
     /// never refused).
     fn charge_run_dir(&self, s: SmithIdx, dir: &RunDir) {
         self.storage.charge_fd(dir.dir.as_fd(), Some(run_home(s)));
@@ -1344,7 +1344,7 @@ impl Exec {
             Some(Err(e)) => (None, None, Some(e.clone())),
             None => (None, None, None),
         };
-        // Killed by its memory limit (PROTOCOL.md §5): the OOM killer killed processes of this
+        // Killed by its memory limit (docs/SPEC.md §5): the OOM killer killed processes of this
         // smith's own leaf during the run, and the run did not succeed (a run whose build step
         // was killed but that went on and exited 0 is an ordinary exit).
         let oom_kills = l
@@ -1495,7 +1495,7 @@ impl Exec {
     }
 }
 
-/// `run.exited`'s `reason` (PROTOCOL.md §5) for a run that started: how the daemon stopped it
+/// `run.exited`'s `reason` (docs/SPEC.md §5) for a run that started: how the daemon stopped it
 /// (`timeout`, `cancelled`), else how it ended (`signal`, `exit`). A run interrupted by an
 /// unmount was stopped with a signal (O2). `error`: it could not be followed (no reaper).
 fn run_reason(stop: Option<StopReason>, signal: Option<i32>, error: bool) -> &'static str {

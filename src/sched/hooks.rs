@@ -1,4 +1,4 @@
-//! User hooks (PROTOCOL.md §5, §8): for a journaled event with configured commands, run each
+//! User hooks (docs/SPEC.md §5, §8): for a journaled event with configured commands, run each
 //! with the event's journal line as JSON on stdin, the placeholders filled, bound as the
 //! operator, in its own process group, killed after `hook_timeout_secs`. Each hook lives on a
 //! thread of its own, so the scheduler never waits for one; its end is journaled as
@@ -8,7 +8,7 @@
 //! `SMITH_EVENT`, `SMITH_FULL_ID`, `SMITH_RUN_ID`, `SMITH_TASK_FILE`, `SMITH_EXIT_CODE`,
 //! `SMITH_PATH`), so a shell hook quotes `"$SMITH_TASK_FILE"` instead of splicing a placeholder
 //! into `sh -c` text; placeholders are replaced inside one argument and never re-parsed
-//! (PROTOCOL.md §5).
+//! (docs/SPEC.md §5).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -148,7 +148,7 @@ impl Hooks {
     }
 }
 
-/// The environment a hook of `ev` gets over the daemon's (PROTOCOL.md §5): `SMITH_EVENT` (the
+/// The environment a hook of `ev` gets over the daemon's (docs/SPEC.md §5): `SMITH_EVENT` (the
 /// event name), `SMITH_FULL_ID` (empty for an event of no smith), `SMITH_RUN_ID`,
 /// `SMITH_TASK_FILE` (as `{task_file}`: the smith's newest task, absolute in the mount),
 /// `SMITH_EXIT_CODE` (a run's exit code, 128 + N for signal N, else empty) and `SMITH_PATH` (the

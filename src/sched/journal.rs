@@ -1,4 +1,4 @@
-//! The journal `.smithfs-state/events.jsonl` (PROTOCOL.md §7): one JSON object a line, append
+//! The journal `.smithfs-state/events.jsonl` (docs/SPEC.md §7): one JSON object a line, append
 //! only, written through a held `O_APPEND` descriptor with one `write` per line; and its reader,
 //! which ignores a torn last line, plus the replay that start-up uses to rebuild `failed` and
 //! `cancelled` states and to find runs that started but never exited (§9).
@@ -29,7 +29,7 @@ pub const JOURNAL_NAME: &CStr = c"events.jsonl";
 pub struct Event {
     /// RFC 3339 UTC with microseconds.
     pub ts: String,
-    /// `run.started`, `task.assigned`, … (PROTOCOL.md §5), or `hook.exited`,
+    /// `run.started`, `task.assigned`, … (docs/SPEC.md §5), or `hook.exited`,
     /// `trigger.dropped`.
     pub event: String,
     /// The smith's full id; null for events of no smith (an operator's denial).
@@ -97,19 +97,19 @@ pub struct Event {
     /// For `hook.exited`: it ran over `hook_timeout_secs` and was killed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timed_out: Option<bool>,
-    /// For `workspace.committed`: the new commit's id (PROTOCOL.md §11).
+    /// For `workspace.committed`: the new commit's id (docs/SPEC.md §11).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
     /// For `access.denied.suppressed`: the denials of that identity and second not written in
-    /// full (PROTOCOL.md §7).
+    /// full (docs/SPEC.md §7).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u64>,
     /// Why, for `task.ignored` (the name rule it breaks) and for `run.exited` (`exit`,
-    /// `signal`, `timeout`, `cancelled`, `oom`, `spawn_error` or `bad_config`; PROTOCOL.md §5).
+    /// `signal`, `timeout`, `cancelled`, `oom`, `spawn_error` or `bad_config`; docs/SPEC.md §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// For `config.reloaded`: the sections of config.json that changed (`agent`, `scheduler`,
-    /// `limits`, `hooks`, `journal`; PROTOCOL.md §6, docs/PROTOCOL-NOTES.md O12).
+    /// `limits`, `hooks`, `journal`; docs/SPEC.md §6, docs/PROTOCOL-NOTES.md O12).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changed: Option<Vec<String>>,
 }
@@ -132,7 +132,7 @@ impl Event {
     }
 }
 
-/// The rotated journals keep this name plus `.1` (newest) … `.N` (PROTOCOL.md §7).
+/// The rotated journals keep this name plus `.1` (newest) … `.N` (docs/SPEC.md §7).
 const JOURNAL_STR: &str = "events.jsonl";
 
 /// A rotated journal on its way out: renamed here by a rotation, folded into the
@@ -143,7 +143,7 @@ const DROP_NAME: &CStr = c"events.jsonl.drop";
 /// H5): what a restart rebuilds survives rotation.
 pub const SNAPSHOT_NAME: &CStr = c"journal-state.json";
 
-/// Rotation limits, `journal.max_bytes` and `journal.keep` of config.json (PROTOCOL.md §7, §8).
+/// Rotation limits, `journal.max_bytes` and `journal.keep` of config.json (docs/SPEC.md §7, §8).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rotation {
     /// Rotate before a line would take the journal over this many bytes.
@@ -422,7 +422,7 @@ fn fold_drop(state: BorrowedFd<'_>) -> Result<(), FoldError> {
 /// The journal files in the held state directory `state`, oldest first: an unfolded drop file,
 /// `events.jsonl.N` … `.1` (every number present, also beyond `keep`), then `events.jsonl`.
 /// The one place that knows the rotation's names: `smithfs events`, `.smithfs/events.jsonl`,
-/// the start-up replay and a follower use it (PROTOCOL.md §7).
+/// the start-up replay and a follower use it (docs/SPEC.md §7).
 pub fn files(state: BorrowedFd<'_>) -> SysResult<Vec<CString>> {
     let mut numbered: Vec<u32> = backing::dir_names(state)?
         .iter()
@@ -544,7 +544,7 @@ pub fn read_range(
 }
 
 /// Blank (to spaces, keeping the newline) every complete line of `buf` that is not a JSON
-/// object: a torn line a crash left, which readers ignore (PROTOCOL.md §7). The first line is
+/// object: a torn line a crash left, which readers ignore (docs/SPEC.md §7). The first line is
 /// only judged when `line_start` says `buf` begins one; the unterminated tail never is.
 fn blank_torn_lines(buf: &mut [u8], line_start: bool) {
     let mut from = 0;
@@ -588,7 +588,7 @@ pub fn read_all(state: BorrowedFd<'_>) -> SysResult<Vec<Event>> {
     Ok(parse(&read_all_bytes(state)?))
 }
 
-/// What a restart rebuilds (PROTOCOL.md §7, §9): the snapshot of the removed files, with every
+/// What a restart rebuilds (docs/SPEC.md §7, §9): the snapshot of the removed files, with every
 /// line still in a journal file replayed on top.
 pub fn load(state: BorrowedFd<'_>) -> SysResult<Replay> {
     let mut r = load_snapshot(state)?.replay;
@@ -628,7 +628,7 @@ pub struct LastRun {
     pub exit_code: Option<i32>,
     /// The signal that killed it, if any.
     pub signal: Option<i32>,
-    /// Why it ended (`run.exited`'s `reason`, PROTOCOL.md §5); null while live or when the
+    /// Why it ended (`run.exited`'s `reason`, docs/SPEC.md §5); null while live or when the
     /// journal does not say (an interrupted run).
     #[serde(default)]
     pub reason: Option<String>,

@@ -1,4 +1,4 @@
-//! The scheduler (PROTOCOL.md §5–§9): turns triggers from the filesystem into runs of agents.
+//! The scheduler (docs/SPEC.md §5–§9): turns triggers from the filesystem into runs of agents.
 //!
 //! Shape (STYLE.md habits 7, 8): [`Scheduler`] is a handle; [`Scheduler::trigger`] never blocks
 //! (a bounded channel and `try_send`; a full channel is journaled and the state re-derived from
@@ -102,7 +102,7 @@ pub(crate) enum Msg {
         run_id: String,
         status: Result<std::process::ExitStatus, String>,
     },
-    /// The auto-commit after a run's exit is over (PROTOCOL.md §11; `commit.rs`).
+    /// The auto-commit after a run's exit is over (docs/SPEC.md §11; `commit.rs`).
     Committed {
         smith: SmithIdx,
         run_id: String,
@@ -111,7 +111,7 @@ pub(crate) enum Msg {
     /// Journal an event found off the scheduler thread (with its hooks): `run.output_dropped`
     /// from the output pump.
     Journal(Box<Event>),
-    /// Apply a reloaded `config.json` (`smithfs reload`, SIGHUP; PROTOCOL.md §6): the sections
+    /// Apply a reloaded `config.json` (`smithfs reload`, SIGHUP; docs/SPEC.md §6): the sections
     /// that changed are journaled as `config.reloaded`.
     Reload {
         config: Box<Config>,
@@ -134,7 +134,7 @@ pub(crate) struct Shared {
     /// A trigger was dropped since the last rescan.
     overflow: AtomicBool,
     journal: Arc<Journal>,
-    /// The `access.denied` rate limit (PROTOCOL.md §7), applied before the bounded queue,
+    /// The `access.denied` rate limit (docs/SPEC.md §7), applied before the bounded queue,
     /// which a denial storm would otherwise fill.
     denials: Mutex<denials::DenialLimiter>,
     /// Smiths with a live run. Leaf lock; written by the scheduler thread when a run starts or
@@ -280,7 +280,7 @@ impl crate::fs::Scheduling for Link {
 }
 
 impl Link {
-    /// Hand a reloaded configuration to the scheduler (`smithfs reload`, SIGHUP; PROTOCOL.md
+    /// Hand a reloaded configuration to the scheduler (`smithfs reload`, SIGHUP; docs/SPEC.md
     /// §6); `changed` names the sections that differ (`agent`, `hooks` …), journaled with
     /// `config.reloaded` once applied. Never blocks.
     ///
@@ -417,7 +417,7 @@ impl Scheduler {
         String::from_utf8(self.status_json()).unwrap_or_default()
     }
 
-    /// The current `status.json` value (PROTOCOL.md §7).
+    /// The current `status.json` value (docs/SPEC.md §7).
     pub fn status(&self) -> Arc<serde_json::Value> {
         self.shared.status.lock().clone()
     }

@@ -1,4 +1,4 @@
-//! The output pump (PROTOCOL.md §5, §8; docs/PROTOCOL-NOTES.md L17): a run's stdout and stderr
+//! The output pump (docs/SPEC.md §5, §8; docs/PROTOCOL-NOTES.md L17): a run's stdout and stderr
 //! (and a hook's) go into a pipe, and one thread drains every pipe into its log —
 //! `conversations/<run-id>/messages.log`, `.smithfs-state/hooks.log` — so that what a run
 //! prints is bounded like anything else it writes: charged to its smith's storage quota and

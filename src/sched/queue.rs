@@ -1,4 +1,4 @@
-//! The pure scheduling model (PROTOCOL.md §5): per-smith state, the FIFO of pending runs, the
+//! The pure scheduling model (docs/SPEC.md §5): per-smith state, the FIFO of pending runs, the
 //! `max_concurrent` limit, the end-of-run rule, `children.settled` and cancel. No clocks, no
 //! files, no processes: the executor (`sched::exec`) feeds it facts (a trigger, a run's end and
 //! whether `outbox/result.md` exists) and acts on what it answers. "What runs next" is
@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 
 use crate::tree::model::SmithIdx;
 
-/// The state shown by `status` (PROTOCOL.md §5).
+/// The state shown by `status` (docs/SPEC.md §5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum State {
     /// Registered, nothing to do.
@@ -70,7 +70,7 @@ impl State {
     }
 }
 
-/// Why a run starts: `SMITH_WAKE` (PROTOCOL.md §5).
+/// Why a run starts: `SMITH_WAKE` (docs/SPEC.md §5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Wake {
     /// A task arrived in its inbox.
@@ -159,7 +159,7 @@ pub enum RunEnd {
     NotStarted,
 }
 
-/// What the end-of-run rule decided (PROTOCOL.md §5).
+/// What the end-of-run rule decided (docs/SPEC.md §5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
     /// The result exists: done.
@@ -438,7 +438,7 @@ impl Queue {
         true
     }
 
-    /// `smithfs retry` (PROTOCOL.md §6): a failed or cancelled `s` with nothing running or
+    /// `smithfs retry` (docs/SPEC.md §6): a failed or cancelled `s` with nothing running or
     /// pending gets a fresh run with [`Wake::Retry`] (its failure count reset, its parent no
     /// longer settled, as a new task does). Returns false (and changes nothing) for an unknown
     /// smith or one in any other state.

@@ -1,4 +1,4 @@
-//! Starting processes (PROTOCOL.md §5): an agent run or a user hook, in its own session and
+//! Starting processes (docs/SPEC.md §5): an agent run or a user hook, in its own session and
 //! process group, bound before it executes anything, with only fds 0–2 open.
 //!
 //! Binding: in cgroup mode the child is created directly in its cgroup (the smith's for a run,
@@ -22,7 +22,7 @@ use crate::process::confine::Confinement;
 use crate::process::spawn::{self, Process, Spawn};
 use crate::tree::model::SmithIdx;
 
-/// How runs are bound to their smith; implemented by the identity resolver (PROTOCOL.md §2).
+/// How runs are bound to their smith; implemented by the identity resolver (docs/SPEC.md §2).
 /// Every method is called from the scheduler's threads, never from a FUSE thread.
 pub trait RunBinder: Send + Sync {
     /// cgroup mode: a descriptor of the cgroup directory that processes bound as `to` are
@@ -34,13 +34,13 @@ pub trait RunBinder: Send + Sync {
     /// registers it; cgroup mode, if `clone3` refused the cgroup, moves it in). An error
     /// aborts the run before it executes anything.
     fn bind_pid(&self, pid: u32, smith: SmithIdx) -> io::Result<()>;
-    /// Bind `pid` (a user hook) as the operator (PROTOCOL.md §5: hooks are bound as the
+    /// Bind `pid` (a user hook) as the operator (docs/SPEC.md §5: hooks are bound as the
     /// operator), on the same terms as [`RunBinder::bind_pid`]. Default: nothing.
     fn bind_operator_pid(&self, _pid: u32) -> io::Result<()> {
         Ok(())
     }
     /// Whether a process bound as `to` must also be placed by [`RunBinder::place_pid`] before
-    /// it executes anything (cgroup limits on cgroup v1, PROTOCOL.md §5). Default: no.
+    /// it executes anything (cgroup limits on cgroup v1, docs/SPEC.md §5). Default: no.
     fn needs_placing(&self, _to: BindTo) -> bool {
         false
     }
@@ -50,7 +50,7 @@ pub trait RunBinder: Send + Sync {
         Ok(())
     }
     /// The oom-kill counter of `smith`'s own cgroup (`None`: no memory limit), read at a run's
-    /// start and end to tell a run the memory limit killed (PROTOCOL.md §5 `reason: oom`).
+    /// start and end to tell a run the memory limit killed (docs/SPEC.md §5 `reason: oom`).
     fn oom_kills(&self, _smith: SmithIdx) -> Option<u64> {
         None
     }
@@ -236,7 +236,7 @@ pub fn launch(l: Launch<'_>, binder: &dyn RunBinder) -> io::Result<Started> {
     })
 }
 
-/// `conversations/<run-id>/meta.json` (PROTOCOL.md §5).
+/// `conversations/<run-id>/meta.json` (docs/SPEC.md §5).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Meta {
     /// The run id.
@@ -270,7 +270,7 @@ pub struct Meta {
     /// Why it could not start, if it did not.
     pub error: Option<String>,
     /// Processes of the smith's own cgroup the OOM killer killed during the run (a memory
-    /// limit is set and it killed some; PROTOCOL.md §5).
+    /// limit is set and it killed some; docs/SPEC.md §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oom_kills: Option<u64>,
 }

@@ -1,6 +1,6 @@
 //! Facts the scheduler reads from the backing store (never through the mount): a smith's newest
 //! task, whether it has a result; and the one copy it makes,
-//! `results/final.md` (PROTOCOL.md §5, §9).
+//! `results/final.md` (docs/SPEC.md §5, §9).
 
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -51,10 +51,10 @@ pub fn task_time(root: BorrowedFd<'_>, rel_dir: &str, name: &str) -> Option<Syst
     is_reg(&st).then(|| ctime(&st))
 }
 
-/// The longest task name that triggers, in bytes (PROTOCOL.md §5).
+/// The longest task name that triggers, in bytes (docs/SPEC.md §5).
 pub const MAX_TASK_NAME: usize = 255;
 
-/// What an inbox name is to the scheduler (PROTOCOL.md §5).
+/// What an inbox name is to the scheduler (docs/SPEC.md §5).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TaskName {
     /// `task-[A-Za-z0-9][A-Za-z0-9._-]*.md`, at most 255 bytes: it triggers.
@@ -67,7 +67,7 @@ pub enum TaskName {
     Other,
 }
 
-/// Classify the inbox name `name` (raw bytes, not necessarily UTF-8) per PROTOCOL.md §5: only
+/// Classify the inbox name `name` (raw bytes, not necessarily UTF-8) per docs/SPEC.md §5: only
 /// `task-[A-Za-z0-9][A-Za-z0-9._-]*\.md` of at most [`MAX_TASK_NAME`] bytes triggers, so no
 /// name that reaches a hook, an agent's environment or a placeholder can carry shell syntax.
 pub fn classify_task_name(name: &[u8]) -> TaskName {
@@ -115,7 +115,7 @@ fn describe_byte(b: u8) -> String {
     }
 }
 
-/// Is `name` a task name that triggers (PROTOCOL.md §5)?
+/// Is `name` a task name that triggers (docs/SPEC.md §5)?
 pub fn is_task_name(name: &[u8]) -> bool {
     classify_task_name(name) == TaskName::Valid
 }
@@ -164,7 +164,7 @@ fn result_stat(root: BorrowedFd<'_>, rel_dir: &str) -> Option<libc::stat> {
         .ok()
 }
 
-/// What `<rel_dir>/outbox/result.md` is (PROTOCOL.md §5: only a regular file is a result).
+/// What `<rel_dir>/outbox/result.md` is (docs/SPEC.md §5: only a regular file is a result).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ResultFile {
     /// No such name.
@@ -218,7 +218,7 @@ pub enum CopyFinalError {
 /// `final.md` already has that content. Returns what it wrote ([`FinalCopied`], for cache
 /// invalidation), `None` when nothing changed.
 ///
-/// The copy streams and keeps holes ([`backing::copy_atomic`], PROTOCOL.md §9): a sparse result
+/// The copy streams and keeps holes ([`backing::copy_atomic`], docs/SPEC.md §9): a sparse result
 /// costs the daemon no memory and the store only its data.
 ///
 /// # Errors

@@ -1,4 +1,4 @@
-//! Pure views of the scheduler's files for the CLI (PROTOCOL.md §6, §7): the `status.json`
+//! Pure views of the scheduler's files for the CLI (docs/SPEC.md §6, §7): the `status.json`
 //! document, the status tree, journal lines for humans, and `wait`'s verdict.
 
 use std::time::SystemTime;
@@ -8,14 +8,14 @@ use serde::{Deserialize, Serialize};
 use super::journal::LastRun;
 use super::queue::State;
 
-/// `status.json` (PROTOCOL.md §7).
+/// `status.json` (docs/SPEC.md §7).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatusDoc {
     /// Every smith, parents before children.
     pub smiths: Vec<SmithRow>,
     /// Whether `agent.command` is configured (without it tasks wait).
     pub agent_configured: bool,
-    /// The `limits` in force (PROTOCOL.md §8; a reload changes them, §6). Absent in a
+    /// The `limits` in force (docs/SPEC.md §8; a reload changes them, §6). Absent in a
     /// `status.json` of an older daemon.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<crate::config::Limits>,
@@ -32,7 +32,7 @@ pub struct SmithRow {
     pub level: u8,
     /// `idle queued running waiting done failed cancelled`.
     pub state: String,
-    /// When the smith entered its current state (RFC 3339; PROTOCOL.md §7).
+    /// When the smith entered its current state (RFC 3339; docs/SPEC.md §7).
     #[serde(default)]
     pub state_since: Option<String>,
     /// Runs started.

@@ -1,7 +1,7 @@
 //! cgroup v2 primitives (Linux): where the caller's own cgroup is, a cgroup directory and the
 //! few operations on it (create, move a process in, list, signal, kill, claim, remove), and the
 //! names of a daemon's parent cgroup. The tree smithfs builds from them, and what it means, is
-//! [`crate::identity::cgroup`]'s (PROTOCOL.md §2, cgroup mode) and [`crate::limits::cgroup`]'s.
+//! [`crate::identity::cgroup`]'s (docs/SPEC.md §2, cgroup mode) and [`crate::limits::cgroup`]'s.
 //!
 //! **Ownership.** The daemon holds an exclusive `flock` on its parent directory for its whole
 //! life ([`Cgroup::claim`]); the kernel drops it when the daemon dies. A parent nobody holds

@@ -1,4 +1,4 @@
-//! Pure parsers for the `/proc` files that identity resolution reads (PROTOCOL.md §2): a process's
+//! Pure parsers for the `/proc` files that identity resolution reads (docs/SPEC.md §2): a process's
 //! `stat` (parent, process group, start time — the key that keeps a recycled pid from inheriting an
 //! identity), `status` (thread group, pid namespaces, credentials), `cgroup` (the smith's cgroup in
 //! cgroup mode) and `mountinfo` (to find smithfs's own FUSE mounts).

@@ -1,4 +1,4 @@
-//! Pure model of the smith tree (PROTOCOL.md §1, §4): smith indices, full ids and the
+//! Pure model of the smith tree (docs/SPEC.md §1, §4): smith indices, full ids and the
 //! child-name rules.
 //!
 //! A *full id* is `smith-root` followed by zero or more `/smith-NNN` (`smith-root/smith-001`);
@@ -34,7 +34,7 @@ pub const DEFAULT_MAX_CHILDREN: u32 = 5;
 /// EINVAL).
 ///
 /// Valid: `smith-` followed by three or more ASCII digits and nothing else (no sign, no spaces),
-/// whose value fits in a `u32`. `smith-000` is a valid name, as PROTOCOL.md §4 rule 3 reads (three
+/// whose value fits in a `u32`. `smith-000` is a valid name, as docs/SPEC.md §4 rule 3 reads (three
 /// digits, and 0 is above every number a smith without children has used); the scheduler and
 /// `why` still suggest `smith-001` first (docs/PROTOCOL-NOTES.md). Extra leading
 /// zeros are accepted (`smith-0042` is 42, as "three or more digits" allows); the strictly

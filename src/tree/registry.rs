@@ -1,11 +1,11 @@
 //! The smith registry: every smith dir smithfs made or found, with its place in the tree
-//! (PROTOCOL.md §1). A directory is a smith dir because it is registered here — by the scaffold
+//! (docs/SPEC.md §1). A directory is a smith dir because it is registered here — by the scaffold
 //! or the start-up scan — never because of its name.
 //!
 //! Smith dirs are known by their backing inode number, so a decision finds "is this directory a
 //! smith dir?" with one hash lookup and no path. Lock order: `Registry::inner` is a leaf lock;
 //! a family lock (`Registry::family`) is taken before `inner` and held across the scaffold's
-//! syscalls, serialising the mkdirs of one parent (PROTOCOL.md §4).
+//! syscalls, serialising the mkdirs of one parent (docs/SPEC.md §4).
 
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
@@ -58,7 +58,7 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// The `status.json` document (PROTOCOL.md §7) of the registered tree with every smith idle,
+    /// The `status.json` document (docs/SPEC.md §7) of the registered tree with every smith idle,
     /// no runs and no result: what `.smithfs/status.json` serves before the scheduler has
     /// published, or on a mount without a scheduler. Shape: `{"smiths": [{"full_id", "parent",
     /// "level", "state", "runs", "has_result", "last_run"}], "agent_configured"}`.
@@ -251,7 +251,7 @@ impl Registry {
             .collect()
     }
 
-    /// The lock that serialises creating children of `idx` (PROTOCOL.md §4).
+    /// The lock that serialises creating children of `idx` (docs/SPEC.md §4).
     pub fn family(&self, idx: SmithIdx) -> Arc<Mutex<()>> {
         self.families.lock().entry(idx).or_default().clone()
     }

@@ -1,10 +1,10 @@
-//! The scaffold as a pure plan: what a new smith dir contains (PROTOCOL.md §1, §4) and the root
+//! The scaffold as a pure plan: what a new smith dir contains (docs/SPEC.md §1, §4) and the root
 //! task file. The child-name rules and full ids are the tree model's (`super::model`), re-exported
 //! here for the plan's callers.
 //!
 //! Nothing here touches the disk. The daemon's backing-store module applies a [`Plan`] under a
 //! temporary name and renames the finished directory into place, so no half-made child is ever
-//! visible (PROTOCOL.md §4, §9). `smithfs init` uses the same plan for `smith-root`.
+//! visible (docs/SPEC.md §4, §9). `smithfs init` uses the same plan for `smith-root`.
 
 use std::path::{Path, PathBuf};
 
@@ -71,7 +71,7 @@ pub struct Plan {
     pub entries: Vec<PlanEntry>,
 }
 
-/// Plans the smith dir of `full_id` (PROTOCOL.md §4): the areas `inbox/ private/ outbox/ children/
+/// Plans the smith dir of `full_id` (docs/SPEC.md §4): the areas `inbox/ private/ outbox/ children/
 /// conversations/`, `.claude/skills/` with every skill of `t` below it, `smith.md` and
 /// `private/START_HERE.md` rendered with `{SMITH_ID}` = its short id, `{PARENT_ID}` = the parent's
 /// full id or `none`, `{LEVEL}` = its level, `{FULL_ID}` = `full_id` and `{SMITH_DIR}` = the

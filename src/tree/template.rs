@@ -1,4 +1,4 @@
-//! Strict template rendering and the template set used by the scaffold (PROTOCOL.md §1, §4).
+//! Strict template rendering and the template set used by the scaffold (docs/SPEC.md §1, §4).
 //!
 //! # Placeholder syntax
 //!
@@ -18,7 +18,7 @@
 //! - The text is scanned left to right and the first rule that matches at a position wins (the
 //!   escape before the placeholder), so `{{{A}}}` is `{` + `{{A}}` + `}` → `{{A}}`.
 //!
-//! Skills (`templates/skills/**`) are copied verbatim and never rendered (PROTOCOL.md §4 says
+//! Skills (`templates/skills/**`) are copied verbatim and never rendered (docs/SPEC.md §4 says
 //! "copied"), so they may contain any braces.
 //!
 //! This module is pure: [`Templates::with_overrides`] takes a reader closure and never touches the
@@ -27,13 +27,13 @@
 use std::fmt;
 use std::path::{Component, Path};
 
-/// Name of the smith definition template, relative to `templates/` (PROTOCOL.md §1).
+/// Name of the smith definition template, relative to `templates/` (docs/SPEC.md §1).
 pub const SMITH_MD: &str = "smith.md";
-/// Name of the task template, relative to `templates/` (PROTOCOL.md §1).
+/// Name of the task template, relative to `templates/` (docs/SPEC.md §1).
 pub const TASK_MD: &str = "task.md";
-/// Name of the start guide template, relative to `templates/` (PROTOCOL.md §1, §4).
+/// Name of the start guide template, relative to `templates/` (docs/SPEC.md §1, §4).
 pub const START_HERE_MD: &str = "START_HERE.md";
-/// Directory of skills, relative to `templates/`; each skill is `skills/<name>/…` (PROTOCOL.md §1).
+/// Directory of skills, relative to `templates/`; each skill is `skills/<name>/…` (docs/SPEC.md §1).
 pub const SKILLS_DIR: &str = "skills";
 /// Name of the bundled skill (`skills/agent-smith/SKILL.md`).
 pub const BUILTIN_SKILL_NAME: &str = "agent-smith";
@@ -93,7 +93,7 @@ pub enum TemplateError {
         /// The offending path, as given.
         path: String,
     },
-    /// An argument to the scaffold does not fit PROTOCOL.md §1 (e.g. `full_id` does not end in
+    /// An argument to the scaffold does not fit docs/SPEC.md §1 (e.g. `full_id` does not end in
     /// `smith_id`, or `level` is not the depth of `full_id`).
     #[error("{what} = {value:?}: {reason}")]
     BadArgument {

@@ -1,4 +1,4 @@
-//! How smithfs runs git (PROTOCOL.md §11): with its configuration isolated, so that no git smithfs or
+//! How smithfs runs git (docs/SPEC.md §11): with its configuration isolated, so that no git smithfs or
 //! the operator's commands run (scaffold, `diff`, `accept`, the auto-commit) executes anything a smith
 //! configured — hooks, `core.fsmonitor`, `diff.external`, textconv and filter drivers from a
 //! repository's `.git/config` (and what it includes) or `.gitattributes`.
@@ -12,7 +12,7 @@
 use std::ffi::OsStr;
 use std::process::Command;
 
-/// The environment of every git smithfs runs: what to set (PROTOCOL.md §11).
+/// The environment of every git smithfs runs: what to set (docs/SPEC.md §11).
 pub const ENV_SET: [(&str, &str); 6] = [
     ("GIT_CONFIG_NOSYSTEM", "1"),
     ("GIT_CONFIG_GLOBAL", "/dev/null"),
@@ -142,7 +142,7 @@ pub fn isolated_args(extra: &[String]) -> Vec<String> {
     v
 }
 
-/// The oldest git a parent's `git pull` from a child is safe with (PROTOCOL.md §11: it runs nothing the
+/// The oldest git a parent's `git pull` from a child is safe with (docs/SPEC.md §11: it runs nothing the
 /// child configured): 2.45.1, which fixed the local-clone and local-fetch code execution of
 /// CVE-2024-32002/32004/32465 (the backports 2.39.4, 2.40.2, 2.41.1, 2.42.2, 2.43.4 and 2.44.1 count).
 pub const SAFE_PULL_VERSIONS: [(u32, u32, u32); 7] = [

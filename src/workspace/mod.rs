@@ -1,4 +1,4 @@
-//! Workspaces (PROTOCOL.md §11): the user's project as `project.git/` at the mount root and, in every
+//! Workspaces (docs/SPEC.md §11): the user's project as `project.git/` at the mount root and, in every
 //! smith dir, `workspace/` — a git work tree with a repository of its own whose objects borrow from
 //! `project.git` through a relative `objects/info/alternates`, on the branch `smith/NAME`.
 //!
@@ -21,13 +21,13 @@ use std::process::{Command, Stdio};
 
 use crate::tree::scaffold_plan::{smith_dir_rel, PlanEntry, DIR_MODE, FILE_MODE};
 
-/// The area's name in a smith dir (PROTOCOL.md §1).
+/// The area's name in a smith dir (docs/SPEC.md §1).
 pub const AREA: &str = "workspace";
-/// The shared bare repository at the mount root (PROTOCOL.md §1, §11).
+/// The shared bare repository at the mount root (docs/SPEC.md §1, §11).
 pub const PROJECT_GIT: &str = "project.git";
 
 /// The branch of `full_id`'s workspace: `smith/` and the full id with `/` written as `.`
-/// (`smith-root/smith-001` → `smith/smith-root.smith-001`; PROTOCOL.md §11). Pure.
+/// (`smith-root/smith-001` → `smith/smith-root.smith-001`; docs/SPEC.md §11). Pure.
 pub fn branch(full_id: &str) -> String {
     format!("smith/{}", full_id.replace('/', "."))
 }
@@ -246,7 +246,7 @@ impl GitRun<'_> {
 /// worker per CPU (`0`), used from git's default threshold of 100 files (docs/PROTOCOL-NOTES.md W12).
 pub const PARALLEL_CHECKOUT: &str = "checkout.workers=0";
 
-/// What a new workspace starts from (PROTOCOL.md §11).
+/// What a new workspace starts from (docs/SPEC.md §11).
 #[derive(Clone, Copy, Debug)]
 pub enum Base<'a> {
     /// The root's: this commit of `project.git` (REV resolved by `init`).

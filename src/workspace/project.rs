@@ -1,4 +1,4 @@
-//! `init --repo PATH [--rev REV]` (PROTOCOL.md §6, §11): check the user's repository, make
+//! `init --repo PATH [--rev REV]` (docs/SPEC.md §6, §11): check the user's repository, make
 //! `project.git` with `git clone --bare --local`, and keep DIR out of PATH's status through its
 //! `.git/info/exclude`. Runs in the CLI on a directory that is not mounted, with plain paths.
 
@@ -47,7 +47,7 @@ fn git_in(dir: &Path, args: &[&str]) -> Result<String, String> {
 /// Check PATH and REV for `init DIR` (all absolute): PATH is a git repository outside DIR and REV
 /// names a commit of it. Creates nothing.
 ///
-/// Errors (one line each, PROTOCOL.md §11): PATH is not a git repository; PATH lies inside DIR;
+/// Errors (one line each, docs/SPEC.md §11): PATH is not a git repository; PATH lies inside DIR;
 /// REV is unknown.
 pub fn check(repo: &Path, rev: &str, dir: &Path) -> Result<Checked, String> {
     if !repo.is_dir() {
@@ -166,7 +166,7 @@ pub fn make_project_git(c: &Checked, dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Add DIR to PATH's `info/exclude` when DIR lies inside PATH's work tree (once; PROTOCOL.md §11).
+/// Add DIR to PATH's `info/exclude` when DIR lies inside PATH's work tree (once; docs/SPEC.md §11).
 /// Returns whether a line was added.
 ///
 /// Errors: the exclude file cannot be read or written.

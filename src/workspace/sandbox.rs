@@ -1,4 +1,4 @@
-//! A Landlock sandbox for the daemon's git when it reads a smith's repository (PROTOCOL.md §3, §11;
+//! A Landlock sandbox for the daemon's git when it reads a smith's repository (docs/SPEC.md §3, §11;
 //! docs/PROTOCOL-NOTES.md W16).
 //!
 //! A child's workspace starts from its parent's `HEAD` commit, fetched out of the parent's

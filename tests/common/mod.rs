@@ -234,7 +234,7 @@ pub fn whoami_of(mount: &Path, full: &str) -> Vec<(String, String)> {
     smithfs::cli::whoami::parse_pairs(&out)
 }
 
-/// `storage bytes` and `storage inodes` of `full`'s whoami (PROTOCOL.md §7, §8); panics when
+/// `storage bytes` and `storage inodes` of `full`'s whoami (docs/SPEC.md §7, §8); panics when
 /// whoami has no such lines (no quota in force).
 pub fn storage_of(mount: &Path, full: &str) -> (u64, u64) {
     let w = whoami_of(mount, full);
@@ -653,7 +653,7 @@ pub fn snapshot(root: &Path) -> std::collections::BTreeMap<String, SnapEntry> {
 }
 
 /// What the store holds as files: a mount's root seen through the mount minus the virtual
-/// control directory `.smithfs/` (PROTOCOL.md §7, never stored), or the backing store minus
+/// control directory `.smithfs/` (docs/SPEC.md §7, never stored), or the backing store minus
 /// `.smithfs-state/` (never visible).
 pub fn store_view(root: &Path) -> std::collections::BTreeMap<String, SnapEntry> {
     snapshot_without(root, &[".smithfs", ".smithfs-state"])

@@ -6,7 +6,7 @@
 //! Every test uses exactly the `config.json` that `smithfs init --agent X` writes (checked
 //! unchanged after the run); the only additions are the variables that point the CLI at the
 //! model server (base URL, a dummy key, a private config home, PATH to the installed CLI),
-//! given through **the daemon's environment** (the `smithfs mount` process; PROTOCOL.md §5:
+//! given through **the daemon's environment** (the `smithfs mount` process; docs/SPEC.md §5:
 //! runs get the daemon's environment first), never through `agent.env`.
 //!
 //! A CLI that is not installed makes its test fail with the reason (`target/agent-clis/FAILED`
@@ -574,7 +574,7 @@ fn tree_with(cli: &str) {
 /// The marker of the commit the CLI makes in its workspace (`model_server.py`'s WORKSPACE_MARKER).
 const WORKSPACE_MARKER: &str = "ws-commit-3e8d";
 
-/// A real CLI in a workspace (PROTOCOL.md §11, docs/AGENTS.md §5): it edits a file in
+/// A real CLI in a workspace (docs/SPEC.md §11, docs/AGENTS.md §5): it edits a file in
 /// `workspace/` and commits it with its own `git`. `edit` changes one string of the shipped
 /// `agent.command` first (e.g. Codex's sandbox), `None` runs the shipped config. The commit is on
 /// the smith's branch, authored by the smith's full id, and the auto-commit finds nothing to do.

@@ -1,4 +1,4 @@
-//! Hardening (issue 10, PROTOCOL.md §5, §7, §9) with real processes on real mounts: hostile task
+//! Hardening (issue 10, docs/SPEC.md §5, §7, §9) with real processes on real mounts: hostile task
 //! names never reach a shell and are journaled as `task.ignored`; hooks read every value a smith
 //! can influence from their environment; the `smithfs run` keeper survives every catchable
 //! signal; the journal stays bounded under a denial storm and a restart after rotation still

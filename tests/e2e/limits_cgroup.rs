@@ -1,4 +1,4 @@
-//! cgroup limits (PROTOCOL.md §5 "Resource limits", §8 `limits.per_smith` / `limits.per_subtree`)
+//! cgroup limits (docs/SPEC.md §5 "Resource limits", §8 `limits.per_smith` / `limits.per_subtree`)
 //! on real mounts with real agents: a memory hog is killed by its own limit and journaled
 //! `reason: oom`, a fork bomb gets `EAGAIN`, a busy loop is throttled, and a sibling keeps
 //! working meanwhile; limits hold across a restart; configured limits that cannot be enforced

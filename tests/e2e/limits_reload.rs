@@ -1,4 +1,4 @@
-//! `smithfs reload` (and SIGHUP) applies `limits` live (PROTOCOL.md §6, §8;
+//! `smithfs reload` (and SIGHUP) applies `limits` live (docs/SPEC.md §6, §8;
 //! docs/PROTOCOL-NOTES.md L20) on real mounts, driven by the CLI as a user would: edit
 //! config.json, reload, and the new limit holds — the scaffold's `max_children`/`max_level`,
 //! `max_open_files_per_smith`, the cgroup limits of every existing smith and of smiths made
@@ -333,7 +333,7 @@ fn reload_writes_cgroup_limits_into_every_smith_and_smiths_made_later() {
     assert!(!st.contains("pids_max"), "{st}");
 }
 
-/// Storage quotas reload live (PROTOCOL.md §6, §8; docs/PROTOCOL-NOTES.md L21): turned on, the
+/// Storage quotas reload live (docs/SPEC.md §6, §8; docs/PROTOCOL-NOTES.md L21): turned on, the
 /// books are built by a scan and count what the smith wrote before; lowered below its use, the
 /// data stays, growth gets EDQUOT and deleting still works; raised, it may grow again; turned
 /// off, nothing is refused. The counters equal a restart's scan.

@@ -1,4 +1,4 @@
-//! Storage quotas and the store's reserve (PROTOCOL.md §8) on real mounts with real agents: a
+//! Storage quotas and the store's reserve (docs/SPEC.md §8) on real mounts with real agents: a
 //! smith writing until `EDQUOT` while its siblings publish and its parent scaffolds, in cgroup
 //! and in ancestry identity mode; the counters after a storm of fallocate, truncation, sparse
 //! files, hard links, renames and unlinks of open files equal what a restart's scan finds; the

@@ -1,4 +1,4 @@
-//! The operator's command line (issue 11, PROTOCOL.md §6), driven as a user would drive the
+//! The operator's command line (issue 11, docs/SPEC.md §6), driven as a user would drive the
 //! real binary: the mount type `fuse.smithfs`, `mount -o`, the `mount.fuse.smithfs` helper
 //! under mount(8), completions, the man page, `--version`, `--help` examples, `doctor --json`.
 
@@ -20,7 +20,7 @@ fn listed(dir: &Path) -> bool {
     findmnt_smithfs().iter().any(|t| Path::new(t) == dir)
 }
 
-/// PROTOCOL.md §6: a root mount has the type `fuse.smithfs` (daemon and foreground).
+/// docs/SPEC.md §6: a root mount has the type `fuse.smithfs` (daemon and foreground).
 #[test]
 fn root_mounts_have_type_fuse_smithfs() {
     let m = TestMount::new();
@@ -146,7 +146,7 @@ fn super_options(dir: &Path) -> String {
         .to_owned()
 }
 
-/// PROTOCOL.md §6: `-o` takes fstab's options (repeatable), ignores mount(8)'s and systemd's,
+/// docs/SPEC.md §6: `-o` takes fstab's options (repeatable), ignores mount(8)'s and systemd's,
 /// refuses anything else by name (exit 2, one line), and a flag that contradicts an option is
 /// refused too (O40).
 #[test]
@@ -234,7 +234,7 @@ fn mount_fuse_smithfs_by_its_name() {
     assert_eq!(r.code, Some(2), "{r:?}");
     assert!(r.stderr.contains("-o bogus"), "{r:?}");
     assert!(!is_smithfs_mounted(&s.dir));
-    // PROTOCOL.md §6's exit codes hold for the helper too: 2 for usage, 1 for a failed mount.
+    // docs/SPEC.md §6's exit codes hold for the helper too: 2 for usage, 1 for a failed mount.
     let r = run(Command::new(&helper)
         .arg("smithfs")
         .arg(&s.dir)
@@ -293,7 +293,7 @@ impl Drop for SbinHelper {
     }
 }
 
-/// PROTOCOL.md §6: an fstab line of type `fuse.smithfs` works with mount(8) — `mount -T` on a
+/// docs/SPEC.md §6: an fstab line of type `fuse.smithfs` works with mount(8) — `mount -T` on a
 /// private fstab (never /etc/fstab) — and umount(8) ends it; a bad option in the line fails the
 /// mount, naming the option, and mounts nothing.
 #[test]

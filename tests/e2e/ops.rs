@@ -1,4 +1,4 @@
-//! Operator experience (issue 11, PROTOCOL.md §5–§7) on real mounts, driven through the CLI as
+//! Operator experience (issue 11, docs/SPEC.md §5–§7) on real mounts, driven through the CLI as
 //! a user would: short ids and exit codes, `status` (full ids, failure detail, `state_since`,
 //! columns under a pty), `logs` and `events --follow` (a new line within a second, never
 //! holding the mount busy), `retry`, the `fleet.done` hook, post-mortem reading of an
@@ -73,7 +73,7 @@ fn a_failed_smith_shows_why_in_status_logs_and_events_and_retry_reruns_it() {
     let done = done_log.path().display().to_string();
     let exits_log = tempfile::NamedTempFile::new().expect("tempfile");
     let exits = exits_log.path().display().to_string();
-    // The hooks read what they need from the environment (PROTOCOL.md §5), not from stdin.
+    // The hooks read what they need from the environment (docs/SPEC.md §5), not from stdin.
     let record = |file: &str| {
         format!(
             "printf 'event=%s full=%s run=[%s] exit=[%s] path=%s\\n' \"$SMITH_EVENT\" \"$SMITH_FULL_ID\" \"$SMITH_RUN_ID\" \"$SMITH_EXIT_CODE\" \"$SMITH_PATH\" >> {file}"
@@ -524,7 +524,7 @@ fn a_cancelled_smith_stays_cancelled_through_a_rescan() {
     assert!(s.of("result.published", Some("smith-root")).len() == 1);
 }
 
-/// An `outbox/result.md` that is a symlink is no result (PROTOCOL.md §5: a regular file
+/// An `outbox/result.md` that is a symlink is no result (docs/SPEC.md §5: a regular file
 /// completes): the run fails, and `run.exited`'s `error`, `status` and `status --json` say why
 /// (docs/PROTOCOL-NOTES.md S28); no `results/final.md` is made.
 #[test]

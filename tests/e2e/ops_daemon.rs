@@ -1,4 +1,4 @@
-//! Operator experience, the daemon's side (issue 11, PROTOCOL.md §5–§7) on real mounts:
+//! Operator experience, the daemon's side (issue 11, docs/SPEC.md §5–§7) on real mounts:
 //! `smithfs reload` and SIGHUP (a changed config.json applied without a remount, or refused
 //! whole naming the key), scheduling after a failed busy unmount, `tail -f` on
 //! `.smithfs/events.jsonl`, `events --follow` across a journal rotation.

@@ -1,4 +1,4 @@
-//! Hooks, scheduling, the CLI, status, events and restarts (PROTOCOL.md §5–§9) on real mounts
+//! Hooks, scheduling, the CLI, status, events and restarts (docs/SPEC.md §5–§9) on real mounts
 //! driven by real processes: tasks are written with the tools people use (shell redirection,
 //! `cp`, `mv`, `sed -i`, `tee`, an editor's save), the agent is a small sh script in the
 //! mount's `agents/` (`common::msched::AGENT`), and everything is observed through the mount, the

@@ -159,7 +159,7 @@ fn a_non_root_user_mounts_through_fusermount3_and_uses_the_mount() {
         .expect_ok("mount as the user");
     let (fstype, source) = mount_at(m.path()).expect("a mount after `smithfs mount`");
     assert_eq!(source, "smithfs");
-    // PROTOCOL.md §6: every mount, root or not, has the type fuse.smithfs.
+    // docs/SPEC.md §6: every mount, root or not, has the type fuse.smithfs.
     assert_eq!(fstype, "fuse.smithfs");
     let found = run(Command::new("findmnt")
         .args(["-n", "-o", "TARGET", "-t", "fuse.smithfs"])

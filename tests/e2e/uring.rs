@@ -205,7 +205,7 @@ fn identity_policy_and_passthrough_over_io_uring() {
     assert!(who.contains("operator"), "{who}");
     let out = as_root_smith(&m, &["cat", ".smithfs/whoami"]).expect_ok("whoami as smith-root");
     assert!(out.contains("smith-root"), "{out}");
-    // Policy: a smith cannot write the operator's config (PROTOCOL.md §3) — same errno as on
+    // Policy: a smith cannot write the operator's config (docs/SPEC.md §3) — same errno as on
     // /dev/fuse, and `why` explains it.
     let r = as_root_smith(&m, &["sh", "-c", "echo x >> config.json; cat .smithfs/why"]);
     assert!(r.stderr.contains("Permission denied"), "{r:?}");

@@ -1,4 +1,4 @@
-//! Workspaces (PROTOCOL.md §11) on real mounts, in both identity modes: `init --repo` and its bad
+//! Workspaces (docs/SPEC.md §11) on real mounts, in both identity modes: `init --repo` and its bad
 //! input, `project.git`, every smith's `workspace/` (branch, `user.name`, `smithfs.base`, alternates,
 //! a child's base = its parent's `HEAD` commit, mid-rebase too), the rights of §3, a parent's pull,
 //! the auto-commit at run exit (`workspace.committed` / `workspace.commit_failed` with a stale index
@@ -39,7 +39,7 @@ fn make_repo(dir: &Path) -> String {
     git(dir, &["rev-parse", "HEAD"])
 }
 
-/// Identity mode of a mount (PROTOCOL.md §2).
+/// Identity mode of a mount (docs/SPEC.md §2).
 #[derive(Debug, Clone, Copy)]
 enum Mode {
     Cgroup,
@@ -457,7 +457,7 @@ both_modes!(diff_and_accept, |mode| {
         "smith-root/smith-009".into(),
     ]);
     assert_eq!(r.code, Some(2), "{}", r.stderr);
-    // Short ids (PROTOCOL.md §6): a short id only one smith has, or a unique suffix; an
+    // Short ids (docs/SPEC.md §6): a short id only one smith has, or a unique suffix; an
     // ambiguous one exits 2 with one line naming the candidates.
     w.as_smith_ok(
         "smith-root",
@@ -1042,7 +1042,7 @@ fn coder_agent_aborts_a_conflicting_merge() {
 
 // A parent's repository is the parent's to write, so whatever it plants there — a symlinked ref,
 // an alternates line, a `gitdir:` file — must not let the daemon's fetch for a new child copy in
-// another smith's work (PROTOCOL.md §3, §11; docs/PROTOCOL-NOTES.md W16).
+// another smith's work (docs/SPEC.md §3, §11; docs/PROTOCOL-NOTES.md W16).
 both_modes!(a_child_base_never_borrows_a_siblings_work, |mode| {
     let w = Ws::new(mode);
     let sib = "smiths/smith-root/children/smith-002";

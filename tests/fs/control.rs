@@ -1,4 +1,4 @@
-//! `.smithfs/`: whoami, why, status.json, and `ctl` commands (PROTOCOL.md §6, §7).
+//! `.smithfs/`: whoami, why, status.json, and `ctl` commands (docs/SPEC.md §6, §7).
 
 use std::ffi::OsStr;
 

@@ -46,7 +46,7 @@ fn setattr_follows_the_write_right() {
         mode: Some(0o600),
         ..SetAttr::default()
     };
-    // The owner reads its inbox but may not change it (PROTOCOL.md §3); the parent may.
+    // The owner reads its inbox but may not change it (docs/SPEC.md §3); the parent may.
     assert_eq!(errno(w.fs.setattr(&CHILD, task, &chmod)), Errno::EACCES);
     assert!(w.why(&CHILD).contains("inbox"), "{}", w.why(&CHILD));
     let attr = w.fs.setattr(&ROOT, task, &chmod).unwrap();

@@ -1,4 +1,4 @@
-//! Storage quotas (PROTOCOL.md §8): the books kept exact across writes, fallocate (incl.
+//! Storage quotas (docs/SPEC.md §8): the books kept exact across writes, fallocate (incl.
 //! punching holes), truncation, sparse files, hard links, renames between a smith's own areas
 //! and unlinks of open files — checked against a fresh scan of the store — and EDQUOT with a
 //! `why` beyond the limits.

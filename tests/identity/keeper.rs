@@ -1,4 +1,4 @@
-//! The keeper of ancestry mode (PROTOCOL.md §2) with real commands: it passes the exit status back
+//! The keeper of ancestry mode (docs/SPEC.md §2) with real commands: it passes the exit status back
 //! (code, or 128 + signal; 127 for a missing command) and returns only once its last descendant —
 //! including a `setsid` background orphan — is gone.
 //!

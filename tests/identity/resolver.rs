@@ -1,4 +1,4 @@
-//! The identity engine against real processes, in both modes, without FUSE (PROTOCOL.md §2):
+//! The identity engine against real processes, in both modes, without FUSE (docs/SPEC.md §2):
 //! bound trees (a double-forked orphan, a `setsid` background child, a child in a new pid namespace)
 //! stay their smith; unbound processes are the operator; unbound children of the daemon are
 //! Unknown; a recycled pid never inherits a smith.

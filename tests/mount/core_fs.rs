@@ -639,7 +639,7 @@ print(err(os.getxattr, n, "user.x"), renameat2("x", n, RENAME_EXCHANGE))
     }
     assert!(!lines[4].ends_with(" 0"), "{out}");
     assert!(!lines[4].contains("ok"), "{out}");
-    // Each refusal is a denial with its reason in `why` (PROTOCOL.md §3).
+    // Each refusal is a denial with its reason in `why` (docs/SPEC.md §3).
     let why = m.sh_ok("mkdir .smithfs-state 2>/dev/null || cat .smithfs/why");
     assert!(
         why.contains("reserved-name") && why.contains("mkdir"),
@@ -1100,7 +1100,7 @@ fn umount_then_mount_again_at_once() {
     m.sh_ok("touch still-works");
 }
 
-/// SIGTERM to the daemon unmounts cleanly (PROTOCOL.md §6): no dead mount is left, the daemon
+/// SIGTERM to the daemon unmounts cleanly (docs/SPEC.md §6): no dead mount is left, the daemon
 /// exits, and `smithfs umount` (which now asks the daemon this way) is quick.
 #[test]
 fn sigterm_to_the_daemon_unmounts_cleanly_and_umount_is_quick() {

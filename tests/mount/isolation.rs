@@ -1,4 +1,4 @@
-//! The isolation suite (issue 3, PROTOCOL.md §2–§4 and §7): real processes — bash, coreutils,
+//! The isolation suite (issue 3, docs/SPEC.md §2–§4 and §7): real processes — bash, coreutils,
 //! python3, git — bound to the smiths of a 4-level tree with `smithfs run`, under both identity
 //! mechanisms (`--identity cgroup` and `--identity ancestry`), each attempt checked for its exact
 //! errno. Every scenario is one module with a `cgroup` and an `ancestry` test, each on its own
@@ -43,7 +43,7 @@ const TREE: [&str; 7] = [ROOT, A, B, AA, AB, AAA, AAB];
 /// Python names for the smith dirs (mount-relative), in `TREE` order.
 const PY_NAMES: [&str; 7] = ["ROOT", "A", "B", "AA", "AB", "AAA", "AAB"];
 
-/// Identity mechanism of a mount (PROTOCOL.md §2).
+/// Identity mechanism of a mount (docs/SPEC.md §2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Cgroup,
@@ -1380,7 +1380,7 @@ both_modes!(child_names_and_increasing_numbers, |mode| {
 });
 
 // ---------------------------------------------------------------------------------------------
-// The operator moves idle smith dirs (PROTOCOL.md §3 structure bullet, docs/PROTOCOL-NOTES.md
+// The operator moves idle smith dirs (docs/SPEC.md §3 structure bullet, docs/PROTOCOL-NOTES.md
 // C35)
 // ---------------------------------------------------------------------------------------------
 

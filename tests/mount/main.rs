@@ -1,5 +1,5 @@
 //! Real mounts driven by real processes, the filesystem itself: every operation of the core
-//! filesystem (`core_fs`) and the access rules of PROTOCOL.md §2–§4, §7 (`isolation`). These
+//! filesystem (`core_fs`) and the access rules of docs/SPEC.md §2–§4, §7 (`isolation`). These
 //! two suites run again over FUSE over io_uring in CI (`scripts/test.sh`, stage uring). The other
 //! real-mount suites are in `tests/e2e` (issue 9: test binaries grouped by layer).
 

@@ -1,4 +1,4 @@
-//! The CLI of the scheduler (`status events wait cancel doctor`, PROTOCOL.md §6) against a
+//! The CLI of the scheduler (`status events wait cancel doctor`, docs/SPEC.md §6) against a
 //! plain directory holding the `.smithfs/` files a mount serves, filled from a real scheduler.
 //! Skipped while the subcommands are not wired into the binary.
 
@@ -131,7 +131,7 @@ fn status_events_wait_cancel() {
     assert_eq!(
         code(&["wait", &dir, "--smith", "smith-root/nope"], &[]),
         Some(2),
-        "an unknown smith is a usage error (PROTOCOL.md §6)"
+        "an unknown smith is a usage error (docs/SPEC.md §6)"
     );
     assert_eq!(code(&["wait", "/nonexistent-smithfs"], &[]), Some(1));
 

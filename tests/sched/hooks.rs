@@ -1,4 +1,4 @@
-//! User hooks (PROTOCOL.md §5, §8): the event's journal line on stdin, placeholders filled, a
+//! User hooks (docs/SPEC.md §5, §8): the event's journal line on stdin, placeholders filled, a
 //! timeout, and never a delay for runs; plus triggers handed in by the fs.
 
 use crate::common;
@@ -146,7 +146,7 @@ fn a_denial_storm_does_not_starve_other_hooks() {
         );
     });
     let s = env.start(cfg);
-    // 20 a second pass the rate limit (PROTOCOL.md §7): 40 hooks over two seconds.
+    // 20 a second pass the rate limit (docs/SPEC.md §7): 40 hooks over two seconds.
     for pid in 0..40 {
         if pid == 20 {
             std::thread::sleep(std::time::Duration::from_millis(1100));
