@@ -337,13 +337,15 @@ pub fn create_run_dir(conv: BorrowedFd<'_>, run_id: &str) -> crate::backing::Sys
     })
 }
 
-/// Write `meta` as `meta.json` in the held run dir: atomically (rename), not fsynced — it is
-/// written on the scheduler's thread between starting one run and the next, and is as durable
-/// as the journal (see [`crate::backing::write_replace`]).
-pub fn write_meta(dir: BorrowedFd<'_>, meta: &Meta) -> crate::backing::SysResult<()> {
-    let mut text = serde_json::to_vec_pretty(meta).unwrap_or_default();
-    text.push(b'\n');
-    crate::backing::write_replace(dir, c"meta.json", &text, 0o644)
+impl Meta {
+    /// `meta.json`'s content: pretty JSON with a final newline. The scheduler writes it
+    /// atomically (rename), not fsynced — between starting one run and the next, as durable as
+    /// the journal (see [`crate::backing::write_replace`]).
+    pub fn to_json(&self) -> Vec<u8> {
+        let mut text = serde_json::to_vec_pretty(self).unwrap_or_default();
+        text.push(b'\n');
+        text
+    }
 }
 
 /// The absolute path of `rel` inside the mount.
