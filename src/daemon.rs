@@ -19,11 +19,11 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use crate::backing;
 use crate::config::Config;
-use crate::fs::{BindError, FsOptions, Identities, Links, SmithFs, STATE_DIR};
+use crate::fs::{BindError, FsOptions, Identities, Ports, SmithFs, STATE_DIR};
 use crate::fuse::session::{self, KernelCache, SessionOptions};
 use crate::identity::resolve::Resolver;
 use crate::sched::runner::BindTo;
-use crate::sched::{Link, RunBinder, SchedCtx, Scheduler};
+use crate::sched::{RunBinder, SchedCtx, Scheduler, SchedulerPort};
 use crate::tree::model::{FullId, SmithIdx};
 use crate::tree::template::Templates;
 
@@ -160,7 +160,7 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
     crate::process::reaper::start();
     tracing::info!(mode = resolver.mode().as_str(), "identity resolution");
     // The scheduler's queue and the kernel cache, before the filesystem that feeds them.
-    let link = Link::open(state.as_fd(), config.journal.rotation())
+    let port = SchedulerPort::open(state.as_fd(), config.journal.rotation())
         .context("cannot start the scheduler")?;
     let kernel = KernelCache::new();
     // The limits in force, shared by the filesystem and the reloader (docs/SPEC.md §6, §8).
@@ -174,7 +174,7 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
         root.try_clone()
             .map_err(|e| anyhow!("cannot open {}: {e}", dir.display()))?,
         config.clone(),
-        link.clone(),
+        port.clone(),
         crate::reload::LimitPorts {
             live: live.clone(),
             resolver: resolver.clone(),
@@ -183,7 +183,7 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
     ));
     let grace = Duration::from_secs(config.agent.kill_grace_secs);
     let fs = Arc::new(
-        SmithFs::with_links(
+        SmithFs::with_ports(
             root,
             FsOptions {
                 mount_point: dir.to_path_buf(),
@@ -198,8 +198,8 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
                 project: config.workspace.enabled(),
             },
             binding.clone(),
-            Links {
-                sched: link.clone(),
+            Ports {
+                sched: port.clone(),
                 kernel: kernel.clone(),
                 reload: reloader.clone(),
             },
@@ -232,7 +232,7 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
     // Runs work in the mount: the scheduler starts once it is live.
     let sched = Arc::new(
         Scheduler::start_on(
-            link,
+            port,
             SchedCtx {
                 root: sched_root,
                 mount: dir.to_path_buf(),

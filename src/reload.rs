@@ -11,7 +11,7 @@
 //! cannot be enforced with `mount`'s line and writes back the old ones if a write fails), then
 //! the mount's live limits are replaced ([`LiveLimits::set`]: the scaffold's, the open files
 //! per smith, the storage quotas). Last the scheduler is handed the new configuration
-//! ([`crate::sched::Link::reload`]), which applies the rest and journals `config.reloaded` with
+//! ([`crate::sched::SchedulerPort::reload`]), which applies the rest and journals `config.reloaded` with
 //! the sections that changed. A refusal is logged and journaled as `config.reload_failed` (with
 //! `error`), and the daemon keeps what it had (docs/PROTOCOL-NOTES.md O12, L20).
 
@@ -26,7 +26,7 @@ use crate::config::Config;
 use crate::daemon::DaemonOptions;
 use crate::identity::resolve::Resolver;
 use crate::limits::live::{LiveLimits, Snapshot};
-use crate::sched::{Event, Link};
+use crate::sched::{Event, SchedulerPort};
 
 /// The sections of config.json a reload applies, in §8 order, as `config.reloaded` names them.
 /// `hook_timeout_secs` is reported as `hooks`.
@@ -110,7 +110,7 @@ pub struct Reloader {
     root: OwnedFd,
     /// The configuration in force. Held across a reload: reloads are serialised.
     current: Mutex<Config>,
-    link: Arc<Link>,
+    port: Arc<SchedulerPort>,
     limits: LimitPorts,
 }
 
@@ -126,13 +126,13 @@ pub struct LimitPorts {
 
 impl Reloader {
     /// A reloader of the mount `dir` (mounted with `opts`) whose configuration in force is
-    /// `current`, handing new configurations to the scheduler through `link`.
+    /// `current`, handing new configurations to the scheduler through `port`.
     pub fn new(
         dir: PathBuf,
         opts: DaemonOptions,
         root: OwnedFd,
         current: Config,
-        link: Arc<Link>,
+        port: Arc<SchedulerPort>,
         limits: LimitPorts,
     ) -> Reloader {
         Reloader {
@@ -140,7 +140,7 @@ impl Reloader {
             opts,
             root,
             current: Mutex::new(current),
-            link,
+            port,
             limits,
         }
     }
@@ -171,7 +171,7 @@ impl Reloader {
                 ev.path = Some("config.json".into());
                 ev.rule = Some(format!("limits.per_smith.{key}"));
                 ev.error = Some(msg);
-                if let Err(e) = self.link.journal().append(&ev) {
+                if let Err(e) = self.port.journal().append(&ev) {
                     tracing::error!("cannot append to the journal: {e}");
                 }
             }
@@ -197,7 +197,7 @@ impl Reloader {
                 } else {
                     Some(self.apply_limits(&current.limits, &new.limits)?)
                 };
-                if let Err(e) = self.link.reload(new.clone(), changed.clone()) {
+                if let Err(e) = self.port.reload(new.clone(), changed.clone()) {
                     if let Some(was) = was {
                         // Put the limits back as they were: the reload is refused whole.
                         let back = self.apply_limits(&new.limits, &current.limits);
@@ -218,7 +218,7 @@ impl Reloader {
                 let mut ev = Event::new("config.reload_failed", None);
                 ev.path = Some("config.json".into());
                 ev.error = Some(e.clone());
-                if let Err(e) = self.link.journal().append(&ev) {
+                if let Err(e) = self.port.journal().append(&ev) {
                     tracing::error!("cannot append to the journal: {e}");
                 }
             }

@@ -2,7 +2,7 @@
 //! the scheduler's queue from outside it. The fs detects completions (a handle released after
 //! write access, `O_TRUNC` or `O_CREAT`; a rename or link onto the name), registry changes,
 //! denials and `ctl`'s `cancel`, and hands one of these to its scheduler link
-//! ([`crate::fs::Scheduling::trigger`], implemented by [`crate::sched::Link`]), which never
+//! ([`crate::fs::Scheduling::trigger`], implemented by [`crate::sched::SchedulerPort`]), which never
 //! blocks. A leaf: it names only tree types.
 
 use crate::tree::model::SmithIdx;

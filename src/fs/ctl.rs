@@ -31,12 +31,12 @@ impl SmithFs {
                     format!("no denial recorded for {}\n", self.identity_name(who)).into_bytes()
                 }
             },
-            ControlFile::Status => match self.links.sched.status_json() {
+            ControlFile::Status => match self.ports.sched.status_json() {
                 Some(s) => s.into_bytes(),
                 None => self.plain_status().into_bytes(),
             },
             // Served live from the journal when there is one (`read_control`).
-            ControlFile::Events if self.links.sched.journal_end().is_some() => Vec::new(),
+            ControlFile::Events if self.ports.sched.journal_end().is_some() => Vec::new(),
             ControlFile::Events => journal_lines(
                 // Across the rotated files, oldest first (docs/SPEC.md §7).
                 &crate::sched::journal::read_all_bytes(self.state.as_fd()).unwrap_or_default(),
@@ -57,7 +57,7 @@ impl SmithFs {
     /// the others, whose content is made at open (docs/PROTOCOL-NOTES.md O13).
     pub(super) fn control_size(&self, f: ControlFile) -> u64 {
         match f {
-            ControlFile::Events => self.links.sched.journal_end().unwrap_or(0),
+            ControlFile::Events => self.ports.sched.journal_end().unwrap_or(0),
             ControlFile::DaemonLog => backing::stat_at(self.state.as_fd(), DAEMON_LOG)
                 .map_or(0, |st| st.st_size.max(0) as u64),
             _ => 0,
@@ -83,7 +83,7 @@ impl SmithFs {
                     o => Some(o),
                 };
                 let at = offset + origin.unwrap_or(0);
-                if let Some(got) = self.links.sched.journal_read(at, size as usize) {
+                if let Some(got) = self.ports.sched.journal_read(at, size as usize) {
                     let (start, bytes) = got?;
                     match origin {
                         None => h.origin.store(start, Ordering::Relaxed),
@@ -123,7 +123,7 @@ impl SmithFs {
     pub(super) fn lseek_control(&self, f: ControlFile, offset: i64, whence: i32) -> FsResult<i64> {
         let size = self.control_size(f) as i64;
         let first = match f {
-            ControlFile::Events => match self.links.sched.journal_read(0, 0) {
+            ControlFile::Events => match self.ports.sched.journal_read(0, 0) {
                 Some(Ok((start, _))) => start as i64,
                 _ => 0,
             },
@@ -162,7 +162,7 @@ impl SmithFs {
         if cmd == Command::Reload {
             let decision = policy::decide_reload(&who, &self.identity_name(who));
             self.enforce(caller, who, decision, "reload", path)?;
-            return match self.links.reload.reload() {
+            return match self.ports.reload.reload() {
                 Ok(changed) => {
                     tracing::info!(pid = caller.pid, ?changed, "config.json reloaded");
                     Ok(())

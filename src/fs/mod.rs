@@ -161,7 +161,7 @@ pub struct DirEntryOut<'a> {
 
 /// What the filesystem needs from the scheduler: the queue its triggers go to (never
 /// blocking, STYLE.md habit 7), `.smithfs/status.json`, and whether runs are live. Implemented
-/// by [`crate::sched::Link`], made before the filesystem (`crate::daemon`).
+/// by [`crate::sched::SchedulerPort`], made before the filesystem (`crate::daemon`).
 pub trait Scheduling: Send + Sync {
     /// Queue `t` for the scheduler without waiting.
     fn trigger(&self, t: Trigger);
@@ -207,9 +207,9 @@ pub trait AttrCache: Send + Sync {
 /// No scheduler and no kernel (a filesystem without a mount, as in tests): triggers are
 /// dropped, no run is live.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Unlinked;
+pub struct NoDaemon;
 
-impl Scheduling for Unlinked {
+impl Scheduling for NoDaemon {
     fn trigger(&self, _t: Trigger) {}
     fn status_json(&self) -> Option<String> {
         None
@@ -219,11 +219,11 @@ impl Scheduling for Unlinked {
     }
 }
 
-impl AttrCache for Unlinked {
+impl AttrCache for NoDaemon {
     fn attrs_changed(&self, _node: NodeId) {}
 }
 
-impl Reloading for Unlinked {
+impl Reloading for NoDaemon {
     fn reload(&self) -> Result<Vec<String>, String> {
         Err("no daemon serves this filesystem: nothing to reload".into())
     }
@@ -231,7 +231,7 @@ impl Reloading for Unlinked {
 
 /// The rest of the daemon as the filesystem sees it, given at construction.
 #[derive(Clone)]
-pub struct Links {
+pub struct Ports {
     /// The scheduler's queue and view.
     pub sched: Arc<dyn Scheduling>,
     /// Kernel attribute-cache invalidation.
@@ -240,12 +240,12 @@ pub struct Links {
     pub reload: Arc<dyn Reloading>,
 }
 
-impl Default for Links {
+impl Default for Ports {
     fn default() -> Self {
-        Links {
-            sched: Arc::new(Unlinked),
-            kernel: Arc::new(Unlinked),
-            reload: Arc::new(Unlinked),
+        Ports {
+            sched: Arc::new(NoDaemon),
+            kernel: Arc::new(NoDaemon),
+            reload: Arc::new(NoDaemon),
         }
     }
 }
@@ -390,7 +390,7 @@ pub struct SmithFs {
     zone_epoch: AtomicU64,
     state: OwnedFd,
     opts: FsOptions,
-    links: Links,
+    ports: Ports,
     /// The storage limits (docs/SPEC.md §8): the books (kept when a storage quota is
     /// configured), the reserve and the cached free space; shared with the scheduler's output
     /// pump.
@@ -418,21 +418,21 @@ impl crate::policy::Names for RegistryNames<'_> {
 impl SmithFs {
     /// A filesystem over the backing store whose root is the `O_PATH` descriptor `root`; its
     /// smith registry is rebuilt by scanning (docs/SPEC.md §9). Connected to no scheduler and
-    /// no kernel ([`Links::default`]).
+    /// no kernel ([`Ports::default`]).
     pub fn new(
         root: OwnedFd,
         opts: FsOptions,
         identities: Arc<dyn Identities>,
     ) -> FsResult<SmithFs> {
-        SmithFs::with_links(root, opts, identities, Links::default())
+        SmithFs::with_ports(root, opts, identities, Ports::default())
     }
 
-    /// [`SmithFs::new`] connected to the scheduler and the kernel through `links`.
-    pub fn with_links(
+    /// [`SmithFs::new`] connected to the scheduler and the kernel through `ports`.
+    pub fn with_ports(
         root: OwnedFd,
         opts: FsOptions,
         identities: Arc<dyn Identities>,
-        links: Links,
+        ports: Ports,
     ) -> FsResult<SmithFs> {
         let state_name = CString::new(STATE_DIR).map_err(|_| FsError::BadName)?;
         let state = backing::ensure_dir(root.as_fd(), &state_name, 0o700)?;
@@ -462,7 +462,7 @@ impl SmithFs {
             zone_epoch: AtomicU64::new(1),
             state,
             opts,
-            links,
+            ports,
             storage,
         };
         // With a quota in force, the books are built now, by one scan (docs/SPEC.md §8).
@@ -496,17 +496,17 @@ impl SmithFs {
     }
 
     fn attrs_changed(&self, node: NodeId) {
-        self.links.kernel.attrs_changed(node);
+        self.ports.kernel.attrs_changed(node);
     }
 
     /// Is a run of the owner of `zone`, or of one of its descendants, live?
     fn subtree_live(&self, zone: &Zone) -> bool {
         zone.owner()
-            .is_some_and(|owner| self.links.sched.subtree_live(owner))
+            .is_some_and(|owner| self.ports.sched.subtree_live(owner))
     }
 
     fn emit(&self, t: Trigger) {
-        self.links.sched.trigger(t);
+        self.ports.sched.trigger(t);
     }
 
     /// The identity a request is judged by (docs/SPEC.md §2).

@@ -7,7 +7,7 @@
 //! runs ([`runner`]), journals ([`journal`]), fires user hooks ([`hooks`]) and makes the
 //! daemon's own writes through `crate::backing`, each followed by an [`Invalidate`] call.
 //!
-//! The daemon (`crate::daemon`) opens the queue ([`Link::open`]) before the filesystem, which
+//! The daemon (`crate::daemon`) opens the queue ([`SchedulerPort::open`]) before the filesystem, which
 //! sends its triggers through it and reads `status.json` and run liveness from it; once the
 //! FUSE session is mounted (runs work in the mount) it starts the scheduler thread on that
 //! queue ([`Scheduler::start_on`]).
@@ -149,19 +149,19 @@ pub(crate) struct Shared {
 /// The scheduler's queue, made before the filesystem (which holds it as its
 /// [`crate::fs::Scheduling`]) and before the scheduler thread that drains it
 /// ([`Scheduler::start_on`]). Every call is cheap and never blocks.
-pub struct Link {
+pub struct SchedulerPort {
     tx: SyncSender<Msg>,
     rx: Mutex<Option<Receiver<Msg>>>,
     shared: Arc<Shared>,
 }
 
-impl std::fmt::Debug for Link {
+impl std::fmt::Debug for SchedulerPort {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Link").finish_non_exhaustive()
+        f.debug_struct("SchedulerPort").finish_non_exhaustive()
     }
 }
 
-impl Link {
+impl SchedulerPort {
     /// Open the queue and the journal in the state directory `state` (`.smithfs-state/`),
     /// rotating at `rotation` (config.json `journal`).
     ///
@@ -170,7 +170,7 @@ impl Link {
     pub fn open(
         state: std::os::fd::BorrowedFd<'_>,
         rotation: journal::Rotation,
-    ) -> std::io::Result<Arc<Link>> {
+    ) -> std::io::Result<Arc<SchedulerPort>> {
         let journal = Arc::new(Journal::open(state, rotation)?);
         let shared = Arc::new(Shared {
             status: Mutex::new(Arc::new(serde_json::Value::Null)),
@@ -182,7 +182,7 @@ impl Link {
             started: AtomicBool::new(false),
         });
         let (tx, rx) = sync_channel(QUEUE_CAPACITY);
-        Ok(Arc::new(Link {
+        Ok(Arc::new(SchedulerPort {
             tx,
             rx: Mutex::new(Some(rx)),
             shared,
@@ -247,9 +247,9 @@ impl Link {
     }
 }
 
-impl crate::fs::Scheduling for Link {
+impl crate::fs::Scheduling for SchedulerPort {
     fn trigger(&self, t: Trigger) {
-        Link::trigger(self, t);
+        SchedulerPort::trigger(self, t);
     }
 
     fn status_json(&self) -> Option<String> {
@@ -263,7 +263,7 @@ impl crate::fs::Scheduling for Link {
     }
 
     fn subtree_live(&self, smith: SmithIdx) -> bool {
-        Link::subtree_live(self, smith)
+        SchedulerPort::subtree_live(self, smith)
     }
 
     fn journal_end(&self) -> Option<u64> {
@@ -279,7 +279,7 @@ impl crate::fs::Scheduling for Link {
     }
 }
 
-impl Link {
+impl SchedulerPort {
     /// Hand a reloaded configuration to the scheduler (`smithfs reload`, SIGHUP; docs/SPEC.md
     /// §6); `changed` names the sections that differ (`agent`, `hooks` …), journaled with
     /// `config.reloaded` once applied. Never blocks.
@@ -315,7 +315,7 @@ pub enum CancelError {
 
 /// The handle of a running scheduler. Cheap calls, safe from any thread.
 pub struct Scheduler {
-    link: Arc<Link>,
+    port: Arc<SchedulerPort>,
     tx: SyncSender<Msg>,
     shared: Arc<Shared>,
     registry: Arc<Registry>,
@@ -333,30 +333,34 @@ impl Scheduler {
     pub fn start(ctx: SchedCtx, resume: bool) -> std::io::Result<Scheduler> {
         let name = std::ffi::CString::new(crate::fs::STATE_DIR)?;
         let state = backing::ensure_dir(ctx.root.as_fd(), &name, 0o700)?;
-        let link = Link::open(state.as_fd(), ctx.config.journal.rotation())?;
-        Scheduler::start_on(link, ctx, resume)
+        let port = SchedulerPort::open(state.as_fd(), ctx.config.journal.rotation())?;
+        Scheduler::start_on(port, ctx, resume)
     }
 
-    /// [`Scheduler::start`] on a queue made earlier ([`Link::open`]), which the filesystem
+    /// [`Scheduler::start`] on a queue made earlier ([`SchedulerPort::open`]), which the filesystem
     /// already sends to.
     ///
     /// Errors: the state directory cannot be opened, or the queue already has a scheduler.
-    pub fn start_on(link: Arc<Link>, ctx: SchedCtx, resume: bool) -> std::io::Result<Scheduler> {
+    pub fn start_on(
+        port: Arc<SchedulerPort>,
+        ctx: SchedCtx,
+        resume: bool,
+    ) -> std::io::Result<Scheduler> {
         let name = std::ffi::CString::new(crate::fs::STATE_DIR)?;
         let state = backing::ensure_dir(ctx.root.as_fd(), &name, 0o700)?;
-        let rx = link
+        let rx = port
             .rx
             .lock()
             .take()
             .ok_or_else(|| std::io::Error::other("the scheduler's queue is already drained"))?;
-        let shared = link.shared.clone();
+        let shared = port.shared.clone();
         // Until the scheduler thread's first publication (the journal's history, before it
         // kills a dead daemon's leftovers), which `start` waits for.
         *shared.status.lock() =
             Arc::new(ctx.registry.idle_status(ctx.config.agent.command.is_some()));
         let _ = shared.registry.set(ctx.registry.clone());
         shared.started.store(true, Ordering::SeqCst);
-        let tx = link.tx.clone();
+        let tx = port.tx.clone();
         let registry = ctx.registry.clone();
         let (ready_tx, ready_rx) = sync_channel(1);
         let exec = exec::Exec::new(ctx, state, shared.clone(), tx.clone(), ready_tx)?;
@@ -369,7 +373,7 @@ impl Scheduler {
             tracing::warn!("the scheduler has not published its first status yet");
         }
         Ok(Scheduler {
-            link,
+            port,
             tx,
             shared,
             registry,
@@ -381,7 +385,7 @@ impl Scheduler {
     /// dropped, `trigger.dropped` is journaled (once until the next rescan) and the scheduler
     /// re-derives the state from the files.
     pub fn trigger(&self, t: Trigger) {
-        self.link.trigger(t);
+        self.port.trigger(t);
     }
 
     /// Cancel `full_id` and its subtree: their runs are stopped (TERM, KILL after
@@ -409,7 +413,7 @@ impl Scheduler {
     /// Is a run of `s` or of one of its descendants live? Answered from a snapshot the
     /// scheduler thread keeps, without waiting on it.
     pub fn subtree_live(&self, s: SmithIdx) -> bool {
-        self.link.subtree_live(s)
+        self.port.subtree_live(s)
     }
 
     /// The current `status.json` content as a string (for `SmithFs`'s status source).

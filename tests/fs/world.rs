@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use nix::errno::Errno;
 pub use smithfs::fs::NodeId;
 use smithfs::fs::{
-    backing, AttrCache, BindError, Caller, FsOptions, Identities, Links, Scheduling, SmithFs,
+    backing, AttrCache, BindError, Caller, FsOptions, Identities, Ports, Scheduling, SmithFs,
 };
 use smithfs::identity::Identity;
 use smithfs::tree::model::{FullId, SmithIdx};
@@ -76,7 +76,7 @@ impl Identities for Ids {
     }
 }
 
-/// A scheduler link that records every trigger; no run is ever live.
+/// A scheduler port that records every trigger; no run is ever live.
 #[derive(Default)]
 pub struct Recorder {
     pub triggers: Mutex<Vec<Trigger>>,
@@ -128,12 +128,12 @@ impl World {
         let ids = Arc::new(Ids::default());
         let rec = Arc::new(Recorder::default());
         let root = backing::open_store_root(dir.path()).unwrap();
-        let links = Links {
+        let ports = Ports {
             sched: rec.clone(),
             kernel: rec.clone(),
-            ..Links::default()
+            ..Ports::default()
         };
-        let fs = SmithFs::with_links(root, opts, ids.clone(), links).unwrap();
+        let fs = SmithFs::with_ports(root, opts, ids.clone(), ports).unwrap();
         let children = walk(&fs, "smiths/smith-root/children");
         fs.mkdir(&OPERATOR, children, OsStr::new("smith-001"), 0o755)
             .unwrap();
