@@ -103,6 +103,13 @@ enum Command {
 /// Parse the command line, run the subcommand and map its outcome to an exit code.
 pub fn run() -> ExitCode {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // The sandbox's init (docs/SPEC.md §12): started by the spawn, never by a user.
+    if argv
+        .get(1)
+        .is_some_and(|a| a == crate::process::sandbox::INIT_ARG)
+    {
+        crate::sandbox::init::main(&argv[2..]);
+    }
     let cli = match argv.split_first() {
         Some((argv0, rest)) if mount_helper::invoked_as_helper(argv0) => match helper_argv(rest) {
             Ok(Some(a)) => Cli::parse_from(a),

@@ -61,9 +61,30 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         .ok()
         .and_then(|t| whoami::lookup(&t, "identity mode"));
     bind(&control, &full)?;
-    confine(&mount)?;
+    let sandbox = sandbox_plan(&mount, &smith)?;
+    if sandbox.is_none() {
+        confine(&mount)?;
+    }
     stdio_only();
     let env = smith.vars(&mount);
+    if let Some(plan) = sandbox {
+        // The sandbox's init is PID 1 of a pid namespace of its own: this process (bound, the
+        // keeper) forks it after `unshare(CLONE_NEWPID)`.
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWPID)
+            .context("cannot build the sandbox: its pid namespace")?;
+        for (k, v) in &env {
+            std::env::set_var(k, v);
+        }
+        let mut argv: Vec<OsString> = vec![
+            "/proc/self/exe".into(),
+            crate::process::sandbox::INIT_ARG.into(),
+        ];
+        argv.extend(plan.init_args().into_iter().map(OsString::from));
+        argv.push("--".into());
+        argv.extend(args.command.iter().cloned());
+        let status = keeper::keep(&argv).context("keeper")?;
+        return Ok(ExitCode::from(status));
+    }
     if mode.as_deref() == Some("cgroup") {
         let (prog, rest) = args
             .command
@@ -132,6 +153,32 @@ fn stdio_only() {
         // fails with EBADF, which is fine.
         unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     }
+}
+
+/// The sandbox plan for CMD (docs/SPEC.md §12), when the mount's config turns it on: the
+/// mount-wide `config.json` (an unreadable or invalid one counts as the defaults), CMD's working
+/// directory this process's, or the smith dir when the view does not contain it; failures on
+/// stderr (no error pipe).
+///
+/// # Errors
+/// The sandbox is on but this process cannot build it (not root).
+fn sandbox_plan(mount: &Path, smith: &SmithEnv) -> Result<Option<crate::sandbox::view::Plan>> {
+    let config = std::fs::read_to_string(mount.join("config.json"))
+        .ok()
+        .and_then(|t| crate::config::Config::parse(&t).ok())
+        .unwrap_or_default();
+    if !crate::sandbox::applies(&config.sandbox) {
+        return Ok(None);
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("cannot build the sandbox: `smithfs run` needs root for it (docs/SPEC.md §12)");
+    }
+    let mut plan = crate::sandbox::view::Plan::for_mount(&config, mount);
+    plan.cwd = std::env::current_dir().ok().filter(|d| plan.shows(d));
+    plan.fallback_cwd = Some(mount.join(smith.full_id.smith_dir_rel()));
+    plan.report = false;
+    Ok(Some(plan))
 }
 
 /// Confine this process as the daemon confines runs (docs/PROTOCOL-NOTES.md H13), when it can

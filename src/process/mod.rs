@@ -25,6 +25,7 @@ pub mod confine;
 pub mod keeper;
 pub mod pidfd;
 pub mod reaper;
+pub mod sandbox;
 pub mod spawn;
 
 use std::os::fd::{AsRawFd, BorrowedFd};

@@ -101,6 +101,13 @@ pub struct Spawn<'a> {
     /// set. `None`: it runs with the daemon's capabilities and mounts. A failure stops the
     /// child before exec and is [`spawn`]'s error.
     pub confine: Option<super::confine::Confinement>,
+    /// Start the program in a sandbox (docs/SPEC.md §12, [`super::sandbox`]): the child is born
+    /// PID 1 of a pid namespace of its own and, after binding, `execve`s the smithfs binary as the
+    /// sandbox's init with these arguments (the plan `crate::sandbox` built, which names the
+    /// working directory: [`Spawn::cwd`] and [`Spawn::confine`] are then not used), `--` and
+    /// `argv`. [`spawn`] returns once the agent's program runs, or with the step that failed.
+    /// `None`: no sandbox.
+    pub sandbox: Option<&'a [String]>,
 }
 
 /// A started process: the leader of its own session and process group. Dropping it neither
@@ -182,6 +189,7 @@ enum Step {
     Chdir = 4,
     Exec = 5,
     Confine = 6,
+    Sandbox = 7,
 }
 
 impl Step {
@@ -193,6 +201,7 @@ impl Step {
             4 => Step::Chdir,
             5 => Step::Exec,
             6 => Step::Confine,
+            7 => Step::Sandbox,
             _ => return None,
         })
     }
@@ -205,6 +214,7 @@ impl Step {
             Step::Chdir => "entering the working directory",
             Step::Exec => "exec",
             Step::Confine => "confining it (mount namespace, read-only /sys, capabilities)",
+            Step::Sandbox => "starting the sandbox's init",
         }
     }
 }
@@ -224,6 +234,8 @@ struct ChildPlan<'a> {
     err: RawFd,
     nofile: (u64, u64),
     confine: Option<super::confine::Confinement>,
+    /// The sandbox's init argv (NULL-terminated), or null: no sandbox.
+    init_argv: *const *const libc::c_char,
     cwd: *const libc::c_char,
     /// execve candidates, in order (one unless `$PATH` is searched).
     candidates: &'a [*const libc::c_char],
@@ -303,6 +315,9 @@ unsafe fn child(p: &mut ChildPlan<'_>) -> ! {
             }
             libc::close(p.go);
         }
+        if !p.init_argv.is_null() {
+            exec_init(p);
+        }
         if let Some(c) = p.confine {
             if let Err((_, e)) = c.apply() {
                 fail(err, Step::Confine, e);
@@ -321,12 +336,7 @@ unsafe fn child(p: &mut ChildPlan<'_>) -> ! {
         }
         // The daemon ignores SIGPIPE (Rust's runtime) and blocked every signal around the
         // clone: the program starts with the default disposition and an empty mask.
-        let mut dfl: libc::sigaction = std::mem::zeroed();
-        dfl.sa_sigaction = libc::SIG_DFL;
-        libc::sigaction(libc::SIGPIPE, &dfl, std::ptr::null_mut());
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        reset_signals();
         // execvp's search: skip what does not exist, remember EACCES, run a script without
         // `#!` with /bin/sh.
         let mut eacces = false;
@@ -349,6 +359,52 @@ unsafe fn child(p: &mut ChildPlan<'_>) -> ! {
             }
         }
         fail(err, Step::Exec, if eacces { libc::EACCES } else { last })
+    }
+}
+
+/// The child's side when it is sandboxed: the error pipe onto [`super::sandbox::REPORT_FD`]
+/// (without close-on-exec: the init reports on it, the agent's exec closes it), every other
+/// descriptor above 2 close-on-exec, the default signal state, and `execve` of the smithfs
+/// binary as the init. Never returns.
+///
+/// # Safety
+/// As [`child`].
+unsafe fn exec_init(p: &mut ChildPlan<'_>) -> ! {
+    let err = p.err;
+    let report = super::sandbox::REPORT_FD;
+    // SAFETY: (the whole block) system calls on descriptors and pointers prepared by the parent.
+    unsafe {
+        let moved = if err == report {
+            libc::fcntl(err, libc::F_SETFD, 0)
+        } else {
+            libc::dup2(err, report)
+        };
+        if moved < 0 {
+            fail(err, Step::Sandbox, errno());
+        }
+        libc::syscall(
+            libc::SYS_close_range,
+            (report + 1) as u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        );
+        reset_signals();
+        libc::execve(c"/proc/self/exe".as_ptr(), p.init_argv, p.envp);
+        fail(err, Step::Sandbox, errno())
+    }
+}
+
+/// The default disposition of SIGPIPE and an empty signal mask (the daemon ignores SIGPIPE and
+/// blocked every signal around the clone). Async-signal-safe.
+fn reset_signals() {
+    // SAFETY: zeroed sigaction / sigset_t are valid; the calls get pointers to locals.
+    unsafe {
+        let mut dfl: libc::sigaction = std::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(libc::SIGPIPE, &dfl, std::ptr::null_mut());
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
     }
 }
 
@@ -429,7 +485,10 @@ fn environment(env: &BTreeMap<String, String>) -> io::Result<Vec<CString>> {
 /// joined with it (an empty entry is the working directory), `$PATH` taken from the child's
 /// environment (glibc's default `/bin:/usr/bin` if unset). Returns the candidates and whether
 /// it is a search.
-fn candidates(program: &str, env: &BTreeMap<String, String>) -> io::Result<(Vec<CString>, bool)> {
+pub fn candidates(
+    program: &str,
+    env: &BTreeMap<String, String>,
+) -> io::Result<(Vec<CString>, bool)> {
     if program.is_empty() {
         return Err(io::Error::from_raw_os_error(NO_PROGRAM));
     }
@@ -460,10 +519,18 @@ fn candidates(program: &str, env: &BTreeMap<String, String>) -> io::Result<(Vec<
 /// # Safety
 /// As `fork(2)` in a multi-threaded process: the child may only make async-signal-safe calls
 /// until exec or `_exit`, and must not rely on glibc's per-thread state.
-unsafe fn clone3(cgroup: Option<RawFd>) -> io::Result<(libc::pid_t, Option<OwnedFd>)> {
+unsafe fn clone3(
+    cgroup: Option<RawFd>,
+    new_pid_ns: bool,
+) -> io::Result<(libc::pid_t, Option<OwnedFd>)> {
     let mut pidfd: libc::c_int = -1;
+    let ns = if new_pid_ns {
+        libc::CLONE_NEWPID as u64
+    } else {
+        0
+    };
     let mut args = CloneArgs {
-        flags: libc::CLONE_PIDFD as u64,
+        flags: libc::CLONE_PIDFD as u64 | ns,
         pidfd: std::ptr::addr_of_mut!(pidfd) as u64,
         exit_signal: libc::SIGCHLD as u64,
         ..CloneArgs::default()
@@ -550,6 +617,8 @@ struct Prepared<'a> {
     out: BorrowedFd<'a>,
     nofile: (u64, u64),
     confine: Option<super::confine::Confinement>,
+    /// The sandbox's init argv, NULL-terminated; empty: no sandbox.
+    init_argv: Vec<*const libc::c_char>,
 }
 
 /// How one clone ended.
@@ -594,6 +663,21 @@ pub fn spawn(s: Spawn<'_>) -> io::Result<Process> {
     let envs = environment(s.env)?;
     let mut envp: Vec<*const libc::c_char> = envs.iter().map(|e| e.as_ptr()).collect();
     envp.push(std::ptr::null());
+    // The sandbox's init: `smithfs __sandbox-init PLAN… -- argv…`.
+    let init_args: Vec<CString> = match s.sandbox {
+        Some(plan) => ["smithfs", super::sandbox::INIT_ARG]
+            .into_iter()
+            .chain(plan.iter().map(String::as_str))
+            .chain(std::iter::once("--"))
+            .chain(s.argv.iter().map(String::as_str))
+            .map(|a| cstring(a.as_bytes(), "arguments"))
+            .collect::<io::Result<_>>()?,
+        None => Vec::new(),
+    };
+    let mut init_argv: Vec<*const libc::c_char> = init_args.iter().map(|a| a.as_ptr()).collect();
+    if !init_argv.is_empty() {
+        init_argv.push(std::ptr::null());
+    }
     let cwd = s
         .cwd
         .map(|p| cstring(OsStr::as_bytes(p.as_os_str()), "working directory"))
@@ -619,6 +703,7 @@ pub fn spawn(s: Spawn<'_>) -> io::Result<Process> {
         out: out.as_fd(),
         nofile: s.nofile,
         confine: s.confine,
+        init_argv,
     };
     let mut cgroup = s.cgroup;
     let mut place = s.place;
@@ -669,6 +754,11 @@ fn attempt(
         err: err_wr.as_raw_fd(),
         nofile: prep.nofile,
         confine: prep.confine,
+        init_argv: if prep.init_argv.is_empty() {
+            std::ptr::null()
+        } else {
+            prep.init_argv.as_ptr()
+        },
         cwd: prep.cwd,
         candidates: &prep.candidates,
         search: prep.search,
@@ -680,6 +770,7 @@ fn attempt(
     // Into the cgroup if we can; else (no cgroup, or clone3 refused it: not delegated to us,
     // a seccomp filter, an old kernel) a plain child that waits to be bound.
     let mut in_cgroup = cgroup.is_some();
+    let sandboxed = !prep.init_argv.is_empty();
     let cloned = {
         let _mask = BlockSignals::new();
         let mut clone = || -> io::Result<(libc::pid_t, Option<OwnedFd>)> {
@@ -691,7 +782,7 @@ fn attempt(
                     -1
                 };
                 // SAFETY: the child branch below only runs `child`, which keeps the contract.
-                match unsafe { clone3(Some(cg.as_raw_fd())) } {
+                match unsafe { clone3(Some(cg.as_raw_fd()), sandboxed) } {
                     Ok(r) => return Ok(r),
                     Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::ENOMEM)) => {
                         return Err(e)
@@ -704,7 +795,15 @@ fn attempt(
             }
             plan.go = go_rd.as_raw_fd();
             // SAFETY: as above.
-            match unsafe { clone3(None) } {
+            match unsafe { clone3(None, sandboxed) } {
+                // A pid namespace needs clone3 here: never a run without its sandbox.
+                Err(e) if sandboxed => Err(io::Error::new(
+                    e.kind(),
+                    format!(
+                        "{}: clone3: {e}",
+                        super::sandbox::Stage::PidNamespace.what()
+                    ),
+                )),
                 Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)) => {
                     // SAFETY: as above: the child only runs `child`.
                     let pid = unsafe { libc::fork() };
@@ -763,10 +862,13 @@ fn attempt(
             let step = u32::from_ne_bytes([msg[1], msg[2], msg[3], msg[4]]);
             let errno = i32::from_ne_bytes([msg[5], msg[6], msg[7], msg[8]]);
             let os = io::Error::from_raw_os_error(errno);
-            Some(match Step::from_u32(step) {
-                Some(Step::Exec) | None => os,
-                Some(st) => io::Error::new(os.kind(), format!("{}: {os}", st.what())),
-            })
+            Some(
+                match (Step::from_u32(step), super::sandbox::Stage::from_code(step)) {
+                    (Some(Step::Exec), _) | (None, None) => os,
+                    (Some(st), _) => io::Error::new(os.kind(), format!("{}: {os}", st.what())),
+                    (None, Some(st)) => io::Error::new(os.kind(), format!("{}: {os}", st.what())),
+                },
+            )
         }
         (Ok(()), Ok(_)) => Some(io::Error::other("the new process died before exec")),
         (Ok(()), Err(e)) => Some(e),
@@ -817,6 +919,7 @@ mod tests {
             bind,
             place: None,
             confine: None,
+            sandbox: None,
         }
     }
 

@@ -3,9 +3,59 @@
 //! - `user.rs`: the agents' user — the unprivileged uid and gid runs execute as, resolved once
 //!   at mount (`sandbox.uid`, `SUDO_UID`, or one smithfs allocates and records), the per-smith
 //!   uids of `sandbox.uid_per_smith`, and the passwd/group entries of a run's view.
+//! - `view.rs`: the plan of a run's view, computed where the run is started (the daemon,
+//!   `smithfs run`) from the mount-wide config: which host paths are visible, which writable,
+//!   the uid and gid;
+//! - `init.rs`: the pid-1 init that builds the view from the plan (mount namespace, tmpfs root,
+//!   binds, private `/dev`, `/proc`, `/tmp`, `pivot_root`), forks the agent with its credentials
+//!   dropped ([`crate::process::sandbox`]), forwards signals to it and exits with its status.
 //!
-//! May import `backing`, `config` and `tree::model` (types only).
+//! [`crate::process::spawn`] starts the init between clone and exec; `smithfs run --smith`
+//! through its keeper. Hooks never run in it (they are the operator's programs).
+//!
+//! May import `backing`, `config`, `process` and `tree::model` (types only).
 
+pub mod init;
 pub mod user;
+pub mod view;
 
 pub use user::{AgentUser, HostFiles, UserError, UserSource};
+
+use crate::config::{SandboxConfig, SandboxUid};
+
+/// The uid "nobody": the agents' uid when neither `sandbox.uid` nor `SUDO_UID` names one.
+pub const NOBODY: u32 = 65534;
+
+/// The environment variable that turns the sandbox on while the tree's side of issue 26 (the
+/// mount `allow_other` with the §12 operator rule, files owned by the runs' uid) is not in yet:
+/// until then a run as the agents' uid cannot write its own areas, so the sandbox applies only
+/// when the mounting process has `SMITHFS_SANDBOX=1` in its environment (and `sandbox.enabled`).
+/// Transitional: goes when the tree's side lands and the sandbox is on by default.
+pub const PREVIEW_ENV: &str = "SMITHFS_SANDBOX";
+
+/// Whether runs of a mount with `cfg` start in the sandbox: `sandbox.enabled` and (for now)
+/// [`PREVIEW_ENV`] set to `1` in this process's environment.
+pub fn applies(cfg: &SandboxConfig) -> bool {
+    cfg.enabled && std::env::var_os(PREVIEW_ENV).is_some_and(|v| v == "1")
+}
+
+/// The agents' uid and gid (docs/SPEC.md §12 "Users") until the daemon hands the view the
+/// [`AgentUser`] it resolved at mount: `sandbox.uid` (gid: the same number), else
+/// `SUDO_UID`/`SUDO_GID` of this process (the daemon inherits them from `sudo smithfs mount`),
+/// else [`NOBODY`]. Never 0 (`sandbox.uid: 0` is refused by the config; a `SUDO_UID` of 0 counts
+/// as unset). The one place the view asks.
+pub fn agents_ids(cfg: &SandboxConfig) -> (u32, u32) {
+    let env = |k: &str| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .filter(|n| *n != 0)
+    };
+    match cfg.uid {
+        SandboxUid::Uid(n) if n != 0 => (n, n),
+        _ => match env("SUDO_UID") {
+            Some(uid) => (uid, env("SUDO_GID").unwrap_or(uid)),
+            None => (NOBODY, NOBODY),
+        },
+    }
+}

@@ -53,6 +53,8 @@ pub(crate) struct CommitJob {
     pub nofile: (u64, u64),
     /// Confine git as the smith's runs are (docs/PROTOCOL-NOTES.md H13).
     pub confine: Option<crate::process::confine::Confinement>,
+    /// The sandbox the git runs in, as the smith's runs do (docs/SPEC.md §12); `None`: none.
+    pub sandbox: Option<crate::sandbox::view::Plan>,
 }
 
 /// What one git step did: its exit code (None: killed or not reaped) and output.
@@ -184,6 +186,7 @@ impl CommitJob {
                 bind: BindTo::Smith(self.smith),
                 nofile: self.nofile,
                 confine: self.confine,
+                sandbox: self.sandbox.as_ref(),
             },
             &*self.binder,
         )

@@ -232,6 +232,8 @@ impl HookJob {
                 bind: BindTo::Operator,
                 nofile: (0, 0),
                 confine: None,
+                // Hooks are the operator's programs: never in a run's sandbox (docs/SPEC.md §12).
+                sandbox: None,
             },
             &*self.binder,
         );

@@ -178,6 +178,9 @@ pub struct Launch<'a> {
     /// Confine the child before exec (runs of a root daemon, docs/PROTOCOL-NOTES.md H13);
     /// `None`: it keeps the daemon's mounts and capabilities (hooks, a non-root daemon).
     pub confine: Option<Confinement>,
+    /// Start it in the sandbox of this plan (docs/SPEC.md §12; `cwd` is entered inside it, and
+    /// `confine` is not used); `None`: no sandbox (hooks; `sandbox.enabled: false`).
+    pub sandbox: Option<&'a crate::sandbox::view::Plan>,
 }
 
 /// A started process.
@@ -214,6 +217,12 @@ pub fn launch(l: Launch<'_>, binder: &dyn RunBinder) -> io::Result<Started> {
         BindTo::Smith(s) => binder.place_pid(pid, s),
         BindTo::Operator => Ok(()),
     };
+    let init_args = l.sandbox.map(|plan| {
+        let mut plan = plan.clone();
+        plan.cwd = l.cwd.map(Path::to_path_buf);
+        plan.report = true;
+        plan.init_args()
+    });
     let child = spawn::spawn(Spawn {
         argv: l.argv,
         env: l.env,
@@ -223,6 +232,7 @@ pub fn launch(l: Launch<'_>, binder: &dyn RunBinder) -> io::Result<Started> {
         cgroup: cgroup.as_ref().map(|c| c.as_fd()),
         nofile: l.nofile,
         confine: l.confine,
+        sandbox: init_args.as_deref(),
         bind: &mut bind,
         place: binder
             .needs_placing(bind_to)

@@ -290,6 +290,8 @@ pub struct MountOpts {
     pub foreground: bool,
     /// More `smithfs mount` arguments (e.g. `--no-passthrough`).
     pub extra: Vec<&'static str>,
+    /// Environment variables of `smithfs mount` (the daemon inherits them).
+    pub env: Vec<(&'static str, &'static str)>,
 }
 
 /// A smithfs directory in a private temp dir, mounted for the guard's lifetime.
@@ -410,6 +412,7 @@ impl TestMount {
         if self.opts.foreground {
             let child = Command::new(SMITHFS)
                 .args(self.mount_args())
+                .envs(self.opts.env.iter().copied())
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(
@@ -431,7 +434,10 @@ impl TestMount {
                 is_smithfs_mounted(&dir) && std::fs::metadata(&dir).is_ok()
             });
         } else {
-            smithfs(self.mount_args()).expect_ok("smithfs mount");
+            run(Command::new(SMITHFS)
+                .args(self.mount_args())
+                .envs(self.opts.env.iter().copied()))
+            .expect_ok("smithfs mount");
             assert!(
                 is_smithfs_mounted(&self.dir),
                 "smithfs mount returned but nothing is mounted at {}",

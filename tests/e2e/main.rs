@@ -19,6 +19,7 @@ mod limits_storage;
 mod operator_cli;
 mod ops;
 mod ops_daemon;
+mod sandbox;
 mod sched;
 mod tools;
 mod unprivileged;

@@ -59,6 +59,7 @@ impl Mode {
                     Mode::Ancestry => "ancestry",
                 },
             ],
+            env: Vec::new(),
         }
     }
 }

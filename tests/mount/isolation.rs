@@ -196,6 +196,7 @@ impl Tree {
             allow_other: true,
             foreground: false,
             extra: args,
+            env: Vec::new(),
         });
         let t = Tree { m, mode };
         let who = std::fs::read_to_string(t.abs(".smithfs/whoami")).expect("operator whoami");

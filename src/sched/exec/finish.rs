@@ -38,6 +38,9 @@ impl Exec {
                     tx: self.env.tx.clone(),
                     nofile: self.env.nofile,
                     confine: self.env.confiner.filter(|_| self.st.config.agent.confine),
+                    sandbox: crate::sandbox::applies(&self.st.config.sandbox).then(|| {
+                        crate::sandbox::view::Plan::for_mount(&self.st.config, &self.env.mount)
+                    }),
                 };
                 l.committing = true;
                 match job.start() {

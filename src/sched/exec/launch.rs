@@ -33,6 +33,8 @@ pub(super) struct RunSpec {
     pub output: OwnedFd,
     /// `agent.confine` of the smith's effective config.
     pub confine: bool,
+    /// The sandbox's plan (docs/SPEC.md §12), from the mount-wide config; `None`: no sandbox.
+    pub sandbox: Option<crate::sandbox::view::Plan>,
 }
 
 /// Start `spec`'s process (the local launcher: a child of this daemon, in its own session and
@@ -51,6 +53,7 @@ pub(super) fn start_process(env: &Env, spec: RunSpec) -> Result<Started, String>
             bind: BindTo::Smith(spec.smith),
             nofile: env.nofile,
             confine,
+            sandbox: spec.sandbox.as_ref(),
         },
         &*env.binder,
     )

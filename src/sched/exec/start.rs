@@ -184,6 +184,8 @@ impl Exec {
             cwd: PathBuf::from(&ph.smith_dir),
             output,
             confine: agent.confine,
+            sandbox: crate::sandbox::applies(&self.st.config.sandbox)
+                .then(|| crate::sandbox::view::Plan::for_mount(&self.st.config, &self.env.mount)),
         };
         let oom_base = self.env.binder.oom_kills(s);
         let spawning = Instant::now();

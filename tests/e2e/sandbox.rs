@@ -1,0 +1,416 @@
+//! The sandbox (issue 26, docs/SPEC.md §12) with real processes on real mounts, in both identity
+//! modes, for runs the scheduler starts and for `smithfs run --smith`: every route of
+//! tests/fixtures/escapes.sh fails (devices, other processes, programs and files outside the
+//! mount, /proc/sys, /sys, cgroup files, mount, setuid), the run is the agents' uid with no other
+//! group, no capability and `no_new_privs`; `kill -9 -1` kills only the run's own processes;
+//! `/tmp` is bounded by `sandbox.tmp_size`; an agent program under a 0700 directory runs; a
+//! sandbox that cannot be built never starts the run and says why.
+//!
+//! The sandbox is on while the mounting process has `SMITHFS_SANDBOX=1` (transitional,
+//! `crate::sandbox::PREVIEW_ENV`); runs as the agents' uid cannot write their areas yet, so
+//! the probes print on stdout (the run's `messages.log`).
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use common::*;
+
+const ON: (&str, &str) = ("SMITHFS_SANDBOX", "1");
+
+/// The agents' uid the daemon picks here (docs/SPEC.md §12): `SUDO_UID`, else nobody.
+fn agents_uid() -> u32 {
+    std::env::var("SUDO_UID")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n != 0)
+        .unwrap_or(65534)
+}
+
+/// A sandboxed mount in identity `mode` with `config` in config.json.
+fn mount_with(config: &serde_json::Value, mode: &'static str) -> TestMount {
+    let mut m = TestMount::with(MountOpts {
+        allow_other: true,
+        extra: vec!["--identity", mode],
+        env: vec![ON],
+        ..MountOpts::default()
+    });
+    m.umount();
+    std::fs::write(m.path().join("config.json"), config.to_string()).expect("config.json");
+    m.mount();
+    m
+}
+
+/// The `n`th run of smith-root, once it ended: its `messages.log` and `meta.json`.
+fn run_output(m: &TestMount, n: u32) -> (String, serde_json::Value) {
+    let dir = m
+        .path()
+        .join(format!("smiths/smith-root/conversations/run-{n:04}"));
+    let meta = poll_until(90, "the run to end", || {
+        let text = std::fs::read_to_string(dir.join("meta.json")).ok()?;
+        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+        (!v["end"].is_null()).then_some(v)
+    });
+    let log = std::fs::read_to_string(dir.join("messages.log")).unwrap_or_default();
+    (log, meta)
+}
+
+/// A sibling: `sleep` run as smith-root/smith-001 through `smithfs run` (sandboxed too); killed
+/// and reaped on drop.
+struct Sibling(Child);
+
+impl Sibling {
+    fn start(m: &TestMount) -> Sibling {
+        std::fs::create_dir_all(m.path().join("smiths/smith-root/children/smith-001"))
+            .expect("mkdir smith-001");
+        let c = Command::new(SMITHFS)
+            .args(["run", "--mount"])
+            .arg(m.path())
+            .args(["--smith", "smith-root/smith-001", "--", "sleep", "120"])
+            .env(ON.0, ON.1)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn the sibling");
+        Sibling(c)
+    }
+}
+
+impl Drop for Sibling {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A setuid-root program that prints its effective uid, in `dir`; `None` without a C compiler.
+fn setuid_prog(dir: &Path) -> Option<PathBuf> {
+    let src = dir.join("euid.c");
+    let bin = dir.join("euid");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n#include <unistd.h>\nint main(void){printf(\"%d\\n\",(int)geteuid());return 0;}\n",
+    )
+    .ok()?;
+    let ok = Command::new("cc")
+        .arg("-o")
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .ok()?
+        .success();
+    if !ok {
+        return None;
+    }
+    Command::new("chmod").arg("4755").arg(&bin).status().ok()?;
+    Some(bin)
+}
+
+/// What every sandboxed probe must show (tests/fixtures/escapes.sh's output).
+fn check(out: &str, what: &str) {
+    assert!(
+        !out.contains("ESCAPED") && !out.contains("MISSING"),
+        "[{what}] a sandboxed run got out:\n{out}"
+    );
+    let uid = agents_uid();
+    assert!(
+        out.contains(&format!("\nuid: {uid}\n")),
+        "[{what}] uid:\n{out}"
+    );
+    let groups = out
+        .lines()
+        .find_map(|l| l.strip_prefix("groups: "))
+        .unwrap_or_else(|| panic!("[{what}] no groups line:\n{out}"));
+    assert_eq!(groups.split_whitespace().count(), 1, "[{what}] {groups}");
+    for cap in ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"] {
+        assert!(
+            out.contains(&format!("{cap} 0000000000000000")),
+            "[{what}] {cap} not empty:\n{out}"
+        );
+    }
+    assert!(out.contains("NoNewPrivs: 1"), "[{what}]\n{out}");
+    assert!(out.contains("full id: smith-root\n"), "[{what}]\n{out}");
+}
+
+/// Every route of escapes.sh fails from a run the scheduler started and from `smithfs run`.
+fn nothing_escapes(mode: &'static str) {
+    if !is_root() {
+        eprintln!("skipped: the sandbox needs root");
+        return;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/escapes.sh");
+    let scratch = tempfile::Builder::new()
+        .prefix("smithfs-sandbox-")
+        .tempdir()
+        .expect("tempdir");
+    let outside = scratch.path().join("outside.txt");
+    std::fs::write(&outside, "world-readable, outside the view\n").expect("outside");
+    let setuid = setuid_prog(scratch.path());
+    let mut readable = Vec::new();
+    if let Some(s) = &setuid {
+        readable.push(s.to_string_lossy().into_owned());
+    }
+    let env = serde_json::json!({
+        "SANDBOXED": "1",
+        "OUTSIDE": outside,
+        "SMITHFS_BIN": SMITHFS,
+        "AGENT_PROG": script,
+        "SETUID_PROG": setuid.clone().unwrap_or_default(),
+    });
+    let config = serde_json::json!({
+        "agent": { "command": ["/bin/bash", script], "env": env, "retries": 0 },
+        "sandbox": { "readable": readable },
+    });
+    let m = mount_with(&config, mode);
+    let sibling = Sibling::start(&m);
+    std::fs::write(
+        m.path().join("smiths/smith-root/inbox/task-1.md"),
+        format!("escape\nsibling: {}\n", sibling.0.id()),
+    )
+    .expect("task");
+    let (log, meta) = run_output(&m, 1);
+    assert!(meta["error"].is_null(), "[{mode}] {meta}");
+    check(&log, &format!("{mode}, scheduler"));
+
+    let out = run(Command::new(SMITHFS)
+        .args(["run", "--mount"])
+        .arg(m.path())
+        .args(["--smith", "smith-root", "--", "/bin/bash"])
+        .arg(&script)
+        .env(ON.0, ON.1)
+        .env("SANDBOXED", "1")
+        .env("OUTSIDE", &outside)
+        .env("SMITHFS_BIN", SMITHFS)
+        .env("AGENT_PROG", &script)
+        .env("SETUID_PROG", setuid.unwrap_or_default())
+        .env("SIBLING", sibling.0.id().to_string())
+        .current_dir(scratch.path()));
+    check(&out.stdout, &format!("{mode}, smithfs run"));
+}
+
+#[test]
+fn nothing_escapes_the_sandbox_cgroup() {
+    nothing_escapes("cgroup");
+}
+
+#[test]
+fn nothing_escapes_the_sandbox_ancestry() {
+    nothing_escapes("ancestry");
+}
+
+/// `/tmp` is one tmpfs of `sandbox.tmp_size`; an agent program in a 0700 directory runs and is
+/// the only thing of that directory the run sees; `smithfs run` from outside the view starts in
+/// the smith dir; `USER` and `LOGNAME` are the passwd name of the uid.
+fn view_limits(mode: &'static str) {
+    if !is_root() {
+        eprintln!("skipped: the sandbox needs root");
+        return;
+    }
+    let home = tempfile::Builder::new()
+        .prefix("smithfs-home-")
+        .tempdir()
+        .expect("tempdir");
+    std::fs::set_permissions(
+        home.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .expect("chmod 0700");
+    let agent = home.path().join("agent.sh");
+    std::fs::write(home.path().join("neighbour.txt"), "not in the view\n").expect("neighbour");
+    std::fs::write(
+        &agent,
+        format!(
+            "#!/bin/sh\necho \"ran as $(id -u) $USER $LOGNAME\"\n\
+             ls {home} | sed 's/^/home: /'\n\
+             dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>/dev/null\n\
+             echo \"tmp: $(($(stat -c %s /tmp/fill) / 1048576))\"\n\
+             dd if=/dev/zero of=/dev/shm/fill bs=1M count=8 2>/dev/null || echo shm full\n\
+             echo \"getent: $(getent passwd $(id -u) | cut -d: -f1)\"\n",
+            home = home.path().display()
+        ),
+    )
+    .expect("agent");
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let config = serde_json::json!({
+        "agent": { "command": [agent], "retries": 0 },
+        "sandbox": { "tmp_size": "16M" },
+    });
+    let m = mount_with(&config, mode);
+    std::fs::write(m.path().join("smiths/smith-root/inbox/task-1.md"), "go\n").expect("task");
+    let (log, meta) = run_output(&m, 1);
+    assert!(meta["error"].is_null(), "[{mode}] {meta}\n{log}");
+    let uid = agents_uid();
+    let line = log
+        .lines()
+        .find(|l| l.starts_with("ran as "))
+        .unwrap_or_else(|| panic!("[{mode}] the agent did not run:\n{log}"));
+    assert!(
+        line.starts_with(&format!("ran as {uid} ")),
+        "[{mode}] {line}"
+    );
+    let name = line.split_whitespace().nth(3).unwrap_or_default();
+    assert!(
+        !name.is_empty() && line.ends_with(&format!("{name} {name}")),
+        "{line}"
+    );
+    assert!(log.contains(&format!("getent: {name}")), "[{mode}]\n{log}");
+    let homes: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.strip_prefix("home: "))
+        .collect();
+    assert_eq!(
+        homes,
+        ["agent.sh"],
+        "[{mode}] only the program of the 0700 dir:\n{log}"
+    );
+    let tmp: u64 = log
+        .lines()
+        .find_map(|l| l.strip_prefix("tmp: "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("[{mode}] no tmp line:\n{log}"));
+    assert!(
+        tmp <= 16,
+        "[{mode}] /tmp took {tmp} MiB of a 16 MiB tmp_size"
+    );
+    assert!(
+        log.contains("shm full"),
+        "[{mode}] /dev/shm shares the budget:\n{log}"
+    );
+
+    let outside = tempfile::tempdir().expect("tempdir");
+    let pwd = run_as_sandboxed(&m, outside.path(), &["pwd"]).expect_ok("smithfs run pwd");
+    assert_eq!(
+        pwd.trim(),
+        m.path().join("smiths/smith-root").to_string_lossy(),
+        "[{mode}] a working directory outside the view starts in the smith dir"
+    );
+}
+
+fn run_as_sandboxed(m: &TestMount, cwd: &Path, argv: &[&str]) -> Run {
+    run(Command::new(SMITHFS)
+        .args(["run", "--mount"])
+        .arg(m.path())
+        .args(["--smith", "smith-root", "--"])
+        .args(argv)
+        .env(ON.0, ON.1)
+        .current_dir(cwd))
+}
+
+#[test]
+fn the_view_is_bounded_cgroup() {
+    view_limits("cgroup");
+}
+
+#[test]
+fn the_view_is_bounded_ancestry() {
+    view_limits("ancestry");
+}
+
+/// A sandbox that cannot be built (here: a uid the credential drop refuses) never starts the
+/// run: `spawn_error` names the step in the journal and `status`, and nothing ran.
+#[test]
+fn a_sandbox_that_cannot_be_built_runs_nothing() {
+    if !is_root() {
+        eprintln!("skipped: the sandbox needs root");
+        return;
+    }
+    let marker = tempfile::tempdir().expect("tempdir");
+    let flag = marker.path().join("ran");
+    let config = serde_json::json!({
+        "agent": { "command": ["/bin/touch", flag], "retries": 0 },
+        "sandbox": { "uid": 4294967295u32 },
+    });
+    let m = mount_with(&config, "cgroup");
+    std::fs::write(m.path().join("smiths/smith-root/inbox/task-1.md"), "go\n").expect("task");
+    let (_, meta) = run_output(&m, 1);
+    let err = meta["error"].as_str().unwrap_or_default().to_string();
+    assert!(err.contains("dropping the agent's credentials"), "{meta}");
+    assert!(!flag.exists(), "the program ran");
+    let events = std::fs::read_to_string(m.path().join(".smithfs/events.jsonl")).expect("events");
+    assert!(
+        events.contains("spawn_error") && events.contains("dropping the agent's credentials"),
+        "{events}"
+    );
+    let status =
+        smithfs([std::ffi::OsStr::new("status"), m.path().as_os_str()]).expect_ok("status");
+    assert!(status.contains("credentials"), "{status}");
+}
+
+/// `kill -9 -1` from a run kills only the run's own processes: the daemon, a process of the
+/// agents' uid outside the run and the test's shell live on. Everything (the daemon included)
+/// runs in a pid namespace of the test's own (`unshare -pf --mount-proc`), so a regression
+/// kills the test, not the machine.
+fn kill_all_kills_only_the_run(mode: &'static str) {
+    if !is_root() {
+        eprintln!("skipped: the sandbox needs root");
+        return;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("smithfs-killall-")
+        .tempdir()
+        .expect("tempdir");
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    let config = serde_json::json!({
+        "agent": {
+            "command": ["/bin/sh", "-c",
+                "sleep 100 & kill -9 -1; echo \"after: $?\"; wait; echo \"own child: gone\""],
+            "retries": 0,
+        },
+    });
+    let uid = agents_uid();
+    let script = format!(
+        r#"set -u
+S={smithfs}; D={dir}
+$S init $D/m >/dev/null || exit 3
+cat > $D/m/config.json <<'JSON'
+{config}
+JSON
+SMITHFS_SANDBOX=1 $S mount $D/m --allow-other --identity {mode} || exit 4
+setpriv --reuid={uid} --regid={uid} --clear-groups sleep 300 & other=$!
+echo go > $D/m/smiths/smith-root/inbox/task-1.md
+meta=$D/m/smiths/smith-root/conversations/run-0001/meta.json
+for i in $(seq 600); do grep -q '"end": "' $meta 2>/dev/null && break; sleep 0.1; done
+cat $D/m/smiths/smith-root/conversations/run-0001/messages.log
+kill -0 $other && echo "other: alive"
+$S status $D/m >/dev/null && echo "daemon: alive"
+$S umount $D/m
+kill $other
+"#,
+        smithfs = SMITHFS,
+        dir = dir.path().display(),
+    );
+    let out = run(Command::new("unshare")
+        .args(["-pf", "--mount-proc", "bash", "-c"])
+        .arg(&script));
+    let text = format!("{}\n{}", out.stdout, out.stderr);
+    assert!(
+        text.contains("after: 0"),
+        "[{mode}] the agent did not run kill -9 -1:\n{text}"
+    );
+    assert!(text.contains("own child: gone"), "[{mode}]\n{text}");
+    assert!(
+        text.contains("other: alive"),
+        "[{mode}] a process outside the run died:\n{text}"
+    );
+    assert!(
+        text.contains("daemon: alive"),
+        "[{mode}] the daemon died:\n{text}"
+    );
+}
+
+#[test]
+fn kill_all_kills_only_the_run_cgroup() {
+    kill_all_kills_only_the_run("cgroup");
+}
+
+#[test]
+fn kill_all_kills_only_the_run_ancestry() {
+    kill_all_kills_only_the_run("ancestry");
+}
