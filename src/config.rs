@@ -226,10 +226,28 @@ impl Default for JournalConfig {
 
 impl JournalConfig {
     /// The journal's rotation limits.
-    pub fn rotation(&self) -> crate::sched::journal::Rotation {
-        crate::sched::journal::Rotation {
+    pub fn rotation(&self) -> Rotation {
+        Rotation {
             max_bytes: self.max_bytes.0,
             keep: self.keep,
+        }
+    }
+}
+
+/// Rotation limits, `journal.max_bytes` and `journal.keep` of config.json (docs/SPEC.md §7, §8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rotation {
+    /// Rotate before a line would take the journal over this many bytes.
+    pub max_bytes: u64,
+    /// Rotated files kept (`events.jsonl.1` … `.keep`); older ones are folded into the snapshot.
+    pub keep: u32,
+}
+
+impl Default for Rotation {
+    fn default() -> Self {
+        Rotation {
+            max_bytes: 64 << 20,
+            keep: 3,
         }
     }
 }

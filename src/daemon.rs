@@ -18,12 +18,12 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 
 use crate::backing;
-use crate::config::Config;
-use crate::fs::{BindError, FsOptions, Identities, Ports, SmithFs, STATE_DIR};
+use crate::fs::{BindError, FsOptions, Identities, Ports, SmithFs};
 use crate::fuse::session::{self, KernelCache, SessionOptions};
 use crate::identity::resolve::Resolver;
 use crate::sched::runner::BindTo;
 use crate::sched::{RunBinder, SchedCtx, Scheduler, SchedulerPort};
+use crate::tree::layout::STATE_DIR;
 use crate::tree::model::{FullId, SmithIdx};
 use crate::tree::template::Templates;
 
@@ -42,6 +42,18 @@ pub struct DaemonOptions {
     pub session: SessionOptions,
     /// Log level (tracing filter syntax); default from RUST_LOG, else "info".
     pub log_level: Option<String>,
+}
+
+impl DaemonOptions {
+    /// Where the configuration comes from and what overrides it: read at mount and again by
+    /// every reload ([`crate::reload::load_config`]).
+    pub fn config_source(&self) -> crate::reload::ConfigSource {
+        crate::reload::ConfigSource {
+            config: self.config.clone(),
+            operator: self.operator,
+            identity: self.identity,
+        }
+    }
 }
 
 /// Log to `file` (the daemon's log) or to stderr, at `level` (tracing filter syntax; default
@@ -121,7 +133,7 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
         .map_err(|e| anyhow!("cannot open the daemon log: {e}"))?;
         init_logging(opts.log_level.as_deref(), Some(File::from(log)));
     }
-    let config = load_config(dir, root.as_fd(), opts)?;
+    let config = crate::reload::load_config(dir, root.as_fd(), &opts.config_source())?;
     let templates = load_templates(root.as_fd())?;
     let fds = crate::fs::budget::plan(nofile, config.limits.max_open_files_per_smith);
     if fds.per_smith > fds.handles {
@@ -170,7 +182,7 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
     // `smithfs reload` and SIGHUP (docs/SPEC.md §6): config.json applied without a remount.
     let reloader = Arc::new(crate::reload::Reloader::new(
         dir.to_path_buf(),
-        opts.clone(),
+        opts.config_source(),
         root.try_clone()
             .map_err(|e| anyhow!("cannot open {}: {e}", dir.display()))?,
         config.clone(),
@@ -327,53 +339,6 @@ pub fn wait_for_lock(path: &Path, patience: Duration) -> bool {
     }
 }
 
-/// The mount's configuration: `--config F` or `DIR/config.json` (absent: defaults), with
-/// `--operator` and `--identity` overriding it. A malformed file is refused with the key's path
-/// (docs/SPEC.md §8).
-pub fn load_config(
-    dir: &Path,
-    root: std::os::fd::BorrowedFd<'_>,
-    opts: &DaemonOptions,
-) -> Result<Config> {
-    let text = match &opts.config {
-        Some(f) => Some(
-            std::fs::read_to_string(f).with_context(|| format!("cannot read {}", f.display()))?,
-        ),
-        None => match backing::read_file(root, Path::new("config.json")) {
-            Ok(b) => Some(
-                String::from_utf8(b)
-                    .map_err(|_| anyhow!("{}/config.json is not UTF-8", dir.display()))?,
-            ),
-            Err(nix::errno::Errno::ENOENT) => None,
-            Err(e) => bail!("cannot read {}/config.json: {e}", dir.display()),
-        },
-    };
-    let mut config = match text {
-        Some(t) => Config::parse(&t).map_err(|e| anyhow!("{e}"))?,
-        None => Config::default(),
-    };
-    if let Some(op) = opts.operator {
-        config.operator = op;
-    }
-    if let Some(id) = opts.identity {
-        config.identity = id;
-    }
-    if config.workspace.enabled() {
-        let project = crate::workspace::PROJECT_GIT;
-        if backing::open_dir_path(root, Path::new(project)).is_err() {
-            bail!(
-                "config.json: workspace: {} has no {project} (`smithfs init --repo PATH` makes it)",
-                dir.display()
-            );
-        }
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            bail!("config.json: workspace: workspaces need a daemon running as root (it builds a child's workspace in a private mount namespace)");
-        }
-    }
-    Ok(config)
-}
-
 fn get_nofile() -> Option<libc::rlimit> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -422,11 +387,7 @@ fn raise_nofile() -> u64 {
 /// Journal `limits.clamped` for each `limits.per_smith` key above its `limits.per_subtree`
 /// (docs/PROTOCOL-NOTES.md, L3): a smith's own processes are part of its subtree, so the leaf
 /// gets the subtree's value.
-fn journal_clamped(
-    state: BorrowedFd<'_>,
-    rotation: crate::sched::journal::Rotation,
-    clamped: &[&str],
-) {
+fn journal_clamped(state: BorrowedFd<'_>, rotation: crate::config::Rotation, clamped: &[&str]) {
     if clamped.is_empty() {
         return;
     }

@@ -3,7 +3,7 @@
 //!
 //! [`Reloader`] is made by the daemon (`crate::daemon`) before the filesystem, which calls it for
 //! the operator's `ctl` `reload`; the signal thread calls it for SIGHUP. The new file is read and
-//! validated exactly as `mount` reads it ([`crate::daemon::load_config`]: the same one-line
+//! validated exactly as `mount` reads it ([`load_config`]: the same one-line
 //! errors naming the key, the same `--config`, `--operator` and `--identity` of the mount), then
 //! compared with the configuration in force by [`plan`]: a change of a key that only a remount
 //! can apply refuses it, naming the key. Changed `limits` are applied next: the cgroup limits
@@ -16,14 +16,15 @@
 //! `error`), and the daemon keeps what it had (docs/PROTOCOL-NOTES.md O12, L20).
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use anyhow::{anyhow, bail, Context, Result};
 use parking_lot::Mutex;
 use serde_json::Value;
 
-use crate::config::Config;
-use crate::daemon::DaemonOptions;
+use crate::backing;
+use crate::config::{Config, IdentityMode, OperatorMode};
 use crate::identity::resolve::Resolver;
 use crate::limits::live::{LiveLimits, Snapshot};
 use crate::sched::{Event, SchedulerPort};
@@ -101,11 +102,70 @@ fn first_difference(path: &str, a: &Value, b: &Value) -> Option<(String, String,
     Some((path.to_string(), a.to_string(), b.to_string()))
 }
 
+/// Where a mount's configuration comes from and what overrides it (`mount`'s `--config`,
+/// `--operator`, `--identity`): the same at mount and at every reload.
+#[derive(Clone, Debug, Default)]
+pub struct ConfigSource {
+    /// Read the configuration from this file instead of DIR/config.json (`--config`).
+    pub config: Option<PathBuf>,
+    /// `--operator`, overriding the configuration.
+    pub operator: Option<OperatorMode>,
+    /// `--identity`, overriding the configuration.
+    pub identity: Option<IdentityMode>,
+}
+
+/// The mount's configuration: `--config F` or `DIR/config.json` (absent: defaults), with
+/// `--operator` and `--identity` overriding it. A malformed file is refused with the key's path
+/// (docs/SPEC.md §8).
+pub fn load_config(
+    dir: &Path,
+    root: std::os::fd::BorrowedFd<'_>,
+    source: &ConfigSource,
+) -> Result<Config> {
+    let text = match &source.config {
+        Some(f) => Some(
+            std::fs::read_to_string(f).with_context(|| format!("cannot read {}", f.display()))?,
+        ),
+        None => match backing::read_file(root, Path::new("config.json")) {
+            Ok(b) => Some(
+                String::from_utf8(b)
+                    .map_err(|_| anyhow!("{}/config.json is not UTF-8", dir.display()))?,
+            ),
+            Err(nix::errno::Errno::ENOENT) => None,
+            Err(e) => bail!("cannot read {}/config.json: {e}", dir.display()),
+        },
+    };
+    let mut config = match text {
+        Some(t) => Config::parse(&t).map_err(|e| anyhow!("{e}"))?,
+        None => Config::default(),
+    };
+    if let Some(op) = source.operator {
+        config.operator = op;
+    }
+    if let Some(id) = source.identity {
+        config.identity = id;
+    }
+    if config.workspace.enabled() {
+        let project = crate::workspace::PROJECT_GIT;
+        if backing::open_dir_path(root, Path::new(project)).is_err() {
+            bail!(
+                "config.json: workspace: {} has no {project} (`smithfs init --repo PATH` makes it)",
+                dir.display()
+            );
+        }
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            bail!("config.json: workspace: workspaces need a daemon running as root (it builds a child's workspace in a private mount namespace)");
+        }
+    }
+    Ok(config)
+}
+
 /// Re-reads the mount's config.json and applies it (see the module header). Shared by the
 /// filesystem (`ctl` `reload`) and the signal thread (SIGHUP).
 pub struct Reloader {
     dir: PathBuf,
-    opts: DaemonOptions,
+    source: ConfigSource,
     /// The store's root (a duplicate of the filesystem's descriptor).
     root: OwnedFd,
     /// The configuration in force. Held across a reload: reloads are serialised.
@@ -125,11 +185,11 @@ pub struct LimitPorts {
 }
 
 impl Reloader {
-    /// A reloader of the mount `dir` (mounted with `opts`) whose configuration in force is
-    /// `current`, handing new configurations to the scheduler through `port`.
+    /// A reloader of the mount `dir` (its configuration read from `source`) whose configuration
+    /// in force is `current`, handing new configurations to the scheduler through `port`.
     pub fn new(
         dir: PathBuf,
-        opts: DaemonOptions,
+        source: ConfigSource,
         root: OwnedFd,
         current: Config,
         port: Arc<SchedulerPort>,
@@ -137,7 +197,7 @@ impl Reloader {
     ) -> Reloader {
         Reloader {
             dir,
-            opts,
+            source,
             root,
             current: Mutex::new(current),
             port,
@@ -188,7 +248,7 @@ impl Reloader {
     /// refusal is also logged and journaled (`config.reload_failed`).
     pub fn reload(&self) -> Result<Vec<String>, String> {
         let mut current = self.current.lock();
-        let outcome = crate::daemon::load_config(&self.dir, self.root.as_fd(), &self.opts)
+        let outcome = load_config(&self.dir, self.root.as_fd(), &self.source)
             .map_err(|e| format!("{e:#}"))
             .and_then(|new| {
                 let changed = plan(&current, &new)?;

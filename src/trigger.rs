@@ -64,7 +64,7 @@ pub enum Trigger {
     },
     /// Denials of one identity and second beyond the rate limit (docs/SPEC.md §7); journaled
     /// as `access.denied.suppressed` with `count`.
-    DenialsSuppressed(crate::sched::denials::Suppressed),
+    DenialsSuppressed(Suppressed),
     /// `cancel <full-id>` was written to `ctl` by an authorised identity (docs/SPEC.md §6): the
     /// smith and its subtree are cancelled (journaled by the scheduler as `run.cancelled`).
     Cancel {
@@ -94,4 +94,15 @@ impl Trigger {
             Trigger::Retry { .. } => "retry",
         }
     }
+}
+
+/// The suppressed denials of one identity in one second: one `access.denied.suppressed` line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Suppressed {
+    /// The identity's smith; `None` for the operator or Unknown.
+    pub smith: Option<SmithIdx>,
+    /// The second (Unix time) they happened in.
+    pub second: u64,
+    /// How many were not written in full.
+    pub count: u64,
 }

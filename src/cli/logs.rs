@@ -100,7 +100,7 @@ fn daemon_log(dir: &Path) -> PathBuf {
     if dir.join(".smithfs").is_dir() {
         live
     } else {
-        dir.join(crate::fs::STATE_DIR).join("daemon.log")
+        dir.join(crate::tree::layout::STATE_DIR).join("daemon.log")
     }
 }
 

@@ -17,9 +17,9 @@ use clap::Args;
 use super::util::{self, MountState};
 use crate::config::{IdentityMode, OperatorMode};
 use crate::daemon::DaemonOptions;
-use crate::fs::STATE_DIR;
 use crate::fuse::session::SessionOptions;
 use crate::fuse::transport::Transport;
+use crate::tree::layout::STATE_DIR;
 
 /// Arguments of `smithfs mount`.
 #[derive(Debug, Args)]

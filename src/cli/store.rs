@@ -41,7 +41,7 @@ pub fn source(dir: &Path) -> Result<Source> {
         return Ok(Source::Mount(dir.to_path_buf()));
     }
     if util::mount_state(dir) == MountState::NotMounted
-        && (dir.join(crate::fs::STATE_DIR).is_dir() || dir.join("smiths").is_dir())
+        && (dir.join(crate::tree::layout::STATE_DIR).is_dir() || dir.join("smiths").is_dir())
     {
         return Ok(Source::Store(dir.to_path_buf()));
     }
@@ -54,13 +54,13 @@ pub fn source(dir: &Path) -> Result<Source> {
 
 /// The store's `.smithfs-state/` directory, opened (`None` if there is none).
 fn state_dir(dir: &Path) -> Option<std::fs::File> {
-    std::fs::File::open(dir.join(crate::fs::STATE_DIR)).ok()
+    std::fs::File::open(dir.join(crate::tree::layout::STATE_DIR)).ok()
 }
 
 /// The journal files of a store, oldest first, as [`journal::files`] lists them (docs/SPEC.md
 /// §7: rotation keeps `journal.keep` old files).
 pub fn journal_files(dir: &Path) -> Vec<PathBuf> {
-    let state = dir.join(crate::fs::STATE_DIR);
+    let state = dir.join(crate::tree::layout::STATE_DIR);
     let names = state_dir(dir)
         .and_then(|d| journal::files(std::os::fd::AsFd::as_fd(&d)).ok())
         .unwrap_or_else(|| vec![journal::JOURNAL_NAME.to_owned()]);
@@ -239,7 +239,7 @@ mod tests {
     fn journal_files_oldest_first_and_walk() {
         let t = tempfile::tempdir().expect("tempdir");
         let d = t.path();
-        let st = d.join(crate::fs::STATE_DIR);
+        let st = d.join(crate::tree::layout::STATE_DIR);
         std::fs::create_dir_all(&st).unwrap();
         for n in [
             "events.jsonl",

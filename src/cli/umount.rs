@@ -14,9 +14,9 @@ use clap::Args;
 
 use super::util::{self, MountState};
 use super::whoami;
-use crate::fs::STATE_DIR;
 use crate::fuse::session::kernel_unmount;
 use crate::sys::procfs;
+use crate::tree::layout::STATE_DIR;
 
 /// Arguments of `smithfs umount`.
 #[derive(Debug, Args)]

@@ -10,7 +10,7 @@ use super::why::DenialRecord;
 use super::{Caller, SmithFs};
 use crate::identity::Identity;
 use crate::policy::{Area, Depth, Zone};
-use crate::sched::store_facts::{classify_task_name, suggest_task_name, TaskName};
+use crate::tree::layout::{classify_task_name, suggest_task_name, TaskName};
 use crate::trigger::Trigger;
 
 /// Who completed a file: identity, thread id, uid.

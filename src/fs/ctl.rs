@@ -35,12 +35,9 @@ impl SmithFs {
                 Some(s) => s.into_bytes(),
                 None => self.plain_status().into_bytes(),
             },
-            // Served live from the journal when there is one (`read_control`).
-            ControlFile::Events if self.ports.sched.journal_end().is_some() => Vec::new(),
-            ControlFile::Events => journal_lines(
-                // Across the rotated files, oldest first (docs/SPEC.md §7).
-                &crate::sched::journal::read_all_bytes(self.state.as_fd()).unwrap_or_default(),
-            ),
+            // Served live from the scheduler's journal (`read_control`); without a scheduler
+            // (a filesystem without a daemon, as in tests) it is empty.
+            ControlFile::Events => Vec::new(),
             // Served live from the file (`read_control`).
             ControlFile::DaemonLog => Vec::new(),
             ControlFile::Ctl => Vec::new(),
@@ -307,17 +304,3 @@ impl SmithFs {
 
 /// The daemon's log in `.smithfs-state/` (`.smithfs/daemon.log`, O8).
 const DAEMON_LOG: &std::ffi::CStr = c"daemon.log";
-
-/// The journal as served in `.smithfs/events.jsonl`: complete lines that are JSON objects; a
-/// torn line left by a crash is dropped (docs/SPEC.md §7).
-pub(super) fn journal_lines(raw: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(raw.len());
-    for line in raw.split_inclusive(|b| *b == b'\n') {
-        if line.ends_with(b"\n")
-            && serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(line).is_ok()
-        {
-            out.extend_from_slice(line);
-        }
-    }
-    out
-}

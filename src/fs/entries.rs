@@ -11,10 +11,11 @@ use super::error::{FsError, FsResult};
 use super::ids::{BackingIno, Fh, NodeId};
 use super::inode::Inode;
 use super::io::kill_suid_sgid;
-use super::{backing, control, Attr, Cache, Caller, SetAttr, SmithFs, STATE_DIR};
+use super::{backing, control, Attr, Cache, Caller, SetAttr, SmithFs};
 use crate::identity::Identity;
 use crate::policy::zone::{Area, Zone};
 use crate::policy::{self, Op};
+use crate::tree::layout::STATE_DIR;
 
 impl SmithFs {
     pub(super) fn attr_of(&self, st: libc::stat) -> Attr {

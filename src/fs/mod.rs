@@ -56,14 +56,11 @@ use crate::config::OperatorMode;
 use crate::identity::resolve::IdentityError;
 use crate::identity::Identity;
 use crate::policy::{Ctx, Zone};
+use crate::tree::layout::STATE_DIR;
 use crate::tree::model::{FullId, SmithIdx};
 use crate::tree::registry::Registry;
 use crate::tree::template::Templates;
 use crate::trigger::Trigger;
-
-/// The name of smithfs's own state directory in the store's root, never visible through the
-/// mount (docs/SPEC.md §1).
-pub const STATE_DIR: &str = ".smithfs-state";
 
 /// How long the kernel may keep an entry and its attributes (docs/PROTOCOL-NOTES.md C4, U4):
 /// long for store inodes, whose every change either comes through the kernel's own requests or is
@@ -171,8 +168,8 @@ pub trait Scheduling: Send + Sync {
     /// Is a run of `smith` or of one of its descendants live?
     fn subtree_live(&self, smith: SmithIdx) -> bool;
     /// The journal's end in journal offsets (every byte ever journaled): the size of
-    /// `.smithfs/events.jsonl`. `None`: no live journal (the file is then a snapshot taken at
-    /// open; docs/PROTOCOL-NOTES.md O13).
+    /// `.smithfs/events.jsonl`. `None`: no live journal (no scheduler: the file is then empty;
+    /// docs/PROTOCOL-NOTES.md O13).
     fn journal_end(&self) -> Option<u64> {
         None
     }

@@ -155,7 +155,7 @@ pub fn remove_crash_leftovers(root: BorrowedFd<'_>, registry: &Registry) -> usiz
     let mut dirs = vec![
         String::new(),
         "results".to_owned(),
-        crate::fs::STATE_DIR.to_owned(),
+        crate::tree::layout::STATE_DIR.to_owned(),
     ];
     for info in registry.all() {
         let rel = info.rel_dir();

@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 
 use crate::tree::model::SmithIdx;
+pub use crate::trigger::Suppressed;
 
 /// Denials a second per identity journaled in full.
 pub const FULL_PER_SECOND: u32 = 20;
@@ -20,17 +21,6 @@ struct Window {
     second: u64,
     full: u32,
     suppressed: u64,
-}
-
-/// The suppressed denials of one identity in one second: one `access.denied.suppressed` line.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Suppressed {
-    /// The identity's smith; `None` for the operator or Unknown.
-    pub smith: Option<SmithIdx>,
-    /// The second (Unix time) they happened in.
-    pub second: u64,
-    /// How many were not written in full.
-    pub count: u64,
 }
 
 /// Per identity key, the denials of its current second.

@@ -207,7 +207,7 @@ impl HookJob {
                         log,
                         home: None,
                         run: None,
-                        path: format!("{}/hooks.log", crate::fs::STATE_DIR),
+                        path: format!("{}/hooks.log", crate::tree::layout::STATE_DIR),
                     };
                     self.pump.add(r, sink).map(|_| w)
                 });

@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::backing::{self, SysResult};
+use crate::config::Rotation;
 use crate::tree::model::FullId;
 
 /// The journal's file name in the state directory.
@@ -142,24 +143,6 @@ const DROP_NAME: &CStr = c"events.jsonl.drop";
 /// The state carried forward from the journals that rotation removed (docs/PROTOCOL-NOTES.md
 /// H5): what a restart rebuilds survives rotation.
 pub const SNAPSHOT_NAME: &CStr = c"journal-state.json";
-
-/// Rotation limits, `journal.max_bytes` and `journal.keep` of config.json (docs/SPEC.md §7, §8).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Rotation {
-    /// Rotate before a line would take the journal over this many bytes.
-    pub max_bytes: u64,
-    /// Rotated files kept (`events.jsonl.1` … `.keep`); older ones are folded into the snapshot.
-    pub keep: u32,
-}
-
-impl Default for Rotation {
-    fn default() -> Self {
-        Rotation {
-            max_bytes: 64 << 20,
-            keep: 3,
-        }
-    }
-}
 
 #[derive(Debug)]
 struct Writer {

@@ -169,7 +169,7 @@ impl SchedulerPort {
     /// The journal cannot be opened.
     pub fn open(
         state: std::os::fd::BorrowedFd<'_>,
-        rotation: journal::Rotation,
+        rotation: crate::config::Rotation,
     ) -> std::io::Result<Arc<SchedulerPort>> {
         let journal = Arc::new(Journal::open(state, rotation)?);
         let shared = Arc::new(Shared {
@@ -331,7 +331,7 @@ impl Scheduler {
     ///
     /// Errors: the state directory or the journal cannot be opened.
     pub fn start(ctx: SchedCtx, resume: bool) -> std::io::Result<Scheduler> {
-        let name = std::ffi::CString::new(crate::fs::STATE_DIR)?;
+        let name = std::ffi::CString::new(crate::tree::layout::STATE_DIR)?;
         let state = backing::ensure_dir(ctx.root.as_fd(), &name, 0o700)?;
         let port = SchedulerPort::open(state.as_fd(), ctx.config.journal.rotation())?;
         Scheduler::start_on(port, ctx, resume)
@@ -346,7 +346,7 @@ impl Scheduler {
         ctx: SchedCtx,
         resume: bool,
     ) -> std::io::Result<Scheduler> {
-        let name = std::ffi::CString::new(crate::fs::STATE_DIR)?;
+        let name = std::ffi::CString::new(crate::tree::layout::STATE_DIR)?;
         let state = backing::ensure_dir(ctx.root.as_fd(), &name, 0o700)?;
         let rx = port
             .rx
