@@ -1,13 +1,15 @@
 //! smithfs: a FUSE filesystem that enforces the Agent Smith multi-agent protocol
 //! (`docs/SPEC.md`) at the kernel boundary.
 //!
-//! Layering (see `docs/ARCHITECTURE.md`): `cli → daemon → {fuse, sched, fs}`, `fuse → fs`,
-//! `fs → {policy, identity, tree, trigger}`, and everyone → `backing` (the store layer, a
-//! leaf). The pure modules (`policy`, `sys::procfs`, `tree::model`, `config`) import
-//! only types.
+//! Layering (the module map of `docs/ARCHITECTURE.md`, enforced by
+//! `architecture::imports_follow_the_architecture_map`): `cli → daemon → {reload, fuse, sched,
+//! fs}`, `fuse → fs`, `sched → fs`'s ports, `fs → {policy, identity, limits, tree, trigger}`, and
+//! everyone → `backing` (the store layer) and `sys` (`/proc`, cgroups, the mount table), the
+//! leaves. The pure modules (`policy`, `sys::procfs`, `tree::model`, `config`) import only types.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+mod architecture;
 pub mod backing;
 pub mod cli;
 pub mod config;
