@@ -17,7 +17,7 @@ use super::inode::Inode;
 use super::{backing, Caller, SmithFs};
 use crate::backing::BackingIno;
 use crate::identity::Identity;
-use crate::limits::storage::{self, Books, Exceeded, Ledger, Usage};
+use crate::limits::storage::{self, Books, Ledger, Usage};
 use crate::policy::{storage_denial, Held, StorageBound, Zone};
 
 /// Round `n` bytes up to whole 4 KiB blocks (the estimate of what a write allocates).
@@ -106,13 +106,7 @@ impl SmithFs {
         let home = self.payer_of(zone, None)?;
         // A quota a reload just turned on: its books are built before the first admission.
         let _ = self.books();
-        match self.storage.admit_quota(home.payer, bytes, inodes) {
-            Ok(()) => None,
-            Err(Exceeded::Bytes { limit, used, asked }) => {
-                Some(StorageBound::Bytes { limit, used, asked })
-            }
-            Err(Exceeded::Inodes { limit, used }) => Some(StorageBound::Inodes { limit, used }),
-        }
+        self.storage.admit_quota(home.payer, bytes, inodes).err()
     }
 
     /// Admit a write of `len` bytes at `offset` (`append`: at the end) through the open file

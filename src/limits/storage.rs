@@ -33,7 +33,7 @@ use rustc_hash::FxHashMap;
 
 use crate::backing::{self, BackingIno, SysResult};
 use crate::policy::zone::{Area, Depth, RootArea, Zone};
-use crate::policy::Held;
+use crate::policy::{Held, StorageBound};
 use crate::tree::model::SmithIdx;
 
 /// Bytes in one unit of `st_blocks` (POSIX: 512 whatever the filesystem's block size).
@@ -130,27 +130,6 @@ impl Quota {
     pub fn is_set(&self) -> bool {
         self.max_bytes.is_some() || self.max_inodes.is_some()
     }
-}
-
-/// Why a change was not admitted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Exceeded {
-    /// The smith's bytes would pass `limit`.
-    Bytes {
-        /// `limits.max_bytes_per_smith`.
-        limit: u64,
-        /// What it holds now.
-        used: u64,
-        /// The estimate of what the change adds.
-        asked: u64,
-    },
-    /// The smith's inodes would pass `limit`.
-    Inodes {
-        /// `limits.max_inodes_per_smith`.
-        limit: u64,
-        /// What it holds now.
-        used: u64,
-    },
 }
 
 /// One charged inode.
@@ -391,11 +370,11 @@ impl Books {
         bytes: u64,
         inodes: u64,
         quota: Quota,
-    ) -> Result<(), Exceeded> {
+    ) -> Result<(), StorageBound> {
         let u = self.usage(smith);
         if let Some(limit) = quota.max_inodes {
             if inodes > 0 && u.inodes.saturating_add(inodes) > limit {
-                return Err(Exceeded::Inodes {
+                return Err(StorageBound::Inodes {
                     limit,
                     used: u.inodes,
                 });
@@ -403,7 +382,7 @@ impl Books {
         }
         if let Some(limit) = quota.max_bytes {
             if bytes > 0 && u.bytes.saturating_add(bytes) > limit {
-                return Err(Exceeded::Bytes {
+                return Err(StorageBound::Bytes {
                     limit,
                     used: u.bytes,
                     asked: bytes,
@@ -733,7 +712,12 @@ impl Storage {
     ///
     /// # Errors
     /// The limit it would pass.
-    pub fn admit_quota(&self, payer: SmithIdx, bytes: u64, inodes: u64) -> Result<(), Exceeded> {
+    pub fn admit_quota(
+        &self,
+        payer: SmithIdx,
+        bytes: u64,
+        inodes: u64,
+    ) -> Result<(), StorageBound> {
         match self.ledger.get() {
             Some(l) => {
                 let quota = self.quota();
@@ -749,7 +733,7 @@ impl Storage {
     ///
     /// # Errors
     /// The (reduced) limit it would pass.
-    pub fn admit_output(&self, payer: SmithIdx, bytes: u64) -> Result<(), Exceeded> {
+    pub fn admit_output(&self, payer: SmithIdx, bytes: u64) -> Result<(), StorageBound> {
         let Some(l) = self.ledger.get() else {
             return Ok(());
         };
@@ -1093,8 +1077,9 @@ mod tests {
         ];
         for (bytes, inodes, want) in cases {
             let got = b.admit(X, *bytes, *inodes, q).map_err(|e| match e {
-                Exceeded::Bytes { .. } => "bytes",
-                Exceeded::Inodes { .. } => "inodes",
+                StorageBound::Bytes { .. } => "bytes",
+                StorageBound::Inodes { .. } => "inodes",
+                StorageBound::Reserve { .. } => "reserve",
             });
             assert_eq!(got, *want, "{bytes} {inodes}");
         }

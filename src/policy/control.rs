@@ -208,7 +208,8 @@ pub fn decide_rename_whiteout(id: &Identity, whiteout: bool) -> Decision {
     )
 }
 
-/// Which storage bound a change would pass (docs/SPEC.md §8).
+/// Which storage bound a change would pass (docs/SPEC.md §8): the one type of the books' answer
+/// (`limits::storage`), the filesystem's denial and the output pump's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StorageBound {
     /// The smith holds `used` allocated bytes and the change adds about `asked`, beyond

@@ -26,8 +26,8 @@ use parking_lot::Mutex;
 use super::journal::{Event, Journal};
 use super::{Invalidate, Msg};
 use crate::backing::{self, BackingIno};
-use crate::limits::storage::{Exceeded, Home, Storage};
-use crate::policy::Rule;
+use crate::limits::storage::{Home, Storage};
+use crate::policy::{Rule, StorageBound};
 use crate::tree::model::FullId;
 
 /// The longest a growing log goes without an invalidation of its inode in the kernel's cache.
@@ -339,14 +339,16 @@ impl Inner {
                 .home
                 .map(|h| self.storage.admit_output(h.payer, adds))
             {
-                Some(Err(Exceeded::Bytes { limit, used, .. })) => Some((
+                Some(Err(StorageBound::Bytes { limit, used, .. })) => Some((
                     Rule::StorageBytes.id(),
                     format!(
                         "the smith holds {used} bytes; a run's output stops at {limit}, a \
                          sixteenth short of its limits.max_bytes_per_smith"
                     ),
                 )),
-                Some(Err(Exceeded::Inodes { .. })) | Some(Ok(())) | None => None,
+                Some(Err(StorageBound::Inodes { .. } | StorageBound::Reserve { .. }))
+                | Some(Ok(()))
+                | None => None,
             },
         };
         if let Some((rule, why)) = refused {
