@@ -12,7 +12,7 @@ use super::inode::Inode;
 use super::{backing, control, rebuild, scaffold_write, Attr, Caller, SmithFs};
 use crate::identity::Identity;
 use crate::policy::{
-    check_new_child, decide_link, Area, Decision, Depth, Family, NewKind, Op, Rule, Zone,
+    check_new_child, decide_link, Area, Decision, Depth, Family, NewKind, Op, Zone,
 };
 use crate::tree::model::SmithIdx;
 use crate::tree::scaffold_plan::plan_smith;
@@ -221,18 +221,7 @@ impl SmithFs {
         match (made, workspace_failed) {
             (Ok(()), _) => {}
             (Err(_), Some(reason)) => {
-                // The reason goes to `why` (docs/PROTOCOL-NOTES.md W20): one line, bounded.
-                let reason: String = reason
-                    .lines()
-                    .next()
-                    .unwrap_or("")
-                    .chars()
-                    .take(300)
-                    .collect();
-                let d = Rule::ScaffoldWorkspace.deny(
-                    format!("smithfs could not make the workspace of {full_id}, so the child was not created: {reason}"),
-                    "fix the cause (the daemon's log has git's whole error) and make the child again".into(),
-                );
+                let d = crate::policy::workspace_failed(full_id.as_str(), &reason);
                 return Err(self.denied(caller, who, "mkdir", self.child_path(dir, name), d));
             }
             (Err(e), None) => return Err(FsError::Backing(e)),

@@ -158,3 +158,23 @@ pub fn check_new_child(
     }
     Ok(number)
 }
+
+/// The denial of a `mkdir` in `children/` whose child's workspace could not be made (§11; the
+/// child is not created): `reason` is git's or the sandbox's error, cut to its first line and
+/// 300 characters for `why` (docs/PROTOCOL-NOTES.md W20; the daemon's log has all of it).
+pub fn workspace_failed(full_id: &str, reason: &str) -> Denial {
+    let reason: String = reason
+        .lines()
+        .next()
+        .unwrap_or("")
+        .chars()
+        .take(300)
+        .collect();
+    Rule::ScaffoldWorkspace.deny(
+        format!(
+            "smithfs could not make the workspace of {full_id}, so the child was not created: \
+             {reason}"
+        ),
+        "fix the cause (the daemon's log has git's whole error) and make the child again".into(),
+    )
+}

@@ -16,7 +16,7 @@ pub mod zone;
 mod tests;
 
 pub use crate::config::{Limits, OperatorMode};
-pub use children::{check_new_child, Family};
+pub use children::{check_new_child, workspace_failed, Family};
 pub use control::{
     bind_failed, ctl_syntax, decide_control_open, decide_ctl, decide_reload,
     decide_rename_whiteout, open_budget_denial, reload_refused, reserved_name, storage_denial,

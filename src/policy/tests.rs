@@ -1757,3 +1757,19 @@ fn quota_denials_say_where_the_space_is_held() {
         d.why
     );
 }
+
+#[test]
+fn a_failed_workspace_is_one_bounded_line() {
+    let long = format!("fatal: {}\nsecond line", "x".repeat(500));
+    let d = crate::policy::workspace_failed("smith-root/smith-001", &long);
+    assert_eq!(d.rule, Rule::ScaffoldWorkspace.id());
+    assert!(d
+        .why
+        .starts_with("smithfs could not make the workspace of smith-root/smith-001"));
+    assert!(
+        !d.why.contains('\n') && !d.why.contains("second line"),
+        "{}",
+        d.why
+    );
+    assert!(d.why.ends_with(&"x".repeat(293)), "cut to 300 characters");
+}
