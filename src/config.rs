@@ -794,21 +794,39 @@ fn check_argv(argv: &[String], path: &str) -> Result<(), ConfigError> {
 
 /// The first `{name}` in `arg` whose name is not in [`PLACEHOLDERS`].
 pub fn unknown_placeholder(arg: &str) -> Option<&str> {
+    fill_placeholders(arg, |name| PLACEHOLDERS.contains(&name).then_some("")).err()
+}
+
+/// `arg` with every placeholder replaced by `value(name)`: a placeholder is `{` +
+/// `[A-Za-z0-9_]+` + `}`; any other brace is literal, and a value is never scanned again. The one
+/// scanner of `agent.command` and the hooks' commands: [`unknown_placeholder`] checks with it,
+/// the runner fills with it (`sched::runner::Placeholders::expand`).
+///
+/// # Errors
+/// The name of the first placeholder `value` does not know.
+pub fn fill_placeholders<'a, 'v>(
+    arg: &'a str,
+    value: impl Fn(&str) -> Option<&'v str>,
+) -> Result<String, &'a str> {
+    let mut out = String::with_capacity(arg.len());
     let mut rest = arg;
     while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
         let after = &rest[open + 1..];
         let len = after
             .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
             .unwrap_or(after.len());
         if len > 0 && after[len..].starts_with('}') {
             let name = &after[..len];
-            if !PLACEHOLDERS.contains(&name) {
-                return Some(name);
-            }
+            out.push_str(value(name).ok_or(name)?);
+            rest = &after[len + 1..];
+        } else {
+            out.push('{');
+            rest = after;
         }
-        rest = after;
     }
-    None
+    out.push_str(rest);
+    Ok(out)
 }
 
 fn at_least_one(value: u64, path: &str) -> Result<(), ConfigError> {

@@ -114,33 +114,13 @@ impl Placeholders {
         })
     }
 
-    /// Fill the placeholders of `arg`. A placeholder is `{` + `[A-Za-z0-9_]+` + `}` (as in
-    /// `config::unknown_placeholder`); any other brace is literal.
+    /// Fill the placeholders of `arg` ([`crate::config::fill_placeholders`]: `{` +
+    /// `[A-Za-z0-9_]+` + `}`; any other brace is literal).
     ///
     /// Errors: the first unknown placeholder, as `unknown placeholder {name}`.
     pub fn expand(&self, arg: &str) -> Result<String, String> {
-        let mut out = String::with_capacity(arg.len());
-        let mut rest = arg;
-        while let Some(open) = rest.find('{') {
-            out.push_str(&rest[..open]);
-            let after = &rest[open + 1..];
-            let len = after
-                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .unwrap_or(after.len());
-            if len > 0 && after[len..].starts_with('}') {
-                let name = &after[..len];
-                match self.get(name) {
-                    Some(v) => out.push_str(v),
-                    None => return Err(format!("unknown placeholder {{{name}}}")),
-                }
-                rest = &after[len + 1..];
-            } else {
-                out.push('{');
-                rest = after;
-            }
-        }
-        out.push_str(rest);
-        Ok(out)
+        crate::config::fill_placeholders(arg, |name| self.get(name))
+            .map_err(|name| format!("unknown placeholder {{{name}}}"))
     }
 
     /// Fill every argument of `argv`.
