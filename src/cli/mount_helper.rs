@@ -8,6 +8,7 @@ use std::ffi::{OsStr, OsString};
 use std::path::Path;
 
 use super::ids::UsageError;
+use crate::sys::mount::{FS_NAME, FS_TYPE};
 
 /// The helper's file name: mount(8) looks for `/sbin/mount.fuse.smithfs` (and `/sbin/mount.fuse`
 /// would look for `smithfs` on PATH, which is the binary itself).
@@ -80,9 +81,9 @@ pub fn parse(args: &[OsString]) -> Result<HelperCall, UsageError> {
 
 fn check_type(t: &str) -> Result<(), UsageError> {
     match t {
-        "fuse.smithfs" | "smithfs" => Ok(()),
+        FS_TYPE | FS_NAME => Ok(()),
         other => Err(UsageError(format!(
-            "{NAME}: type {other}: this helper mounts fuse.smithfs only"
+            "{NAME}: type {other}: this helper mounts {FS_TYPE} only"
         ))),
     }
 }
@@ -97,7 +98,7 @@ impl HelperCall {
         &self,
         same: impl Fn(&Path, &Path) -> bool,
     ) -> Result<Option<Vec<OsString>>, UsageError> {
-        if self.source != "smithfs" && !same(Path::new(&self.source), Path::new(&self.dir)) {
+        if self.source != FS_NAME && !same(Path::new(&self.source), Path::new(&self.dir)) {
             return Err(UsageError(format!(
                 "{NAME}: source {} is not the mount point {}: a smithfs fstab line names the directory twice, or `smithfs` as the source",
                 Path::new(&self.source).display(),

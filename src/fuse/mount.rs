@@ -18,10 +18,8 @@ use std::process::{Command, Stdio};
 
 use anyhow::{anyhow, bail, Result};
 
-/// The filesystem type every smithfs mount has in `/proc/self/mountinfo` (`findmnt -t`).
-pub const FSTYPE: &str = "fuse.smithfs";
-/// The mount's source (`fsname`) and FUSE subtype.
-pub const FSNAME: &str = "smithfs";
+use crate::sys::mount::{FS_NAME, FS_TYPE};
+
 /// The setuid helper of libfuse 3 that mounts for unprivileged users.
 pub const FUSERMOUNT: &str = "fusermount3";
 
@@ -43,7 +41,7 @@ pub fn fusermount() -> Option<PathBuf> {
     })
 }
 
-/// Mount a FUSE connection at `dir` (type [`FSTYPE`], source [`FSNAME`], `default_permissions`,
+/// Mount a FUSE connection at `dir` (type [`FS_TYPE`], source [`FS_NAME`], `default_permissions`,
 /// `nosuid`, `nodev`, plus `allow_other` when asked) and return the `/dev/fuse` descriptor that
 /// serves it. The kernel sends INIT on it next.
 ///
@@ -114,8 +112,8 @@ fn mount_direct(dev: OwnedFd, dir: &Path, allow_other: bool) -> Result<Option<Ow
         data.push_str(",allow_other");
     }
     let target = CString::new(dir.as_os_str().as_bytes())?;
-    let source = CString::new(FSNAME)?;
-    let fstype = CString::new(FSTYPE)?;
+    let source = CString::new(FS_NAME)?;
+    let fstype = CString::new(FS_TYPE)?;
     let data = CString::new(data)?;
     // SAFETY: all pointers are NUL-terminated strings that live across the call.
     let rc = unsafe {
@@ -141,7 +139,7 @@ fn mount_direct(dev: OwnedFd, dir: &Path, allow_other: bool) -> Result<Option<Ow
 /// the `/dev/fuse` descriptor it sends back (SCM_RIGHTS).
 fn mount_fusermount(helper: &Path, dir: &Path, allow_other: bool) -> Result<OwnedFd> {
     let (ours, theirs) = UnixStream::pair()?;
-    let mut opts = format!("fsname={FSNAME},subtype={FSNAME},default_permissions,nodev,nosuid");
+    let mut opts = format!("fsname={FS_NAME},subtype={FS_NAME},default_permissions,nodev,nosuid");
     if allow_other {
         opts.push_str(",allow_other");
     }

@@ -5,8 +5,12 @@ use std::path::Path;
 
 use super::procfs::{self, MountInfo};
 
-/// The FUSE filesystem type smithfs mounts as (`fuse.smithfs` in mountinfo).
+/// The filesystem type every smithfs mount has in `/proc/self/mountinfo` (`findmnt -t`): the
+/// one spelling of `fuse.smithfs`.
 pub const FS_TYPE: &str = "fuse.smithfs";
+
+/// A smithfs mount's source (`fsname`) and FUSE subtype: [`FS_TYPE`] is `fuse.` + it.
+pub const FS_NAME: &str = "smithfs";
 
 /// The mounts of this process (`/proc/self/mountinfo`); empty if it cannot be read or parsed.
 pub fn mounts() -> Vec<MountInfo> {

@@ -558,8 +558,8 @@ impl MountInfo {
     /// True for a smithfs mount: a FUSE mount whose subtype or source (`fsname`) is `smithfs`.
     pub fn is_smithfs(&self) -> bool {
         self.is_fuse()
-            && (self.fuse_subtype() == Some("smithfs")
-                || self.source.as_encoded_bytes() == b"smithfs")
+            && (self.fuse_subtype() == Some(super::mount::FS_NAME)
+                || self.source.as_encoded_bytes() == super::mount::FS_NAME.as_bytes())
     }
 }
 
