@@ -1,6 +1,7 @@
 //! `smithfs cancel [DIR] ID`: stop a smith's run and its subtree's, marking them cancelled, by
 //! writing `cancel FULL_ID` to `DIR/.smithfs/ctl` (docs/SPEC.md §6, §7). The mount checks the
-//! writer's authority (the operator, or an ancestor smith).
+//! writer's authority (the operator, or an ancestor smith). It returns once the status shows
+//! the subtree cancelled (or done) and none of its runs live (O49).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -8,6 +9,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use super::ids::usage;
+use super::settle::{self, Asked};
 
 /// Arguments of `smithfs cancel`.
 #[derive(Debug, clap::Args)]
@@ -30,11 +32,16 @@ pub fn dir_and_id(args: &[String], verb: &str) -> Result<(Option<PathBuf>, Strin
     }
 }
 
-/// Run `smithfs cancel`.
+/// Run `smithfs cancel`. Exit 0 once the cancel is in effect; 2 for an unknown or ambiguous
+/// smith; 1 if it is refused or its runs did not stop in time.
 pub fn run(args: CancelArgs) -> Result<ExitCode> {
     let (dir, id) = dir_and_id(&args.args, "cancel")?;
     let (dir, full) = super::util::mount_and_id(dir.as_deref(), &id)?;
     super::util::ctl(&dir, &format!("cancel {full}"), "cancel", &full)?;
+    let asked = Asked::Cancel {
+        full_id: full.clone(),
+    };
+    settle::wait_until(&dir, &asked, settle::cancel_patience(&dir))?;
     println!("cancelled {full}");
     Ok(ExitCode::SUCCESS)
 }

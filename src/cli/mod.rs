@@ -17,6 +17,7 @@ mod mount_opts;
 mod reload;
 mod retry;
 pub mod run;
+mod settle;
 mod status;
 pub mod store;
 mod umount;

@@ -1,13 +1,16 @@
 //! `smithfs retry [DIR] ID`: run a failed or cancelled smith again on its newest task, with
 //! `SMITH_WAKE=retry` (docs/SPEC.md §6), by writing `retry FULL_ID` to `DIR/.smithfs/ctl`. Its
 //! failure count starts again; once it settles its parent is woken with `SMITH_WAKE=children`
-//! and aggregates again, as after a new task (O5).
+//! and aggregates again, as after a new task (O5). It returns once the status shows the smith
+//! out of `failed`/`cancelled` (queued, running, or a newer run already), so a `wait` right after
+//! it waits for the retried run (O49).
 
 use std::process::ExitCode;
 
 use anyhow::Result;
 
 use super::ids::usage;
+use super::settle::{self, Asked};
 use super::store;
 
 /// Arguments of `smithfs retry`.
@@ -19,8 +22,9 @@ pub struct RetryArgs {
     pub args: Vec<String>,
 }
 
-/// Run `smithfs retry`. Exit 0 once the run is requested; 2 for an unknown or ambiguous smith
-/// or one that is not failed or cancelled.
+/// Run `smithfs retry`. Exit 0 once the retry is in effect (the smith queued or running, or a
+/// newer run started); 2 for an unknown or ambiguous smith or one that is not failed or
+/// cancelled; 1 if the scheduler did not act on it in time.
 pub fn run(args: RetryArgs) -> Result<ExitCode> {
     let (dir, id) = super::cancel::dir_and_id(&args.args, "retry")?;
     let (dir, full) = super::util::mount_and_id(dir.as_deref(), &id)?;
@@ -32,7 +36,9 @@ pub fn run(args: RetryArgs) -> Result<ExitCode> {
     if state != "failed" && state != "cancelled" {
         usage!("{full} is {state}: only a failed or cancelled smith can be retried");
     }
+    let asked = Asked::retry(&doc, &full);
     super::util::ctl(&dir, &format!("retry {full}"), "retry", &full)?;
-    println!("retrying {full} (was {state})");
+    let now = settle::wait_until(&dir, &asked, settle::retry_patience())?;
+    println!("retrying {full} (was {state}, now {now})");
     Ok(ExitCode::SUCCESS)
 }

@@ -524,6 +524,59 @@ fn a_cancelled_smith_stays_cancelled_through_a_rescan() {
     assert!(s.of("result.published", Some("smith-root")).len() == 1);
 }
 
+/// `retry` returns only once the smith has left `failed` (docs/PROTOCOL-NOTES.md O49): a `wait`
+/// right after it waits for the retried run and never answers from the stale `failed` (it did
+/// about one time in four). Twenty rounds of a run that fails each time: every `wait` ends after
+/// one more run.
+#[test]
+fn retry_then_wait_never_sees_the_stale_failed() {
+    // `msched::AGENT`, whose `fail` exits 3.
+    let s = Sm::new(json!({"agent": {"retries": 0}}));
+    s.task("fail\n");
+    s.wait_state(30, "smith-root", "failed");
+    let runs = |s: &Sm| {
+        smith(&s.status_file(), "smith-root")["runs"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    for round in 0..20 {
+        let before = runs(&s);
+        let r = s.cli("retry", &["smith-root"]);
+        assert!(r.ok(), "round {round}: {r:?}");
+        // Returned once in effect: out of failed, or the retried run already ran (and failed).
+        let (state, now) = (s.state("smith-root"), runs(&s));
+        assert!(
+            state != "failed" || now > before,
+            "round {round}: retry returned too early ({state}, {now} runs)"
+        );
+        let w = s.cli("wait", &["--smith", "smith-root", "--timeout", "30"]);
+        assert_eq!(
+            w.code,
+            Some(1),
+            "round {round}: the retried run fails: {w:?}"
+        );
+        assert_eq!(
+            runs(&s),
+            before + 1,
+            "round {round}: wait answered after the retried run, not from the stale state"
+        );
+    }
+}
+
+/// `cancel` returns only once the smith is `cancelled` and its run is gone (journaled
+/// `run.exited`, `reason: cancelled`; docs/PROTOCOL-NOTES.md O49).
+#[test]
+fn cancel_returns_once_the_run_is_gone() {
+    let s = mount(json!({"agent": {"retries": 0, "kill_grace_secs": 1}}));
+    s.task("slow 60\n");
+    s.wait_events(30, "run.started", Some("smith-root"), 1);
+    s.cli("cancel", &["smith-root"]).expect_ok("cancel");
+    assert_eq!(s.state("smith-root"), "cancelled");
+    let exits = s.of("run.exited", Some("smith-root"));
+    assert_eq!(exits.len(), 1, "{exits:?}");
+    assert_eq!(exits[0]["reason"], "cancelled");
+}
+
 /// An `outbox/result.md` that is a symlink is no result (docs/SPEC.md §5: a regular file
 /// completes): the run fails, and `run.exited`'s `error`, `status` and `status --json` say why
 /// (docs/PROTOCOL-NOTES.md S28); no `results/final.md` is made.
