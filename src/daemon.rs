@@ -134,6 +134,14 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
         init_logging(opts.log_level.as_deref(), Some(File::from(log)));
     }
     let config = crate::reload::load_config(dir, root.as_fd(), &opts.config_source())?;
+    if crate::sandbox::applies(&config.sandbox) {
+        // docs/SPEC.md §12: a sandbox this host cannot build is refused in one line.
+        crate::sandbox::probe(&config.sandbox).map_err(|why| {
+            anyhow!(
+                "cannot build the runs' sandbox: {why} (\"sandbox\": {{\"enabled\": false}} in config.json mounts without it)"
+            )
+        })?;
+    }
     let templates = load_templates(root.as_fd())?;
     let fds = crate::fs::budget::plan(nofile, config.limits.max_open_files_per_smith);
     if fds.per_smith > fds.handles {

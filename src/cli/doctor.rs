@@ -356,6 +356,26 @@ fn git_version() -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// The runs' sandbox (docs/SPEC.md §12): mount and pid namespaces and the agents' uid, as root.
+/// Not root: warn (mounts need `"sandbox": {"enabled": false}` until the sandbox's
+/// user-namespace form is built); root without the namespaces: fail (the mount refuses).
+fn check_sandbox(root: bool) -> Check {
+    let cfg = crate::config::SandboxConfig::default();
+    match crate::sandbox::probe(&cfg) {
+        Ok(what) => Check::new("sandbox", Status::Ok, what),
+        Err(why) if !root => Check::new(
+            "sandbox",
+            Status::Warn,
+            format!("{why}; mount with \"sandbox\": {{\"enabled\": false}} (no protection against agents that try to get out)"),
+        ),
+        Err(why) => Check::new(
+            "sandbox",
+            Status::Fail,
+            format!("{why}; runs cannot start in their sandbox"),
+        ),
+    }
+}
+
 fn check_procfs() -> Check {
     if Path::new("/proc/self/mountinfo").exists() {
         Check::new(
@@ -384,6 +404,7 @@ pub fn checks() -> Vec<Check> {
         check_procfs(),
         check_git(git_version().as_deref()),
         check_landlock(crate::workspace::sandbox::abi()),
+        check_sandbox(root),
     ]
 }
 

@@ -59,3 +59,55 @@ pub fn agents_ids(cfg: &SandboxConfig) -> (u32, u32) {
         },
     }
 }
+
+/// What this host gives the sandbox (docs/SPEC.md §12: `doctor` says it, `mount` refuses a
+/// sandbox it cannot build): `Ok` with a sentence (the namespaces and the agents' uid), or the
+/// one-line reason it cannot be built — the process is not root (the user-namespace path of
+/// §12 "Without root" is not built yet), or the kernel refuses a mount or pid namespace.
+///
+/// # Errors
+/// The reason, one line.
+pub fn probe(cfg: &SandboxConfig) -> Result<String, String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(
+            "the daemon is not root: a run's sandbox needs root (its user-namespace form is not built yet)"
+                .into(),
+        );
+    }
+    // SAFETY: fork; the child makes two raw system calls (unshare, _exit), async-signal-safe.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(format!("fork: {}", std::io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        // SAFETY: as above.
+        unsafe {
+            let r = libc::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWPID);
+            let e = if r == 0 { 0 } else { *libc::__errno_location() };
+            libc::_exit(e.clamp(0, 255));
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waitpid on our own child into a local.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
+        if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return Err("waitpid failed".into());
+        }
+    }
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        libc::EIO
+    };
+    if code != 0 {
+        return Err(format!(
+            "the kernel refuses a mount and pid namespace: {}",
+            std::io::Error::from_raw_os_error(code)
+        ));
+    }
+    let (uid, gid) = agents_ids(cfg);
+    Ok(format!(
+        "mount and pid namespaces; runs as uid {uid}, gid {gid}, no capability"
+    ))
+}

@@ -379,3 +379,50 @@ fn allow_other_without_user_allow_other_is_refused_as_doctor_says() {
     drop(m);
     drop(grant);
 }
+
+/// A sandbox the daemon cannot build is refused at mount in one line (docs/SPEC.md §12): a
+/// non-root daemon (the sandbox's user-namespace form is not built yet) with the sandbox on
+/// (`SMITHFS_SANDBOX=1` while it is transitional) mounts nothing; `doctor` says why on its
+/// `sandbox` line.
+#[test]
+fn a_sandbox_that_cannot_be_built_is_refused_at_mount() {
+    let Some((_grant, uid, gid)) = granted_user() else {
+        return;
+    };
+    let tmp = tempfile::Builder::new()
+        .prefix("smithfs-unpriv-sb-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let home = tmp.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    std::os::unix::fs::chown(&home, Some(uid), Some(gid)).unwrap();
+    let m = home.join("m");
+    smithfs_as(uid, gid, &[OsStr::new("init"), m.as_os_str()]).expect_ok("init as the user");
+    let r = run(Command::new("setpriv")
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={gid}"))
+        .arg("--clear-groups")
+        .arg("--")
+        .arg(SMITHFS)
+        .arg("mount")
+        .arg(&m)
+        .env("SMITHFS_SANDBOX", "1"));
+    assert!(!r.ok(), "a sandbox without root was mounted: {r:?}");
+    assert_eq!(r.stderr.trim().lines().count(), 1, "one line: {r:?}");
+    assert!(
+        r.stderr.contains("cannot build the runs' sandbox") && r.stderr.contains("not root"),
+        "{r:?}"
+    );
+    assert!(!is_smithfs_mounted(&m));
+    let out = smithfs_as(uid, gid, &[OsStr::new("doctor"), OsStr::new("--json")]).stdout;
+    let (_, sandbox) = doctor_check(&out, "sandbox");
+    assert_eq!(sandbox["status"], "warn", "{sandbox}");
+    assert!(
+        sandbox["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("not root"),
+        "{sandbox}"
+    );
+}
