@@ -76,7 +76,8 @@ pub const RETRY: &str = "\
 Examples:
   smithfs status               # a failed smith shows its reason and log
   smithfs logs smith-003       # why it failed
-  smithfs retry smith-003      # run it again; its parent aggregates again";
+  smithfs retry smith-003      # run it again; its parent aggregates again
+  smithfs retry smith-003 && smithfs wait --smith smith-003   # returns once it is queued: wait sees the new run";
 
 /// `smithfs doctor --help`.
 pub const DOCTOR: &str = "\

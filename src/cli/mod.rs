@@ -70,10 +70,10 @@ enum Command {
     /// Wait until the tree, a smith or the final result is done (exit 0), failed (1), or the timeout (124).
     #[command(after_help = help::WAIT)]
     Wait(wait::WaitArgs),
-    /// Stop a smith's run and its subtree's.
+    /// Stop a smith's run and its subtree's; returns once they are cancelled and their runs ended.
     #[command(override_usage = "smithfs cancel [DIR] ID", after_help = help::CANCEL)]
     Cancel(cancel::CancelArgs),
-    /// Run a failed or cancelled smith again on its newest task (SMITH_WAKE=retry).
+    /// Run a failed or cancelled smith again on its newest task (SMITH_WAKE=retry); returns once it is queued or running.
     #[command(override_usage = "smithfs retry [DIR] ID", after_help = help::RETRY)]
     Retry(retry::RetryArgs),
     /// Re-read DIR/config.json and apply it without a remount (also SIGHUP to the daemon).

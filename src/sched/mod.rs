@@ -3,14 +3,15 @@
 //! Shape (STYLE.md habits 7, 8): [`Scheduler`] is a handle; [`Scheduler::trigger`] never blocks
 //! (a bounded channel and `try_send`; a full channel is journaled and the state re-derived from
 //! the files). One scheduler thread owns the pure model ([`queue::Queue`]) and handles
-//! triggers, run exits and cancels in one ordered queue; the executor around it (`exec`) starts
-//! runs ([`runner`]), journals ([`journal`]), fires user hooks ([`hooks`]) and makes the
-//! daemon's own writes through `crate::backing`, each followed by an [`Invalidate`] call.
+//! triggers, run exits and cancels in one ordered queue; the executor around it (`exec/`, one
+//! handler file per kind of operation) starts runs ([`runner`]), journals ([`journal`]), fires
+//! user hooks ([`hooks`]) and makes the daemon's own writes (`exec::writes`: the write, its
+//! charge on the quota books and the [`Invalidate`] call, in one step).
 //!
-//! The daemon (`crate::daemon`) opens the queue ([`SchedulerPort::open`]) before the filesystem, which
-//! sends its triggers through it and reads `status.json` and run liveness from it; once the
-//! FUSE session is mounted (runs work in the mount) it starts the scheduler thread on that
-//! queue ([`Scheduler::start_on`]).
+//! The daemon (`crate::daemon`) opens the queue ([`SchedulerPort::open`]) before the
+//! filesystem, which sends its triggers through it and reads `status.json` and run liveness from
+//! it; once the FUSE session is mounted (runs work in the mount) it starts the scheduler thread
+//! on that queue ([`Scheduler::start_on`]).
 
 mod commit;
 pub mod denials;
