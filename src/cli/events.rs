@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
+use super::render::format_event;
 use super::store;
 use super::util::resolve_mount;
 use crate::sched::journal;
-use crate::sched::view::format_event;
 
 /// How often `--follow` looks for new lines.
 pub const POLL: Duration = Duration::from_millis(200);

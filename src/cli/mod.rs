@@ -15,6 +15,7 @@ pub mod mount;
 mod mount_helper;
 mod mount_opts;
 mod reload;
+mod render;
 mod retry;
 pub mod run;
 mod settle;

@@ -11,8 +11,8 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Result;
 
+use super::render::render_tree;
 use super::store;
-use crate::sched::view::render_tree;
 
 /// Arguments of `smithfs status`.
 #[derive(Debug, clap::Args)]
