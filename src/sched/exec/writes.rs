@@ -117,3 +117,87 @@ pub(super) fn run_home(s: SmithIdx) -> Home {
         area: Area::Conversations,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+    use std::path::Path;
+
+    use parking_lot::Mutex;
+
+    use super::*;
+    use crate::limits::live::{LiveLimits, Snapshot};
+    use crate::limits::storage::Books;
+
+    /// The kernel's side: what it was told.
+    #[derive(Default)]
+    struct Told(Mutex<Vec<String>>);
+
+    impl Invalidate for Told {
+        fn entry(&self, parent: BackingIno, name: &OsStr) {
+            self.0
+                .lock()
+                .push(format!("entry {} {}", parent.0, name.to_string_lossy()));
+        }
+        fn inode(&self, ino: BackingIno) {
+            self.0.lock().push(format!("inode {}", ino.0));
+        }
+    }
+
+    /// Every kind of daemon write charges what it made to the smith and tells the kernel, in
+    /// the one call: a replaced `meta.json` is one inode on the books (the old one dropped), an
+    /// appended log is charged, a bare announcement only announces.
+    #[test]
+    fn each_write_is_charged_and_announced() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(tmp.path().join("run")).expect("mkdir");
+        let root = backing::open_store_root(tmp.path()).expect("root");
+        let limits = crate::config::Limits {
+            max_inodes_per_smith: Some(100),
+            ..crate::config::Limits::default()
+        };
+        let live = Arc::new(LiveLimits::new(Snapshot::new(limits, 16)));
+        let storage = Arc::new(Storage::new(root.as_fd(), live).expect("storage"));
+        let ledger = storage
+            .ledger_or_build(Books::new)
+            .expect("a quota keeps books");
+        let told = Arc::new(Told::default());
+        let writes = Writes::new(storage.clone(), told.clone());
+        let s = SmithIdx(1);
+        let dir = backing::open_dir_path(root.as_fd(), Path::new("run")).expect("run dir");
+        let dir_ino = BackingIno::of(&backing::stat(dir.as_fd()).expect("stat"));
+
+        writes.meta(s, dir.as_fd(), dir_ino, &Meta::default());
+        writes.meta(s, dir.as_fd(), dir_ino, &Meta::default());
+        assert_eq!(
+            ledger.usage(s).inodes,
+            1,
+            "the replaced meta.json is dropped"
+        );
+
+        let log = backing::open_file(
+            dir.as_fd(),
+            c"messages.log",
+            libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND,
+            0o644,
+        )
+        .expect("log");
+        let log_ino = BackingIno::of(&backing::stat(log.as_fd()).expect("stat"));
+        (writes.append(log.as_fd(), log_ino, b"smithfs: x\n", Some(run_home(s)))).expect("append");
+        assert_eq!(ledger.usage(s).inodes, 2);
+
+        writes.made(dir_ino, OsStr::new("conversations"), &[], None);
+        assert_eq!(ledger.usage(s).inodes, 2, "an announcement charges nothing");
+
+        let d = dir_ino.0;
+        assert_eq!(
+            *told.0.lock(),
+            [
+                format!("entry {d} meta.json"),
+                format!("entry {d} meta.json"),
+                format!("inode {}", log_ino.0),
+                format!("entry {d} conversations"),
+            ]
+        );
+    }
+}
