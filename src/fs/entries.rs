@@ -86,15 +86,34 @@ impl SmithFs {
     /// answered as a negative entry — [`Attr::missing`] (node id 0) with the directory's cache
     /// class — which the kernel keeps for that long (docs/PROTOCOL-NOTES.md U13). Names the daemon
     /// makes behind the kernel in such directories are announced with `notify_inval_entry`, which
-    /// drops a negative entry too. Other errors, and misses in `conversations/` and `.smithfs/`,
-    /// are replied as errors (never kept).
+    /// drops a negative entry too. Other errors, and misses in `conversations/`, `.smithfs/` and
+    /// the areas whose completions trigger runs (`inbox/`, `outbox/`), are replied as errors
+    /// (never kept): a trigger is sent before the kernel has the reply of the rename or release
+    /// that completed the name, and a run it starts must not meet a negative entry kept from
+    /// an earlier miss (docs/PROTOCOL-NOTES.md U13).
     pub fn lookup_entry(&self, parent: NodeId, name: &OsStr) -> FsResult<(Attr, Cache)> {
         match self.lookup(parent, name) {
-            Err(e) if e.errno() == nix::errno::Errno::ENOENT => match self.cache_of(parent) {
-                c @ (Cache::Normal | Cache::Brief) => Ok((Attr::missing(), c)),
-                Cache::Volatile | Cache::Never => Err(e),
+            Err(e) if e.errno() == nix::errno::Errno::ENOENT => match self.miss_cache(parent) {
+                Some(c) => Ok((Attr::missing(), c)),
+                None => Err(e),
             },
             r => r,
+        }
+    }
+
+    /// How long the kernel may keep a miss in directory `parent`: as its entries where they
+    /// are cached, never in a trigger area (see [`SmithFs::lookup_entry`]).
+    fn miss_cache(&self, parent: NodeId) -> Option<Cache> {
+        if let Some(dir) = self.inodes.find(parent) {
+            if let Zone::Smith(z) = self.zone(&dir) {
+                if matches!(z.area, Area::Inbox | Area::Outbox) {
+                    return None;
+                }
+            }
+        }
+        match self.cache_of(parent) {
+            c @ (Cache::Normal | Cache::Brief) => Some(c),
+            Cache::Volatile | Cache::Never => None,
         }
     }
 
