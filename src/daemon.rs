@@ -142,6 +142,22 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
             )
         })?;
     }
+    // The sandbox's kernel-enforced layers this host lacks (docs/SPEC.md §12): logged, or the
+    // mount refused when `sandbox.require` names one (also while the sandbox is not applied at
+    // all: nothing `require` names would be there).
+    if crate::sandbox::applies(&config.sandbox) {
+        let offered = crate::sandbox::layers::protections();
+        for missing in crate::sandbox::layers::check_mount(&config.sandbox, &offered)
+            .map_err(|e| anyhow!(e))?
+        {
+            tracing::warn!("{missing}");
+        }
+    } else if config.sandbox.enabled && !config.sandbox.require.is_empty() {
+        bail!(
+            "sandbox.require names protections, but runs start without the sandbox until {}=1 is in the mount's environment (transitional)",
+            crate::sandbox::PREVIEW_ENV
+        );
+    }
     let templates = load_templates(root.as_fd())?;
     let fds = crate::fs::budget::plan(nofile, config.limits.max_open_files_per_smith);
     if fds.per_smith > fds.handles {

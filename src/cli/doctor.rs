@@ -1,10 +1,11 @@
 //! `smithfs doctor [--json]`: what this machine offers smithfs (docs/SPEC.md §6): `/dev/fuse`,
 //! `fusermount3`, the kernel and FUSE passthrough (Linux ≥ 6.9), FUSE over io_uring, the cgroup2
 //! hierarchy and whether we may create cgroups (identity `auto` → `cgroup`), the cgroup limits
-//! backend, privileges, and the git version workspaces need. Every check is a [`Check`]; the text
-//! form prints one line each, the JSON form the list `[{"check","status","detail"}]`; exit 1 when
-//! a check failed, that is when `smithfs mount` by this user would fail (docs/PROTOCOL-NOTES.md
-//! O43).
+//! backend, privileges, the git version workspaces need, and the sandbox's kernel-enforced
+//! layers (Landlock, its scoping, seccomp, namespaces: docs/SPEC.md §12). Every check is a
+//! [`Check`]; the text form prints one line each, the JSON form the list
+//! `[{"check","status","detail"}]`; exit 1 when a check failed, that is when `smithfs mount` by
+//! this user would fail (docs/PROTOCOL-NOTES.md O43).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -324,22 +325,31 @@ fn check_git(version: Option<&str>) -> Check {
     }
 }
 
-/// Landlock, which the scaffold of a child's workspace needs (docs/PROTOCOL-NOTES.md W16): the
-/// daemon's git reads the parent's repository only inside a Landlock domain. `abi` is the
-/// kernel's Landlock ABI version, `None` without Landlock. Only workspaces need it: warn at worst.
-fn check_landlock(abi: Option<i64>) -> Check {
-    match abi {
-        Some(v) => Check::new(
-            "landlock",
-            Status::Ok,
-            format!("ABI {v}: a child's workspace is made in a sandbox"),
-        ),
-        None => Check::new(
-            "landlock",
-            Status::Warn,
-            "not available: children of a smith with a workspace cannot be made (init --repo); enable Landlock (CONFIG_SECURITY_LANDLOCK, lsm=landlock,…)",
-        ),
-    }
+/// The kernel-enforced layers of the sandbox (docs/SPEC.md §12 "What the host offers"), one
+/// check each, named as `sandbox.require` names them: `landlock` (which the scaffold of a
+/// child's workspace needs too, docs/PROTOCOL-NOTES.md W16: the daemon's git reads the parent's
+/// repository only inside a Landlock domain), `landlock-scope`, `seccomp`, `namespaces`. A
+/// missing one is a warning: the mount goes on without it unless `sandbox.require` names it.
+fn check_protections(offered: &[crate::sandbox::layers::Protection]) -> Vec<Check> {
+    offered
+        .iter()
+        .map(|p| {
+            let status = if p.available {
+                Status::Ok
+            } else {
+                Status::Warn
+            };
+            let mut detail = p.detail.clone();
+            if p.name == "landlock" {
+                detail.push_str(if !p.detail.starts_with("no Landlock") {
+                    "; a child's workspace is made in a sandbox"
+                } else {
+                    "; children of a smith with a workspace cannot be made (init --repo): enable Landlock (CONFIG_SECURITY_LANDLOCK, lsm=landlock,…)"
+                });
+            }
+            Check::new(p.name, status, detail)
+        })
+        .collect()
 }
 
 /// `git --version`, or `None` when git cannot be run.
@@ -403,9 +413,11 @@ pub fn checks() -> Vec<Check> {
         check_privileges(root),
         check_procfs(),
         check_git(git_version().as_deref()),
-        check_landlock(crate::workspace::sandbox::abi()),
         check_sandbox(root),
     ]
+    .into_iter()
+    .chain(check_protections(&crate::sandbox::layers::protections()))
+    .collect()
 }
 
 /// Run `smithfs doctor`: exit 1 when a check failed (docs/SPEC.md §6).
@@ -428,13 +440,34 @@ pub fn run(args: DoctorArgs) -> Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn landlock_check() {
-        let ok = super::check_landlock(Some(7));
-        assert_eq!((ok.check, ok.status), ("landlock", super::Status::Ok));
-        assert!(ok.detail.contains("ABI 7"), "{}", ok.detail);
-        let none = super::check_landlock(None);
-        assert_eq!(none.status, super::Status::Warn);
-        assert!(none.detail.contains("workspace"), "{}", none.detail);
+    fn protections_are_checks_named_as_require_names_them() {
+        use crate::sandbox::layers::Protection;
+        let offered = [
+            Protection {
+                name: "landlock",
+                available: true,
+                detail: "Landlock ABI 7: runs write only beneath their writable set".into(),
+            },
+            Protection {
+                name: "landlock-scope",
+                available: false,
+                detail: "below ABI 6".into(),
+            },
+        ];
+        let checks = super::check_protections(&offered);
+        assert_eq!(
+            (checks[0].check, checks[0].status),
+            ("landlock", super::Status::Ok)
+        );
+        assert!(checks[0].detail.contains("ABI 7") && checks[0].detail.contains("workspace"));
+        assert_eq!(
+            (checks[1].check, checks[1].status),
+            ("landlock-scope", super::Status::Warn)
+        );
+        let names: Vec<&str> = super::checks().iter().map(|c| c.check).collect();
+        for n in ["landlock", "landlock-scope", "seccomp", "namespaces"] {
+            assert!(names.contains(&n), "{names:?}");
+        }
     }
 
     use super::*;

@@ -9,6 +9,14 @@
 //! - `init.rs`: the pid-1 init that builds the view from the plan (mount namespace, tmpfs root,
 //!   binds, private `/dev`, `/proc`, `/tmp`, `pivot_root`), forks the agent with its credentials
 //!   dropped ([`crate::process::sandbox`]), forwards signals to it and exits with its status.
+//! - `layers.rs`: the kernel-enforced layers together: what the host offers (`doctor`, the
+//!   mount's `sandbox.require` check) and one run's prepared network namespace, Landlock domain
+//!   and seccomp filter.
+//! - `network.rs`: `sandbox.network: "none"`, a network namespace with loopback only.
+//! - `landlock.rs`: the Landlock domain of every run (writes only beneath its writable set,
+//!   signals and abstract unix sockets scoped), prepared before the fork, entered in the child.
+//! - `seccomp.rs`: the seccomp filter of every run (a classic BPF program built before the fork,
+//!   installed as the last step before `execve`).
 //!
 //! [`crate::process::spawn`] starts the init between clone and exec; `smithfs run --smith`
 //! through its keeper. Hooks never run in it (they are the operator's programs).
@@ -16,6 +24,10 @@
 //! May import `backing`, `config`, `process` and `tree::model` (types only).
 
 pub mod init;
+pub mod landlock;
+pub mod layers;
+pub mod network;
+pub mod seccomp;
 pub mod user;
 pub mod view;
 

@@ -1,0 +1,285 @@
+//! The kernel-enforced layers of a run (docs/SPEC.md §12 "Kernel-enforced layers on top",
+//! "Network", "What the host offers"), together: what this host offers ([`protections`]), the
+//! mount's check of `sandbox.require` ([`check_mount`]), and one run's prepared layers
+//! ([`Layers`]): its network namespace, its Landlock domain and its seccomp filter.
+//!
+//! [`Layers::prepare`] runs where the run is started (it allocates and opens paths);
+//! [`Layers::isolate_network`] runs in the child while it still has its capabilities (before
+//! the credential drop) and [`Layers::enter`] as the child's last steps before `execve`:
+//! Landlock, then seccomp (a domain and a filter both forbid the mounts the sandbox makes
+//! before them; the filter last, because it also refuses what entering a domain would need on
+//! a later kernel). Both are raw system calls: async-signal-safe.
+
+use std::path::Path;
+
+use super::landlock::{self, Domain, Support};
+use super::network;
+use super::seccomp::{self, Filter};
+use crate::config::{SandboxConfig, SandboxFeature, SandboxNetwork};
+
+/// One protection of §12 and whether this host gives it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Protection {
+    /// Its name, as `sandbox.require` spells it (`landlock`, `landlock-scope`, `seccomp`,
+    /// `namespaces`).
+    pub name: &'static str,
+    /// Whether runs get it on this host.
+    pub available: bool,
+    /// What it is, or what is missing and which layer still stands.
+    pub detail: String,
+}
+
+/// The name `sandbox.require` gives `f`.
+pub fn feature_name(f: SandboxFeature) -> &'static str {
+    match f {
+        SandboxFeature::Landlock => "landlock",
+        SandboxFeature::LandlockScope => "landlock-scope",
+        SandboxFeature::Seccomp => "seccomp",
+        SandboxFeature::Namespaces => "namespaces",
+    }
+}
+
+/// Every protection of §12's kernel-enforced layers, as this host gives them to the runs of a
+/// daemon with this process's privileges.
+pub fn protections() -> Vec<Protection> {
+    let ll = Support::host();
+    let missing = ll.missing();
+    let landlock_detail = if ll.writes() {
+        format!(
+            "Landlock ABI {}: runs write only beneath their writable set",
+            ll.abi
+        )
+    } else {
+        missing
+            .first()
+            .map_or_else(String::new, |m| (*m).to_string())
+    };
+    let scope_detail = if ll.scope() {
+        format!(
+            "Landlock ABI {}: signals and abstract unix sockets scoped to each run",
+            ll.abi
+        )
+    } else {
+        missing
+            .iter()
+            .find(|m| m.contains("ABI 6"))
+            .map_or("no Landlock", |m| *m)
+            .to_string()
+    };
+    let seccomp_ok = seccomp::available();
+    let ns_ok = can_make_namespaces();
+    vec![
+        Protection {
+            name: "landlock",
+            available: ll.writes(),
+            detail: landlock_detail,
+        },
+        Protection {
+            name: "landlock-scope",
+            available: ll.scope(),
+            detail: scope_detail,
+        },
+        Protection {
+            name: "seccomp",
+            available: seccomp_ok,
+            detail: if seccomp_ok {
+                format!(
+                    "a filter of {} instructions: {} calls refused, clone3 and io_uring_setup ENOSYS, other ABIs refused",
+                    Filter::build(seccomp::Options::default()).len(),
+                    seccomp::EPERM_CALLS.len() + 2,
+                )
+            } else {
+                "no seccomp filters in this kernel (CONFIG_SECCOMP_FILTER)".to_string()
+            },
+        },
+        Protection {
+            name: "namespaces",
+            available: ns_ok,
+            detail: if ns_ok {
+                "mount, pid and network namespaces (CAP_SYS_ADMIN)".to_string()
+            } else {
+                "this process lacks CAP_SYS_ADMIN: no namespaces for runs (a daemon without root is not built yet)".to_string()
+            },
+        },
+    ]
+}
+
+/// Whether this process may create mount, pid and network namespaces (`CAP_SYS_ADMIN` in its
+/// effective set; the user-namespace path of a daemon without root is not built).
+fn can_make_namespaces() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << 21) != 0)
+}
+
+/// The mount's check (docs/SPEC.md §12 "What the host offers"): with the sandbox on, every
+/// protection `sandbox.require` names must be available, else the mount is refused; the
+/// others that are missing are returned, one line each, for the mount's log.
+///
+/// # Errors
+/// One line naming the required protections this host lacks, and why.
+pub fn check_mount(cfg: &SandboxConfig, offered: &[Protection]) -> Result<Vec<String>, String> {
+    if !cfg.enabled {
+        return Ok(Vec::new());
+    }
+    let lacking: Vec<&Protection> = offered.iter().filter(|p| !p.available).collect();
+    let refused: Vec<String> = lacking
+        .iter()
+        .filter(|p| cfg.require.iter().any(|f| feature_name(*f) == p.name))
+        .map(|p| format!("{} ({})", p.name, p.detail))
+        .collect();
+    if !refused.is_empty() {
+        return Err(format!(
+            "sandbox.require names what this host does not give: {}",
+            refused.join("; ")
+        ));
+    }
+    Ok(lacking
+        .iter()
+        .map(|p| format!("sandbox: runs go without {}: {}", p.name, p.detail))
+        .collect())
+}
+
+/// The step of the layers that failed, for `spawn_error`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failed {
+    /// Creating the network namespace.
+    Network(network::Failed),
+    /// Entering the Landlock domain.
+    Landlock,
+    /// Installing the seccomp filter.
+    Seccomp,
+}
+
+impl Failed {
+    /// What failed ("building the sandbox: its Landlock domain").
+    pub fn what(self) -> &'static str {
+        match self {
+            Failed::Network(n) => n.what(),
+            Failed::Landlock => "building the sandbox: its Landlock domain",
+            Failed::Seccomp => "building the sandbox: its seccomp filter",
+        }
+    }
+}
+
+/// One run's prepared layers.
+#[derive(Debug, Default)]
+pub struct Layers {
+    /// `sandbox.network: "none"`: a network namespace with loopback only.
+    pub network_none: bool,
+    /// The Landlock domain (`None`: this kernel's Landlock is below ABI 2).
+    pub domain: Option<Domain>,
+    /// The seccomp filter (`None`: no seccomp filters in this kernel).
+    pub filter: Option<Filter>,
+}
+
+impl Layers {
+    /// The layers of a run of a mount at `mount` with the mount-wide sandbox config `cfg`,
+    /// whose private scratch directories are `/tmp`, `/var/tmp` and `/dev/shm` as the run sees
+    /// them. Paths are opened in the caller's mount namespace, as the run will see them.
+    ///
+    /// # Errors
+    /// The Landlock ruleset could not be made on a kernel that has Landlock (ABI ≥ 2).
+    pub fn prepare(cfg: &SandboxConfig, mount: &Path) -> Result<Layers, landlock::Error> {
+        let domain = if Support::host().writes() {
+            Some(Domain::prepare(&landlock::writable_set(
+                mount,
+                &cfg.writable,
+            ))?)
+        } else {
+            None
+        };
+        let filter = seccomp::available().then(|| {
+            Filter::build(seccomp::Options {
+                user_namespaces: cfg.user_namespaces,
+            })
+        });
+        Ok(Layers {
+            network_none: cfg.network == SandboxNetwork::None,
+            domain,
+            filter,
+        })
+    }
+
+    /// The network namespace of `sandbox.network: "none"` (nothing for `host`). For the child
+    /// while it holds `CAP_SYS_ADMIN`; raw system calls only.
+    ///
+    /// # Errors
+    /// The step that failed and its errno.
+    pub fn isolate_network(&self) -> Result<(), (Failed, i32)> {
+        if self.network_none {
+            network::isolate().map_err(|(f, e)| (Failed::Network(f), e))?;
+        }
+        Ok(())
+    }
+
+    /// The Landlock domain, then the seccomp filter: the child's last steps before `execve`.
+    /// Raw system calls only.
+    ///
+    /// # Errors
+    /// The step that failed and its errno.
+    pub fn enter(&self) -> Result<(), (Failed, i32)> {
+        if let Some(d) = &self.domain {
+            d.restrict_self().map_err(|e| (Failed::Landlock, e))?;
+        }
+        if let Some(f) = &self.filter {
+            f.install().map_err(|e| (Failed::Seccomp, e))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offered(available: [bool; 4]) -> Vec<Protection> {
+        ["landlock", "landlock-scope", "seccomp", "namespaces"]
+            .iter()
+            .zip(available)
+            .map(|(name, available)| Protection {
+                name,
+                available,
+                detail: format!("{name} detail"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn require_refuses_only_what_is_named_and_missing() {
+        let mut cfg = SandboxConfig::default();
+        let all = offered([true; 4]);
+        assert_eq!(check_mount(&cfg, &all), Ok(vec![]));
+        let no_scope = offered([true, false, true, true]);
+        let logged = check_mount(&cfg, &no_scope).expect("not required: goes on");
+        assert_eq!(logged.len(), 1);
+        assert!(logged[0].contains("landlock-scope"), "{logged:?}");
+        cfg.require = vec![SandboxFeature::Seccomp];
+        assert!(check_mount(&cfg, &no_scope).is_ok());
+        cfg.require.push(SandboxFeature::LandlockScope);
+        let err = check_mount(&cfg, &no_scope).expect_err("required and missing");
+        assert!(
+            err.contains("landlock-scope") && !err.contains("seccomp ("),
+            "{err}"
+        );
+        // The sandbox off: nothing is required.
+        cfg.enabled = false;
+        assert_eq!(check_mount(&cfg, &no_scope), Ok(vec![]));
+    }
+
+    #[test]
+    fn every_feature_has_a_protection() {
+        let names: Vec<&str> = protections().iter().map(|p| p.name).collect();
+        for f in [
+            SandboxFeature::Landlock,
+            SandboxFeature::LandlockScope,
+            SandboxFeature::Seccomp,
+            SandboxFeature::Namespaces,
+        ] {
+            assert!(names.contains(&feature_name(f)), "{f:?}");
+        }
+    }
+}
