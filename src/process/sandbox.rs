@@ -66,10 +66,16 @@ pub enum Stage {
     Chdir = 15,
     /// The init's own capabilities (all but `CAP_KILL` dropped).
     InitCapabilities = 16,
+    /// The network namespace of `sandbox.network: "none"` and its loopback.
+    Network = 17,
+    /// Preparing or entering the run's Landlock domain.
+    Landlock = 18,
+    /// Installing the run's seccomp filter.
+    Seccomp = 19,
 }
 
 /// Every stage, in code order.
-pub const STAGES: [Stage; 17] = [
+pub const STAGES: [Stage; 20] = [
     Stage::Plan,
     Stage::PidNamespace,
     Stage::MountNamespace,
@@ -87,6 +93,9 @@ pub const STAGES: [Stage; 17] = [
     Stage::Credentials,
     Stage::Chdir,
     Stage::InitCapabilities,
+    Stage::Network,
+    Stage::Landlock,
+    Stage::Seccomp,
 ];
 
 impl Stage {
@@ -121,6 +130,9 @@ impl Stage {
             Stage::Credentials => "building the sandbox: dropping the agent's credentials",
             Stage::Chdir => "entering the working directory",
             Stage::InitCapabilities => "building the sandbox: the init's capabilities",
+            Stage::Network => "building the sandbox: its network namespace",
+            Stage::Landlock => "building the sandbox: its Landlock domain",
+            Stage::Seccomp => "building the sandbox: its seccomp filter",
         }
     }
 }

@@ -15,10 +15,12 @@
 //!    `/etc/passwd` and `/etc/group`, and last the smithfs mount at its own path (over
 //!    whatever was bound there: the backing store never shows through);
 //! 4. `/oldroot` detached, `pivot_root` into the view, the base detached; `/` and `/dev` made
-//!    read-only;
+//!    read-only; the kernel-enforced layers prepared in the view ([`crate::sandbox::layers`]:
+//!    the Landlock ruleset, the seccomp filter) and, for `sandbox.network: "none"`, a network
+//!    namespace with its loopback up;
 //! 5. the agent forked: its credentials dropped ([`crate::process::sandbox::drop_credentials`]),
-//!    its working directory entered, `USER` `LOGNAME` `TMPDIR` set, `execve` with `execvp`'s
-//!    search;
+//!    its working directory entered, `USER` `LOGNAME` `TMPDIR` set, its Landlock domain entered
+//!    and its seccomp filter installed (the last steps), `execve` with `execvp`'s search;
 //! 6. the init keeps only `CAP_KILL`, is not dumpable, closes every descriptor, and supervises:
 //!    every signal it can catch is forwarded to the agent, orphans are reaped, and it exits
 //!    with the agent's status (`128 + N` when a signal `N` killed it) — the kernel then kills
@@ -78,6 +80,15 @@ pub fn main(args: &[OsString]) -> ! {
     if let Err((stage, e)) = build(&plan) {
         fail(report, stage, e);
     }
+    // The kernel-enforced layers (docs/SPEC.md §12): prepared here, in the view; the network
+    // namespace now, while the init has its capabilities; the rest entered by the agent last.
+    let layers = match prepare_layers(&plan) {
+        Ok(l) => l,
+        Err(e) => fail(report, Stage::Landlock, e),
+    };
+    if let Err((_, e)) = layers.isolate_network() {
+        fail(report, Stage::Network, Errno::from_raw(e));
+    }
     // Prepared before the fork: the agent's environment and program candidates.
     let env = agent_env(&plan);
     let prog = argv[0].to_string_lossy().into_owned();
@@ -94,7 +105,9 @@ pub fn main(args: &[OsString]) -> ! {
     // SAFETY: this process is single-threaded (a fresh exec); the child runs ordinary code.
     match unsafe { nix::unistd::fork() } {
         Err(e) => fail(report, Stage::Fork, e),
-        Ok(nix::unistd::ForkResult::Child) => agent(&plan, &argv, &env, &candidates, search),
+        Ok(nix::unistd::ForkResult::Child) => {
+            agent(&plan, &layers, &argv, &env, &candidates, search)
+        }
         Ok(nix::unistd::ForkResult::Parent { child }) => {
             if let Err(e) = psb::reduce_init(plan.last_cap) {
                 // The agent must not run beside an init that kept root's capabilities.
@@ -108,6 +121,22 @@ pub fn main(args: &[OsString]) -> ! {
             supervise(child.as_raw())
         }
     }
+}
+
+/// The run's Landlock domain and seccomp filter ([`crate::sandbox::layers`]), for the view the
+/// init has just entered: writable beneath the mount, the private scratch directories and the
+/// plan's writable paths.
+fn prepare_layers(plan: &Plan) -> Result<crate::sandbox::layers::Layers, Errno> {
+    let writable: Vec<PathBuf> = plan
+        .visible
+        .iter()
+        .filter(|v| v.writable)
+        .map(|v| v.path.clone())
+        .collect();
+    crate::sandbox::layers::Layers::prepare(plan.layers, &plan.mount, &writable).map_err(|e| {
+        eprintln!("smithfs sandbox: {e}");
+        Errno::EINVAL
+    })
 }
 
 /// Whether `fd` is an open pipe.
@@ -441,6 +470,7 @@ fn agent_env(plan: &Plan) -> BTreeMap<String, String> {
 /// Never returns.
 fn agent(
     plan: &Plan,
+    layers: &crate::sandbox::layers::Layers,
     argv: &[OsString],
     env: &BTreeMap<String, String>,
     candidates: &[CString],
@@ -479,6 +509,14 @@ fn agent(
     let mut sh: Vec<*const libc::c_char> = vec![c"/bin/sh".as_ptr(), std::ptr::null()];
     sh.extend(cargs.iter().skip(1).map(|c| c.as_ptr()));
     sh.push(std::ptr::null());
+    // Last before exec: the Landlock domain, then the seccomp filter (docs/SPEC.md §12).
+    if let Err((failed, e)) = layers.enter() {
+        let stage = match failed {
+            crate::sandbox::layers::Failed::Seccomp => Stage::Seccomp,
+            _ => Stage::Landlock,
+        };
+        fail(report, stage, Errno::from_raw(e));
+    }
     // SAFETY: (the block) fcntl on our descriptor; the signal mask reset; execve with
     // NULL-terminated arrays of NUL-terminated strings that outlive the calls.
     unsafe {

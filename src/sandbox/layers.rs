@@ -10,7 +10,7 @@
 //! before them; the filter last, because it also refuses what entering a domain would need on
 //! a later kernel). Both are raw system calls: async-signal-safe.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::landlock::{self, Domain, Support};
 use super::network;
@@ -84,9 +84,9 @@ pub fn protections() -> Vec<Protection> {
             available: seccomp_ok,
             detail: if seccomp_ok {
                 format!(
-                    "a filter of {} instructions: {} calls refused, clone3 and io_uring_setup ENOSYS, other ABIs refused",
+                    "a filter of {} instructions: {} calls, TIOCSTI, TIOCLINUX and new user namespaces refused, clone3 and io_uring_setup ENOSYS, other ABIs refused",
                     Filter::build(seccomp::Options::default()).len(),
-                    seccomp::EPERM_CALLS.len() + 2,
+                    seccomp::EPERM_CALLS.len(),
                 )
             } else {
                 "no seccomp filters in this kernel (CONFIG_SECCOMP_FILTER)".to_string()
@@ -143,6 +143,25 @@ pub fn check_mount(cfg: &SandboxConfig, offered: &[Protection]) -> Result<Vec<St
         .collect())
 }
 
+/// What a run's layers depend on in the mount-wide config, carried in the view's plan.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Options {
+    /// `sandbox.network: "none"`: a network namespace with loopback only.
+    pub network_none: bool,
+    /// `sandbox.user_namespaces`: the filter lets `clone`/`unshare` make user namespaces.
+    pub user_namespaces: bool,
+}
+
+impl Options {
+    /// The options of the mount-wide sandbox config `cfg`.
+    pub fn of(cfg: &SandboxConfig) -> Options {
+        Options {
+            network_none: cfg.network == SandboxNetwork::None,
+            user_namespaces: cfg.user_namespaces,
+        }
+    }
+}
+
 /// The step of the layers that failed, for `spawn_error`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Failed {
@@ -177,28 +196,30 @@ pub struct Layers {
 }
 
 impl Layers {
-    /// The layers of a run of a mount at `mount` with the mount-wide sandbox config `cfg`,
-    /// whose private scratch directories are `/tmp`, `/var/tmp` and `/dev/shm` as the run sees
-    /// them. Paths are opened in the caller's mount namespace, as the run will see them.
+    /// The layers of a run with `options`, of a mount at `mount`, whose `sandbox.writable`
+    /// paths are `writable` and whose private scratch directories are `/tmp`, `/var/tmp` and
+    /// `/dev/shm` as the run sees them. Paths are opened in the caller's mount namespace: call
+    /// it where the run's view is (the sandbox's init, after its `pivot_root`).
     ///
     /// # Errors
     /// The Landlock ruleset could not be made on a kernel that has Landlock (ABI ≥ 2).
-    pub fn prepare(cfg: &SandboxConfig, mount: &Path) -> Result<Layers, landlock::Error> {
+    pub fn prepare(
+        options: Options,
+        mount: &Path,
+        writable: &[PathBuf],
+    ) -> Result<Layers, landlock::Error> {
         let domain = if Support::host().writes() {
-            Some(Domain::prepare(&landlock::writable_set(
-                mount,
-                &cfg.writable,
-            ))?)
+            Some(Domain::prepare(&landlock::writable_set(mount, writable))?)
         } else {
             None
         };
         let filter = seccomp::available().then(|| {
             Filter::build(seccomp::Options {
-                user_namespaces: cfg.user_namespaces,
+                user_namespaces: options.user_namespaces,
             })
         });
         Ok(Layers {
-            network_none: cfg.network == SandboxNetwork::None,
+            network_none: options.network_none,
             domain,
             filter,
         })

@@ -70,6 +70,9 @@ pub struct Plan {
     pub report: bool,
     /// The highest capability number of this kernel.
     pub last_cap: u32,
+    /// The kernel-enforced layers' options (`sandbox.network`, `sandbox.user_namespaces`).
+    #[serde(default)]
+    pub layers: crate::sandbox::layers::Options,
 }
 
 impl Plan {
@@ -111,6 +114,7 @@ impl Plan {
             fallback_cwd: None,
             report: true,
             last_cap: crate::process::sandbox::last_cap(),
+            layers: crate::sandbox::layers::Options::of(&config.sandbox),
         }
     }
 
