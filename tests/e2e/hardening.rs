@@ -611,3 +611,248 @@ fn smithfs_run_passes_only_stdio_cgroup() {
 fn smithfs_run_passes_only_stdio_ancestry() {
     run_passes_only_stdio("ancestry");
 }
+
+/// The sandbox's switch while issue 26's tree side is not in (`crate::sandbox::PREVIEW_ENV`).
+const SANDBOX_ON: (&str, &str) = ("SMITHFS_SANDBOX", "1");
+
+/// A sandboxed mount in identity `mode` with `config` in config.json.
+fn sandboxed_mount(config: &serde_json::Value, mode: &'static str) -> TestMount {
+    let mut m = TestMount::with(MountOpts {
+        allow_other: true,
+        extra: vec!["--identity", mode],
+        env: vec![SANDBOX_ON],
+        ..MountOpts::default()
+    });
+    m.umount();
+    std::fs::write(m.path().join("config.json"), config.to_string()).expect("config.json");
+    m.mount();
+    m
+}
+
+/// The `n`th run of smith-root once it ended: its `messages.log` and `meta.json`.
+fn ended_run(m: &TestMount, n: u32) -> (String, serde_json::Value) {
+    let dir = m
+        .path()
+        .join(format!("smiths/smith-root/conversations/run-{n:04}"));
+    let meta = poll_until(90, "the run to end", || {
+        let text = std::fs::read_to_string(dir.join("meta.json")).ok()?;
+        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+        (!v["end"].is_null()).then_some(v)
+    });
+    let log = std::fs::read_to_string(dir.join("messages.log")).unwrap_or_default();
+    (log, meta)
+}
+
+/// A process outside every run (killed and reaped on drop).
+struct Outside(std::process::Child);
+
+impl Drop for Outside {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The kernel-enforced layers (docs/SPEC.md §12, issue 27) from a run the scheduler started and
+/// from `smithfs run --smith`: an abstract unix socket the test listens on is out of reach, a
+/// process outside the run whose pid it reads from a pid file in a writable path (and its own
+/// init) cannot be signalled, `add_key`, `keyctl`, `bpf`, `perf_event_open`, `userfaultfd`,
+/// `open_by_handle_at` answer EPERM, `unshare -U` fails, a write the mode bits allow outside the
+/// writable set is refused; the filter is installed (`Seccomp: 2`).
+fn layers_hold(mode: &'static str) {
+    if !is_root() {
+        eprintln!("skipped: the sandbox needs root");
+        return;
+    }
+    use std::os::linux::net::SocketAddrExt;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/escapes.sh");
+    let scratch = tempfile::Builder::new()
+        .prefix("smithfs-layers-")
+        .tempdir()
+        .expect("tempdir");
+    let share = scratch.path().join("share");
+    std::fs::create_dir(&share).expect("mkdir share");
+    std::fs::set_permissions(
+        scratch.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    std::fs::set_permissions(&share, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+        .expect("chmod");
+    let victim = Outside(
+        Command::new("sleep")
+            .arg("300")
+            .spawn()
+            .expect("spawn sleep"),
+    );
+    let pidfile = share.join("victim.pid");
+    std::fs::write(&pidfile, victim.0.id().to_string()).expect("pid file");
+    let name = format!("smithfs-layers-{}-{mode}", std::process::id());
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+        .expect("abstract address");
+    let listener = std::os::unix::net::UnixListener::bind_addr(&addr).expect("listen");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let vars = [
+        ("LAYERS", "1".to_string()),
+        ("ABSTRACT", name.clone()),
+        ("PIDFILE", pidfile.to_string_lossy().into_owned()),
+    ];
+    let env: serde_json::Map<String, serde_json::Value> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), serde_json::Value::from(v.as_str())))
+        .collect();
+    let config = serde_json::json!({
+        "agent": { "command": ["/bin/bash", script], "env": env, "retries": 0 },
+        "sandbox": { "writable": [share] },
+    });
+    let m = sandboxed_mount(&config, mode);
+    std::fs::write(m.path().join("smiths/smith-root/inbox/task-1.md"), "go\n").expect("task");
+    let (log, meta) = ended_run(&m, 1);
+    assert!(meta["error"].is_null(), "[{mode}] {meta}\n{log}");
+    let mut cmd = Command::new(SMITHFS);
+    cmd.args(["run", "--mount"])
+        .arg(m.path())
+        .args(["--smith", "smith-root", "--", "/bin/bash"])
+        .arg(&script)
+        .env(SANDBOX_ON.0, SANDBOX_ON.1)
+        .current_dir(scratch.path());
+    for (k, v) in &vars {
+        cmd.env(k, v);
+    }
+    let out = run(&mut cmd);
+    for (what, text) in [("scheduler", &log), ("smithfs run", &out.stdout)] {
+        assert!(
+            !text.contains("ESCAPED") && !text.contains("MISSING"),
+            "[{mode}, {what}] a layer let it through:\n{text}\n{}",
+            out.stderr
+        );
+        assert!(
+            text.contains("Seccomp: 2\n") && text.contains("Seccomp_filters: 1\n"),
+            "[{mode}, {what}] no seccomp filter:\n{text}"
+        );
+        assert!(
+            text.contains("full id: smith-root\n"),
+            "[{mode}, {what}]\n{text}"
+        );
+    }
+    assert!(
+        matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "[{mode}] a run connected to the abstract socket"
+    );
+    // SAFETY: signal 0 to our own unreaped child.
+    let alive = unsafe { libc::kill(victim.0.id() as i32, 0) } == 0;
+    assert!(alive, "[{mode}] the process outside the run died");
+}
+
+#[test]
+fn kernel_layers_hold_cgroup() {
+    layers_hold("cgroup");
+}
+
+#[test]
+fn kernel_layers_hold_ancestry() {
+    layers_hold("ancestry");
+}
+
+/// `sandbox.network: "none"` with `sandbox.user_namespaces: true` (docs/SPEC.md §12): a server on
+/// the host's 127.0.0.1 is unreachable, one the run starts on its own loopback is reachable,
+/// `lo` is its only interface; a user namespace can be made, and `mount` inside it is still
+/// refused by the filter.
+fn network_none(mode: &'static str) {
+    if !is_root() {
+        eprintln!("skipped: the sandbox needs root");
+        return;
+    }
+    let host = std::net::TcpListener::bind("127.0.0.1:0").expect("listen on the host");
+    host.set_nonblocking(true).expect("nonblocking");
+    let port = host.local_addr().expect("addr").port();
+    let agent = format!(
+        r#"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo "host loopback: reached" || echo "host loopback: unreachable"
+perl -MIO::Socket::INET -e '$l = IO::Socket::INET->new(Listen => 1, LocalAddr => "127.0.0.1", LocalPort => {port}) or die "listen: $!";
+  IO::Socket::INET->new(PeerAddr => "127.0.0.1", PeerPort => {port}) or die "connect: $!"; print "own loopback: reached\n"'
+echo "interfaces: $(awk -F: 'NR > 2 {{ gsub(/ /, "", $1); printf "%s ", $1 }}' /proc/net/dev)"
+unshare -U true && echo "userns: made"
+d=$(mktemp -d)
+unshare -Urm mount -t tmpfs none "$d" 2>/dev/null && echo "ESCAPED: mount in a user namespace" || echo "mount in userns: refused"
+"#
+    );
+    let config = serde_json::json!({
+        "agent": { "command": ["/bin/bash", "-c", agent], "retries": 0 },
+        "sandbox": { "network": "none", "user_namespaces": true },
+    });
+    let m = sandboxed_mount(&config, mode);
+    std::fs::write(m.path().join("smiths/smith-root/inbox/task-1.md"), "go\n").expect("task");
+    let (log, meta) = ended_run(&m, 1);
+    assert!(meta["error"].is_null(), "[{mode}] {meta}\n{log}");
+    for want in [
+        "host loopback: unreachable\n",
+        "own loopback: reached\n",
+        "interfaces: lo \n",
+        "userns: made\n",
+        "mount in userns: refused\n",
+    ] {
+        assert!(log.contains(want), "[{mode}] no {want:?} in:\n{log}");
+    }
+    assert!(!log.contains("ESCAPED"), "[{mode}]\n{log}");
+    assert!(
+        matches!(host.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "[{mode}] the run reached the host's loopback"
+    );
+}
+
+#[test]
+fn network_none_cgroup() {
+    network_none("cgroup");
+}
+
+#[test]
+fn network_none_ancestry() {
+    network_none("ancestry");
+}
+
+/// The programs agents are made of run unchanged under every layer (docs/SPEC.md §12): bash with
+/// background jobs, node (threads, a child process, libuv's file I/O), git (init, commit, log in
+/// the private /tmp), where this host has them.
+#[test]
+fn runtimes_run_under_every_layer() {
+    if !is_root() {
+        eprintln!("skipped: the sandbox needs root");
+        return;
+    }
+    let agent = r#"set -e
+sleep 0.1 & wait && echo "bash: ok"
+if command -v node >/dev/null; then
+  node -e 'const {Worker} = require("worker_threads");
+    const w = new Worker("require(\"worker_threads\").parentPort.postMessage(6 * 7)", {eval: true});
+    w.on("message", n => require("fs").readFile("/etc/hostname", () =>
+      console.log("node: " + n + " " + require("child_process").execFileSync("echo", ["spawned"]).toString().trim())));'
+else echo "node: absent"; fi
+if command -v git >/dev/null; then
+  cd "$(mktemp -d)" && git init -q && echo x > f && git add f &&
+  git -c user.name=a -c user.email=a@b commit -qm one && echo "git: $(git log --format=%s)"
+else echo "git: absent"; fi
+"#;
+    // A file (agent.command's braces would be placeholders), bound into the view.
+    let dir = tempfile::Builder::new()
+        .prefix("smithfs-runtimes-")
+        .tempdir()
+        .expect("tempdir");
+    let script = dir.path().join("agent.sh");
+    std::fs::write(&script, agent).expect("agent.sh");
+    let config = serde_json::json!({
+        "agent": { "command": ["/bin/bash", script], "retries": 0 },
+    });
+    let m = sandboxed_mount(&config, "cgroup");
+    std::fs::write(m.path().join("smiths/smith-root/inbox/task-1.md"), "go\n").expect("task");
+    let (log, meta) = ended_run(&m, 1);
+    assert!(meta["error"].is_null(), "{meta}\n{log}");
+    assert!(log.contains("bash: ok\n"), "{log}");
+    assert!(
+        log.contains("node: 42 spawned\n") || log.contains("node: absent\n"),
+        "{log}"
+    );
+    assert!(
+        log.contains("git: one\n") || log.contains("git: absent\n"),
+        "{log}"
+    );
+}
