@@ -98,23 +98,9 @@ pub struct Pump {
 /// # Errors
 /// `pipe2` or `fcntl`'s.
 pub fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0i32; 2];
-    // SAFETY: `fds` is a valid out-array of two ints.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: pipe2 returned two fresh descriptors we now own.
-    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    // SAFETY: fcntl on a descriptor we own.
-    let flags = unsafe { libc::fcntl(r.as_raw_fd(), libc::F_GETFL) };
-    if flags < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: as above.
-    let set = unsafe { libc::fcntl(r.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) };
-    if set < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    let flags = rustix::fs::fcntl_getfl(&r)?;
+    rustix::fs::fcntl_setfl(&r, flags | rustix::fs::OFlags::NONBLOCK)?;
     Ok((r, w))
 }
 

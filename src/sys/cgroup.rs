@@ -12,11 +12,13 @@
 use std::ffi::OsStr;
 use std::fs;
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use rustix::fs::FlockOperation;
 
 use super::procfs::{Cgroups, MountInfo};
 
@@ -187,10 +189,7 @@ impl Cgroup {
     /// # Errors
     /// `EWOULDBLOCK` if a live process holds it already, or `flock`'s other errors.
     pub fn claim(&self) -> io::Result<()> {
-        // SAFETY: flock on a descriptor this value owns; no memory is involved.
-        if unsafe { libc::flock(self.dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        rustix::fs::flock(&self.dir, FlockOperation::NonBlockingLockExclusive)?;
         Ok(())
     }
 
@@ -213,9 +212,8 @@ pub fn claimed(path: &Path) -> bool {
     let Ok(dir) = fs::File::open(path) else {
         return true;
     };
-    // SAFETY: flock on a descriptor owned by `dir`, released when `dir` is dropped below.
-    let r = unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    r != 0
+    // Released when `dir` is dropped below.
+    rustix::fs::flock(&dir, FlockOperation::NonBlockingLockExclusive).is_err()
 }
 
 /// Is `name` a daemon's parent cgroup name: `smithfs-<pid>` or `smithfs-<pid>-<n>` (digits only)?
