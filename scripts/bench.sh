@@ -7,7 +7,8 @@
 #
 #   --quick        fewer and smaller operations, one repetition (a few minutes)
 #   --only W...    only these workloads (names below); stat/read make their files untimed when
-#                  create is not run, rm untars its tree untimed when untar is not run
+#                  create is not run, rm untars its tree untimed when untar is not run; rmcold
+#                  untars its own tree untimed, drops the caches, then times rm -rf (issue 25)
 #   --fs LIST      only these filesystems, comma-separated (native, the baseline, always runs)
 #   --reps N       repetitions (default 3; --quick 1); tables show medians
 #   --disk image   each filesystem on its own fresh ext4 image (see below); default dir
@@ -22,7 +23,7 @@
 #   --hook-samples N   inbox tasks timed by the hook workload (default 40; --quick 10)
 #   Hook latency alone, e.g.: scripts/bench.sh --only hook --fs native --hook-identity ancestry
 #
-# Workloads: create stat read untar rm seqwrite seqread git gitst par rm30k cp pip hook rss
+# Workloads: create stat read untar rm rmcold seqwrite seqread git gitst par rm30k cp pip hook rss
 # Filesystems: native op smith nopt bindfs pll phd phu opu smithu
 #   native  a plain directory on the root ext4 filesystem
 #   op      smithfs (kernel passthrough on, --transport dev-fuse), workloads run as the operator
@@ -65,7 +66,7 @@ log() { echo "$me: $*" >&2; }
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 helpers="$repo_root/scripts/bench"
 bench_dir="$repo_root/target/bench"
-all_workloads=(create stat read untar rm seqwrite seqread git gitst par rm30k cp pip hook rss)
+all_workloads=(create stat read untar rm rmcold seqwrite seqread git gitst par rm30k cp pip hook rss)
 all_fs=(native op smith nopt bindfs pll opb phd phu opu smithu smithub)
 
 quick=0
@@ -207,7 +208,7 @@ uring_off() {
 }
 
 tarball="$bench_dir/tree-$tree_files.tar"
-if { selected untar || selected rm; } && [ ! -f "$tarball" ]; then
+if { selected untar || selected rm || selected rmcold; } && [ ! -f "$tarball" ]; then
     python3 "$helpers/mktree.py" "$tarball.tmp" "$tree_files" "$tree_dirs" && mv "$tarball.tmp" "$tarball"
 fi
 
@@ -425,11 +426,12 @@ run_group() { # group fs rep
             fi
             ;;
         tree)
-            mkdir -p "$w/tree-$r"
             cat "$tarball" "$(command -v tar)" "$(command -v rm)" >/dev/null "$(command -v tar)" "$(command -v rm)"
             if selected untar; then
+                mkdir -p "$w/tree-$r"
                 measure untar "$fs" "$r" "$fsops" time tar -xf "$tarball" -C "$w/tree-$r"
-            else
+            elif selected rm; then
+                mkdir -p "$w/tree-$r"
                 tar -xf "$tarball" -C "$w/tree-$r"
             fi
             if selected rm; then
@@ -437,6 +439,14 @@ run_group() { # group fs rep
                 # behind is not rm's work (a faster untar would leave more of it to rm).
                 sync
                 measure rm "$fs" "$r" "$fsops" time rm -rf "$w/tree-$r"
+            fi
+            if selected rmcold; then
+                # Cold: the tree written out and every cache dropped, so rm's LOOKUPs and
+                # READDIRs reach the filesystem (the kernel knows none of the tree's inodes).
+                mkdir -p "$w/treec-$r"
+                tar -xf "$tarball" -C "$w/treec-$r"
+                settle "$(command -v rm)"
+                measure rmcold "$fs" "$r" "$fsops" time rm -rf "$w/treec-$r"
             fi
             ;;
         seq)
@@ -504,6 +514,7 @@ declare -A wl_label=(
     [read]="open+read+close ×$n_small, cold"
     [untar]="untar $tree_files files / $tree_dirs dirs"
     [rm]="rm -rf of that tree"
+    [rmcold]="rm -rf of that tree, caches dropped first"
     [seqwrite]="sequential write $seq_mib MiB + fsync"
     [seqread]="sequential read $seq_mib MiB, cold"
     [git]="git add -A + commit, $git_files files"
@@ -530,7 +541,7 @@ done
 
 groups=()
 selected create || selected stat || selected read && groups+=(small)
-selected untar || selected rm && groups+=(tree)
+selected untar || selected rm || selected rmcold && groups+=(tree)
 selected seqwrite || selected seqread && groups+=(seq)
 selected git || selected gitst && groups+=(git)
 for g in par rm30k cp pip; do selected "$g" && groups+=("$g"); done
