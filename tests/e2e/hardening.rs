@@ -856,3 +856,54 @@ else echo "git: absent"; fi
         "{log}"
     );
 }
+
+/// `sandbox.require` (docs/SPEC.md §12, notes SB8): with every named protection on this host the
+/// mount goes on; while the sandbox is not applied (no `SMITHFS_SANDBOX=1`) a `require` refuses
+/// the mount in one line, since no run would get what it names.
+#[test]
+fn sandbox_require_refuses_a_mount_without_it() {
+    if !is_root() {
+        eprintln!("skipped: the sandbox needs root");
+        return;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("smithfs-require-")
+        .tempdir()
+        .expect("tempdir");
+    let d = dir.path().join("m");
+    smithfs([std::ffi::OsStr::new("init"), d.as_os_str()]).expect_ok("init");
+    let config = serde_json::json!({ "sandbox": { "require": ["seccomp", "landlock"] } });
+    std::fs::write(d.join("config.json"), config.to_string()).expect("config.json");
+    let r = run(Command::new(SMITHFS)
+        .arg("mount")
+        .arg(&d)
+        .arg("--allow-other")
+        .env_remove(SANDBOX_ON.0));
+    if r.code == Some(0) {
+        let _ = smithfs([std::ffi::OsStr::new("umount"), d.as_os_str()]);
+        panic!("mounted with sandbox.require and no sandbox: {r:?}");
+    }
+    assert!(
+        r.stderr.contains("sandbox.require") && r.stderr.lines().count() == 1,
+        "{r:?}"
+    );
+    // With the sandbox applied, on a host whose doctor says it gives both: it mounts.
+    let doctor = smithfs(["doctor", "--json"]);
+    let checks: Vec<serde_json::Value> = serde_json::from_str(&doctor.stdout).expect("doctor");
+    let gives = |name: &str| {
+        checks
+            .iter()
+            .any(|c| c["check"] == name && c["status"] == "ok")
+    };
+    if !(gives("landlock") && gives("seccomp")) {
+        eprintln!("this host lacks Landlock ABI 2 or seccomp: the mounting half not tried");
+        return;
+    }
+    let ok = run(Command::new(SMITHFS)
+        .arg("mount")
+        .arg(&d)
+        .arg("--allow-other")
+        .env(SANDBOX_ON.0, SANDBOX_ON.1));
+    let _ = smithfs([std::ffi::OsStr::new("umount"), d.as_os_str()]);
+    assert_eq!(ok.code, Some(0), "{ok:?}");
+}
