@@ -27,4 +27,5 @@ pub mod sys;
 pub mod time;
 pub mod tree;
 pub mod trigger;
+pub mod ui;
 pub mod workspace;

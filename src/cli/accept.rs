@@ -10,7 +10,8 @@ use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Result};
 
-use super::diff::{git_out, locate, overrides, Exit2};
+use super::diff::{git_out, locate, overrides, Exit2, Located};
+use super::ids::usage;
 use crate::workspace;
 
 /// Arguments of `smithfs accept`.
@@ -25,6 +26,18 @@ pub struct AcceptArgs {
     pub branch: Option<String>,
 }
 
+/// What `accept` did: the branch of the repository and the commit it now names, and how many
+/// uncommitted changes of the workspace did not travel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Accepted {
+    /// The branch made or moved forward in the repository.
+    pub branch: String,
+    /// The commit it names now.
+    pub commit: String,
+    /// Changed and untracked files of the workspace left out (only commits travel).
+    pub uncommitted: usize,
+}
+
 /// Run `smithfs accept`.
 pub fn run(args: AcceptArgs) -> Result<ExitCode> {
     let l = match locate(&args.args, "accept")? {
@@ -34,15 +47,34 @@ pub fn run(args: AcceptArgs) -> Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
+    let a = accept(&l, args.branch.as_deref())?;
+    println!("{} {}", a.branch, a.commit);
+    // Only commits travel: say so when the work tree holds more (the auto-commit at the end of
+    // the smith's next run would take it; docs/PROTOCOL-NOTES.md W17).
+    if a.uncommitted > 0 {
+        eprintln!(
+            "smithfs: {} uncommitted change(s) in {}'s workspace not included (see `smithfs diff {}`)",
+            a.uncommitted, l.full_id, l.full_id
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Fetch the smith's branch into the repository as `branch` (default `smith/NAME`), moving an
+/// existing branch only forward. What `smithfs accept` and the ui's accept do (one code path).
+///
+/// # Errors
+/// No project; a branch name git refuses ([`super::ids::UsageError`]); the smith has no
+/// branch; the fetch refused (not a fast-forward, the branch checked out) — each one line.
+pub(crate) fn accept(l: &Located, branch: Option<&str>) -> Result<Accepted> {
     let Some(repo) = l.config.workspace.repo.clone() else {
         bail!("{} has no project", l.dir.display());
     };
     let source = workspace::branch(&l.full_id);
-    let target = args.branch.clone().unwrap_or_else(|| source.clone());
+    let target = branch.map_or_else(|| source.clone(), str::to_owned);
     let target_ref = format!("refs/heads/{target}");
     if git_out(&repo, &[], &[], &["check-ref-format", &target_ref]).is_err() {
-        eprintln!("smithfs: --branch {target}: not a valid branch name");
-        return Ok(ExitCode::from(2));
+        usage!("--branch {target}: not a valid branch name");
     }
     let ws_extra = overrides(&l.ws);
     let commit = git_out(
@@ -110,9 +142,6 @@ pub fn run(args: AcceptArgs) -> Result<ExitCode> {
             repo.display()
         );
     }
-    println!("{target} {commit}");
-    // Only commits travel: say so when the work tree holds more (the auto-commit at the end of
-    // the smith's next run would take it; docs/PROTOCOL-NOTES.md W17).
     let changed = git_out(
         &l.ws,
         &ws_extra,
@@ -127,13 +156,9 @@ pub fn run(args: AcceptArgs) -> Result<ExitCode> {
         &["ls-files", "--others", "--exclude-standard"],
     )
     .map_or(0, |o| o.lines().count());
-    if changed + untracked > 0 {
-        eprintln!(
-            "smithfs: {} uncommitted change(s) in {}'s workspace not included (see `smithfs diff {}`)",
-            changed + untracked,
-            l.full_id,
-            l.full_id
-        );
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(Accepted {
+        branch: target,
+        commit,
+        uncommitted: changed + untracked,
+    })
 }

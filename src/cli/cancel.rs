@@ -3,7 +3,7 @@
 //! writer's authority (the operator, or an ancestor smith). It returns once the status shows
 //! the subtree cancelled (or done) and none of its runs live (O49).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Result;
@@ -37,11 +37,22 @@ pub fn dir_and_id(args: &[String], verb: &str) -> Result<(Option<PathBuf>, Strin
 pub fn run(args: CancelArgs) -> Result<ExitCode> {
     let (dir, id) = dir_and_id(&args.args, "cancel")?;
     let (dir, full) = super::util::mount_and_id(dir.as_deref(), &id)?;
-    super::util::ctl(&dir, &format!("cancel {full}"), "cancel", &full)?;
-    let asked = Asked::Cancel {
-        full_id: full.clone(),
-    };
-    settle::wait_until(&dir, &asked, settle::cancel_patience(&dir))?;
-    println!("cancelled {full}");
+    println!("{}", request(&dir, &full)?);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Ask the live mount `dir` to cancel the smith `full` (a full id) and its subtree, and wait
+/// until that is in effect: `cancel FULL_ID` written to `ctl`. What `smithfs cancel` and the
+/// ui's Cancel do (one code path); returns the line to show, `cancelled ID`.
+///
+/// # Errors
+/// The `ctl` write refused (an unknown smith is a [`super::ids::UsageError`]), or the subtree
+/// not settled in time (one line).
+pub(crate) fn request(dir: &Path, full: &str) -> Result<String> {
+    super::util::ctl(dir, &format!("cancel {full}"), "cancel", full)?;
+    let asked = Asked::Cancel {
+        full_id: full.to_string(),
+    };
+    settle::wait_until(dir, &asked, settle::cancel_patience(dir))?;
+    Ok(format!("cancelled {full}"))
 }

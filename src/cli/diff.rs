@@ -49,6 +49,13 @@ pub(crate) fn locate(args: &[String], cmd: &str) -> Result<Result<Located, Exit2
         _ => return Ok(Err(Exit2(format!("usage: smithfs {cmd} [DIR] ID")))),
     };
     let dir = resolve_mount(dir.as_deref())?;
+    locate_in(&dir, id)
+}
+
+/// Find the workspace of smith `id` in the mount (or store) `dir`: what `diff`, `accept` and
+/// the ui read.
+pub(crate) fn locate_in(dir: &Path, id: &str) -> Result<Result<Located, Exit2>> {
+    let dir = dir.to_path_buf();
     let text = std::fs::read_to_string(dir.join("config.json"))
         .map_err(|e| anyhow!("cannot read {}/config.json: {e}", dir.display()))?;
     let config = Config::parse(&text).map_err(|e| anyhow!("{e}"))?;
@@ -141,6 +148,17 @@ pub fn run(args: DiffArgs) -> Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
+    print!("{}", diff(&l, args.stat)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The smith's changes from its base commit to its work tree, committed and not, untracked
+/// files included, as `git diff` prints them (`stat`: `git diff --stat`). What `smithfs diff`
+/// and the ui show (one code path).
+///
+/// # Errors
+/// The workspace has no `smithfs.base`, or a git step failed (one line naming it).
+pub(crate) fn diff(l: &Located, stat: bool) -> Result<String> {
     let extra = overrides(&l.ws);
     let fail = |what: &str, e: String| anyhow!("diff {}: {what}: {e}", l.full_id);
     let base = git_out(&l.ws, &extra, &[], &["config", "smithfs.base"])
@@ -168,11 +186,9 @@ pub fn run(args: DiffArgs) -> Result<ExitCode> {
         git_out(&l.ws, &extra, &env, &a).map_err(|e| fail("add --intent-to-add", e))?;
     }
     let mut a = vec!["diff", "--no-ext-diff", "--no-textconv", "--no-color"];
-    if args.stat {
+    if stat {
         a.push("--stat");
     }
     a.push(&base);
-    let out = git_out(&l.ws, &extra, &env, &a).map_err(|e| fail("git diff", e))?;
-    print!("{out}");
-    Ok(ExitCode::SUCCESS)
+    git_out(&l.ws, &extra, &env, &a).map_err(|e| fail("git diff", e))
 }

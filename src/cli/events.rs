@@ -72,11 +72,44 @@ fn live_path(dir: &Path) -> Option<PathBuf> {
 
 /// The journal from journal offset `offset` (0: from the oldest line kept) to its end, holding
 /// a file open only for the read. Returns the bytes and the offset after them.
-fn read_from(dir: &Path, offset: u64) -> std::io::Result<(Vec<u8>, u64)> {
+pub(crate) fn read_from(dir: &Path, offset: u64) -> std::io::Result<(Vec<u8>, u64)> {
     match live_path(dir) {
         Some(path) => read_live(&path, offset),
         None => read_store(dir, offset),
     }
+}
+
+/// The journal offset after the last byte journaled in `dir` (what [`read_from`] would read up
+/// to): the size of the mount's `.smithfs/events.jsonl`, or of the store's journal files from
+/// its base (docs/PROTOCOL-NOTES.md O13). 0 when nothing was journaled.
+///
+/// # Errors
+/// The journal cannot be looked at.
+pub(crate) fn journal_end(dir: &Path) -> std::io::Result<u64> {
+    if let Some(path) = live_path(dir) {
+        return match std::fs::metadata(&path) {
+            Ok(m) => Ok(m.len()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+            Err(e) => Err(e),
+        };
+    }
+    let err = |e: nix::errno::Errno| std::io::Error::from_raw_os_error(e as i32);
+    let root = crate::backing::open_store_root(dir).map_err(err)?;
+    let state = match crate::backing::open_dir_path(
+        std::os::fd::AsFd::as_fd(&root),
+        Path::new(crate::fs::STATE_DIR),
+    ) {
+        Ok(s) => s,
+        Err(nix::errno::Errno::ENOENT) => return Ok(0),
+        Err(e) => return Err(err(e)),
+    };
+    let state = std::os::fd::AsFd::as_fd(&state);
+    let len = match crate::backing::stat_at(state, journal::JOURNAL_NAME) {
+        Ok(st) => st.st_size.max(0) as u64,
+        Err(nix::errno::Errno::ENOENT) => 0,
+        Err(e) => return Err(err(e)),
+    };
+    Ok(journal::stored_base(state) + len)
 }
 
 /// [`read_from`] of the mount's `.smithfs/events.jsonl`, whose size is the journal's end and

@@ -58,6 +58,14 @@ Examples:
   smithfs events ./fleet --follow
   smithfs events ./fleet --smith smith-001 --json";
 
+/// `smithfs ui --help`.
+pub const UI: &str = "\
+Examples:
+  smithfs ui ./fleet                         # prints http://127.0.0.1:PORT/?token=…
+  smithfs ui ./fleet --listen 127.0.0.1:8700 --stalled-after 120
+On a remote machine, keep the loopback address and tunnel to it:
+  ssh -L 8700:127.0.0.1:8700 host 'smithfs ui ./fleet --listen 127.0.0.1:8700'";
+
 /// `smithfs logs --help`.
 pub const LOGS: &str = "\
 Examples:
@@ -171,6 +179,7 @@ mod tests {
             super::STATUS,
             super::EVENTS,
             super::LOGS,
+            super::UI,
             super::WAIT,
             super::RETRY,
             super::DOCTOR,

@@ -21,6 +21,7 @@ pub mod run;
 mod settle;
 mod status;
 pub mod store;
+mod ui;
 mod umount;
 pub(crate) mod util;
 mod wait;
@@ -92,6 +93,9 @@ enum Command {
         after_help = help::ACCEPT
     )]
     Accept(accept::AcceptArgs),
+    /// The fleet in a browser: tree, logs, diffs, retry/cancel/accept (prints its URL).
+    #[command(after_help = help::UI)]
+    Ui(ui::UiArgs),
     /// Print a completion script for bash, zsh or fish on stdout.
     #[command(
         after_help = "Examples:\n  smithfs completions bash > ~/.local/share/bash-completion/completions/smithfs\n  smithfs completions zsh > ~/.zfunc/_smithfs\n  smithfs completions fish > ~/.config/fish/completions/smithfs.fish"
@@ -146,6 +150,7 @@ pub fn run() -> ExitCode {
         Command::Doctor(a) => doctor::run(a),
         Command::Diff(a) => diff::run(a),
         Command::Accept(a) => accept::run(a),
+        Command::Ui(a) => ui::run(a),
         Command::Completions(a) => completions::run(a),
         Command::Man(a) => completions::man(a),
     };

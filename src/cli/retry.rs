@@ -5,6 +5,7 @@
 //! out of `failed`/`cancelled` (queued, running, or a newer run already), so a `wait` right after
 //! it waits for the retried run (O49).
 
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
@@ -28,17 +29,26 @@ pub struct RetryArgs {
 pub fn run(args: RetryArgs) -> Result<ExitCode> {
     let (dir, id) = super::cancel::dir_and_id(&args.args, "retry")?;
     let (dir, full) = super::util::mount_and_id(dir.as_deref(), &id)?;
-    let (_, doc) = store::read_status(&store::Source::Mount(dir.clone()))?;
-    let state = doc
-        .smith(&full)
-        .map(|s| s.state.clone())
-        .unwrap_or_default();
+    println!("{}", request(&dir, &full)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Ask the live mount `dir` to run the smith `full` (a full id) again and wait until that is
+/// in effect: refused unless it is failed or cancelled, then `retry FULL_ID` written to `ctl`.
+/// What `smithfs retry` and the ui's Retry do (one code path); returns the line to show,
+/// `retrying ID (was STATE, now STATE)`.
+///
+/// # Errors
+/// Not failed or cancelled ([`super::ids::UsageError`]), the `ctl` write refused, or the retry
+/// not in effect in time (one line).
+pub(crate) fn request(dir: &Path, full: &str) -> Result<String> {
+    let (_, doc) = store::read_status(&store::Source::Mount(dir.to_path_buf()))?;
+    let state = doc.smith(full).map(|s| s.state.clone()).unwrap_or_default();
     if state != "failed" && state != "cancelled" {
         usage!("{full} is {state}: only a failed or cancelled smith can be retried");
     }
-    let asked = Asked::retry(&doc, &full);
-    super::util::ctl(&dir, &format!("retry {full}"), "retry", &full)?;
-    let now = settle::wait_until(&dir, &asked, settle::retry_patience())?;
-    println!("retrying {full} (was {state}, now {now})");
-    Ok(ExitCode::SUCCESS)
+    let asked = Asked::retry(&doc, full);
+    super::util::ctl(dir, &format!("retry {full}"), "retry", full)?;
+    let now = settle::wait_until(dir, &asked, settle::retry_patience())?;
+    Ok(format!("retrying {full} (was {state}, now {now})"))
 }

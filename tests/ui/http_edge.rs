@@ -1,0 +1,189 @@
+//! The ui's HTTP edge attacked without a browser: a missing or wrong token, an action POSTed
+//! from another origin or without the token in the form, a rebound host name, smith and run ids
+//! that do not exist or try a path, and the port already taken.
+
+use std::ffi::OsStr;
+
+use crate::common::{smithfs, TestMount};
+use crate::webdriver::http;
+use crate::UiServer;
+
+fn get(
+    ui: &UiServer,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, Vec<(String, String)>, String) {
+    let (s, h, b) = http(ui.port, "GET", path, headers, b"").expect("GET");
+    (s, h, String::from_utf8_lossy(&b).into_owned())
+}
+
+fn post(ui: &UiServer, headers: &[(&str, &str)], form: &str) -> (u16, String) {
+    let mut hs = vec![("Content-Type", "application/x-www-form-urlencoded")];
+    hs.extend_from_slice(headers);
+    let (s, _, b) = http(ui.port, "POST", "/action", &hs, form.as_bytes()).expect("POST");
+    (s, String::from_utf8_lossy(&b).into_owned())
+}
+
+#[test]
+fn the_token_and_the_origin_guard_every_request() {
+    let m = TestMount::new();
+    let ui = UiServer::start(m.path(), &[]);
+    let cookie = format!("smithfs_ui={}", ui.token);
+    let origin = format!("http://127.0.0.1:{}", ui.port);
+    // No token, a wrong one, a wrong cookie: 403, for pages, fragments, assets and the tick.
+    for path in [
+        "/",
+        "/smith?id=smith-root",
+        "/api/tick",
+        "/static/ui.js",
+        "/events",
+    ] {
+        assert_eq!(get(&ui, path, &[]).0, 403, "{path}");
+        assert_eq!(
+            get(&ui, &format!("{path}?token=nope"), &[]).0,
+            403,
+            "{path}"
+        );
+        assert_eq!(
+            get(&ui, path, &[("Cookie", "smithfs_ui=nope")]).0,
+            403,
+            "{path}"
+        );
+    }
+    // The token in the URL: a cookie, and the address bar without it.
+    let (s, h, _) = get(&ui, &format!("/?token={}", ui.token), &[]);
+    assert_eq!(s, 303);
+    let set = h
+        .iter()
+        .find(|(k, _)| k == "set-cookie")
+        .map(|(_, v)| v.clone());
+    assert!(
+        set.as_deref().is_some_and(|c| c.contains(&cookie)
+            && c.contains("HttpOnly")
+            && c.contains("SameSite=Strict")),
+        "{set:?}"
+    );
+    assert!(h.iter().any(|(k, v)| k == "location" && v == "/"), "{h:?}");
+    let (s, h, body) = get(&ui, "/", &[("Cookie", &cookie)]);
+    assert_eq!(s, 200);
+    assert!(body.contains("smith-root"), "{body}");
+    let csp = h
+        .iter()
+        .find(|(k, _)| k == "content-security-policy")
+        .map(|(_, v)| v.as_str());
+    assert!(
+        csp.is_some_and(|c| c.contains("script-src 'self'")),
+        "{csp:?}"
+    );
+    // Another Host (a rebound name): refused even with the token.
+    let port_host = format!("evil.example:{}", ui.port);
+    assert_eq!(
+        get(&ui, "/", &[("Host", &port_host), ("Cookie", &cookie)]).0,
+        403
+    );
+    assert_eq!(
+        get(
+            &ui,
+            "/",
+            &[
+                ("Host", &format!("localhost:{}", ui.port)),
+                ("Cookie", &cookie)
+            ]
+        )
+        .0,
+        200
+    );
+    // Actions: the token in the form and our origin, both, or 403.
+    let form = format!("token={}&action=cancel&id=smith-root&confirmed=1", ui.token);
+    assert_eq!(
+        post(
+            &ui,
+            &[("Cookie", &cookie), ("Origin", "http://evil.example")],
+            &form
+        )
+        .0,
+        403
+    );
+    assert_eq!(
+        post(&ui, &[("Cookie", &cookie), ("Origin", "null")], &form).0,
+        403
+    );
+    assert_eq!(
+        post(&ui, &[("Cookie", &cookie)], &form).0,
+        403,
+        "no Origin, no Referer"
+    );
+    assert_eq!(
+        post(
+            &ui,
+            &[("Cookie", &cookie), ("Origin", &origin)],
+            "action=cancel&id=smith-root&confirmed=1"
+        )
+        .0,
+        403,
+        "a cookie alone authorises no action"
+    );
+    assert_eq!(
+        post(
+            &ui,
+            &[("Origin", &origin)],
+            "token=nope&action=cancel&id=smith-root"
+        )
+        .0,
+        403
+    );
+    // With both, unconfirmed: a page whose button says Confirm, and nothing done yet.
+    let unconfirmed = format!("token={}&action=cancel&id=smith-root", ui.token);
+    let (s, body) = post(
+        &ui,
+        &[("Cookie", &cookie), ("Origin", &origin)],
+        &unconfirmed,
+    );
+    assert_eq!(s, 200, "{body}");
+    assert!(body.contains(">Confirm</button>"), "{body}");
+    // Ids that do not exist or try a path: 404.
+    for path in [
+        "/smith?id=smith-nope",
+        "/smith?id=../../etc",
+        "/smith?id=smith-root/../smith-root",
+        "/smith",
+        "/log?id=smith-root&run=../../../etc/passwd",
+        "/log?id=smith-root&run=run-0001/../../x",
+        "/log?id=smith-root&run=run-9999",
+        "/raw?id=..%2F..%2Fetc&run=run-0001",
+        "/frag/smith?id=%2E%2E",
+        "/nothing",
+        "/static/../Cargo.toml",
+    ] {
+        assert_eq!(get(&ui, path, &[("Cookie", &cookie)]).0, 404, "{path}");
+    }
+    let (s, body) = post(
+        &ui,
+        &[("Cookie", &cookie), ("Origin", &origin)],
+        &format!("token={}&action=retry&id=..%2F..&confirmed=1", ui.token),
+    );
+    assert_eq!(s, 404, "{body}");
+}
+
+#[test]
+fn a_taken_port_is_one_clear_line() {
+    let m = TestMount::new();
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    let addr = format!("127.0.0.1:{port}");
+    let r = smithfs([
+        OsStr::new("ui"),
+        m.path().as_os_str(),
+        OsStr::new("--listen"),
+        OsStr::new(&addr),
+    ]);
+    assert_eq!(r.code, Some(1), "{r:?}");
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("the port is taken") && r.stderr.contains(&addr),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stdout.is_empty(), "no URL printed: {}", r.stdout);
+    drop(l);
+}

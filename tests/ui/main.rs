@@ -1,0 +1,125 @@
+//! `smithfs ui` (PROTOCOL.md §14) in a real browser: Debian's headless chromium driven over
+//! WebDriver (`webdriver.rs`) against real mounts with real agent runs. Every mount, ui server,
+//! chromedriver and browser a test starts is stopped by its guard, also when the test fails.
+//! The screenshots in docs/ (the tree, a smith's page) are taken here.
+
+#[macro_use]
+#[path = "../common/mod.rs"]
+mod common;
+
+mod browser;
+mod http_edge;
+mod webdriver;
+
+use std::ffi::OsStr;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use common::{smithfs, TestMount, SMITHFS};
+
+/// A `smithfs ui DIR` process; Drop kills it (by its pid) and reaps it.
+pub struct UiServer {
+    child: Child,
+    /// The URL it printed (with the token).
+    pub url: String,
+    /// Its port.
+    pub port: u16,
+    /// Its token.
+    pub token: String,
+}
+
+impl UiServer {
+    /// Start `smithfs ui DIR ARGS…` and read the URL it prints.
+    pub fn start(dir: &Path, args: &[&str]) -> UiServer {
+        let mut child = Command::new(SMITHFS)
+            .arg("ui")
+            .arg(dir)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn smithfs ui");
+        let out = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        let _ = BufReader::new(out).read_line(&mut line);
+        let url = line.trim().to_string();
+        let mut s = UiServer {
+            child,
+            url: url.clone(),
+            port: 0,
+            token: String::new(),
+        };
+        let rest = url
+            .strip_prefix("http://127.0.0.1:")
+            .unwrap_or_else(|| panic!("smithfs ui printed {url:?}"));
+        let (port, query) = rest.split_once("/?token=").expect("a token in the URL");
+        s.port = port.parse().expect("a port");
+        s.token = query.to_string();
+        s
+    }
+
+    /// `http://127.0.0.1:PORT` + `path` (no token).
+    pub fn at(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+}
+
+impl Drop for UiServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Set the mount's agent to `bash -c SCRIPT` (no retries) and remount (config is read at mount).
+pub fn set_agent(m: &mut TestMount, script: &str) {
+    let p = m.path().join("config.json");
+    let mut c: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&p).expect("config")).expect("JSON");
+    c["agent"] = serde_json::json!({ "command": ["bash", "-c", script], "retries": 0 });
+    std::fs::write(&p, serde_json::to_string_pretty(&c).expect("JSON")).expect("write");
+    m.remount();
+}
+
+/// The test agent: `split` (one child per further task line), `count WORD` (a census of one
+/// word, after a short pause), `fail` (a long log with terminal escapes, invalid UTF-8 and
+/// HTML, then exit 3), `sleep` (runs until cancelled), `edit` (changes the workspace).
+pub const AGENT: &str = concat!(
+    agent_prelude!(),
+    agent_split!(),
+    r#"count) echo "counting $arg"; sleep 1; publish "$arg: $(printf %s "$arg" | wc -c) letters"; exit 0 ;;
+fail) for i in $(seq 1 2000); do echo "line $i of a long log ................................................................"; done
+  echo "failing on purpose"; printf 'bad \033[31mred\033[0m \377\376 <b>bold</b> <script>x()</script>\n'; exit 3 ;;
+sleep) echo "sleeping"; sleep 600; exit 0 ;;
+edit) echo "changed by the smith" >> workspace/a.txt; printf 'new\nfile\n' > workspace/b.txt; publish "edited"; exit 0 ;;
+esac
+exit 1"#
+);
+
+/// Write a task into the root's inbox through the mount, as the operator.
+pub fn task(m: &TestMount, name: &str, text: &str) {
+    std::fs::write(
+        m.path()
+            .join("smiths/smith-root/inbox")
+            .join(format!("task-{name}.md")),
+        text,
+    )
+    .expect("write the task");
+}
+
+/// `smithfs status DIR --json` parsed.
+pub fn status(dir: &Path) -> serde_json::Value {
+    let r = smithfs([OsStr::new("status"), dir.as_os_str(), OsStr::new("--json")]);
+    serde_json::from_str(&r.stdout).unwrap_or(serde_json::Value::Null)
+}
+
+/// The state of `full` in `status --json`.
+pub fn state_of(dir: &Path, full: &str) -> String {
+    status(dir)["smiths"]
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["full_id"] == full).cloned())
+        .and_then(|s| s["state"].as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
