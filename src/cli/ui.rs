@@ -1,5 +1,5 @@
 //! `smithfs ui [DIR] [--listen ADDR:PORT] [--open] [--stalled-after SECS]`: the fleet in a
-//! browser (PROTOCOL.md §14). Serves `crate::ui` on a loopback port and prints its URL with the
+//! browser (docs/SPEC.md §14). Serves `crate::ui` on a loopback port and prints its URL with the
 //! token. The [`Fleet`] given to it is the command line itself: the status as `status` reads it,
 //! the journal as `events` reads it, `diff`, `accept`, `retry` and `cancel` through the very
 //! functions those commands call — one code path per action.
@@ -147,7 +147,7 @@ impl Fleet for CliFleet {
 }
 
 /// Write a task into the root's inbox through the mount, as an operator's editor would (one
-/// create, one write, the release completes it: PROTOCOL.md §5), from the mount's `task.md`
+/// create, one write, the release completes it: docs/SPEC.md §5), from the mount's `task.md`
 /// template: `inbox/task-ui-<UTC time>.md`.
 fn new_task(dir: &Path, title: &str, text: &str) -> Result<String> {
     use crate::tree::scaffold_plan::{plan_task, TaskSpec};

@@ -1,4 +1,4 @@
-//! The HTTP edge of `smithfs ui` (PROTOCOL.md §14): URLs and forms decoded, the token checked
+//! The HTTP edge of `smithfs ui` (docs/SPEC.md §14): URLs and forms decoded, the token checked
 //! (a query parameter once, then a cookie), the origin of a POST checked, and responses built
 //! with the headers every page carries: no caching; no referrer to other origins (`same-origin`:
 //! with `no-referrer` a browser sends `Origin: null` on our own POSTs); a content security policy
@@ -163,7 +163,7 @@ pub fn same_secret(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
 
-/// Is a POST's origin our own (PROTOCOL.md §14)? Its `Origin` header (or, without one, its
+/// Is a POST's origin our own (docs/SPEC.md §14)? Its `Origin` header (or, without one, its
 /// `Referer`) must be `http://HOST` with `HOST` the `Host` the request was sent to, and that
 /// host one of `hosts` (our listening address and its `localhost` spelling; empty: any, when
 /// listening on every address).

@@ -839,7 +839,7 @@ fn event_row(v: &serde_json::Value) -> String {
     )
 }
 
-/// The events every filter offers (PROTOCOL.md §5, §7).
+/// The events every filter offers (docs/SPEC.md §5, §7).
 const EVENTS: [&str; 20] = [
     "run.",
     "run.started",

@@ -1,4 +1,4 @@
-//! `smithfs ui` (PROTOCOL.md §14) in a real browser: Debian's headless chromium driven over
+//! `smithfs ui` (docs/SPEC.md §14) in a real browser: Debian's headless chromium driven over
 //! WebDriver (`webdriver.rs`) against real mounts with real agent runs. Every mount, ui server,
 //! chromedriver and browser a test starts is stopped by its guard, also when the test fails.
 //! The screenshots in docs/ (the tree, a smith's page) are taken here.
