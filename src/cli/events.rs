@@ -97,7 +97,7 @@ pub(crate) fn journal_end(dir: &Path) -> std::io::Result<u64> {
     let root = crate::backing::open_store_root(dir).map_err(err)?;
     let state = match crate::backing::open_dir_path(
         std::os::fd::AsFd::as_fd(&root),
-        Path::new(crate::fs::STATE_DIR),
+        Path::new(crate::tree::layout::STATE_DIR),
     ) {
         Ok(s) => s,
         Err(nix::errno::Errno::ENOENT) => return Ok(0),
