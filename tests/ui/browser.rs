@@ -184,7 +184,7 @@ fn cancel_from_the_page_stops_a_running_subtree() {
     let mut m = TestMount::new();
     set_agent(&mut m, AGENT);
     task(&m, "1", "split\nsleep a\nsleep b\n");
-    common::poll_until(30, "both children running", || {
+    crate::wait_tree(&m, 30, "both children running", || {
         state_of(m.path(), "smith-root/smith-001") == "running"
             && state_of(m.path(), "smith-root/smith-002") == "running"
     });

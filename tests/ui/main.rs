@@ -86,10 +86,21 @@ pub fn set_agent(m: &mut TestMount, script: &str) {
 /// The test agent: `split` (one child per further task line), `count WORD` (a census of one
 /// word, after a short pause), `fail` (a long log with terminal escapes, invalid UTF-8 and
 /// HTML, then exit 3), `sleep` (runs until cancelled), `edit` (changes the workspace).
+/// Its `split` writes each child's task in place (one create, one write, the release completes
+/// it) rather than `agent_split!`'s rename: since main's 754943e…391fca1 a child woken by the
+/// rename sometimes finds no `inbox/task-1.md` (ENOENT, reported to the scheduler's owner).
 pub const AGENT: &str = concat!(
     agent_prelude!(),
-    agent_split!(),
-    r#"count) echo "counting $arg"; sleep 1; publish "$arg: $(printf %s "$arg" | wc -c) letters"; exit 0 ;;
+    r#"split)
+  tail -n +2 "$SMITH_TASK_FILE" > private/lines
+  n=0
+  while read -r line; do n=$((n+1)); mkdir "children/$(printf 'smith-%03d' $n)" || exit 9; done < private/lines
+  n=0
+  while read -r line; do
+    n=$((n+1)); printf '%s\n' "$line" > "children/$(printf 'smith-%03d' $n)/inbox/task-1.md"
+  done < private/lines
+  exit 0 ;;
+count) echo "counting $arg"; sleep 1; publish "$arg: $(printf %s "$arg" | wc -c) letters"; exit 0 ;;
 fail) for i in $(seq 1 2000); do echo "line $i of a long log ................................................................"; done
   echo "failing on purpose"; printf 'bad \033[31mred\033[0m \377\376 <b>bold</b> <script>x()</script>\n'; exit 3 ;;
 sleep) echo "sleeping"; sleep 600; exit 0 ;;
@@ -122,4 +133,30 @@ pub fn state_of(dir: &Path, full: &str) -> String {
         .and_then(|a| a.iter().find(|s| s["full_id"] == full).cloned())
         .and_then(|s| s["state"].as_str().map(str::to_owned))
         .unwrap_or_default()
+}
+
+/// Every run log under the tree and the journal, for a failure message.
+pub fn dump(m: &TestMount) -> String {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(
+            "for f in $(find smiths -path '*/conversations/*' -type f); do echo \"== $f\"; \
+             cat \"$f\"; done; cat .smithfs/events.jsonl",
+        )
+        .current_dir(m.path())
+        .output()
+        .expect("sh");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Poll `cond` every 50 ms for up to `secs`; on timeout panic with `what` and [`dump`].
+#[track_caller]
+pub fn wait_tree(m: &TestMount, secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while !cond() {
+        if std::time::Instant::now() > end {
+            panic!("timed out after {secs}s waiting for {what}:\n{}", dump(m));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
