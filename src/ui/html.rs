@@ -63,7 +63,8 @@ pub fn diff(text: &str) -> String {
         } else {
             "ctx"
         };
-        let _ = writeln!(
+        // One block per line (the CSS), no newline between: a `pre` would show it twice.
+        let _ = write!(
             out,
             "<span class=\"{class}\">{}</span>",
             log_text(line.as_bytes())
