@@ -10,7 +10,7 @@
 #
 # Usage: scripts/demo.sh [DIR] [--crates N|all] [--split FILES] [--timeout SECS] [--resume]
 #                        [--no-build] [--driver auto|smithfs|operator] [--keep-mounted]
-#                        [--coding | --coding-only]
+#                        [--coding | --coding-only] [--ui]
 #   DIR            default ./.agent-smith-demo (a second run starts clean; --resume remounts the
 #                  existing DIR with `smithfs mount --resume` and waits for the same job instead)
 #   --crates N     how many cargo registry crates to add (default 80, sorted by name; `all`)
@@ -26,12 +26,15 @@
 #                  coding agents adds license headers to a temporary clone of this repository in
 #                  workspaces, merges the branches, `smithfs accept`s the root's, checks the result
 #   --coding-only  only the coding edition
+#   --ui           serve the fleet in a browser while the demo runs (`smithfs ui`, docs/SPEC.md
+#                  §14): prints its URL (127.0.0.1, a random token; from another machine use
+#                  `ssh -L PORT:127.0.0.1:PORT`); the page follows the tree live until the demo ends
 # Exit 0 when results/final.md is there (and its totals match a direct count), 1 otherwise.
 set -euo pipefail
 export LC_ALL=C
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-DIR=./.agent-smith-demo CRATES=80 SPLIT="" TIMEOUT=900 RESUME=0 BUILD=1 DRIVER=auto KEEP=0 CODING=0
+DIR=./.agent-smith-demo CRATES=80 SPLIT="" TIMEOUT=900 RESUME=0 BUILD=1 DRIVER=auto KEEP=0 CODING=0 UI=0
 while [ $# -gt 0 ]; do
     case $1 in
     --crates) CRATES=$2; shift 2 ;;
@@ -43,6 +46,7 @@ while [ $# -gt 0 ]; do
     --keep-mounted) KEEP=1; shift ;;
     --coding) CODING=1; shift ;;
     --coding-only) CODING=2; shift ;;
+    --ui) UI=1; shift ;;
     -h | --help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "demo.sh: unknown option $1" >&2; exit 2 ;;
     *) DIR=$1; shift ;;
@@ -107,9 +111,11 @@ stop_runs() { # the operator driver's live runs: TERM their process groups, KILL
     wait 2>/dev/null || :
     PID2ID=()
 }
+UI_PID=""
 cleanup() {
     rc=$?
     stop_runs
+    if [ -n "$UI_PID" ]; then kill "$UI_PID" 2>/dev/null || :; fi
     if [ "$MOUNTED_BY_US" = 1 ] && [ "$KEEP" = 0 ] && is_mounted; then
         cd /
         "$SMITHFS" umount "$DIR" >/dev/null 2>&1 || say "warning: smithfs umount $DIR failed"
@@ -160,6 +166,16 @@ bold "== 3. smithfs mount $DIR"
 if [ "$RESUME" = 1 ]; then "$SMITHFS" mount "$DIR" --resume; else "$SMITHFS" mount "$DIR"; fi
 MOUNTED_BY_US=1
 is_mounted || die "$DIR is not mounted after smithfs mount"
+if [ "$UI" = 1 ]; then
+    # The fleet in a browser for as long as the demo runs: the URL (with its token) is printed
+    # here and nowhere else; cleanup stops the server.
+    "$SMITHFS" ui "$DIR" >"$DIR.ui-url" 2>/dev/null &
+    UI_PID=$!
+    for _ in $(seq 1 50); do [ -s "$DIR.ui-url" ] && break; sleep 0.1; done
+    [ -s "$DIR.ui-url" ] || die "smithfs ui did not start"
+    bold "== the fleet in a browser: $(cat "$DIR.ui-url")"
+    rm -f "$DIR.ui-url"
+fi
 
 # --- 4. the data, through the mount; then the task ---------------------------------------------------
 DATA=$ROOT/inbox/data
