@@ -4,20 +4,21 @@
 //! `unshare(CLONE_NEWPID)`). In this order, bubblewrap's:
 //!
 //! 1. a mount namespace of its own, a recursive slave of the host's (nothing propagates back);
-//! 2. a tmpfs on `/tmp` as a base, `pivot_root` into it: the host's tree is now `/oldroot`;
-//! 3. the view's root, a tmpfs at `/newroot`, and in it: the [`super::view::Plan`]'s visible
-//!    paths bound from `/oldroot` (read-only, `nosuid`, `nodev`, recursively, with
-//!    `mount_setattr`; `writable` ones read-write), `/sys` read-only, a private `/dev` (a tmpfs
-//!    with `null zero full random urandom tty` bound from the host, a new `devpts` instance
-//!    with `ptmx`, the `fd stdin stdout stderr` symlinks), `/proc` of the new pid namespace with
-//!    `/proc/sys` and `/proc/sysrq-trigger` read-only, one tmpfs of `tmp_size` whose three
-//!    directories are `/tmp`, `/var/tmp` and `/dev/shm`, the passwd and group files over
-//!    `/etc/passwd` and `/etc/group`, and last the smithfs mount at its own path (over
-//!    whatever was bound there: the backing store never shows through);
-//! 4. `/oldroot` detached, `pivot_root` into the view, the base detached; `/` and `/dev` made
-//!    read-only; the kernel-enforced layers prepared in the view ([`crate::sandbox::layers`]:
-//!    the Landlock ruleset, the seccomp filter) and, for `sandbox.network: "none"`, a network
-//!    namespace with its loopback up;
+//! 2. every host path of the view captured as a detached copy (`open_tree(OPEN_TREE_CLONE)`):
+//!    the [`super::view::Plan`]'s visible paths (read-only, `nosuid`, `nodev`, recursively, with
+//!    `mount_setattr`; `writable` ones read-write), `/sys` (read-only), the devices `null zero
+//!    full random urandom tty`, and the smithfs mount;
+//! 3. a scratch tmpfs of `tmp_size` over the host's `/tmp` (its directories are the run's
+//!    `/tmp`, `/var/tmp` and `/dev/shm`; its passwd and group files are bound over the view's),
+//!    and in it the view's root, a tmpfs, holding: a private `/dev` (a tmpfs with the devices, a
+//!    new `devpts` instance with `ptmx`, the `fd stdin stdout stderr` symlinks), the captured
+//!    paths moved into place (`move_mount`), `/proc` of the new pid namespace with `/proc/sys`
+//!    and `/proc/sysrq-trigger` read-only, and last the smithfs mount at its own path (over
+//!    whatever is there: the backing store never shows through);
+//! 4. `pivot_root` into the view, the old root (the host's tree and the scratch) detached; `/`
+//!    and `/dev` made read-only; the kernel-enforced layers prepared in the view
+//!    ([`crate::sandbox::layers`]: the Landlock ruleset, the seccomp filter) and, for
+//!    `sandbox.network: "none"`, a network namespace with its loopback up;
 //! 5. the agent forked: its credentials dropped ([`crate::process::sandbox::drop_credentials`]),
 //!    its working directory entered, `USER` `LOGNAME` `TMPDIR` set, its Landlock domain entered
 //!    and its seccomp filter installed (the last steps), `execve` with `execvp`'s search;
@@ -32,6 +33,7 @@
 use std::collections::BTreeMap;
 use std::ffi::{CString, OsString};
 use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -46,12 +48,11 @@ use crate::process::sandbox::{self as psb, Stage, REPORT_FD};
 /// A failed step: the stage and its errno.
 type Failure = (Stage, Errno);
 
-/// Where the host's tree is while the view is built.
-const OLD: &str = "/oldroot";
-/// Where the view is built.
-const NEW: &str = "/newroot";
-/// The tmpfs of `/tmp`, `/var/tmp` and `/dev/shm`, outside the view.
-const SCRATCH: &str = "/scratch";
+/// The scratch tmpfs, over the host's `/tmp` (its `tmp`, `var-tmp` and `shm` directories are
+/// the view's `/tmp`, `/var/tmp` and `/dev/shm`).
+const SCRATCH: &str = "/tmp";
+/// Where the view is built: a tmpfs in the scratch.
+const NEW: &str = "/tmp/.view";
 
 /// The devices of the private `/dev`, bound from the host's.
 const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
@@ -264,7 +265,85 @@ fn tmpfs(dst: &Path, data: &str, stage: Stage) -> Result<(), Failure> {
     .map_err(|e| (stage, e))
 }
 
-/// Build the view (steps 1–4 of the module header).
+/// `open_tree(path, OPEN_TREE_CLONE)`: a detached copy of the mount at `path` (with the mounts
+/// below it when `recursive`), to be moved into the view with [`move_into`].
+fn clone_tree(path: &Path, recursive: bool, stage: Stage) -> Result<OwnedFd, Failure> {
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| (stage, Errno::EINVAL))?;
+    let mut flags = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC;
+    if recursive {
+        flags |= libc::AT_RECURSIVE as libc::c_uint;
+    }
+    // SAFETY: a NUL-terminated path; the kernel returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, c.as_ptr(), flags) };
+    if fd < 0 {
+        return Err((stage, Errno::last()));
+    }
+    let fd = i32::try_from(fd).map_err(|_| (stage, Errno::EBADF))?;
+    // SAFETY: a new descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `mount_setattr` on a detached tree (`AT_EMPTY_PATH`).
+fn set_attr_fd(fd: &OwnedFd, attrs: u64, recursive: bool, stage: Stage) -> Result<(), Failure> {
+    let attr = libc::mount_attr {
+        attr_set: attrs,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let mut flags = libc::AT_EMPTY_PATH;
+    if recursive {
+        flags |= libc::AT_RECURSIVE;
+    }
+    // SAFETY: an empty NUL-terminated path, our descriptor and a mount_attr of the size passed.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            flags,
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    };
+    if r != 0 {
+        return Err((stage, Errno::last()));
+    }
+    Ok(())
+}
+
+/// `move_mount` of the detached tree `fd` onto `dst`.
+fn move_into(fd: OwnedFd, dst: &Path, stage: Stage) -> Result<(), Failure> {
+    let c = CString::new(dst.as_os_str().as_bytes()).map_err(|_| (stage, Errno::EINVAL))?;
+    // SAFETY: our descriptor, an empty and a NUL-terminated path.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    if r != 0 {
+        return Err((stage, Errno::last()));
+    }
+    Ok(())
+}
+
+/// A host path captured before anything is mounted over the host's tree, and where it goes.
+struct Captured {
+    fd: OwnedFd,
+    dst: PathBuf,
+    file: bool,
+    stage: Stage,
+}
+
+/// Build the view (steps 1–4 of the module header). Every host path of the view is captured
+/// first as a detached copy (`open_tree`), so the tmpfs mounted over the host's `/tmp` next
+/// hides nothing the view needs; one `pivot_root` and one detach end it (each namespace change
+/// costs a grace period of RCU on a busy host: docs/PERFORMANCE.md "Run start").
 fn build(plan: &Plan) -> Result<(), Failure> {
     use nix::sched::{unshare, CloneFlags};
     let ns = Stage::MountNamespace;
@@ -278,19 +357,55 @@ fn build(plan: &Plan) -> Result<(), Failure> {
     )
     .map_err(|e| (ns, e))?;
 
-    // 2. The base, and the host's tree at /oldroot.
-    let nr = Stage::NewRoot;
-    tmpfs(Path::new("/tmp"), "mode=0755,size=1m", nr)?;
-    chdir("/tmp").map_err(|e| (nr, e))?;
-    for d in ["newroot", "oldroot", "scratch"] {
-        mkdirs(Path::new(d), nr)?;
+    // The host paths, captured.
+    let mut captured = Vec::new();
+    for v in &plan.visible {
+        if matches!(v.kind, Kind::Symlink(_)) {
+            continue;
+        }
+        let fd = clone_tree(&v.path, true, Stage::Bind)?;
+        set_attr_fd(&fd, if v.writable { RW } else { RO }, true, Stage::ReadOnly)?;
+        captured.push(Captured {
+            fd,
+            dst: under(NEW, &v.path),
+            file: v.kind == Kind::File,
+            stage: Stage::Bind,
+        });
     }
-    pivot_root(".", "oldroot").map_err(|e| (nr, e))?;
-    chdir("/").map_err(|e| (nr, e))?;
+    let sys = clone_tree(Path::new("/sys"), true, Stage::Sys)?;
+    set_attr_fd(&sys, RO | libc::MOUNT_ATTR_NOEXEC, true, Stage::Sys)?;
+    captured.push(Captured {
+        fd: sys,
+        dst: under(NEW, Path::new("/sys")),
+        file: false,
+        stage: Stage::Sys,
+    });
+    for n in DEVICES {
+        captured.push(Captured {
+            fd: clone_tree(&Path::new("/dev").join(n), false, Stage::Dev)?,
+            dst: under(NEW, &Path::new("/dev").join(n)),
+            file: true,
+            stage: Stage::Dev,
+        });
+    }
+    let the_mount = clone_tree(&plan.mount, false, Stage::Mount)?;
+    let host = |name: &str| std::fs::read_to_string(Path::new("/etc").join(name));
+    let host_passwd = host("passwd").unwrap_or_default();
+    let host_group = host("group").unwrap_or_default();
+
+    // 2. The scratch tmpfs over the host's /tmp (tmp_size: the run's /tmp, /var/tmp, /dev/shm,
+    // and its passwd and group files), the view's root in it.
+    let t = Stage::Tmp;
+    tmpfs(
+        Path::new(SCRATCH),
+        &format!("mode=0755,size={}", plan.tmp_size.max(4096)),
+        t,
+    )?;
+    let nr = Stage::NewRoot;
+    mkdirs(Path::new(NEW), nr)?;
     tmpfs(Path::new(NEW), "mode=0755", nr)?;
 
-    // 3. The private /dev and /tmp first: a visible path under /tmp shows on top.
-    // The private /dev.
+    // 3. The private /dev.
     let dev = under(NEW, Path::new("/dev"));
     let d = Stage::Dev;
     mkdirs(&dev, d)?;
@@ -302,11 +417,6 @@ fn build(plan: &Plan) -> Result<(), Failure> {
         Some("mode=0755,size=64k"),
     )
     .map_err(|e| (d, e))?;
-    for n in DEVICES {
-        let dst = dev.join(n);
-        touch(&dst, d)?;
-        bind(&Path::new("/oldroot/dev").join(n), &dst, false, d)?;
-    }
     let pts = dev.join("pts");
     mkdirs(&pts, d)?;
     mount(
@@ -328,13 +438,8 @@ fn build(plan: &Plan) -> Result<(), Failure> {
     }
     mkdirs(&dev.join("shm"), d)?;
 
-    // One tmpfs of tmp_size for /tmp, /var/tmp and /dev/shm.
-    let t = Stage::Tmp;
-    tmpfs(
-        Path::new(SCRATCH),
-        &format!("mode=0755,size={}", plan.tmp_size.max(4096)),
-        t,
-    )?;
+    // /tmp, /var/tmp, /dev/shm: directories of the scratch tmpfs (first: a visible path under
+    // /tmp shows on top).
     for (dir, target) in [
         ("tmp", "/tmp"),
         ("var-tmp", "/var/tmp"),
@@ -349,29 +454,24 @@ fn build(plan: &Plan) -> Result<(), Failure> {
         bind(&src, &dst, false, t)?;
     }
 
-    // The visible host paths.
+    // The system symlinks, then the captured host paths.
     for v in &plan.visible {
-        let dst = under(NEW, &v.path);
-        match &v.kind {
-            Kind::Symlink(target) => {
-                if let Some(parent) = dst.parent() {
-                    mkdirs(parent, Stage::Bind)?;
-                }
-                std::os::unix::fs::symlink(target, &dst).map_err(|e| (Stage::Bind, errno_of(e)))?;
-                continue;
+        if let Kind::Symlink(target) = &v.kind {
+            let dst = under(NEW, &v.path);
+            if let Some(parent) = dst.parent() {
+                mkdirs(parent, Stage::Bind)?;
             }
-            Kind::Dir => mkdirs(&dst, Stage::Bind)?,
-            Kind::File => touch(&dst, Stage::Bind)?,
+            std::os::unix::fs::symlink(target, &dst).map_err(|e| (Stage::Bind, errno_of(e)))?;
         }
-        bind(&under(OLD, &v.path), &dst, true, Stage::Bind)?;
-        set_attr(&dst, if v.writable { RW } else { RO }, true)?;
     }
-
-    // /sys, read-only.
-    let sys = under(NEW, Path::new("/sys"));
-    mkdirs(&sys, Stage::Sys)?;
-    bind(Path::new("/oldroot/sys"), &sys, true, Stage::Sys)?;
-    set_attr(&sys, RO | libc::MOUNT_ATTR_NOEXEC, true).map_err(|(_, e)| (Stage::Sys, e))?;
+    for c in captured {
+        if c.file {
+            touch(&c.dst, c.stage)?;
+        } else {
+            mkdirs(&c.dst, c.stage)?;
+        }
+        move_into(c.fd, &c.dst, c.stage)?;
+    }
 
     // /proc of the new pid namespace; /proc/sys and /proc/sysrq-trigger read-only.
     let proc_ = under(NEW, Path::new("/proc"));
@@ -393,17 +493,14 @@ fn build(plan: &Plan) -> Result<(), Failure> {
         }
     }
 
-    // The passwd and group files (on the base, root's, read-only binds).
+    // The passwd and group files (on the scratch tmpfs, root's, read-only binds).
     let home = home_in_view(plan);
     let pw = Stage::Passwd;
-    let host = |name: &str| std::fs::read_to_string(Path::new("/oldroot/etc").join(name));
-    let host_passwd = host("passwd").unwrap_or_default();
-    let host_group = host("group").unwrap_or_default();
     for (name, text) in [
         ("passwd", super::view::passwd(plan, &home, &host_passwd)),
         ("group", super::view::group(plan, &host_group)),
     ] {
-        let src = Path::new("/").join(name);
+        let src = Path::new(SCRATCH).join(name);
         std::fs::write(&src, text).map_err(|e| (pw, errno_of(e)))?;
         std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o644))
             .map_err(|e| (pw, errno_of(e)))?;
@@ -422,11 +519,11 @@ fn build(plan: &Plan) -> Result<(), Failure> {
     if std::fs::symlink_metadata(&dst).is_err() {
         mkdirs(&dst, m)?;
     }
-    bind(&under(OLD, &plan.mount), &dst, false, m)?;
+    move_into(the_mount, &dst, m)?;
 
-    // 4. Into the view.
+    // 4. Into the view: the old root (the host's tree and the scratch) stacked on the new one
+    // and detached.
     let p = Stage::Pivot;
-    umount2(OLD, MntFlags::MNT_DETACH).map_err(|e| (p, e))?;
     chdir(NEW).map_err(|e| (p, e))?;
     pivot_root(".", ".").map_err(|e| (p, e))?;
     umount2(".", MntFlags::MNT_DETACH).map_err(|e| (p, e))?;
