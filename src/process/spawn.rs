@@ -69,8 +69,9 @@ struct CloneArgs {
     cgroup: u64,
 }
 
-/// What a started process is to run and where.
-pub struct Spawn<'a> {
+/// What a process runs, with what environment, where, and where its standard streams go: the
+/// part of a start that [`Spawn`] and the scheduler's `sched::runner::Launch` share.
+pub struct Program<'a> {
     /// argv; `argv[0]` is searched in `$PATH` when it has no `/`. Never empty.
     pub argv: &'a [String],
     /// Environment overrides, applied over the daemon's environment.
@@ -81,12 +82,23 @@ pub struct Spawn<'a> {
     pub stdin_piped: bool,
     /// stdout and stderr (the same descriptor for both); `None`: `/dev/null`.
     pub output: Option<OwnedFd>,
-    /// A cgroup v2 directory to create the child in (`CLONE_INTO_CGROUP`); `None`: the
-    /// daemon's own cgroup.
-    pub cgroup: Option<BorrowedFd<'a>>,
     /// `RLIMIT_NOFILE` to restore in the child, (soft, hard); a 0 leaves that one as inherited
     /// (the hard limit can only be lowered).
     pub nofile: (u64, u64),
+    /// Confine the child after binding, before exec ([`super::confine`], PROTOCOL-NOTES H13):
+    /// its own mount namespace with `/sys` and `/proc/sys` read-only, and a reduced capability
+    /// set. `None`: it runs with the daemon's capabilities and mounts. A failure stops the
+    /// child before exec and is [`spawn`]'s error.
+    pub confine: Option<super::confine::Confinement>,
+}
+
+/// What a started process is to run and where, and how it is bound.
+pub struct Spawn<'a> {
+    /// The program, its environment and streams.
+    pub program: Program<'a>,
+    /// A cgroup v2 directory to create the child in (`CLONE_INTO_CGROUP`); `None`: the
+    /// daemon's own cgroup.
+    pub cgroup: Option<BorrowedFd<'a>>,
     /// Bind the child before it executes anything. Called with its pid (from the spawning
     /// thread, while the child waits) unless the child was created in `cgroup`; an error stops
     /// the child before exec and is [`spawn`]'s error.
@@ -96,15 +108,10 @@ pub struct Spawn<'a> {
     /// `CLONE_INTO_CGROUP`. `None`: the child is not held for it. An error stops the child
     /// before exec and is [`spawn`]'s error.
     pub place: Option<&'a mut dyn FnMut(u32) -> io::Result<()>>,
-    /// Confine the child after binding, before exec ([`super::confine`], PROTOCOL-NOTES H13):
-    /// its own mount namespace with `/sys` and `/proc/sys` read-only, and a reduced capability
-    /// set. `None`: it runs with the daemon's capabilities and mounts. A failure stops the
-    /// child before exec and is [`spawn`]'s error.
-    pub confine: Option<super::confine::Confinement>,
     /// Start the program in a sandbox (docs/SPEC.md §12, [`super::sandbox`]): the child is born
     /// PID 1 of a pid namespace of its own and, after binding, `execve`s the smithfs binary as the
     /// sandbox's init with these arguments (the plan `crate::sandbox` built, which names the
-    /// working directory: [`Spawn::cwd`] and [`Spawn::confine`] are then not used), `--` and
+    /// working directory: [`Program::cwd`] and [`Program::confine`] are then not used), `--` and
     /// `argv`. [`spawn`] returns once the agent's program runs, or with the step that failed.
     /// `None`: no sandbox.
     pub sandbox: Option<&'a [String]>,
@@ -116,7 +123,7 @@ pub struct Spawn<'a> {
 pub struct Process {
     pid: u32,
     pidfd: Option<OwnedFd>,
-    /// The write end of its stdin, when [`Spawn::stdin_piped`].
+    /// The write end of its stdin, when [`Program::stdin_piped`].
     pub stdin: Option<File>,
     /// Whether it was created directly in [`Spawn::cgroup`] (else it was bound by
     /// [`Spawn::bind`]).
@@ -645,12 +652,14 @@ enum Attempt {
 /// never executed the program and has been reaped.
 pub fn spawn(s: Spawn<'_>) -> io::Result<Process> {
     let (program, _) = s
+        .program
         .argv
         .split_first()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty command"))?;
     // Everything the child touches, prepared now.
-    let (cands, search) = candidates(program, s.env)?;
+    let (cands, search) = candidates(program, s.program.env)?;
     let args: Vec<CString> = s
+        .program
         .argv
         .iter()
         .map(|a| cstring(a.as_bytes(), "arguments"))
@@ -660,7 +669,7 @@ pub fn spawn(s: Spawn<'_>) -> io::Result<Process> {
     let mut sh_argv: Vec<*const libc::c_char> = vec![c"/bin/sh".as_ptr(), std::ptr::null()];
     sh_argv.extend(args.iter().skip(1).map(|a| a.as_ptr()));
     sh_argv.push(std::ptr::null());
-    let envs = environment(s.env)?;
+    let envs = environment(s.program.env)?;
     let mut envp: Vec<*const libc::c_char> = envs.iter().map(|e| e.as_ptr()).collect();
     envp.push(std::ptr::null());
     // The sandbox's init: `smithfs __sandbox-init PLAN… -- argv…`.
@@ -669,7 +678,7 @@ pub fn spawn(s: Spawn<'_>) -> io::Result<Process> {
             .into_iter()
             .chain(plan.iter().map(String::as_str))
             .chain(std::iter::once("--"))
-            .chain(s.argv.iter().map(String::as_str))
+            .chain(s.program.argv.iter().map(String::as_str))
             .map(|a| cstring(a.as_bytes(), "arguments"))
             .collect::<io::Result<_>>()?,
         None => Vec::new(),
@@ -679,16 +688,17 @@ pub fn spawn(s: Spawn<'_>) -> io::Result<Process> {
         init_argv.push(std::ptr::null());
     }
     let cwd = s
+        .program
         .cwd
         .map(|p| cstring(OsStr::as_bytes(p.as_os_str()), "working directory"))
         .transpose()?;
-    let (stdin_child, stdin_parent) = if s.stdin_piped {
+    let (stdin_child, stdin_parent) = if s.program.stdin_piped {
         let (r, w) = pipe()?;
         (r, Some(w))
     } else {
         (dev_null(libc::O_RDONLY)?, None)
     };
-    let out = match s.output {
+    let out = match s.program.output {
         Some(fd) => above_stdio(fd)?,
         None => dev_null(libc::O_WRONLY)?,
     };
@@ -701,8 +711,8 @@ pub fn spawn(s: Spawn<'_>) -> io::Result<Process> {
         cwd: cwd.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
         stdin: stdin_child.as_fd(),
         out: out.as_fd(),
-        nofile: s.nofile,
-        confine: s.confine,
+        nofile: s.program.nofile,
+        confine: s.program.confine,
         init_argv,
     };
     let mut cgroup = s.cgroup;
@@ -909,18 +919,27 @@ mod tests {
         bind: &'a mut dyn FnMut(u32) -> io::Result<()>,
     ) -> Spawn<'a> {
         Spawn {
-            argv,
-            env,
-            cwd: None,
-            stdin_piped: false,
-            output: None,
+            program: Program {
+                argv,
+                env,
+                cwd: None,
+                stdin_piped: false,
+                output: None,
+                nofile: (0, 0),
+                confine: None,
+            },
             cgroup: None,
-            nofile: (0, 0),
             bind,
             place: None,
-            confine: None,
             sandbox: None,
         }
+    }
+
+    /// `s` changed by `f`: a test's fields over [`plain`]'s defaults, in one expression (so the
+    /// temporaries `plain` borrows live as long as the `spawn` call).
+    fn tweak<'a>(mut s: Spawn<'a>, f: impl FnOnce(&mut Spawn<'a>)) -> Spawn<'a> {
+        f(&mut s);
+        s
     }
 
     fn start(
@@ -930,11 +949,11 @@ mod tests {
         output: Option<OwnedFd>,
         bind: &mut dyn FnMut(u32) -> io::Result<()>,
     ) -> io::Result<Process> {
-        spawn(Spawn {
-            cwd,
-            output,
-            ..plain(&argv(args), env, bind)
-        })
+        let args = argv(args);
+        let mut s = plain(&args, env, bind);
+        s.program.cwd = cwd;
+        s.program.output = output;
+        spawn(s)
     }
 
     /// Wait for `p` with a deadline (kill it past the deadline) and return its status.
@@ -1038,15 +1057,17 @@ mod tests {
     fn output_stdin_and_exit_status() {
         let dir = tempfile::tempdir().expect("tempdir");
         let log = File::create(dir.path().join("log")).expect("log");
-        let mut p = spawn(Spawn {
-            stdin_piped: true,
-            output: Some(OwnedFd::from(log)),
-            ..plain(
+        let mut p = spawn(tweak(
+            plain(
                 &argv(&["sh", "-c", "cat; echo err >&2; exit 7"]),
                 &BTreeMap::new(),
                 &mut no_bind(),
-            )
-        })
+            ),
+            |s| {
+                s.program.stdin_piped = true;
+                s.program.output = Some(OwnedFd::from(log));
+            },
+        ))
         .expect("spawn sh");
         let mut stdin = p.stdin.take().expect("stdin pipe");
         stdin.write_all(b"in\n").expect("write stdin");
@@ -1186,10 +1207,12 @@ mod tests {
             binds += 1;
             Ok(())
         };
-        let p = spawn(Spawn {
-            cgroup: Some(cg_fd.as_fd()),
-            ..plain(&argv(&["sleep", "30"]), &BTreeMap::new(), &mut count)
-        });
+        let p = spawn(tweak(
+            plain(&argv(&["sleep", "30"]), &BTreeMap::new(), &mut count),
+            |s| {
+                s.cgroup = Some(cg_fd.as_fd());
+            },
+        ));
         let procs = std::fs::read_to_string(cg.join("cgroup.procs")).unwrap_or_default();
         let p = p.expect("spawn into the cgroup");
         assert!(p.in_cgroup);
@@ -1204,10 +1227,12 @@ mod tests {
             binds += 1;
             Ok(())
         };
-        let p = spawn(Spawn {
-            cgroup: Some(fd.as_fd()),
-            ..plain(&argv(&["true"]), &BTreeMap::new(), &mut count)
-        })
+        let p = spawn(tweak(
+            plain(&argv(&["true"]), &BTreeMap::new(), &mut count),
+            |s| {
+                s.cgroup = Some(fd.as_fd());
+            },
+        ))
         .expect("fallback spawn");
         assert!(!p.in_cgroup);
         assert_eq!(finish(p).code(), Some(0));
@@ -1229,12 +1254,14 @@ mod tests {
             seen = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
             Ok(())
         };
-        let p = spawn(Spawn {
-            cgroup: Some(cg_fd.as_fd()),
-            place: Some(&mut place),
-            confine: None,
-            ..plain(&argv(&["sleep", "30"]), &BTreeMap::new(), &mut no_bind())
-        })
+        let p = spawn(tweak(
+            plain(&argv(&["sleep", "30"]), &BTreeMap::new(), &mut no_bind()),
+            |s| {
+                s.cgroup = Some(cg_fd.as_fd());
+                s.place = Some(&mut place);
+                s.program.confine = None;
+            },
+        ))
         .expect("spawn");
         assert!(p.in_cgroup);
         assert_eq!(seen.as_deref(), Some(me.as_path()), "placed before exec");
@@ -1244,16 +1271,18 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let marker = dir.path().join("marker");
         let mut refuse = |_pid: u32| Err(io::Error::other("no room for the test"));
-        let e = spawn(Spawn {
-            cgroup: Some(cg_fd.as_fd()),
-            place: Some(&mut refuse),
-            confine: None,
-            ..plain(
+        let e = spawn(tweak(
+            plain(
                 &argv(&["touch", marker.to_str().expect("utf-8")]),
                 &BTreeMap::new(),
                 &mut no_bind(),
-            )
-        })
+            ),
+            |s| {
+                s.cgroup = Some(cg_fd.as_fd());
+                s.place = Some(&mut refuse);
+                s.program.confine = None;
+            },
+        ))
         .expect_err("place refused");
         assert!(e.to_string().contains("no room for the test"), "{e}");
         assert!(!marker.exists(), "the program never ran");
@@ -1276,15 +1305,17 @@ mod tests {
             Ok(())
         };
         let dir = tempfile::tempdir().expect("tempdir");
-        let p = spawn(Spawn {
-            cwd: Some(dir.path()),
-            cgroup: Some(cg_fd.as_fd()),
-            ..plain(
+        let p = spawn(tweak(
+            plain(
                 &argv(&["sh", "-c", "cat /proc/self/cgroup > out"]),
                 &BTreeMap::new(),
                 &mut count,
-            )
-        })
+            ),
+            |s| {
+                s.program.cwd = Some(dir.path());
+                s.cgroup = Some(cg_fd.as_fd());
+            },
+        ))
         .expect("spawn into a killed cgroup");
         let in_cgroup = p.in_cgroup;
         assert_eq!(finish(p).code(), Some(0));

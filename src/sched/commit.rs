@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use super::journal::{Event, Journal};
 use super::runner::{self, BindTo, Launch, RunBinder};
 use super::Msg;
+use crate::process::spawn::Program;
 use crate::process::wait_pidfd;
 use crate::tree::model::SmithIdx;
 use crate::workspace::{self, git};
@@ -178,14 +179,16 @@ impl CommitJob {
         let (read, write) = pipe().map_err(|e| format!("pipe: {e}"))?;
         let started = runner::launch(
             Launch {
-                argv: &argv,
-                env: &env,
-                cwd: Some(&self.dir),
-                stdin_piped: false,
-                output: Some(write),
+                program: Program {
+                    argv: &argv,
+                    env: &env,
+                    cwd: Some(&self.dir),
+                    stdin_piped: false,
+                    output: Some(write),
+                    nofile: self.nofile,
+                    confine: self.confine,
+                },
                 bind: BindTo::Smith(self.smith),
-                nofile: self.nofile,
-                confine: self.confine,
                 sandbox: self.sandbox.as_ref(),
             },
             &*self.binder,

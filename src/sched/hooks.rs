@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use crate::backing::{self, BackingIno};
 use crate::config::HookEvent;
+use crate::process::spawn::Program;
 use crate::process::wait_pidfd;
 use crate::sched::journal::{Event, Journal};
 use crate::sched::output::{Pump, Sink};
@@ -223,15 +224,17 @@ impl HookJob {
         };
         let started = runner::launch(
             Launch {
-                argv: &self.argv,
-                env: &self.env,
-                // Never the daemon's cwd (which may be at or above the mount): `/`.
-                cwd: Some(std::path::Path::new("/")),
-                stdin_piped: true,
-                output,
+                program: Program {
+                    argv: &self.argv,
+                    env: &self.env,
+                    // Never the daemon's cwd (which may be at or above the mount): `/`.
+                    cwd: Some(std::path::Path::new("/")),
+                    stdin_piped: true,
+                    output,
+                    nofile: (0, 0),
+                    confine: None,
+                },
                 bind: BindTo::Operator,
-                nofile: (0, 0),
-                confine: None,
                 // Hooks are the operator's programs: never in a run's sandbox (docs/SPEC.md §12).
                 sandbox: None,
             },

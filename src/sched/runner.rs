@@ -9,7 +9,6 @@
 //! way it `chdir`s into its working directory inside the mount only after that, just before
 //! exec — so even its first FUSE request comes from a bound process.
 
-use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -18,8 +17,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::backing::BackingIno;
-use crate::process::confine::Confinement;
-use crate::process::spawn::{self, Process, Spawn};
+use crate::process::spawn::{self, Process, Program, Spawn};
 use crate::tree::model::SmithIdx;
 
 /// How runs are bound to their smith; implemented by the identity resolver (docs/SPEC.md §2).
@@ -138,28 +136,17 @@ pub enum BindTo {
     Operator,
 }
 
-/// What to start.
+/// What to start, and whom it is bound to.
 pub struct Launch<'a> {
-    /// argv, placeholders filled; never empty.
-    pub argv: &'a [String],
-    /// Extra environment, applied over the daemon's, in order.
-    pub env: &'a BTreeMap<String, String>,
-    /// Working directory, entered after binding; `None`: the daemon's.
-    pub cwd: Option<&'a Path>,
-    /// stdin: `None` = /dev/null, else piped.
-    pub stdin_piped: bool,
-    /// stdout and stderr (a duplicate goes to stderr); `None` = /dev/null.
-    pub output: Option<OwnedFd>,
+    /// The program, its environment, working directory (entered after binding; `None`: the
+    /// daemon's), streams, `RLIMIT_NOFILE` and confinement (runs of a root daemon,
+    /// docs/PROTOCOL-NOTES.md H13; `None` for hooks and a non-root daemon).
+    pub program: Program<'a>,
     /// Whom to bind the child to.
     pub bind: BindTo,
-    /// `RLIMIT_NOFILE` to restore in the child, (soft, hard): the limits the daemon started with
-    /// before it raised its own; a 0 leaves that one as inherited.
-    pub nofile: (u64, u64),
-    /// Confine the child before exec (runs of a root daemon, docs/PROTOCOL-NOTES.md H13);
-    /// `None`: it keeps the daemon's mounts and capabilities (hooks, a non-root daemon).
-    pub confine: Option<Confinement>,
-    /// Start it in the sandbox of this plan (docs/SPEC.md §12; `cwd` is entered inside it, and
-    /// `confine` is not used); `None`: no sandbox (hooks; `sandbox.enabled: false`).
+    /// Start it in the sandbox of this plan (docs/SPEC.md §12; `program.cwd` is entered inside
+    /// it, and `program.confine` is not used); `None`: no sandbox (hooks; `sandbox.enabled:
+    /// false`).
     pub sandbox: Option<&'a crate::sandbox::view::Plan>,
 }
 
@@ -199,19 +186,13 @@ pub fn launch(l: Launch<'_>, binder: &dyn RunBinder) -> io::Result<Started> {
     };
     let init_args = l.sandbox.map(|plan| {
         let mut plan = plan.clone();
-        plan.cwd = l.cwd.map(Path::to_path_buf);
+        plan.cwd = l.program.cwd.map(Path::to_path_buf);
         plan.report = true;
         plan.init_args()
     });
     let child = spawn::spawn(Spawn {
-        argv: l.argv,
-        env: l.env,
-        cwd: l.cwd,
-        stdin_piped: l.stdin_piped,
-        output: l.output,
+        program: l.program,
         cgroup: cgroup.as_ref().map(|c| c.as_fd()),
-        nofile: l.nofile,
-        confine: l.confine,
         sandbox: init_args.as_deref(),
         bind: &mut bind,
         place: binder

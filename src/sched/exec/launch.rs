@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use super::stop::signal_group;
 use super::Env;
 use crate::process::confine::Confinement;
+use crate::process::spawn::Program;
 use crate::sched::runner::{self, BindTo, Launch, Started};
 use crate::sched::Msg;
 use crate::tree::model::SmithIdx;
@@ -45,14 +46,16 @@ pub(super) fn start_process(env: &Env, spec: RunSpec) -> Result<Started, String>
     let confine: Option<Confinement> = env.confiner.filter(|_| spec.confine);
     runner::launch(
         Launch {
-            argv: &spec.argv,
-            env: &spec.env,
-            cwd: Some(&spec.cwd),
-            stdin_piped: false,
-            output: Some(spec.output),
+            program: Program {
+                argv: &spec.argv,
+                env: &spec.env,
+                cwd: Some(&spec.cwd),
+                stdin_piped: false,
+                output: Some(spec.output),
+                nofile: env.nofile,
+                confine,
+            },
             bind: BindTo::Smith(spec.smith),
-            nofile: env.nofile,
-            confine,
             sandbox: spec.sandbox.as_ref(),
         },
         &*env.binder,
