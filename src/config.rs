@@ -311,6 +311,10 @@ pub struct AgentConfig {
     pub command: Option<Vec<String>>,
     /// Extra environment for runs, over the daemon's own (default empty).
     pub env: BTreeMap<String, String>,
+    /// A file of `KEY=VALUE` lines given to every run's environment and never stored in the
+    /// tree (docs/SPEC.md §12): an absolute path outside DIR, mode 0600, owned by the operator;
+    /// checked and read at mount. Mount-wide only. `None` (the default): no secrets.
+    pub secrets_file: Option<std::path::PathBuf>,
     /// A run's wall-clock limit, seconds (default 1800, at least 1).
     pub timeout_secs: u64,
     /// Retries of a failed run (default 1).
@@ -519,6 +523,7 @@ impl Default for AgentConfig {
         AgentConfig {
             command: None,
             env: BTreeMap::new(),
+            secrets_file: None,
             timeout_secs: 1800,
             retries: 1,
             kill_grace_secs: 5,
@@ -618,6 +623,14 @@ impl AgentConfig {
         if let Some(argv) = &self.command {
             check_argv(argv, &format!("{path}.command"))?;
         }
+        if let Some(p) = &self.secrets_file {
+            if !p.is_absolute() {
+                return Err(invalid(
+                    &format!("{path}.secrets_file"),
+                    &format!("{} is not an absolute path", p.display()),
+                ));
+            }
+        }
         at_least_one(self.timeout_secs, &format!("{path}.timeout_secs"))
     }
 }
@@ -649,6 +662,7 @@ impl SmithConfig {
         AgentConfig {
             command: o.command.clone().or_else(|| base.command.clone()),
             env,
+            secrets_file: base.secrets_file.clone(),
             timeout_secs: o.timeout_secs.unwrap_or(base.timeout_secs),
             retries: o.retries.unwrap_or(base.retries),
             kill_grace_secs: o.kill_grace_secs.unwrap_or(base.kill_grace_secs),
@@ -1145,7 +1159,7 @@ mod tests {
         }
         assert_eq!(
             err(r#"{"agent": {"comand": []}}"#),
-            "config.json: unknown key agent.comand (known keys: command, env, timeout_secs, retries, kill_grace_secs, confine)"
+            "config.json: unknown key agent.comand (known keys: command, env, secrets_file, timeout_secs, retries, kill_grace_secs, confine)"
         );
     }
 

@@ -158,6 +158,57 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
             crate::sandbox::PREVIEW_ENV
         );
     }
+    // The agents' user (docs/SPEC.md §12), once, before anything is mounted — when runs start
+    // in the sandbox (`sandbox::applies`: with the run side, so that the tree is the agents'
+    // exactly when runs are; docs/PROTOCOL-NOTES.md XT0).
+    let agents = if crate::sandbox::applies(&config.sandbox) {
+        let user = crate::sandbox::AgentUser::resolve(
+            &config.sandbox,
+            dir,
+            state.as_fd(),
+            &crate::sandbox::HostFiles::system(),
+            crate::sandbox::user::Invoker::current(),
+        )
+        .map_err(|e| anyhow!("{e}"))?;
+        tracing::info!(
+            uid = user.uid(),
+            gid = user.gid(),
+            name = user.name(),
+            source = %user.source(),
+            per_smith = ?user.per_smith_range(),
+            "sandbox: the agents' user"
+        );
+        Some(Arc::new(user))
+    } else {
+        None
+    };
+    prepare_tree(&root, state.as_fd(), agents.as_deref())?;
+    // agent.secrets_file, checked and read once (docs/SPEC.md §12, "Secrets").
+    let secrets = Arc::new(match &config.agent.secrets_file {
+        Some(path) => {
+            let me = crate::sandbox::user::Invoker::current();
+            let operators: Vec<u32> = [Some(0), Some(me.euid), me.sudo_uid]
+                .into_iter()
+                .flatten()
+                .collect();
+            let s =
+                crate::sandbox::Secrets::load(path, dir, &operators).map_err(|e| anyhow!("{e}"))?;
+            tracing::info!(keys = ?s, "agent.secrets_file read");
+            s
+        }
+        None => crate::sandbox::Secrets::default(),
+    });
+    // With the sandbox, runs are another uid than a root daemon: the mount is `allow_other`,
+    // and with a uid per smith the rules alone decide, not mode bits (docs/SPEC.md §3, §12).
+    let mut session_opts = opts.session;
+    if let Some(a) = &agents {
+        // A daemon that is not root runs agents as itself: no other user needs the mount.
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            session_opts.allow_other = true;
+        }
+        session_opts.default_permissions = a.per_smith_range().is_none();
+    }
     let templates = load_templates(root.as_fd())?;
     let fds = crate::fs::budget::plan(nofile, config.limits.max_open_files_per_smith);
     if fds.per_smith > fds.handles {
@@ -232,6 +283,7 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
                     .unwrap_or(fds.inode_cache),
                 max_open_total: fds.handles,
                 project: config.workspace.enabled(),
+                agents: agents.clone(),
             },
             binding.clone(),
             Ports {
@@ -249,7 +301,7 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
             fs.settle_passthrough_writers();
         }
     });
-    let mut mounted = session::mount(fs.clone(), dir, opts.session, &kernel)?;
+    let mut mounted = session::mount(fs.clone(), dir, session_opts, &kernel)?;
     let pid = std::process::id().to_string();
     let _ = backing::write_atomic(state.as_fd(), c"daemon.pid", pid.as_bytes(), 0o644);
     tracing::info!(
@@ -281,6 +333,8 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
                     ORIGINAL_NOFILE_MAX.load(std::sync::atomic::Ordering::Relaxed),
                 ),
                 storage: Some(fs.storage().clone()),
+                agents,
+                secrets,
             },
             opts.resume,
         )
@@ -311,6 +365,45 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
     drop(lock);
     let _ = backing::unlink(state.as_fd(), c"daemon.pid", false);
     tracing::info!(dir = %dir.display(), "unmounted");
+    Ok(())
+}
+
+/// Before the scan: smith dirs made before `home/` existed get it, and with the sandbox a tree
+/// not yet brought over to the agents' user is (once: `.smithfs-state/agents-owned` names the
+/// user it was given to; docs/SPEC.md §12 "Ownership").
+fn prepare_tree(
+    root: &OwnedFd,
+    state: BorrowedFd<'_>,
+    agents: Option<&crate::sandbox::AgentUser>,
+) -> Result<()> {
+    use crate::sandbox::tree::OWNED_MARK;
+    let key = agents.map(|a| match a.per_smith_range() {
+        Some((first, _)) => format!("per-smith {first}\n"),
+        None => format!("{}\n", a.uid()),
+    });
+    let mark = backing::read_file(state, Path::new(OWNED_MARK)).unwrap_or_default();
+    let rechown = key
+        .as_ref()
+        .is_some_and(|k| k.as_bytes() != mark.as_slice());
+    let path = PathBuf::from(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(root)
+    ));
+    let from = crate::sandbox::tree::From::mark(&String::from_utf8_lossy(&mark));
+    let done = crate::sandbox::tree::prepare(&path, agents, rechown.then_some(&from))
+        .map_err(|e| anyhow!("sandbox: cannot prepare the tree: {e}"))?;
+    if let (true, Some(k)) = (rechown, key) {
+        let name = std::ffi::CString::new(OWNED_MARK)?;
+        backing::write_atomic(state, &name, k.as_bytes(), 0o644)
+            .map_err(|e| anyhow!("cannot write {STATE_DIR}/{OWNED_MARK}: {e}"))?;
+    }
+    if done.homes_added > 0 || done.chowned > 0 {
+        tracing::info!(
+            homes_added = done.homes_added,
+            chowned = done.chowned,
+            "tree prepared for the sandbox (home/ added to smith dirs made before it, root-owned entries given to the agents' user)"
+        );
+    }
     Ok(())
 }
 

@@ -42,7 +42,14 @@ const LIVE: &[&str] = &[
 
 /// Keys whose change needs a remount (docs/SPEC.md §6): how callers are identified, what the
 /// operator may do, the project (its workspaces are made at mount; docs/PROTOCOL-NOTES.md O12).
-const REMOUNT: &[&str] = &["identity", "operator", "workspace"];
+/// The sandbox and the secrets file are read once at mount too (docs/SPEC.md §12).
+const REMOUNT: &[&str] = &[
+    "identity",
+    "operator",
+    "workspace",
+    "sandbox",
+    "agent.secrets_file",
+];
 
 /// What a reload would change from `old` to `new`: the sections that differ (`agent`,
 /// `scheduler`, `limits`, `hooks`, `journal`; empty when nothing did), in §8 order.
@@ -54,7 +61,12 @@ pub fn plan(old: &Config, new: &Config) -> Result<Vec<String>, String> {
     let (old, new) = (to_value(old), to_value(new));
     for key in REMOUNT {
         let path = (*key).to_string();
-        if let Some((path, was, now)) = first_difference(&path, &old[*key], &new[*key]) {
+        let ptr = format!("/{}", key.replace('.', "/"));
+        let (a, b) = (
+            old.pointer(&ptr).unwrap_or(&Value::Null),
+            new.pointer(&ptr).unwrap_or(&Value::Null),
+        );
+        if let Some((path, was, now)) = first_difference(&path, a, b) {
             return Err(format!(
                 "config.json: {path}: changed from {was} to {now}, which needs a remount (`smithfs umount DIR`, then `smithfs mount DIR`)"
             ));

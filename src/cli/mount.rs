@@ -95,6 +95,7 @@ impl MountArgs {
                 allow_other: self.allow_other,
                 passthrough: !self.no_passthrough,
                 transport: self.transport.unwrap_or_default(),
+                default_permissions: true,
             },
             log_level: self.log_level.clone(),
         }

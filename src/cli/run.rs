@@ -175,6 +175,21 @@ fn sandbox_plan(mount: &Path, smith: &SmithEnv) -> Result<Option<crate::sandbox:
         bail!("cannot build the sandbox: `smithfs run` needs root for it (docs/SPEC.md §12)");
     }
     let mut plan = crate::sandbox::view::Plan::for_mount(&config, mount);
+    // The uid the daemon resolved at mount for the smith (docs/SPEC.md §12), as whoami says it.
+    if let Ok(who) = std::fs::read_to_string(mount.join(".smithfs/whoami")) {
+        let pairs = crate::cli::whoami::parse_pairs(&who);
+        let get = |k: &str| {
+            pairs
+                .iter()
+                .find(|(key, _)| key == k)
+                .and_then(|(_, v)| v.parse::<u32>().ok())
+        };
+        if let (Some(u), Some(g)) = (get("agents uid"), get("agents gid")) {
+            plan.uid = u;
+            plan.gid = g;
+            plan.user = crate::sandbox::view::user_name(u).unwrap_or_else(|| "smith".into());
+        }
+    }
     plan.cwd = std::env::current_dir().ok().filter(|d| plan.shows(d));
     plan.fallback_cwd = Some(mount.join(smith.full_id.smith_dir_rel()));
     plan.report = false;

@@ -102,6 +102,7 @@ pub fn completion(dir: Zone, name: &[u8]) -> Option<Trigger> {
         | Area::Conversations
         | Area::Children
         | Area::Other
-        | Area::Workspace => None,
+        | Area::Workspace
+        | Area::Home => None,
     }
 }

@@ -1,7 +1,7 @@
 //! Creating entries: mknod, mkdir (with the child scaffold), symlink, link.
 
 use std::ffi::{CStr, CString, OsStr};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
@@ -166,10 +166,56 @@ impl SmithFs {
         let children = dir.fd()?;
         let mount_point = &self.opts.mount_point;
         let started = std::time::Instant::now();
+        // Whose the new smith dir is (docs/SPEC.md §12, "Ownership"): with the sandbox, the
+        // smith's uid whoever made it (a child made by the operator is the agents' too); else
+        // the caller's. `conversations/` stays the daemon's.
+        let owner = match &self.opts.agents {
+            Some(a) => a.uid_of(&full_id).map_err(|e| {
+                tracing::error!(smith = %full_id, "scaffold: {e}");
+                FsError::Scaffold
+            })?,
+            None => (caller.uid, caller.gid),
+        };
+        let store_root = self.store_root();
+        let store_root = store_root.fd()?;
+        // home/ seeded from templates/home/ and conversations/ given back to the daemon, under
+        // the temporary name: part of the atomic whole (§4).
+        let finish_home = |tmp: &CStr| -> backing::SysResult<()> {
+            let new_dir =
+                std::path::PathBuf::from(format!("/proc/self/fd/{}", children.as_fd().as_raw_fd()))
+                    .join(OsStr::from_bytes(tmp.to_bytes()));
+            let seed = std::path::PathBuf::from(format!(
+                "/proc/self/fd/{}",
+                store_root.as_fd().as_raw_fd()
+            ))
+            .join(crate::sandbox::tree::TEMPLATES_HOME);
+            let io = |e: std::io::Error| {
+                tracing::error!(smith = %full_id, "scaffold: home/: {e}");
+                nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
+            };
+            crate::sandbox::tree::seed(
+                &seed,
+                &new_dir.join(crate::sandbox::tree::HOME),
+                Some(owner),
+            )
+            .map_err(io)?;
+            // SAFETY: geteuid/getegid have no preconditions.
+            let daemon = unsafe { (libc::geteuid(), libc::getegid()) };
+            std::os::unix::fs::lchown(
+                new_dir.join(crate::sandbox::tree::DAEMON_OWNED),
+                Some(daemon.0),
+                Some(daemon.1),
+            )
+            .map_err(io)
+        };
         // The workspace is not a system call: its failure is the scaffold's (FsError::Scaffold),
         // passed through `build_tree` as that variant's errno and told apart afterwards.
         let mut workspace_failed: Option<String> = None;
         let mut finish = |tmp: &CStr| -> backing::SysResult<()> {
+            finish_home(tmp)?;
+            if !self.opts.project {
+                return Ok(());
+            }
             let ws = std::path::Path::new(OsStr::from_bytes(tmp.to_bytes()))
                 .join(crate::workspace::AREA);
             let base = crate::workspace::Base::Parent(std::path::Path::new("../workspace"));
@@ -192,7 +238,7 @@ impl SmithFs {
             let run = crate::workspace::GitRun {
                 cwd: children.as_fd(),
                 detach: (!mount_point.as_os_str().is_empty()).then_some(mount_point.as_path()),
-                creds: Some((caller.uid, caller.gid)),
+                creds: Some(owner),
                 sandbox: Some(&sandbox),
             };
             match crate::workspace::populate(&run, &ws, &full_id, base) {
@@ -211,12 +257,8 @@ impl SmithFs {
             children.as_fd(),
             &cname,
             &plan,
-            Some((caller.uid, caller.gid)),
-            if self.opts.project {
-                Some(&mut finish)
-            } else {
-                None
-            },
+            Some(owner),
+            Some(&mut finish),
         );
         match (made, workspace_failed) {
             (Ok(()), _) => {}

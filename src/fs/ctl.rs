@@ -254,6 +254,7 @@ impl SmithFs {
                         ("outbox", Area::Outbox),
                         ("conversations", Area::Conversations),
                         ("children", Area::Children),
+                        ("home", Area::Home),
                     ] {
                         let r = crate::policy::rights(&who, &z(area), ctx);
                         out.push_str(&format!("rights {label}: {r}\n"));
@@ -292,6 +293,17 @@ impl SmithFs {
         }
         out.push_str(&format!("identity mode: {}\n", self.identities.mode_name()));
         out.push_str(&format!("pid: {}\nuid: {}\n", caller.pid, caller.uid));
+        // The uid and gid runs of this caller execute as (the smith's; the operator: the
+        // agents' user), when the sandbox is on (docs/SPEC.md §7, §12).
+        if let Some(a) = &self.opts.agents {
+            let ids = match who {
+                Identity::Smith(s) => self.registry.full_id(s).and_then(|f| a.uid_of(&f).ok()),
+                Identity::Operator | Identity::Unknown => Some((a.uid(), a.gid())),
+            };
+            if let Some((u, g)) = ids {
+                out.push_str(&format!("agents uid: {u}\nagents gid: {g}\n"));
+            }
+        }
         out.push_str(&format!("mount: {}\n", self.opts.mount_point.display()));
         out.push_str(&format!("daemon pid: {}\n", std::process::id()));
         out

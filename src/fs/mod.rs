@@ -325,6 +325,11 @@ pub struct FsOptions {
     /// A project exists (docs/SPEC.md §11): every new smith dir gets a `workspace/`, and
     /// `workspace` is a structure area.
     pub project: bool,
+    /// The agents' user when the sandbox is on (docs/SPEC.md §12): the Operator is then only uid
+    /// 0, the daemon's uid or this user's (§2), and the scaffold makes smith dirs theirs.
+    /// `None`: the sandbox is off (every uid may be the Operator; the scaffold's entries are the
+    /// caller's).
+    pub agents: Option<Arc<crate::sandbox::AgentUser>>,
 }
 
 impl Default for FsOptions {
@@ -338,6 +343,7 @@ impl Default for FsOptions {
             max_fds: 4096,
             max_open_total: 1 << 20,
             project: false,
+            agents: None,
         }
     }
 }
@@ -506,9 +512,22 @@ impl SmithFs {
         self.ports.sched.trigger(t);
     }
 
-    /// The identity a request is judged by (docs/SPEC.md §2).
+    /// The identity a request is judged by (docs/SPEC.md §2). With the sandbox on, an Operator
+    /// by its process is the Operator only as uid 0, the daemon's uid or the agents' user; any
+    /// other uid is Unknown (docs/SPEC.md §2, §12).
     pub fn identify(&self, caller: &Caller) -> Identity {
-        self.identities.resolve(caller.pid)
+        let who = self.identities.resolve(caller.pid);
+        match (&who, &self.opts.agents) {
+            (Identity::Operator, Some(agents))
+                // SAFETY: geteuid has no preconditions (reached only by other uids).
+                if caller.uid != 0
+                    && caller.uid != agents.uid()
+                    && caller.uid != unsafe { libc::geteuid() } =>
+            {
+                Identity::Unknown
+            }
+            _ => who,
+        }
     }
 
     /// Run `f` with the policy context of this mount (docs/SPEC.md §3: operator mode, root smith,

@@ -328,7 +328,8 @@ impl Dispatcher {
             }
             Request::Releasedir { fh } => empty(fs.releasedir(ino, Fh(fh))),
             Request::Fsyncdir { fh, datasync } => empty(fs.fsyncdir(ino, Fh(fh), datasync)),
-            // With `default_permissions` the kernel checks mode bits itself (docs/SPEC.md §3).
+            // With `default_permissions` the kernel checks mode bits itself; without it (a uid per
+            // smith) the rules alone decide, checked on the operation itself (docs/SPEC.md §3).
             Request::Access { .. } => Reply::Empty,
             Request::Create {
                 flags, mode, name, ..

@@ -645,7 +645,8 @@ impl Filesystem for FuseFs {
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
-        // With `default_permissions` the kernel checks mode bits itself (docs/SPEC.md §3).
+        // With `default_permissions` the kernel checks mode bits itself; without it (a uid per
+        // smith) the rules alone decide, checked on the operation itself (docs/SPEC.md §3).
         reply.ok();
     }
 

@@ -41,20 +41,20 @@ pub fn fusermount() -> Option<PathBuf> {
     })
 }
 
-/// Mount a FUSE connection at `dir` (type [`FS_TYPE`], source [`FS_NAME`], `default_permissions`,
-/// `nosuid`, `nodev`, plus `allow_other` when asked) and return the `/dev/fuse` descriptor that
+/// Mount a FUSE connection at `dir` (type [`FS_TYPE`], source [`FS_NAME`], `nosuid`, `nodev`,
+/// plus `default_permissions` and `allow_other` when asked) and return the `/dev/fuse` descriptor that
 /// serves it. The kernel sends INIT on it next.
 ///
 /// # Errors
 /// One line: `/dev/fuse` missing, no way to mount for this user (`/dev/fuse` not accessible and
 /// no `fusermount3`), or `cannot mount DIR: …` with the kernel's or fusermount3's reason.
-pub fn mount(dir: &Path, allow_other: bool) -> Result<(OwnedFd, Via)> {
+pub fn mount(dir: &Path, allow_other: bool, default_permissions: bool) -> Result<(OwnedFd, Via)> {
     let (denied, dev_denied) = match std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open("/dev/fuse")
     {
-        Ok(dev) => match mount_direct(OwnedFd::from(dev), dir, allow_other)? {
+        Ok(dev) => match mount_direct(OwnedFd::from(dev), dir, allow_other, default_permissions)? {
             Some(fd) => return Ok((fd, Via::Direct)),
             None => ("mount(2) is not permitted to this user", false),
         },
@@ -69,7 +69,7 @@ pub fn mount(dir: &Path, allow_other: bool) -> Result<(OwnedFd, Via)> {
     let Some(helper) = fusermount() else {
         bail!("{denied} and {FUSERMOUNT} is not installed (apt-get install fuse3)");
     };
-    match mount_fusermount(&helper, dir, allow_other) {
+    match mount_fusermount(&helper, dir, allow_other, default_permissions) {
         Ok(fd) => Ok((fd, Via::Fusermount)),
         // fusermount3 (libfuse 3) opens /dev/fuse as the calling user: say what to change.
         // SAFETY: geteuid has no preconditions.
@@ -98,16 +98,24 @@ pub fn dev_fuse_mode() -> String {
 }
 
 /// `mount(2)` with `dev` as the connection; `None` when the kernel says EPERM (unprivileged).
-fn mount_direct(dev: OwnedFd, dir: &Path, allow_other: bool) -> Result<Option<OwnedFd>> {
+fn mount_direct(
+    dev: OwnedFd,
+    dir: &Path,
+    allow_other: bool,
+    default_permissions: bool,
+) -> Result<Option<OwnedFd>> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(dir).map_err(|e| anyhow!("{}: {e}", dir.display()))?;
     // SAFETY: getuid/getgid have no preconditions.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let mut data = format!(
-        "fd={},rootmode={:o},user_id={uid},group_id={gid},default_permissions",
+        "fd={},rootmode={:o},user_id={uid},group_id={gid}",
         dev.as_raw_fd(),
         meta.mode() & libc::S_IFMT,
     );
+    if default_permissions {
+        data.push_str(",default_permissions");
+    }
     if allow_other {
         data.push_str(",allow_other");
     }
@@ -137,9 +145,17 @@ fn mount_direct(dev: OwnedFd, dir: &Path, allow_other: bool) -> Result<Option<Ow
 
 /// Run `fusermount3 -o OPTS -- DIR` with one end of a socket pair in `_FUSE_COMMFD` and receive
 /// the `/dev/fuse` descriptor it sends back (SCM_RIGHTS).
-fn mount_fusermount(helper: &Path, dir: &Path, allow_other: bool) -> Result<OwnedFd> {
+fn mount_fusermount(
+    helper: &Path,
+    dir: &Path,
+    allow_other: bool,
+    default_permissions: bool,
+) -> Result<OwnedFd> {
     let (ours, theirs) = UnixStream::pair()?;
-    let mut opts = format!("fsname={FS_NAME},subtype={FS_NAME},default_permissions,nodev,nosuid");
+    let mut opts = format!("fsname={FS_NAME},subtype={FS_NAME},nodev,nosuid");
+    if default_permissions {
+        opts.push_str(",default_permissions");
+    }
     if allow_other {
         opts.push_str(",allow_other");
     }

@@ -26,6 +26,9 @@ pub struct SessionOptions {
     pub passthrough: bool,
     /// How requests reach the daemon (`--transport`).
     pub transport: Transport,
+    /// Mount with `default_permissions` (the kernel checks mode bits); off only with
+    /// `sandbox.uid_per_smith`, where the rules alone decide (docs/SPEC.md §3).
+    pub default_permissions: bool,
 }
 
 /// Kernel cache invalidation through the session's notifier: attributes only from the
@@ -162,7 +165,7 @@ pub fn mount(
     let negotiated = Arc::new(Negotiated::default());
     // Type `fuse.smithfs` whoever mounts (docs/SPEC.md §6): our own mount, then fuser serves the
     // connection.
-    let (dev, via) = super::mount::mount(dir, opts.allow_other)?;
+    let (dev, via) = super::mount::mount(dir, opts.allow_other, opts.default_permissions)?;
     let guard = MountGuard {
         dir: dir.to_path_buf(),
         armed: true,

@@ -57,7 +57,10 @@ pub fn payer(zone: &Zone) -> Option<Home> {
         return None;
     };
     let payer = match (z.area, z.depth) {
-        (Area::Private | Area::Outbox | Area::Workspace | Area::Conversations, Depth::Inner)
+        (
+            Area::Private | Area::Outbox | Area::Workspace | Area::Conversations | Area::Home,
+            Depth::Inner,
+        )
         | (Area::Other, _) => Some(z.owner),
         (Area::Inbox | Area::Claude, Depth::Inner) | (Area::Config, _) => z.owner_parent,
         (
@@ -69,7 +72,8 @@ pub fn payer(zone: &Zone) -> Option<Home> {
             | Area::Workspace
             | Area::Conversations
             | Area::Inbox
-            | Area::Claude,
+            | Area::Claude
+            | Area::Home,
             _,
         ) => None,
     };

@@ -261,6 +261,7 @@ impl Held {
             Held::Own(Area::Private) => "private/",
             Held::Own(Area::Outbox) => "outbox/",
             Held::Own(Area::Workspace) => "workspace/",
+            Held::Own(Area::Home) => "home/",
             Held::Own(Area::Conversations) => {
                 "conversations/ (your runs' output, which only the operator removes)"
             }

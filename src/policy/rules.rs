@@ -344,8 +344,8 @@ pub const fn table(rel: Relation, area: Area, depth: Depth) -> Rights {
         (Area::Inbox, Owner) => Rights::R,
         (Area::Inbox, Parent | Operator) => Rights::ALL,
         (Area::Inbox, OtherSmith) => Rights::NONE,
-        (Area::Private | Area::Other, Owner | Operator) => Rights::ALL,
-        (Area::Private | Area::Other, Parent | OtherSmith) => Rights::NONE,
+        (Area::Private | Area::Other | Area::Home, Owner | Operator) => Rights::ALL,
+        (Area::Private | Area::Other | Area::Home, Parent | OtherSmith) => Rights::NONE,
         (Area::Outbox, Owner | Operator) => Rights::ALL,
         (Area::Outbox, Parent) => Rights::R,
         (Area::Outbox, OtherSmith) => Rights::NONE,
@@ -376,6 +376,7 @@ pub const fn table(rel: Relation, area: Area, depth: Depth) -> Rights {
 pub const fn outside_table(caller: Caller, area: RootArea, depth: Depth) -> Rights {
     match (area, caller) {
         (RootArea::Reserved, Caller::Smith | Caller::RootSmith | Caller::Operator) => Rights::NONE,
+        (RootArea::TemplatesHome, Caller::Smith | Caller::RootSmith) => Rights::NONE,
         (RootArea::Control, Caller::Smith | Caller::RootSmith | Caller::Operator) => Rights::R,
         (RootArea::ControlCtl, Caller::Smith | Caller::RootSmith | Caller::Operator) => Rights::RW,
         (RootArea::Results, Caller::RootSmith) => match depth {
@@ -401,6 +402,7 @@ pub const fn outside_table(caller: Caller, area: RootArea, depth: Depth) -> Righ
         (
             RootArea::Config
             | RootArea::Templates
+            | RootArea::TemplatesHome
             | RootArea::Agents
             | RootArea::Results
             | RootArea::Project
@@ -637,11 +639,13 @@ impl Rule {
                 Area::Children => "children-read-only",
                 Area::Other => "smith-files-owner-only",
                 Area::Workspace => "workspace-owner-writes",
+                Area::Home => "home-owner-only",
             },
             Rule::Outside(a) => match a {
                 RootArea::Results => "results-root-writes",
                 RootArea::Project => "project-operator-writes",
                 RootArea::Control | RootArea::ControlCtl => "control-read-only",
+                RootArea::TemplatesHome => "templates-home-operator-only",
                 RootArea::MountRoot
                 | RootArea::Config
                 | RootArea::Templates
@@ -961,6 +965,7 @@ fn judge_outside(
         RootArea::MountRoot
         | RootArea::Config
         | RootArea::Templates
+        | RootArea::TemplatesHome
         | RootArea::Agents
         | RootArea::Results
         | RootArea::Project
@@ -975,6 +980,7 @@ fn judge_outside(
             RootArea::ControlCtl => true,
             RootArea::MountRoot
             | RootArea::Templates
+            | RootArea::TemplatesHome
             | RootArea::Agents
             | RootArea::Results
             | RootArea::Project
@@ -1085,7 +1091,7 @@ fn explain(
                     "work in your own workspace/; {}",
                     own_work(&home)
                 ),
-                (Some(Relation::Parent), Area::Private | Area::Other | Area::Outbox) => {
+                (Some(Relation::Parent), Area::Private | Area::Other | Area::Outbox | Area::Home) => {
                     let child = smith_path(&full_id(z.owner, ctx));
                     format!("give {} work through its inbox/ ({child}/inbox/) and read its outbox/ ({child}/outbox/)", short(&full_id(z.owner, ctx)))
                 }
@@ -1114,6 +1120,7 @@ fn explain(
                 RootArea::Results => "only the root smith (write, create) and the operator may",
                 RootArea::Control | RootArea::ControlCtl => "only .smithfs/ctl is written",
                 RootArea::Project => "project.git/ is read by every smith and written only by the operator and smithfs (commit in your own workspace/ instead)",
+                RootArea::TemplatesHome => "templates/home/ (it may hold the agent CLIs' logins) is the operator's alone; your own home/ was seeded from it",
                 RootArea::MountRoot
                 | RootArea::Config
                 | RootArea::Templates
@@ -1227,7 +1234,8 @@ fn place(zone: &Zone, ctx: &Ctx<'_>) -> String {
             | Area::Conversations
             | Area::Children
             | Area::Other
-            | Area::Workspace => format!("{}'s {}", full_id(z.owner, ctx), z.area.label()),
+            | Area::Workspace
+            | Area::Home => format!("{}'s {}", full_id(z.owner, ctx), z.area.label()),
         },
         Zone::Outside { area, .. } => area.label().to_owned(),
     }

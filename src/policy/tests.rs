@@ -148,6 +148,7 @@ fn section_3_table_every_cell() {
         ("other name inside (.git/x)",   x(A::Other, Inner),           "rwcd", "----", "----", "rwcd"),
         ("outbox/**",                    x(A::Outbox, Inner),          "rwcd", "r---", "----", "rwcd"),
         ("workspace/** (§11)",           x(A::Workspace, Inner),       "rwcd", "r---", "----", "rwcd"),
+        ("home/** (§12)",                x(A::Home, Inner),            "rwcd", "----", "----", "rwcd"),
         ("conversations/**",             x(A::Conversations, Inner),   "r---", "r---", "----", "r--B"),
         ("children/ (the directory)",    x(A::Children, Top),          "r-PP", "r-PP", "r-PP", "r-PB"),
         ("children/unregistered",        x(A::Children, Inner),        "r-P-", "r---", "r---", "rwPd"),
@@ -158,6 +159,7 @@ fn section_3_table_every_cell() {
         ("private/",                     x(A::Private, Top),           "rwPP", "--PP", "--PP", "rwPB"),
         ("outbox/",                      x(A::Outbox, Top),            "rwPP", "r-PP", "--PP", "rwPB"),
         ("workspace/ (§11)",             x(A::Workspace, Top),         "rwPP", "r-PP", "--PP", "rwPB"),
+        ("home/ (§12)",                  x(A::Home, Top),              "rwPP", "--PP", "--PP", "rwPB"),
         ("conversations/",               x(A::Conversations, Top),     "r-PP", "r-PP", "--PP", "r-PB"),
     ];
     let c = rw();
@@ -230,6 +232,8 @@ fn section_3_outside_smiths() {
         ("config.json",             out(R::Config, Top),        "r---", "r---", "rwcd"),
         ("templates/",              out(R::Templates, Top),     "r---", "r---", "rwcd"),
         ("templates/**",            out(R::Templates, Inner),   "r---", "r---", "rwcd"),
+        ("templates/home (§12)",    out(R::TemplatesHome, Top), "----", "----", "rwcd"),
+        ("templates/home/** (§12)", out(R::TemplatesHome, Inner), "----", "----", "rwcd"),
         ("agents/**",               out(R::Agents, Inner),      "r---", "r---", "rwcd"),
         ("results/",                out(R::Results, Top),       "r---", "r---", "rwcd"),
         ("results/**",              out(R::Results, Inner),     "rwc-", "r---", "rwcd"),

@@ -50,6 +50,9 @@ pub enum Area {
     /// `workspace/` and `workspace/**`: the smith's git work tree and repository (docs/SPEC.md §11).
     /// Without a project the rules treat it as [`Area::Other`] (see `policy::rules`).
     Workspace,
+    /// `home/` and `home/**`: the smith's `HOME` for its agent CLI, kept across runs (docs/SPEC.md
+    /// §1, §3, §12): the smith all, the parent and the others nothing, the operator all.
+    Home,
 }
 
 /// A part of the mount outside every smith dir (docs/SPEC.md §1).
@@ -59,8 +62,11 @@ pub enum RootArea {
     MountRoot,
     /// The mount-wide `config.json`.
     Config,
-    /// `templates/**`.
+    /// `templates/**` but `templates/home`.
     Templates,
+    /// `templates/home` and `templates/home/**`: seeds every new smith's `home/`; it may hold the
+    /// CLIs' logins, so it is the operator's alone (docs/SPEC.md §3, §12).
+    TemplatesHome,
     /// `agents/**`.
     Agents,
     /// `results/**`.
@@ -158,9 +164,13 @@ impl Zone {
                         (RootArea::ControlCtl, Depth::Top)
                     }
                     (RootArea::ControlCtl, _) => (RootArea::Control, Depth::Inner),
+                    (RootArea::Templates, Depth::Top) if name == b"home" => {
+                        (RootArea::TemplatesHome, Depth::Top)
+                    }
                     (
                         a @ (RootArea::Config
                         | RootArea::Templates
+                        | RootArea::TemplatesHome
                         | RootArea::Agents
                         | RootArea::Results
                         | RootArea::Project
@@ -185,7 +195,8 @@ impl Zone {
                     | Area::Conversations
                     | Area::Children
                     | Area::Other
-                    | Area::Workspace) => (a, Depth::Inner),
+                    | Area::Workspace
+                    | Area::Home) => (a, Depth::Inner),
                 };
                 Zone::Smith(SmithZone { area, depth, ..z })
             }
@@ -244,6 +255,7 @@ impl Zone {
                 RootArea::Smiths => *depth == Depth::Top,
                 RootArea::Config
                 | RootArea::Templates
+                | RootArea::TemplatesHome
                 | RootArea::Agents
                 | RootArea::Results
                 | RootArea::Project
@@ -258,7 +270,7 @@ impl Zone {
 
 impl Area {
     /// Every area, in §3 table order.
-    pub const ALL: [Area; 11] = [
+    pub const ALL: [Area; 12] = [
         Area::SmithMd,
         Area::Config,
         Area::Claude,
@@ -267,6 +279,7 @@ impl Area {
         Area::Other,
         Area::Outbox,
         Area::Workspace,
+        Area::Home,
         Area::Conversations,
         Area::Children,
         Area::SmithDir,
@@ -285,7 +298,8 @@ impl Area {
             | Area::Private
             | Area::Outbox
             | Area::Conversations
-            | Area::Children => true,
+            | Area::Children
+            | Area::Home => true,
             Area::Config | Area::Other | Area::Workspace => false,
         }
     }
@@ -304,6 +318,7 @@ impl Area {
             Area::Children => "children/",
             Area::Other => "top-level files",
             Area::Workspace => "workspace/",
+            Area::Home => "home/",
         }
     }
 }
@@ -315,6 +330,7 @@ impl RootArea {
             RootArea::MountRoot => "the mount root",
             RootArea::Config => "the mount's config.json",
             RootArea::Templates => "templates/",
+            RootArea::TemplatesHome => "templates/home/",
             RootArea::Agents => "agents/",
             RootArea::Results => "results/",
             RootArea::Project => "project.git/",
@@ -367,6 +383,7 @@ fn smith_dir_name(name: &[u8]) -> Area {
         b"conversations" => Area::Conversations,
         b"children" => Area::Children,
         b"workspace" => Area::Workspace,
+        b"home" => Area::Home,
         _ => Area::Other,
     }
 }
@@ -471,6 +488,12 @@ mod tests {
             ("config.json", out(R::Config, Top)),
             ("templates", out(R::Templates, Top)),
             ("templates/skills/x/SKILL.md", out(R::Templates, Inner)),
+            ("templates/home", out(R::TemplatesHome, Top)),
+            (
+                "templates/home/.claude/auth.json",
+                out(R::TemplatesHome, Inner),
+            ),
+            ("templates/skills/home", out(R::Templates, Inner)),
             ("agents/reference.sh", out(R::Agents, Inner)),
             ("results", out(R::Results, Top)),
             ("results/final.md", out(R::Results, Inner)),
@@ -534,6 +557,14 @@ mod tests {
             (
                 "smiths/smith-root/children/smith-001/workspace",
                 s1(A::Workspace, Top),
+            ),
+            (
+                "smiths/smith-root/children/smith-001/home",
+                s1(A::Home, Top),
+            ),
+            (
+                "smiths/smith-root/children/smith-001/home/.config/x",
+                s1(A::Home, Inner),
             ),
             (
                 "smiths/smith-root/children/smith-001/workspace/.git/config",

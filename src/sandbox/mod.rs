@@ -17,20 +17,28 @@
 //!   signals and abstract unix sockets scoped), prepared before the fork, entered in the child.
 //! - `seccomp.rs`: the seccomp filter of every run (a classic BPF program built before the fork,
 //!   installed as the last step before `execve`).
+//! - `tree.rs`: `home/` seeded from `templates/home/` (at scaffold and, for trees made before,
+//!   at mount) and the ownership of smith dirs by the agents' user.
+//! - `env.rs`: `HOME`, `XDG_*`, the CLIs' variables, `TMPDIR`, `USER` of a run.
+//! - `secrets.rs`: `agent.secrets_file`, read at mount, and the masker of `messages.log`.
 //!
 //! [`crate::process::spawn`] starts the init between clone and exec; `smithfs run --smith`
 //! through its keeper. Hooks never run in it (they are the operator's programs).
 //!
 //! May import `backing`, `config`, `process` and `tree::model` (types only).
 
+pub mod env;
 pub mod init;
 pub mod landlock;
 pub mod layers;
 pub mod network;
 pub mod seccomp;
+pub mod secrets;
+pub mod tree;
 pub mod user;
 pub mod view;
 
+pub use secrets::Secrets;
 pub use user::{AgentUser, HostFiles, UserError, UserSource};
 
 use crate::config::{SandboxConfig, SandboxUid};

@@ -182,7 +182,7 @@ fn visible_path(p: &Path, writable: bool) -> Option<Visible> {
 }
 
 /// The host's name for `uid` (`/etc/passwd`).
-fn user_name(uid: u32) -> Option<String> {
+pub fn user_name(uid: u32) -> Option<String> {
     let text = std::fs::read_to_string("/etc/passwd").ok()?;
     text.lines().find_map(|l| {
         let mut f = l.split(':');

@@ -209,6 +209,7 @@ impl HookJob {
                         home: None,
                         run: None,
                         path: format!("{}/hooks.log", crate::tree::layout::STATE_DIR),
+                        mask: None,
                     };
                     self.pump.add(r, sink).map(|_| w)
                 });

@@ -93,6 +93,12 @@ pub struct SchedCtx {
     /// The storage limits the runs' output is held to (the filesystem's, shared); `None`:
     /// only the store's reserve, computed by the scheduler (no mount).
     pub storage: Option<Arc<crate::limits::storage::Storage>>,
+    /// The agents' user when the sandbox is on (docs/SPEC.md §12): whom runs execute as and
+    /// where their `home/` is; `None`: the sandbox is off.
+    pub agents: Option<Arc<crate::sandbox::AgentUser>>,
+    /// `agent.secrets_file`'s variables, read at mount: given to every run, masked in its
+    /// `messages.log` (docs/SPEC.md §12); empty without one.
+    pub secrets: Arc<crate::sandbox::Secrets>,
 }
 
 /// Messages of the scheduler's one ordered queue.

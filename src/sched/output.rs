@@ -55,6 +55,9 @@ pub struct Sink {
     pub run: Option<(FullId, String)>,
     /// The log's mount-relative path, for the journal.
     pub path: String,
+    /// Masks the secrets' values in what is written (a run's log, docs/SPEC.md §12); `None`:
+    /// written as read.
+    pub mask: Option<crate::sandbox::secrets::Masker>,
 }
 
 /// One pipe being drained.
@@ -284,9 +287,19 @@ impl Inner {
                 eof = true;
                 break;
             }
-            self.deliver(&mut s, &buf[..n as usize]);
+            let chunk = &buf[..n as usize];
+            match s.sink.mask.as_mut().map(|m| m.push(chunk)) {
+                Some(masked) => self.deliver(&mut s, &masked),
+                None => self.deliver(&mut s, chunk),
+            }
         }
         if eof {
+            // What the masker held back could begin a secret but is none: written now.
+            if let Some(rest) = s.sink.mask.as_mut().map(|m| m.finish()) {
+                if !rest.is_empty() {
+                    self.deliver(&mut s, &rest);
+                }
+            }
             self.flush_invalidation(&mut s, true);
             // SAFETY: removing a descriptor we own from our epoll set.
             unsafe {

@@ -19,7 +19,15 @@ pub const DIR_MODE: u32 = 0o755;
 /// operator may edit it (§3); smithfs refuses writes by smiths.
 pub const FILE_MODE: u32 = 0o644;
 /// The areas every smith dir has, besides `.claude/` (§1, §4), in the order the plan creates them.
-pub const AREAS: [&str; 5] = ["inbox", "private", "outbox", "children", "conversations"];
+/// `home/` is seeded from `templates/home/` by the daemon's scaffold (docs/SPEC.md §12).
+pub const AREAS: [&str; 6] = [
+    "inbox",
+    "private",
+    "outbox",
+    "children",
+    "conversations",
+    "home",
+];
 /// Where skills are copied to, relative to the smith dir (§1).
 pub const SKILLS_DEST: &str = ".claude/skills";
 /// Where `smith.md` goes, relative to the smith dir.
@@ -258,6 +266,7 @@ mod tests {
                 "outbox",
                 "children",
                 "conversations",
+                "home",
                 ".claude",
                 ".claude/skills",
                 ".claude/skills/agent-smith",

@@ -461,6 +461,19 @@ impl TestMount {
         }
     }
 
+    /// Unmount, set the mount-wide `config.json`'s `sandbox` to `sandbox` (a JSON object), and
+    /// mount again (docs/SPEC.md §12).
+    pub fn set_sandbox(&mut self, sandbox: serde_json::Value) {
+        self.umount();
+        let path = self.dir.join("config.json");
+        let mut cfg: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).expect("config.json"))
+                .expect("config.json is JSON");
+        cfg["sandbox"] = sandbox;
+        std::fs::write(&path, serde_json::to_string_pretty(&cfg).expect("json")).expect("write");
+        self.mount();
+    }
+
     /// Unmount and mount again (a daemon restart).
     pub fn remount(&mut self) {
         self.umount();

@@ -78,6 +78,12 @@ sibling)
   cat ../smith-002/private/START_HERE.md > /dev/null 2>> private/sibling.txt
   cat "$SMITH_MOUNT/.smithfs/why" > private/why.txt 2>&1
   publish "result of $SMITH_ID" ;;
+sandboxenv)
+  env | grep -E '^(HOME|XDG_[A-Z_]*|CLAUDE_CONFIG_DIR|CODEX_HOME|GEMINI_CLI_HOME|TMPDIR|USER|LOGNAME)=' | sort > private/env.txt
+  printf %s "$SMITH_TEST_TOKEN" | sha256sum | cut -c1-64 > private/token.sha
+  echo "token: $SMITH_TEST_TOKEN."
+  printf 'split: %s' "$SMITH_TEST_TOKEN" | head -c 12; sleep 0.2; printf '%s\n' "$SMITH_TEST_TOKEN" | tail -c +6
+  publish "result of $SMITH_ID" ;;
 env)
   env | grep '^SMITH_' | sort > private/env.txt
   cat "$SMITH_MOUNT/.smithfs/whoami" > private/whoami.txt 2>&1

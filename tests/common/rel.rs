@@ -318,6 +318,7 @@ pub fn missing_structure(smith_dir: &Path) -> Vec<&'static str> {
         "outbox",
         "children",
         "conversations",
+        "home",
         ".claude/skills",
         "smith.md",
         "private/START_HERE.md",

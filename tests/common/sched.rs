@@ -108,6 +108,8 @@ impl Env {
                 invalidate: Arc::new(NoInvalidate),
                 original_nofile: (0, 0),
                 storage: None,
+                agents: None,
+                secrets: Default::default(),
             },
             resume,
         )

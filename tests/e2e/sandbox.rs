@@ -19,13 +19,19 @@ use common::*;
 
 const ON: (&str, &str) = ("SMITHFS_SANDBOX", "1");
 
-/// The agents' uid the daemon picks here (docs/SPEC.md §12): `SUDO_UID`, else nobody.
+/// The agents' uid these tests pin with `sandbox.uid` (docs/SPEC.md §12; without it the daemon
+/// would take `SUDO_UID` or allocate one, which `smithfs whoami` shows as `agents uid`).
 fn agents_uid() -> u32 {
-    std::env::var("SUDO_UID")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|n| *n != 0)
-        .unwrap_or(65534)
+    65534
+}
+
+/// `config` with `sandbox.uid` set to [`agents_uid`] unless it names one.
+fn pinned(config: &serde_json::Value) -> serde_json::Value {
+    let mut c = config.clone();
+    if c["sandbox"]["uid"].is_null() {
+        c["sandbox"]["uid"] = serde_json::json!(agents_uid());
+    }
+    c
 }
 
 /// A sandboxed mount in identity `mode` with `config` in config.json.
@@ -37,7 +43,7 @@ fn mount_with(config: &serde_json::Value, mode: &'static str) -> TestMount {
         ..MountOpts::default()
     });
     m.umount();
-    std::fs::write(m.path().join("config.json"), config.to_string()).expect("config.json");
+    std::fs::write(m.path().join("config.json"), pinned(config).to_string()).expect("config.json");
     m.mount();
     m
 }
@@ -364,6 +370,7 @@ fn kill_all_kills_only_the_run(mode: &'static str) {
             "retries": 0,
         },
     });
+    let config = pinned(&config);
     let uid = agents_uid();
     let script = format!(
         r#"set -u

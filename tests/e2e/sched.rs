@@ -9,8 +9,9 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::msched::*;
-use common::{poll_until, smithfs};
+use common::{poll_until, run, sh_in, smithfs, TestMount};
 use serde_json::{json, Value};
+use std::ffi::OsStr;
 
 const ROOT: &str = "smith-root";
 const C1: &str = "smith-root/smith-001";
@@ -1067,4 +1068,117 @@ fn runs_and_hooks_are_bound_in_ancestry_mode() {
     let scratch = s.m.scratch().display().to_string();
     let hook = poll_file(&format!("{scratch}/hook-who.txt"));
     assert!(hook.contains("identity: operator"), "{hook}");
+}
+
+/// docs/SPEC.md §12: a run's environment has HOME, the XDG directories and the CLIs' variables
+/// inside its `home/`, `TMPDIR=/tmp`, then `agent.env` (which wins), then the secrets of
+/// `agent.secrets_file`; a secret's value is masked in `messages.log` and stored nowhere in the
+/// tree.
+#[test]
+fn runs_get_home_and_the_secrets_which_the_tree_never_holds() {
+    const VALUE: &str = "s3cret-value-42-xyz";
+    let outside = tempfile::tempdir().expect("tempdir");
+    let file = outside.path().join("secrets.env");
+    std::fs::write(&file, format!("# test\nSMITH_TEST_TOKEN={VALUE}\n")).expect("write");
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("chmod");
+    // In the view (the run side of the sandbox), as the agents' uid.
+    let mut s = Sm::with(
+        common::MountOpts {
+            allow_other: true,
+            env: vec![(smithfs::sandbox::PREVIEW_ENV, "1")],
+            ..common::MountOpts::default()
+        },
+        json!({"agent": {
+            "env": {"XDG_CACHE_HOME": "/override"},
+            "secrets_file": file,
+        }}),
+    );
+    s.task("sandboxenv\n");
+    s.wait_file(20, "results/final.md");
+    let dir = s.dir();
+    let home = format!("{dir}/smiths/smith-root/home");
+    let env = s
+        .read("smiths/smith-root/private/env.txt")
+        .expect("env.txt");
+    for want in [
+        format!("HOME={home}"),
+        format!("XDG_CONFIG_HOME={home}/.config"),
+        format!("XDG_DATA_HOME={home}/.local/share"),
+        "XDG_CACHE_HOME=/override".to_string(),
+        format!("CLAUDE_CONFIG_DIR={home}/.claude"),
+        format!("CODEX_HOME={home}/.codex"),
+        format!("GEMINI_CLI_HOME={home}"),
+        "TMPDIR=/tmp".to_string(),
+    ] {
+        assert!(env.lines().any(|l| l == want), "{want} in\n{env}");
+    }
+    assert!(env.lines().any(|l| l.starts_with("USER=")), "{env}");
+    let want_sha = sh_in(
+        s.m.path(),
+        &format!("printf %s {VALUE} | sha256sum | cut -c1-64"),
+    )
+    .expect_ok("sha256sum");
+    assert_eq!(
+        s.read("smiths/smith-root/private/token.sha").expect("sha"),
+        want_sha,
+        "the secret reached the run"
+    );
+    let log = s
+        .read("smiths/smith-root/conversations/run-0001/messages.log")
+        .expect("log");
+    assert!(log.contains("token: ***."), "{log}");
+    assert!(
+        log.contains("split: ***"),
+        "masked across two writes: {log}"
+    );
+    assert!(!log.contains(&VALUE[..8]), "{log}");
+    // Nowhere in the store: not config.json (it names the file), not the journal, not a log.
+    s.m.umount();
+    let r = run(std::process::Command::new("grep")
+        .args(["-rlF", VALUE])
+        .arg(s.m.path()));
+    assert_eq!(r.stdout, "", "files holding the secret: {r:?}");
+    let cfg = std::fs::read_to_string(s.m.path().join("config.json")).expect("config");
+    assert!(cfg.contains("secrets.env") && !cfg.contains(VALUE), "{cfg}");
+    s.m.mount();
+}
+
+/// docs/SPEC.md §12: `agent.secrets_file` readable by others, or inside the tree, is refused
+/// at mount naming the key.
+#[test]
+fn a_secrets_file_smiths_could_read_is_refused_at_mount() {
+    let m = TestMount::new();
+    let wide = m.scratch().join("wide.env");
+    std::fs::write(&wide, "K=value-long\n").expect("write");
+    std::fs::set_permissions(&wide, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .expect("chmod");
+    let inside = m.path().join("agents/s.env");
+    std::fs::write(&inside, "K=value-long\n").expect("write");
+    std::fs::set_permissions(&inside, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("chmod");
+    let mut m = m;
+    m.umount();
+    for (path, needle) in [(&wide, "mode 0644"), (&inside, "inside the tree")] {
+        let cfg = m.path().join("config.json");
+        let mut v: Value =
+            serde_json::from_str(&std::fs::read_to_string(&cfg).expect("cfg")).expect("json");
+        v["agent"]["secrets_file"] = json!(path);
+        std::fs::write(&cfg, v.to_string()).expect("write");
+        let r = smithfs([OsStr::new("mount"), m.path().as_os_str()]);
+        assert!(!r.ok(), "mounted with {path:?}");
+        assert!(
+            r.stderr.contains("agent.secrets_file") && r.stderr.contains(needle),
+            "{r:?}"
+        );
+    }
+    let cfg = m.path().join("config.json");
+    let mut v: Value =
+        serde_json::from_str(&std::fs::read_to_string(&cfg).expect("cfg")).expect("json");
+    v["agent"]
+        .as_object_mut()
+        .expect("agent")
+        .remove("secrets_file");
+    std::fs::write(&cfg, v.to_string()).expect("write");
+    m.mount();
 }

@@ -24,6 +24,7 @@ fn mkdir_in_children_scaffolds_and_registers_a_smith() {
         "outbox",
         "conversations",
         "children",
+        "home",
         "smith.md",
     ] {
         assert!(w.store(&format!("{CHILD_DIR}/{area}")).exists(), "{area}");

@@ -574,7 +574,10 @@ fn files_created_by_another_user_belong_to_that_user() {
         eprintln!("skipped: needs root");
         return;
     }
-    let m = TestMount::new();
+    let mut m = TestMount::new();
+    // With the sandbox on, only the agents' user is the Operator besides root (docs/SPEC.md §2):
+    // nobody is made that user here.
+    m.set_sandbox(serde_json::json!({"uid": 65534}));
     m.sh_ok("mkdir -m 1777 pub && mkdir -m 2777 sgid && chgrp 4321 sgid");
     let r = sh_as(
         65534,
@@ -949,7 +952,9 @@ mp.close(); os.close(fd)
 }
 
 /// Run the same script as nobody on a plain directory and in the mount; the outputs must match.
-fn same_as_plain_dir_as_nobody(m: &TestMount, setup_as_root: &str, script: &str) {
+/// (nobody is made the agents' user first: with the sandbox on, another uid is Unknown, §2.)
+fn same_as_plain_dir_as_nobody(m: &mut TestMount, setup_as_root: &str, script: &str) {
+    m.set_sandbox(serde_json::json!({"uid": 65534}));
     let plain = m.scratch().join("plain");
     std::fs::create_dir(&plain).unwrap();
     std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o777)).unwrap();
@@ -975,9 +980,9 @@ fn truncates_and_chmods_by_others_clear_setuid_like_ext4() {
         eprintln!("skipped: needs root");
         return;
     }
-    let m = TestMount::new();
+    let mut m = TestMount::new();
     same_as_plain_dir_as_nobody(
-        &m,
+        &mut m,
         "for f in t a g; do echo data > $f; chmod 6777 $f; done; \
          echo d > o; chown 65534:65534 o; chmod 6755 o",
         "truncate -s 1 t; python3 -c 'import os; fd = os.open(\"a\", os.O_WRONLY); os.ftruncate(fd, 2)'; \
@@ -994,18 +999,18 @@ const KILL_ON_WRITE: (&str, &str) = (
 
 #[test]
 fn writes_by_others_clear_setuid_like_ext4() {
-    let m = TestMount::new();
-    same_as_plain_dir_as_nobody(&m, KILL_ON_WRITE.0, KILL_ON_WRITE.1);
+    let mut m = TestMount::new();
+    same_as_plain_dir_as_nobody(&mut m, KILL_ON_WRITE.0, KILL_ON_WRITE.1);
 }
 
 #[test]
 fn writes_by_others_clear_setuid_like_ext4_without_passthrough() {
-    let m = TestMount::with(MountOpts {
+    let mut m = TestMount::with(MountOpts {
         allow_other: true,
         extra: vec!["--no-passthrough"],
         ..MountOpts::default()
     });
-    same_as_plain_dir_as_nobody(&m, KILL_ON_WRITE.0, KILL_ON_WRITE.1);
+    same_as_plain_dir_as_nobody(&mut m, KILL_ON_WRITE.0, KILL_ON_WRITE.1);
 }
 
 #[test]

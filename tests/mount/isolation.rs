@@ -190,14 +190,27 @@ impl Tree {
     /// Mount with `--identity MODE` and `extra` arguments, build and seed the tree as the
     /// operator (unless `extra` makes the operator read-only: then only the mount).
     fn with(mode: Mode, extra: &[&'static str]) -> Self {
+        Self::with_sandbox(mode, extra, None)
+    }
+
+    /// [`Tree::with`], with the mount-wide `sandbox` section set to `sandbox` first (docs/SPEC.md
+    /// §12) when given.
+    fn with_sandbox(
+        mode: Mode,
+        extra: &[&'static str],
+        sandbox: Option<serde_json::Value>,
+    ) -> Self {
         let mut args = vec!["--identity", mode.arg()];
         args.extend_from_slice(extra);
-        let m = TestMount::with(MountOpts {
+        let mut m = TestMount::with(MountOpts {
             allow_other: true,
             foreground: false,
             extra: args,
             env: Vec::new(),
         });
+        if let Some(s) = sandbox {
+            m.set_sandbox(s);
+        }
         let t = Tree { m, mode };
         let who = std::fs::read_to_string(t.abs(".smithfs/whoami")).expect("operator whoami");
         assert!(
@@ -1841,7 +1854,10 @@ both_modes!(directory_moved_to_outbox_and_back, |mode| {
 });
 
 both_modes!(agent_cli_files_in_smith_dir, |mode| {
-    let t = Tree::new(mode);
+    // Smiths run here as root (`smithfs run` by this root test): without the sandbox, so that
+    // the tree is root's too and git's ownership check passes. With it, runs are the agents'
+    // uid and the tree theirs (tests/mount/sandbox_tree.rs).
+    let t = Tree::with_sandbox(mode, &[], Some(serde_json::json!({"enabled": false})));
     let d = smith_dir(A);
     // What an agent CLI started with cwd = its smith dir writes there.
     t.sh_ok(
@@ -2173,7 +2189,9 @@ both_modes!(dirfd_follows_a_moved_subtree, |mode| {
 // ---------------------------------------------------------------------------------------------
 
 both_modes!(pid_namespace_and_zombie_leader, |mode| {
-    let t = Tree::new(mode);
+    // `unshare -U` by a root-run smith maps root: the tree must be root's, so without the
+    // sandbox (whose runs are the agents' uid, and the tree theirs).
+    let t = Tree::with_sandbox(mode, &[], Some(serde_json::json!({"enabled": false})));
     // `unshare -Urp`: callers in a descendant pid namespace are resolved normally (§2). In a
     // user namespace of its own, as unprivileged sandboxes do: a confined smith has no
     // CAP_SYS_ADMIN for a bare `unshare -p` (docs/PROTOCOL-NOTES.md H13).
@@ -2288,7 +2306,8 @@ both_modes!(multi_zone_inode_gets_intersection, |mode| {
 // ---------------------------------------------------------------------------------------------
 
 both_modes!(why_explains_denial_to_next_process, |mode| {
-    let t = Tree::new(mode);
+    // uid 4242 is the agents' user, so an Operator besides root (docs/SPEC.md §2, §12).
+    let t = Tree::with_sandbox(mode, &[], Some(serde_json::json!({"uid": 4242})));
     assert!(
         t.why(Some(A)).starts_with("no denial recorded"),
         "{}",

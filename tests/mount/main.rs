@@ -9,3 +9,4 @@ mod common;
 
 mod core_fs;
 mod isolation;
+mod sandbox_tree;

@@ -27,6 +27,18 @@ impl Exec {
                 return;
             }
             if let (Some(full_id), Some(rel)) = (full_id, rel) {
+                // The auto-commit runs as the smith (docs/SPEC.md §12); a per-smith uid that
+                // cannot be given out leaves the plan's shared one (logged).
+                let sandbox = crate::sandbox::applies(&self.st.config.sandbox).then(|| {
+                    let p = crate::sandbox::view::Plan::for_mount(&self.st.config, &self.env.mount);
+                    match self.env.as_agent(p.clone(), &full_id) {
+                        Ok(p) => p,
+                        Err(e) => {
+                            tracing::error!(smith = %full_id, "sandbox: {e}");
+                            p
+                        }
+                    }
+                });
                 let job = commit::CommitJob {
                     smith: s,
                     full_id,
@@ -38,9 +50,7 @@ impl Exec {
                     tx: self.env.tx.clone(),
                     nofile: self.env.nofile,
                     confine: self.env.confiner.filter(|_| self.st.config.agent.confine),
-                    sandbox: crate::sandbox::applies(&self.st.config.sandbox).then(|| {
-                        crate::sandbox::view::Plan::for_mount(&self.st.config, &self.env.mount)
-                    }),
+                    sandbox,
                 };
                 l.committing = true;
                 match job.start() {

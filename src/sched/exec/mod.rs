@@ -103,10 +103,33 @@ struct Env {
     /// How this daemon confines runs when `agent.confine` is on (`None`: it cannot, not being
     /// privileged; docs/PROTOCOL-NOTES.md H13).
     confiner: Option<Confinement>,
+    /// The agents' user when the sandbox is on (docs/SPEC.md §12): whom runs execute as.
+    agents: Option<Arc<crate::sandbox::AgentUser>>,
+    /// `agent.secrets_file`'s variables, read at mount (docs/SPEC.md §12).
+    secrets: Arc<crate::sandbox::Secrets>,
     shared: Arc<Shared>,
     journal: Arc<Journal>,
     /// The scheduler's own queue (reapers and commits post into it).
     tx: SyncSender<Msg>,
+}
+
+impl Env {
+    /// `plan` with the uid, gid and user name of `smith`'s runs from the agents' user the
+    /// daemon resolved at mount (docs/SPEC.md §12), when it did. Errors: a per-smith uid could
+    /// not be given out.
+    fn as_agent(
+        &self,
+        mut plan: crate::sandbox::view::Plan,
+        smith: &crate::tree::model::FullId,
+    ) -> Result<crate::sandbox::view::Plan, crate::sandbox::UserError> {
+        if let Some(a) = &self.agents {
+            let (uid, gid) = a.uid_of(smith)?;
+            plan.uid = uid;
+            plan.gid = gid;
+            plan.user = a.name_of(smith).to_owned();
+        }
+        Ok(plan)
+    }
 }
 
 /// What the loop changes: the model, the runs, the settings a reload replaces.
@@ -187,6 +210,8 @@ impl Exec {
                 pump,
                 nofile: ctx.original_nofile,
                 confiner: Confinement::prepare(),
+                agents: ctx.agents,
+                secrets: ctx.secrets,
                 shared,
                 journal,
                 tx,

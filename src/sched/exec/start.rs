@@ -149,7 +149,19 @@ impl Exec {
             .and_then(|p| self.full_id(p))
             .map(String::from)
             .unwrap_or_default();
-        let mut env: BTreeMap<String, String> = agent.env.clone();
+        // The sandbox's HOME etc. (runs in the view only: a run as the daemon's uid keeps the
+        // daemon's HOME, where the operator's CLI logins are), then agent.env, then the secrets
+        // (docs/SPEC.md §5, §12; docs/PROTOCOL-NOTES.md XT6).
+        let mut env: BTreeMap<String, String> = BTreeMap::new();
+        let in_view = crate::sandbox::applies(&self.st.config.sandbox);
+        if let (Some(a), true) = (&self.env.agents, in_view) {
+            env.extend(crate::sandbox::env::run_env(
+                std::path::Path::new(&ph.smith_dir),
+                a.name_of(&info.full_id),
+            ));
+        }
+        env.extend(agent.env.clone());
+        env.extend(self.env.secrets.vars().iter().cloned());
         for (k, v) in [
             ("SMITH_ID", info.id.clone()),
             ("SMITH_FULL_ID", info.full_id.to_string()),
@@ -173,6 +185,7 @@ impl Exec {
                     home: Some(run_home(s)),
                     run: Some((info.full_id.clone(), run_id.clone())),
                     path: format!("{rel}/conversations/{run_id}/messages.log"),
+                    mask: self.env.secrets.masker(),
                 };
                 Ok((self.env.pump.add(r, sink)?, w))
             })
@@ -185,7 +198,10 @@ impl Exec {
             output,
             confine: agent.confine,
             sandbox: crate::sandbox::applies(&self.st.config.sandbox)
-                .then(|| crate::sandbox::view::Plan::for_mount(&self.st.config, &self.env.mount)),
+                .then(|| crate::sandbox::view::Plan::for_mount(&self.st.config, &self.env.mount))
+                .map(|p| self.env.as_agent(p, &info.full_id))
+                .transpose()
+                .map_err(|e| Failure::spawn(format!("sandbox: {e}")))?,
         };
         let oom_base = self.env.binder.oom_kills(s);
         let spawning = Instant::now();
