@@ -33,7 +33,8 @@
 //! no allocation), so it may also run in a single-threaded `pre_exec`.
 
 use std::ffi::CStr;
-use std::io;
+
+use super::{errno, CapData, CapHeader, CAP_V3};
 
 /// The capabilities a confined process keeps (bit numbers of `linux/capability.h`): Docker's
 /// default set without `CAP_MKNOD` — `CHOWN`, `DAC_OVERRIDE`, `FOWNER`, `FSETID`, `KILL`,
@@ -56,28 +57,11 @@ pub const KEEP: u64 = (1 << 0)
 /// `CAP_SYS_ADMIN`, the capability confinement needs (and takes away).
 const CAP_SYS_ADMIN: u32 = 21;
 
-/// `_LINUX_CAPABILITY_VERSION_3`: two 32-bit words per set.
-const CAP_V3: u32 = 0x2008_0522;
-
 /// Paths made read-only, recursively, in the confined process's mount namespace.
 const READ_ONLY: [&CStr; 3] = [c"/sys", c"/proc/sys", c"/proc/sysrq-trigger"];
 
 /// Paths that are bind-mounted on themselves first (they are not mount points of their own).
 const BIND_FIRST: [&CStr; 2] = [c"/proc/sys", c"/proc/sysrq-trigger"];
-
-#[repr(C)]
-struct CapHeader {
-    version: u32,
-    pid: i32,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct CapData {
-    effective: u32,
-    permitted: u32,
-    inheritable: u32,
-}
 
 /// The steps of [`Confinement::apply`], for error reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -265,13 +249,6 @@ fn has_effective(cap: u32) -> bool {
     let word = (cap / 32) as usize;
     data.get(word)
         .is_some_and(|d| d.effective & (1 << (cap % 32)) != 0)
-}
-
-/// The calling thread's `errno` (async-signal-safe).
-fn errno() -> i32 {
-    io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
 }
 
 #[cfg(test)]

@@ -34,6 +34,38 @@ use std::time::Instant;
 /// An input the process primitives refuse before any system call (a pid or descriptor out of
 /// range, a NUL byte in an argument): `InvalidInput` saying what was wrong. It carries no errno:
 /// here only a failed system call does.
+/// The calling thread's `errno` (async-signal-safe: no allocation), `EIO` if it has none.
+pub fn errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+/// `_LINUX_CAPABILITY_VERSION_3` of `capget`/`capset` (linux/capability.h): two 32-bit words
+/// per set.
+pub(crate) const CAP_V3: u32 = 0x2008_0522;
+
+/// `capget`/`capset`'s header (`struct __user_cap_header_struct`).
+#[repr(C)]
+pub(crate) struct CapHeader {
+    /// [`CAP_V3`].
+    pub version: u32,
+    /// 0: the calling thread.
+    pub pid: i32,
+}
+
+/// One 32-bit word of each capability set (`struct __user_cap_data_struct`).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(crate) struct CapData {
+    /// Bits of the effective set.
+    pub effective: u32,
+    /// Bits of the permitted set.
+    pub permitted: u32,
+    /// Bits of the inheritable set.
+    pub inheritable: u32,
+}
+
 pub(crate) fn refused(what: &str) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidInput, what.to_owned())
 }

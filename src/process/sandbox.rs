@@ -9,7 +9,7 @@
 //! `(step, errno)` on fd 3, with `step` = [`Stage::code`], exactly as the spawn's own steps do,
 //! so [`super::spawn::spawn`] returns the error naming the step and nothing was executed.
 
-use std::io;
+use super::{errno, CapData, CapHeader, CAP_V3};
 
 /// The fd on which a sandbox's init finds the spawn's error pipe (absent for `smithfs run`).
 pub const REPORT_FD: i32 = 3;
@@ -20,9 +20,6 @@ pub const INIT_ARG: &str = "__sandbox-init";
 
 /// The stage codes start here on the error pipe (below are [`super::spawn`]'s own steps).
 const BASE: u32 = 100;
-
-/// `_LINUX_CAPABILITY_VERSION_3`: two 32-bit words per set.
-const CAP_V3: u32 = 0x2008_0522;
 
 /// `CAP_KILL`: the one capability the init keeps (it forwards signals to the agent, another uid).
 pub const CAP_KILL: u32 = 5;
@@ -135,27 +132,6 @@ impl Stage {
             Stage::Seccomp => "building the sandbox: its seccomp filter",
         }
     }
-}
-
-#[repr(C)]
-struct CapHeader {
-    version: u32,
-    pid: i32,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct CapData {
-    effective: u32,
-    permitted: u32,
-    inheritable: u32,
-}
-
-/// The calling thread's `errno` (async-signal-safe).
-fn errno() -> i32 {
-    io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
 }
 
 /// Drop every capability but those of `keep` (a bit mask of capability numbers) from the

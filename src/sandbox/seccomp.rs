@@ -22,7 +22,7 @@
 //!
 //! The filter cannot be undone and is inherited by every descendant of the run.
 
-use std::io;
+use crate::process::errno;
 
 /// `SECCOMP_RET_ALLOW`.
 const RET_ALLOW: u32 = 0x7fff_0000;
@@ -281,16 +281,10 @@ pub fn available() -> bool {
     unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) >= 0 }
 }
 
-/// The calling thread's `errno` (async-signal-safe).
-fn errno() -> i32 {
-    io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io;
 
     /// Run `probe` in a forked child under `filter`; its exit code is the probe's result.
     /// The child makes raw system calls only (the test process has threads).
