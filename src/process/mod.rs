@@ -34,11 +34,10 @@ use std::time::Instant;
 /// An input the process primitives refuse before any system call (a pid or descriptor out of
 /// range, a NUL byte in an argument): `InvalidInput` saying what was wrong. It carries no errno:
 /// here only a failed system call does.
-/// The calling thread's `errno` (async-signal-safe: no allocation), `EIO` if it has none.
+/// The calling thread's `errno` (async-signal-safe: one read of its slot).
 pub fn errno() -> i32 {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
+    // SAFETY: `__errno_location` returns the calling thread's errno slot, valid for reading.
+    unsafe { *libc::__errno_location() }
 }
 
 /// `_LINUX_CAPABILITY_VERSION_3` of `capget`/`capset` (linux/capability.h): two 32-bit words

@@ -43,7 +43,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::ExitStatus;
 
-use super::pidfd;
+use super::{errno, pidfd};
 
 /// The byte the child writes on the error pipe as its first instruction: a child that dies
 /// without it never ran (killed at birth).
@@ -252,12 +252,6 @@ struct ChildPlan<'a> {
     /// `["/bin/sh", <candidate>, argv[1..]…, NULL]`: slot 1 is filled in the child.
     sh_argv: &'a mut [*const libc::c_char],
     envp: *const *const libc::c_char,
-}
-
-/// The calling thread's `errno` (async-signal-safe).
-fn errno() -> i32 {
-    // SAFETY: `__errno_location` returns the calling thread's errno slot, valid for reading.
-    unsafe { *libc::__errno_location() }
 }
 
 /// The child's side, from the clone to exec. Never returns.

@@ -27,6 +27,8 @@
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
+use crate::process::errno;
+
 use landlock::{
     path_beneath_rules, Access, AccessFs, BitFlags, Ruleset, RulesetAttr, RulesetCreatedAttr,
     Scope, ABI,
@@ -189,13 +191,6 @@ impl Domain {
         }
         Ok(())
     }
-}
-
-/// The calling thread's `errno` (async-signal-safe).
-fn errno() -> i32 {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
 }
 
 #[cfg(test)]

@@ -6,6 +6,8 @@
 //! [`isolate`] makes raw system calls only (async-signal-safe), for the child between fork and
 //! exec while it still has `CAP_SYS_ADMIN` and `CAP_NET_ADMIN` (before the credential drop).
 
+use crate::process::errno;
+
 /// `SIOCGIFFLAGS` and `SIOCSIFFLAGS` (`linux/sockios.h`).
 const SIOCGIFFLAGS: libc::c_ulong = 0x8913;
 const SIOCSIFFLAGS: libc::c_ulong = 0x8914;
@@ -71,13 +73,6 @@ pub fn isolate() -> Result<(), (Failed, i32)> {
         libc::close(s);
         r
     }
-}
-
-/// The calling thread's `errno` (async-signal-safe).
-fn errno() -> i32 {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
 }
 
 #[cfg(test)]
