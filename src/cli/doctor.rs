@@ -366,9 +366,10 @@ fn git_version() -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// The runs' sandbox (docs/SPEC.md §12): mount and pid namespaces and the agents' uid, as root.
-/// Not root: warn (mounts need `"sandbox": {"enabled": false}` until the sandbox's
-/// user-namespace form is built); root without the namespaces: fail (the mount refuses).
+/// The runs' sandbox (docs/SPEC.md §12): mount and pid namespaces and the agents' uid, as root;
+/// a user namespace per run with them in it, not root ("Without root"). Not root and refused
+/// a user namespace: warn (such a user mounts with `"sandbox": {"enabled": false}`); root
+/// without the namespaces: fail (the mount refuses).
 fn check_sandbox(root: bool) -> Check {
     let cfg = crate::config::SandboxConfig::default();
     match crate::sandbox::probe(&cfg) {

@@ -69,9 +69,24 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     let env = smith.vars(&mount);
     if let Some(plan) = sandbox {
         // The sandbox's init is PID 1 of a pid namespace of its own: this process (bound, the
-        // keeper) forks it after `unshare(CLONE_NEWPID)`.
-        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWPID)
-            .context("cannot build the sandbox: its pid namespace")?;
+        // keeper) forks it after `unshare(CLONE_NEWPID)` — and, not being root, in a user
+        // namespace of its own made first (docs/SPEC.md §12 "Without root").
+        let userns = plan
+            .user_namespace
+            .then(crate::process::sandbox::UserNs::of_this_process);
+        let mut flags = nix::sched::CloneFlags::CLONE_NEWPID;
+        if userns.is_some() {
+            flags |= nix::sched::CloneFlags::CLONE_NEWUSER;
+        }
+        nix::sched::unshare(flags).context("cannot build the sandbox: its pid namespace")?;
+        if let Some(ns) = userns {
+            ns.enter().map_err(|e| {
+                anyhow!(
+                    "cannot build the sandbox: its user namespace: {}",
+                    std::io::Error::from_raw_os_error(e)
+                )
+            })?;
+        }
         for (k, v) in &env {
             std::env::set_var(k, v);
         }
@@ -161,7 +176,7 @@ fn stdio_only() {
 /// stderr (no error pipe).
 ///
 /// # Errors
-/// The sandbox is on but this process cannot build it (not root).
+/// Never today (a process that is not root builds the sandbox in a user namespace).
 fn sandbox_plan(mount: &Path, smith: &SmithEnv) -> Result<Option<crate::sandbox::view::Plan>> {
     let config = std::fs::read_to_string(mount.join("config.json"))
         .ok()
@@ -169,10 +184,6 @@ fn sandbox_plan(mount: &Path, smith: &SmithEnv) -> Result<Option<crate::sandbox:
         .unwrap_or_default();
     if !crate::sandbox::applies(&config.sandbox) {
         return Ok(None);
-    }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        bail!("cannot build the sandbox: `smithfs run` needs root for it (docs/SPEC.md §12)");
     }
     let mut plan = crate::sandbox::view::Plan::for_mount(&config, mount);
     // The uid the daemon resolved at mount for the smith (docs/SPEC.md §12), as whoami says it.
@@ -184,7 +195,10 @@ fn sandbox_plan(mount: &Path, smith: &SmithEnv) -> Result<Option<crate::sandbox:
                 .find(|(key, _)| key == k)
                 .and_then(|(_, v)| v.parse::<u32>().ok())
         };
-        if let (Some(u), Some(g)) = (get("agents uid"), get("agents gid")) {
+        // Not root: its own uid, the only one its user namespace maps.
+        if let (Some(u), Some(g), false) =
+            (get("agents uid"), get("agents gid"), plan.user_namespace)
+        {
             plan.uid = u;
             plan.gid = g;
             plan.user = crate::sandbox::view::user_name(u).unwrap_or_else(|| "smith".into());

@@ -207,9 +207,18 @@ fn no_new_privs() -> Result<(), i32> {
 /// `PR_SET_NO_NEW_PRIVS`. Raw system calls only (async-signal-safe). `uid` and `gid` are never 0
 /// (the caller checks).
 ///
+/// In a user namespace of its own ([`UserNs`], `in_user_namespace`) `setgroups` is denied: the
+/// supplementary groups stay those the daemon had (its own), and the uid and gid are already
+/// the daemon's, so the permitted and effective sets are emptied by the explicit `capset`.
+///
 /// # Errors
 /// The errno of the first failing call; the process must then not exec.
-pub fn drop_credentials(uid: u32, gid: u32, last_cap: u32) -> Result<(), i32> {
+pub fn drop_credentials(
+    uid: u32,
+    gid: u32,
+    last_cap: u32,
+    in_user_namespace: bool,
+) -> Result<(), i32> {
     // 0 is root; -1 means "unchanged" to setres[ug]id: both would leave the run root.
     if uid == 0 || gid == 0 || uid == u32::MAX || gid == u32::MAX {
         return Err(libc::EINVAL);
@@ -217,7 +226,7 @@ pub fn drop_credentials(uid: u32, gid: u32, last_cap: u32) -> Result<(), i32> {
     drop_bounding(0, last_cap)?;
     // SAFETY: setgroups with a count of 0 reads no memory; setres[ug]id take integers.
     unsafe {
-        if libc::setgroups(0, std::ptr::null()) != 0 {
+        if !in_user_namespace && libc::setgroups(0, std::ptr::null()) != 0 {
             return Err(errno());
         }
         if libc::setresgid(gid, gid, gid) != 0 {
@@ -240,7 +249,8 @@ pub fn drop_credentials(uid: u32, gid: u32, last_cap: u32) -> Result<(), i32> {
 }
 
 /// The init's own reduction: it stays uid 0 (so runs, another uid, can neither signal nor trace
-/// it) but keeps only `CAP_KILL` (to forward signals to the agent) in every set, gets
+/// it; in a [`UserNs`] it is the runs' uid, and being not dumpable, in no Landlock domain and the
+/// pid namespace's init keep them off it) but keeps only `CAP_KILL` (to forward signals to the agent) in every set, gets
 /// `no_new_privs` and is not dumpable (no `/proc/1/{mem,environ,fd}` for anyone but root).
 ///
 /// # Errors
@@ -253,6 +263,115 @@ pub fn reduce_init(last_cap: u32) -> Result<(), i32> {
     // SAFETY: prctl with integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
         return Err(errno());
+    }
+    Ok(())
+}
+
+/// Whether a run's sandbox is built in a user namespace of its own (docs/SPEC.md §12 "Without
+/// root"): the process starting it is not root, so the namespaces, mounts and the credential
+/// drop need the capabilities a new user namespace gives its first process.
+pub fn needs_user_namespace() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() != 0 }
+}
+
+/// The user namespace of a run started by a process that is not root (docs/SPEC.md §12
+/// "Without root"): its uid and gid map to themselves (never to 0, so no program in the run sees
+/// itself as root), `setgroups` is denied (the kernel's condition for an unprivileged gid map),
+/// and the capabilities the namespace gives are made ambient so that they survive the `execve`
+/// of the sandbox's init (a uid other than 0 loses them at exec otherwise). The init drops them
+/// again: the agent with [`drop_credentials`], itself with [`reduce_init`].
+///
+/// Built before the clone (the maps formatted), entered by the child of a clone with
+/// `CLONE_NEWUSER` (or after `unshare(CLONE_NEWUSER)`) with raw system calls only.
+#[derive(Clone, Debug)]
+pub struct UserNs {
+    uid_map: Vec<u8>,
+    gid_map: Vec<u8>,
+    last_cap: u32,
+}
+
+impl UserNs {
+    /// The namespace of a run of this process: its effective uid and gid mapped to themselves.
+    /// Allocates: call it before any fork.
+    pub fn of_this_process() -> UserNs {
+        // SAFETY: geteuid/getegid have no preconditions.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        UserNs {
+            uid_map: format!("{uid} {uid} 1\n").into_bytes(),
+            gid_map: format!("{gid} {gid} 1\n").into_bytes(),
+            last_cap: last_cap(),
+        }
+    }
+
+    /// In the new user namespace's first process, before it executes anything: made dumpable,
+    /// `setgroups` denied, the uid and gid maps written, every capability of the permitted set made
+    /// inheritable and ambient. Async-signal-safe (prctl, open, write, close, capget, capset).
+    ///
+    /// # Errors
+    /// The errno of the first failing call; the process must then not exec.
+    pub fn enter(&self) -> Result<(), i32> {
+        // The daemon is not dumpable (docs/SPEC.md §10), which makes `/proc/self`'s files
+        // root's: this process may only write its maps while dumpable. It is a fresh child in
+        // namespaces of its own, and the exec that follows makes it dumpable anyway (until the
+        // init's `reduce_init`).
+        // SAFETY: prctl with integer arguments only.
+        if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) } != 0 {
+            return Err(errno());
+        }
+        write_proc(c"/proc/self/setgroups", b"deny")?;
+        write_proc(c"/proc/self/uid_map", &self.uid_map)?;
+        write_proc(c"/proc/self/gid_map", &self.gid_map)?;
+        let header = CapHeader {
+            version: CAP_V3,
+            pid: 0,
+        };
+        let mut data = [CapData::default(); 2];
+        // SAFETY: capget/capset with pointers to locals of the kernel's layout.
+        unsafe {
+            if libc::syscall(libc::SYS_capget, &header, data.as_mut_ptr()) != 0 {
+                return Err(errno());
+            }
+            for d in &mut data {
+                d.inheritable = d.permitted;
+            }
+            if libc::syscall(libc::SYS_capset, &header, data.as_ptr()) != 0 {
+                return Err(errno());
+            }
+        }
+        for cap in 0..=self.last_cap.min(63) {
+            // SAFETY: prctl with integer arguments only.
+            let r = unsafe {
+                libc::prctl(
+                    libc::PR_CAP_AMBIENT,
+                    libc::PR_CAP_AMBIENT_RAISE,
+                    libc::c_ulong::from(cap),
+                    0,
+                    0,
+                )
+            };
+            if r != 0 && errno() != libc::EINVAL {
+                return Err(errno());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Write `text` to the `/proc` file `path` in one `write`. Async-signal-safe.
+fn write_proc(path: &std::ffi::CStr, text: &[u8]) -> Result<(), i32> {
+    // SAFETY: a NUL-terminated path; a write of a live buffer of its length; our descriptor.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(errno());
+        }
+        let n = libc::write(fd, text.as_ptr().cast(), text.len());
+        let e = errno();
+        libc::close(fd);
+        if usize::try_from(n).ok() != Some(text.len()) {
+            return Err(if n < 0 { e } else { libc::EIO });
+        }
     }
     Ok(())
 }
@@ -284,9 +403,17 @@ mod tests {
 
     #[test]
     fn root_is_never_the_target() {
-        assert_eq!(drop_credentials(0, 1000, 40), Err(libc::EINVAL));
-        assert_eq!(drop_credentials(1000, 0, 40), Err(libc::EINVAL));
-        assert_eq!(drop_credentials(u32::MAX, 1000, 40), Err(libc::EINVAL));
-        assert_eq!(drop_credentials(1000, u32::MAX, 40), Err(libc::EINVAL));
+        for userns in [false, true] {
+            assert_eq!(drop_credentials(0, 1000, 40, userns), Err(libc::EINVAL));
+            assert_eq!(drop_credentials(1000, 0, 40, userns), Err(libc::EINVAL));
+            assert_eq!(
+                drop_credentials(u32::MAX, 1000, 40, userns),
+                Err(libc::EINVAL)
+            );
+            assert_eq!(
+                drop_credentials(1000, u32::MAX, 40, userns),
+                Err(libc::EINVAL)
+            );
+        }
     }
 }

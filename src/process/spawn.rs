@@ -243,6 +243,9 @@ struct ChildPlan<'a> {
     confine: Option<super::confine::Confinement>,
     /// The sandbox's init argv (NULL-terminated), or null: no sandbox.
     init_argv: *const *const libc::c_char,
+    /// The sandbox's user namespace (a spawning process that is not root), entered before the
+    /// init's exec.
+    userns: Option<&'a super::sandbox::UserNs>,
     cwd: *const libc::c_char,
     /// execve candidates, in order (one unless `$PATH` is searched).
     candidates: &'a [*const libc::c_char],
@@ -382,6 +385,11 @@ unsafe fn exec_init(p: &mut ChildPlan<'_>) -> ! {
         };
         if moved < 0 {
             fail(err, Step::Sandbox, errno());
+        }
+        if let Some(ns) = p.userns {
+            if let Err(e) = ns.enter() {
+                fail(err, Step::Sandbox, e);
+            }
         }
         libc::syscall(
             libc::SYS_close_range,
@@ -523,13 +531,18 @@ pub fn candidates(
 unsafe fn clone3(
     cgroup: Option<RawFd>,
     new_pid_ns: bool,
+    new_user_ns: bool,
 ) -> io::Result<(libc::pid_t, Option<OwnedFd>)> {
     let mut pidfd: libc::c_int = -1;
-    let ns = if new_pid_ns {
+    let mut ns = if new_pid_ns {
         libc::CLONE_NEWPID as u64
     } else {
         0
     };
+    if new_user_ns {
+        // Made first by the kernel: it owns the pid namespace (docs/SPEC.md §12 "Without root").
+        ns |= libc::CLONE_NEWUSER as u64;
+    }
     let mut args = CloneArgs {
         flags: libc::CLONE_PIDFD as u64 | ns,
         pidfd: std::ptr::addr_of_mut!(pidfd) as u64,
@@ -620,6 +633,8 @@ struct Prepared<'a> {
     confine: Option<super::confine::Confinement>,
     /// The sandbox's init argv, NULL-terminated; empty: no sandbox.
     init_argv: Vec<*const libc::c_char>,
+    /// The sandbox's user namespace: this process is not root (docs/SPEC.md §12 "Without root").
+    userns: Option<super::sandbox::UserNs>,
 }
 
 /// How one clone ended.
@@ -707,6 +722,8 @@ pub fn spawn(s: Spawn<'_>) -> io::Result<Process> {
         out: out.as_fd(),
         nofile: s.program.nofile,
         confine: s.program.confine,
+        userns: (!init_argv.is_empty() && super::sandbox::needs_user_namespace())
+            .then(super::sandbox::UserNs::of_this_process),
         init_argv,
     };
     let mut cgroup = s.cgroup;
@@ -763,6 +780,7 @@ fn attempt(
         } else {
             prep.init_argv.as_ptr()
         },
+        userns: prep.userns.as_ref(),
         cwd: prep.cwd,
         candidates: &prep.candidates,
         search: prep.search,
@@ -775,6 +793,7 @@ fn attempt(
     // a seccomp filter, an old kernel) a plain child that waits to be bound.
     let mut in_cgroup = cgroup.is_some();
     let sandboxed = !prep.init_argv.is_empty();
+    let userns = prep.userns.is_some();
     let cloned = {
         let _mask = BlockSignals::new();
         let mut clone = || -> io::Result<(libc::pid_t, Option<OwnedFd>)> {
@@ -786,7 +805,7 @@ fn attempt(
                     -1
                 };
                 // SAFETY: the child branch below only runs `child`, which keeps the contract.
-                match unsafe { clone3(Some(cg.as_raw_fd()), sandboxed) } {
+                match unsafe { clone3(Some(cg.as_raw_fd()), sandboxed, userns) } {
                     Ok(r) => return Ok(r),
                     Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::ENOMEM)) => {
                         return Err(e)
@@ -799,7 +818,7 @@ fn attempt(
             }
             plan.go = go_rd.as_raw_fd();
             // SAFETY: as above.
-            match unsafe { clone3(None, sandboxed) } {
+            match unsafe { clone3(None, sandboxed, userns) } {
                 // A pid namespace needs clone3 here: never a run without its sandbox.
                 Err(e) if sandboxed => Err(io::Error::new(
                     e.kind(),

@@ -574,7 +574,7 @@ fn agent(
     search: bool,
 ) -> ! {
     let report = plan.report;
-    if let Err(e) = psb::drop_credentials(plan.uid, plan.gid, plan.last_cap) {
+    if let Err(e) = psb::drop_credentials(plan.uid, plan.gid, plan.last_cap, plan.user_namespace) {
         fail(report, Stage::Credentials, Errno::from_raw(e));
     }
     let dirs = [plan.cwd.as_deref(), plan.fallback_cwd.as_deref()];

@@ -67,7 +67,7 @@ pub fn protections() -> Vec<Protection> {
             .to_string()
     };
     let seccomp_ok = seccomp::available();
-    let ns_ok = can_make_namespaces();
+    let ns = namespaces();
     vec![
         Protection {
             name: "landlock",
@@ -94,25 +94,32 @@ pub fn protections() -> Vec<Protection> {
         },
         Protection {
             name: "namespaces",
-            available: ns_ok,
-            detail: if ns_ok {
-                "mount, pid and network namespaces (CAP_SYS_ADMIN)".to_string()
-            } else {
-                "this process lacks CAP_SYS_ADMIN: no namespaces for runs (a daemon without root is not built yet)".to_string()
-            },
+            available: ns.is_ok(),
+            detail: ns.unwrap_or_else(|why| why),
         },
     ]
 }
 
-/// Whether this process may create mount, pid and network namespaces (`CAP_SYS_ADMIN` in its
-/// effective set; the user-namespace path of a daemon without root is not built).
-fn can_make_namespaces() -> bool {
+/// Whether runs of a daemon with this process's privileges get mount, pid and network
+/// namespaces: root with `CAP_SYS_ADMIN` in its effective set, or a process that is not root
+/// in a user namespace of their own (docs/SPEC.md §12 "Without root"; [`super::probe`] tries
+/// it). `Ok` with what they get, or why not.
+fn namespaces() -> Result<String, String> {
+    if crate::process::sandbox::needs_user_namespace() {
+        return super::probe(&SandboxConfig::default())
+            .map(|_| "mount, pid and network namespaces in a user namespace per run (the daemon is not root)".to_string());
+    }
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
+    let sys_admin = status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .is_some_and(|caps| caps & (1 << 21) != 0)
+        .is_some_and(|caps| caps & (1 << 21) != 0);
+    if sys_admin {
+        Ok("mount, pid and network namespaces (CAP_SYS_ADMIN)".to_string())
+    } else {
+        Err("this process is root without CAP_SYS_ADMIN: no namespaces for runs".to_string())
+    }
 }
 
 /// The mount's check (docs/SPEC.md §12 "What the host offers"): with the sandbox on, every

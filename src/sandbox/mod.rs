@@ -60,11 +60,17 @@ pub fn applies(cfg: &SandboxConfig) -> bool {
 }
 
 /// The agents' uid and gid (docs/SPEC.md §12 "Users") until the daemon hands the view the
-/// [`AgentUser`] it resolved at mount: `sandbox.uid` (gid: the same number), else
+/// [`AgentUser`] it resolved at mount: this process's own when it is not root (as
+/// [`AgentUser::resolve`] decides), else `sandbox.uid` (gid: the same number), else
 /// `SUDO_UID`/`SUDO_GID` of this process (the daemon inherits them from `sudo smithfs mount`),
 /// else [`NOBODY`]. Never 0 (`sandbox.uid: 0` is refused by the config; a `SUDO_UID` of 0 counts
 /// as unset). The one place the view asks.
 pub fn agents_ids(cfg: &SandboxConfig) -> (u32, u32) {
+    if crate::process::sandbox::needs_user_namespace() {
+        // A process that is not root runs agents as itself (docs/SPEC.md §12 "Without root").
+        // SAFETY: geteuid/getegid have no preconditions.
+        return unsafe { (libc::geteuid(), libc::getegid()) };
+    }
     let env = |k: &str| {
         std::env::var(k)
             .ok()
@@ -82,32 +88,119 @@ pub fn agents_ids(cfg: &SandboxConfig) -> (u32, u32) {
 
 /// What this host gives the sandbox (docs/SPEC.md §12: `doctor` says it, `mount` refuses a
 /// sandbox it cannot build): `Ok` with a sentence (the namespaces and the agents' uid), or the
-/// one-line reason it cannot be built — the process is not root (the user-namespace path of
-/// §12 "Without root" is not built yet), or the kernel refuses a mount or pid namespace.
+/// one-line reason it cannot be built — the kernel refuses a mount or pid namespace to root, or
+/// (a process that is not root, §12 "Without root") a user namespace, or a `/proc` of a new pid
+/// namespace inside it.
 ///
 /// # Errors
 /// The reason, one line.
 pub fn probe(cfg: &SandboxConfig) -> Result<String, String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err(
-            "the daemon is not root: a run's sandbox needs root (its user-namespace form is not built yet)"
-                .into(),
-        );
-    }
-    // SAFETY: fork; the child makes two raw system calls (unshare, _exit), async-signal-safe.
+    let userns = crate::process::sandbox::needs_user_namespace();
+    let ns = userns.then(crate::process::sandbox::UserNs::of_this_process);
+    // SAFETY: fork; the child makes raw system calls only (unshare, open, write, capget, capset,
+    // prctl, mount, fork, waitpid, _exit), async-signal-safe.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(format!("fork: {}", std::io::Error::last_os_error()));
     }
     if pid == 0 {
         // SAFETY: as above.
-        unsafe {
-            let r = libc::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWPID);
-            let e = if r == 0 { 0 } else { *libc::__errno_location() };
-            libc::_exit(e.clamp(0, 255));
+        unsafe { libc::_exit(probe_child(ns.as_ref())) }
+    }
+    let code = wait_code(pid)?;
+    if code != 0 {
+        let err = std::io::Error::from_raw_os_error(code & 0x7f);
+        return Err(match (userns, code & 0x80) {
+            (false, _) => format!("the kernel refuses a mount and pid namespace: {err}"),
+            (true, 0) => format!(
+                "the daemon is not root and the kernel refuses it a user namespace ({err}): \
+                 allow unprivileged user namespaces (sysctl user.max_user_namespaces, \
+                 kernel.unprivileged_userns_clone, kernel.apparmor_restrict_unprivileged_userns) \
+                 or mount as root"
+            ),
+            (true, _) => format!(
+                "the daemon is not root and the kernel refuses /proc of a pid namespace in its \
+                 user namespace ({err}; a /proc partly covered, as in some containers?): mount \
+                 as root"
+            ),
+        });
+    }
+    let (uid, gid) = agents_ids(cfg);
+    Ok(if userns {
+        format!(
+            "a user namespace per run (uid {uid} and gid {gid} mapped to themselves), mount and pid namespaces in it; runs as uid {uid}, no capability"
+        )
+    } else {
+        format!("mount and pid namespaces; runs as uid {uid}, gid {gid}, no capability")
+    })
+}
+
+/// The probe's child: the namespaces a run gets (with `ns`, a user namespace first, and its
+/// maps), then, as PID 1 of the new pid namespace, a `/proc` of it mounted (in its own mount
+/// namespace: the host sees nothing). Returns 0, or the errno (below 128), plus 128 when the
+/// namespaces were made and `/proc` was refused. Raw system calls only.
+fn probe_child(ns: Option<&crate::process::sandbox::UserNs>) -> i32 {
+    let errno = crate::process::errno;
+    let mut flags = libc::CLONE_NEWNS | libc::CLONE_NEWPID;
+    if ns.is_some() {
+        flags |= libc::CLONE_NEWUSER;
+    }
+    // SAFETY: unshare takes integers.
+    if unsafe { libc::unshare(flags) } != 0 {
+        return errno().clamp(1, 127);
+    }
+    if let Some(ns) = ns {
+        if let Err(e) = ns.enter() {
+            return e.clamp(1, 127);
         }
     }
+    // SAFETY: fork of this single-threaded child; the grandchild makes raw calls only.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return errno().clamp(1, 127);
+    }
+    if pid == 0 {
+        // SAFETY: mount with NUL-terminated literals; _exit never returns.
+        unsafe {
+            let slave = libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_SLAVE | libc::MS_REC,
+                std::ptr::null(),
+            );
+            let r = if slave == 0 {
+                libc::mount(
+                    c"proc".as_ptr(),
+                    c"/proc".as_ptr(),
+                    c"proc".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    std::ptr::null(),
+                )
+            } else {
+                slave
+            };
+            libc::_exit(if r == 0 { 0 } else { errno().clamp(1, 127) })
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waitpid on our own child into a local.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
+        if errno() != libc::EINTR {
+            return libc::ECHILD;
+        }
+    }
+    if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+        0
+    } else if libc::WIFEXITED(status) {
+        128 | libc::WEXITSTATUS(status)
+    } else {
+        128 | libc::EIO
+    }
+}
+
+/// Wait for the probe's child `pid`: its exit code (`EIO` when a signal ended it).
+fn wait_code(pid: libc::pid_t) -> Result<i32, String> {
     let mut status = 0;
     // SAFETY: waitpid on our own child into a local.
     while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
@@ -115,19 +208,9 @@ pub fn probe(cfg: &SandboxConfig) -> Result<String, String> {
             return Err("waitpid failed".into());
         }
     }
-    let code = if libc::WIFEXITED(status) {
+    Ok(if libc::WIFEXITED(status) {
         libc::WEXITSTATUS(status)
     } else {
         libc::EIO
-    };
-    if code != 0 {
-        return Err(format!(
-            "the kernel refuses a mount and pid namespace: {}",
-            std::io::Error::from_raw_os_error(code)
-        ));
-    }
-    let (uid, gid) = agents_ids(cfg);
-    Ok(format!(
-        "mount and pid namespaces; runs as uid {uid}, gid {gid}, no capability"
-    ))
+    })
 }

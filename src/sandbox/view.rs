@@ -73,6 +73,11 @@ pub struct Plan {
     /// The kernel-enforced layers' options (`sandbox.network`, `sandbox.user_namespaces`).
     #[serde(default)]
     pub layers: crate::sandbox::layers::Options,
+    /// The run is in a user namespace of its own, made by the process that starts it because
+    /// that process is not root ([`crate::process::sandbox::UserNs`], docs/SPEC.md §12 "Without
+    /// root"): `uid` and `gid` are that process's, and `setgroups` is denied.
+    #[serde(default)]
+    pub user_namespace: bool,
 }
 
 impl Plan {
@@ -115,6 +120,7 @@ impl Plan {
             report: true,
             last_cap: crate::process::sandbox::last_cap(),
             layers: crate::sandbox::layers::Options::of(&config.sandbox),
+            user_namespace: crate::process::sandbox::needs_user_namespace(),
         }
     }
 

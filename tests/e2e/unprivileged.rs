@@ -380,12 +380,89 @@ fn allow_other_without_user_allow_other_is_refused_as_doctor_says() {
     drop(grant);
 }
 
-/// A sandbox the daemon cannot build is refused at mount in one line (docs/SPEC.md §12): a
-/// non-root daemon (the sandbox's user-namespace form is not built yet) with the sandbox on
-/// (`SMITHFS_SANDBOX=1` while it is transitional) mounts nothing; `doctor` says why on its
-/// `sandbox` line.
+/// `smithfs ARGS…` as `uid:gid` with the sandbox on (`SMITHFS_SANDBOX=1` while it is
+/// transitional; harmless once it is the default) and `vars` in its environment.
+fn sandboxed_as(uid: u32, gid: u32, vars: &[(&str, &OsStr)], args: &[&OsStr]) -> Run {
+    let mut cmd = Command::new("setpriv");
+    cmd.arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={gid}"))
+        .arg("--clear-groups")
+        .arg("--")
+        .arg(SMITHFS)
+        .args(args)
+        .env("SMITHFS_SANDBOX", "1");
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    run(&mut cmd)
+}
+
+/// A process of the test user, outside every run (killed and reaped on drop).
+struct UserProcess(std::process::Child);
+
+impl UserProcess {
+    fn start(uid: u32, gid: u32, argv: &[&OsStr], vars: &[(&str, &OsStr)]) -> UserProcess {
+        let mut cmd = Command::new("setpriv");
+        cmd.arg(format!("--reuid={uid}"))
+            .arg(format!("--regid={gid}"))
+            .arg("--clear-groups")
+            .arg("--")
+            .args(argv)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        UserProcess(cmd.spawn().expect("spawn a process as the test user"))
+    }
+}
+
+impl Drop for UserProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// What a run of a non-root daemon must show (tests/fixtures/escapes.sh's output with
+/// `SANDBOXED=1 LAYERS=1`): nothing got out, it is the daemon's uid (not 0) with one group, no
+/// capability, `no_new_privs`, under the seccomp filter, bound as smith-root.
+fn check_rootless(out: &str, uid: u32, what: &str) {
+    assert!(
+        !out.contains("ESCAPED") && !out.contains("MISSING"),
+        "[{what}] a run of a non-root daemon got out:\n{out}"
+    );
+    assert!(
+        out.contains(&format!("\nuid: {uid}\n")),
+        "[{what}] uid:\n{out}"
+    );
+    let groups = out
+        .lines()
+        .find_map(|l| l.strip_prefix("groups: "))
+        .unwrap_or_else(|| panic!("[{what}] no groups line:\n{out}"));
+    assert_eq!(groups.split_whitespace().count(), 1, "[{what}] {groups}");
+    for cap in ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"] {
+        assert!(
+            out.contains(&format!("{cap} 0000000000000000")),
+            "[{what}] {cap} not empty:\n{out}"
+        );
+    }
+    for line in ["NoNewPrivs: 1", "Seccomp: 2", "full id: smith-root\n"] {
+        assert!(out.contains(line), "[{what}] no {line:?}:\n{out}");
+    }
+}
+
+/// A daemon that is not root sandboxes its runs in a user namespace per run (docs/SPEC.md §12
+/// "Without root"), as a real non-root user through fusermount3: `doctor` says it is given,
+/// the mount starts, and every route of tests/fixtures/escapes.sh (part one's view and the
+/// kernel-enforced layers) fails from a run the scheduler started and from `smithfs run` — the
+/// same uid as the daemon, a sibling run, the user's own processes and an abstract socket
+/// outside notwithstanding. The runs' uid is the user's inside too (`uid_map` maps it to
+/// itself, never to 0), and what a run creates belongs to the user.
 #[test]
-fn a_sandbox_that_cannot_be_built_is_refused_at_mount() {
+fn a_non_root_daemon_sandboxes_its_runs() {
+    use std::os::linux::net::SocketAddrExt;
     let Some((_grant, uid, gid)) = granted_user() else {
         return;
     };
@@ -397,32 +474,156 @@ fn a_sandbox_that_cannot_be_built_is_refused_at_mount() {
     let home = tmp.path().join("home");
     std::fs::create_dir(&home).unwrap();
     std::os::unix::fs::chown(&home, Some(uid), Some(gid)).unwrap();
+    // The script, a file outside the view and a writable share, where the user can reach them
+    // (a daemon that is not root sees only what its user may).
+    let script = tmp.path().join("escapes.sh");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/escapes.sh"),
+        &script,
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let outside = tmp.path().join("outside.txt");
+    std::fs::write(&outside, "the user's, outside the view\n").unwrap();
+    std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let share = tmp.path().join("share");
+    std::fs::create_dir(&share).unwrap();
+    std::os::unix::fs::chown(&share, Some(uid), Some(gid)).unwrap();
+    // The user's own process outside every run, named by a pid file in the writable share
+    // (same uid as the runs: only the pid namespace and Landlock's scoping stand between).
+    let victim = UserProcess::start(uid, gid, &[OsStr::new("sleep"), OsStr::new("300")], &[]);
+    let pidfile = share.join("victim.pid");
+    std::fs::write(&pidfile, victim.0.id().to_string()).unwrap();
+    let name = format!("smithfs-rootless-{}", std::process::id());
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+    listener.set_nonblocking(true).unwrap();
+
     let m = home.join("m");
     smithfs_as(uid, gid, &[OsStr::new("init"), m.as_os_str()]).expect_ok("init as the user");
-    let r = run(Command::new("setpriv")
-        .arg(format!("--reuid={uid}"))
-        .arg(format!("--regid={gid}"))
-        .arg("--clear-groups")
-        .arg("--")
-        .arg(SMITHFS)
-        .arg("mount")
-        .arg(&m)
-        .env("SMITHFS_SANDBOX", "1"));
-    assert!(!r.ok(), "a sandbox without root was mounted: {r:?}");
-    assert_eq!(r.stderr.trim().lines().count(), 1, "one line: {r:?}");
-    assert!(
-        r.stderr.contains("cannot build the runs' sandbox") && r.stderr.contains("not root"),
-        "{r:?}"
-    );
-    assert!(!is_smithfs_mounted(&m));
-    let out = smithfs_as(uid, gid, &[OsStr::new("doctor"), OsStr::new("--json")]).stdout;
-    let (_, sandbox) = doctor_check(&out, "sandbox");
-    assert_eq!(sandbox["status"], "warn", "{sandbox}");
+    let vars = [
+        ("SANDBOXED", "1".to_string()),
+        ("LAYERS", "1".to_string()),
+        ("OUTSIDE", outside.to_string_lossy().into_owned()),
+        ("SMITHFS_BIN", SMITHFS.to_string()),
+        ("AGENT_PROG", script.to_string_lossy().into_owned()),
+        ("ABSTRACT", name.clone()),
+        ("PIDFILE", pidfile.to_string_lossy().into_owned()),
+    ];
+    let env: serde_json::Map<String, serde_json::Value> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), serde_json::Value::from(v.as_str())))
+        .collect();
+    let config = serde_json::json!({
+        "agent": { "command": ["/bin/bash", script], "env": env, "retries": 0 },
+        "sandbox": { "writable": [share] },
+    });
+    std::fs::write(m.join("config.json"), config.to_string()).unwrap();
+    std::os::unix::fs::chown(m.join("config.json"), Some(uid), Some(gid)).unwrap();
+
+    // doctor says what this host gives a non-root daemon.
+    let d = sandboxed_as(uid, gid, &[], &[OsStr::new("doctor"), OsStr::new("--json")]);
+    let (checks, sandbox) = doctor_check(&d.stdout, "sandbox");
+    assert_eq!(sandbox["status"], "ok", "{checks}");
     assert!(
         sandbox["detail"]
             .as_str()
             .unwrap_or("")
-            .contains("not root"),
+            .contains("a user namespace per run"),
         "{sandbox}"
     );
+    let (_, ns) = doctor_check(&d.stdout, "namespaces");
+    assert_eq!(ns["status"], "ok", "{checks}");
+
+    sandboxed_as(uid, gid, &[], &[OsStr::new("mount"), m.as_os_str()])
+        .expect_ok("a sandboxed mount as the user");
+    let mounted = UserMount {
+        _tmp: tempfile::tempdir().unwrap(),
+        dir: m.clone(),
+        uid,
+        gid,
+    };
+    let in_mount = |script: &str| sh_as(uid, gid, &home, &format!("cd m && {script}"));
+    // A sibling: another smith's process, through `smithfs run` as the user (sandboxed too).
+    in_mount("mkdir smiths/smith-root/children/smith-001").expect_ok("mkdir smith-001");
+    let sibling = UserProcess::start(
+        uid,
+        gid,
+        &[
+            OsStr::new(SMITHFS),
+            OsStr::new("run"),
+            OsStr::new("--mount"),
+            m.as_os_str(),
+            OsStr::new("--smith"),
+            OsStr::new("smith-root/smith-001"),
+            OsStr::new("--"),
+            OsStr::new("sleep"),
+            OsStr::new("120"),
+        ],
+        &[("SMITHFS_SANDBOX", OsStr::new("1"))],
+    );
+    in_mount(&format!(
+        "printf 'escape\\nsibling: {}\\n' > smiths/smith-root/inbox/task-1.md",
+        sibling.0.id()
+    ))
+    .expect_ok("task");
+    let conv = "smiths/smith-root/conversations/run-0001";
+    let meta = poll_until(90, "the run to end", || {
+        let text = in_mount(&format!("cat {conv}/meta.json")).stdout;
+        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+        (!v["end"].is_null()).then_some(v)
+    });
+    let log = in_mount(&format!("cat {conv}/messages.log")).stdout;
+    assert!(meta["error"].is_null(), "{meta}\n{log}");
+    check_rootless(&log, uid, "non-root daemon, scheduler");
+
+    // `smithfs run` as the user: the same sandbox, built by a process that is not root; its uid
+    // inside maps to itself, and what it writes is the user's.
+    let mut argv: Vec<&OsStr> = vec![
+        OsStr::new("run"),
+        OsStr::new("--mount"),
+        m.as_os_str(),
+        OsStr::new("--smith"),
+        OsStr::new("smith-root"),
+        OsStr::new("--"),
+        OsStr::new("/bin/bash"),
+        script.as_os_str(),
+    ];
+    let sib = sibling.0.id().to_string();
+    let mut with: Vec<(&str, &OsStr)> = vars.iter().map(|(k, v)| (*k, OsStr::new(v))).collect();
+    with.push(("SIBLING", OsStr::new(&sib)));
+    let out = sandboxed_as(uid, gid, &with, &argv);
+    check_rootless(&out.stdout, uid, "non-root daemon, smithfs run");
+    argv.truncate(6);
+    argv.extend([
+        OsStr::new("sh"),
+        OsStr::new("-c"),
+        OsStr::new("cat /proc/self/uid_map; id -u; echo made > \"$SMITH_DIR/outbox/made.txt\""),
+    ]);
+    let out = sandboxed_as(uid, gid, &[], &argv);
+    let map: Vec<&str> = out
+        .stdout
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let id = uid.to_string();
+    assert_eq!(map, [id.as_str(), id.as_str(), "1"], "{out:?}");
+    assert_eq!(out.stdout.lines().nth(1), Some(id.as_str()), "{out:?}");
+    let owner = in_mount("stat -c %u:%g smiths/smith-root/outbox/made.txt").expect_ok("stat");
+    assert_eq!(owner.trim(), format!("{uid}:{gid}"));
+
+    assert!(
+        matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "a run connected to the abstract socket"
+    );
+    // SAFETY: signal 0 to our own unreaped child.
+    let alive = unsafe { libc::kill(victim.0.id() as i32, 0) } == 0;
+    assert!(alive, "the user's process outside the runs died");
+    let daemon = find_daemon(&m).expect("the daemon");
+    // SAFETY: signal 0 only probes for existence.
+    assert_eq!(unsafe { libc::kill(daemon, 0) }, 0, "the daemon died");
+    drop(sibling);
+    drop(mounted);
 }
