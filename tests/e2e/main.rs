@@ -9,6 +9,8 @@
 #[macro_use]
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../common/slurm.rs"]
+mod slurm_cluster;
 
 mod agent_clis;
 mod hardening;
@@ -21,6 +23,7 @@ mod ops;
 mod ops_daemon;
 mod sandbox;
 mod sched;
+mod slurm;
 mod tools;
 mod unprivileged;
 mod uring;
