@@ -21,6 +21,7 @@ pub mod limits;
 pub mod policy;
 pub mod process;
 pub mod reload;
+pub mod remote;
 pub mod sandbox;
 pub mod sched;
 pub mod sys;

@@ -83,6 +83,14 @@ pub enum FsError {
     /// `lseek` on a control file with a `whence` it does not take: EINVAL, as lseek(2).
     #[error("unknown lseek whence")]
     BadWhence,
+    /// A remote connection named a node id it was never given (docs/SPEC.md §13): ESTALE,
+    /// decided by the connection before the filesystem sees the request.
+    #[error("node id not held by this connection")]
+    NodeNotHeld,
+    /// A remote connection named a file handle it does not hold (another connection's, or one
+    /// it released; docs/SPEC.md §13): EBADF.
+    #[error("file handle not held by this connection")]
+    HandleNotHeld,
 }
 
 impl FsError {
@@ -90,7 +98,8 @@ impl FsError {
     pub fn errno(&self) -> Errno {
         match self {
             FsError::Backing(e) | FsError::Denied(e) | FsError::Reserved(e) => *e,
-            FsError::Stale => Errno::ESTALE,
+            FsError::Stale | FsError::NodeNotHeld => Errno::ESTALE,
+            FsError::HandleNotHeld => Errno::EBADF,
             FsError::Hidden | FsError::UnknownSmith | FsError::NoSuchControlFile => Errno::ENOENT,
             FsError::NotOpenForWriting | FsError::NotCtl => Errno::EBADF,
             FsError::Exists => Errno::EEXIST,
@@ -147,7 +156,9 @@ impl FsError {
             | FsError::NotOwner
             | FsError::Unimplemented
             | FsError::SeekPastEnd
-            | FsError::BadWhence => tracing::Level::DEBUG,
+            | FsError::BadWhence
+            | FsError::NodeNotHeld
+            | FsError::HandleNotHeld => tracing::Level::DEBUG,
         }
     }
 }

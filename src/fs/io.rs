@@ -255,6 +255,18 @@ impl SmithFs {
     /// Release the handle `fh` (FUSE release, at the last close). Releasing a handle that wrote
     /// completes the file (docs/SPEC.md §5).
     pub fn release(&self, ino: NodeId, fh: Fh) -> FsResult<()> {
+        self.close_handle(ino, fh, true)
+    }
+
+    /// Close handle `fh` of `ino` that its holder never closed: a remote connection dropped
+    /// while it was open (docs/SPEC.md §13). Like [`SmithFs::release`] but a file written
+    /// through it does not complete (docs/SPEC.md §5): a writer cut off mid-write publishes
+    /// nothing (docs/PROTOCOL-NOTES.md R6).
+    pub fn abandon(&self, ino: NodeId, fh: Fh) -> FsResult<()> {
+        self.close_handle(ino, fh, false)
+    }
+
+    fn close_handle(&self, ino: NodeId, fh: Fh, complete: bool) -> FsResult<()> {
         if control::is_virtual(ino) {
             return self.controls.remove(fh).map(drop).ok_or(FsError::Stale);
         }
@@ -276,7 +288,7 @@ impl SmithFs {
                 Passthrough::Idle | Passthrough::Never => {}
             }
         }
-        if h.dirty.load(Ordering::Relaxed) && h.inode.kind == libc::S_IFREG {
+        if complete && h.dirty.load(Ordering::Relaxed) && h.inode.kind == libc::S_IFREG {
             let (parent, name) = {
                 let p = h.inode.place.lock();
                 (p.parent, p.name.clone())

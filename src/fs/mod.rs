@@ -92,6 +92,10 @@ pub struct Caller {
     pub uid: u32,
     /// Filesystem gid.
     pub gid: u32,
+    /// The smith the transport vouches for: a remote connection proved with its run's secret
+    /// that it is this smith's run (docs/SPEC.md §13), so it is judged as this smith and no pid
+    /// is looked up. `None` for the local mount (the pid decides, §2).
+    pub as_smith: Option<SmithIdx>,
 }
 
 /// Attributes of an inode as the mount shows them: the backing `stat` with `st_ino` replaced by
@@ -516,6 +520,9 @@ impl SmithFs {
     /// by its process is the Operator only as uid 0, the daemon's uid or the agents' user; any
     /// other uid is Unknown (docs/SPEC.md §2, §12).
     pub fn identify(&self, caller: &Caller) -> Identity {
+        if let Some(smith) = caller.as_smith {
+            return Identity::Smith(smith);
+        }
         let who = self.identities.resolve(caller.pid);
         match (&who, &self.opts.agents) {
             (Identity::Operator, Some(agents))

@@ -103,6 +103,10 @@ impl OpenFile {
             pid: self.opener_pid,
             uid: self.opener_uid,
             gid: u32::MAX,
+            as_smith: match self.opener {
+                Identity::Smith(s) => Some(s),
+                Identity::Operator | Identity::Unknown => None,
+            },
         }
     }
 }

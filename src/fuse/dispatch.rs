@@ -1,8 +1,9 @@
 //! One dispatcher from decoded FUSE requests ([`wire::Request`]) to [`SmithFs`] operations,
-//! for the transports that smithfs drives itself (io_uring, [`super::uring`]). It makes the
-//! same `SmithFs` calls with the same arguments, cache lifetimes and open flags as the fuser
-//! adapter in [`super::FuseFs`] (which keeps serving `/dev/fuse`), so identity, policy and
-//! passthrough behave alike on both transports.
+//! for the transports that smithfs drives itself (io_uring, [`super::uring`], and the remote
+//! mount's connections, `crate::remote`, docs/SPEC.md §13). It makes the same `SmithFs` calls
+//! with the same arguments, cache lifetimes and open flags as the fuser adapter in
+//! [`super::FuseFs`] (which keeps serving `/dev/fuse`), so identity, policy and passthrough
+//! behave alike on every transport.
 
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -29,6 +30,10 @@ pub enum Reply {
     Create(EntryOut, u64, u32, u32),
     /// Raw bytes: READ data, READLINK target, an xattr value or list, a READDIR body.
     Data(Vec<u8>),
+    /// A READDIRPLUS body and the node ids of its entries, each of which the reply gave one
+    /// lookup (every entry but `.` and `..`, as the kernel counts them): what a transport that
+    /// keeps its own lookup counts (a remote connection) adds to them.
+    Listing(Vec<u8>, Vec<NodeId>),
     /// `fuse_write_out`.
     Written(u32),
     /// `fuse_getxattr_out`.
@@ -56,7 +61,7 @@ impl Reply {
                 out.entry(e);
                 out.open(*fh, *fl, *b);
             }
-            Reply::Data(d) => out.bytes(d),
+            Reply::Data(d) | Reply::Listing(d, _) => out.bytes(d),
             Reply::Written(n) => out.write(*n),
             Reply::XattrSize(n) => out.xattr_size(*n),
             Reply::Lseek(o) => out.lseek(*o),
@@ -152,13 +157,16 @@ impl Drop for RingBacking {
 #[derive(Debug)]
 pub struct Dispatcher {
     fs: Arc<SmithFs>,
-    /// Passthrough was granted at INIT.
+    /// Passthrough was granted at INIT (never over a remote connection).
     passthrough: bool,
     /// `Some(uid)`: only this uid (the daemon's) may issue requests other than the ones the
     /// kernel sends without a caller (fuser's `SessionACL::Owner`, which `/dev/fuse` applies).
     owner: Option<u32>,
-    /// The FUSE device, for passthrough registrations.
-    dev: Arc<OwnedFd>,
+    /// The FUSE device, for passthrough registrations; `None` for a remote connection.
+    dev: Option<Arc<OwnedFd>>,
+    /// `Some`: every request is this caller's, whatever its header says (a remote connection
+    /// judged as its run's smith, docs/SPEC.md §13); `None`: the header's pid, uid and gid.
+    vouched: Option<Caller>,
 }
 
 impl Dispatcher {
@@ -168,8 +176,27 @@ impl Dispatcher {
             fs,
             passthrough,
             owner,
-            dev: Arc::new(dev),
+            dev: Some(Arc::new(dev)),
+            vouched: None,
         }
+    }
+
+    /// A dispatcher into `fs` for a remote connection that proved it is `caller` (its
+    /// `as_smith` set, its pid 0: no pid is looked up; docs/SPEC.md §13): every request is
+    /// judged as `caller`, nothing is passed through.
+    pub fn vouched(fs: Arc<SmithFs>, caller: Caller) -> Self {
+        Dispatcher {
+            fs,
+            passthrough: false,
+            owner: None,
+            dev: None,
+            vouched: Some(caller),
+        }
+    }
+
+    /// The filesystem requests are routed to.
+    pub fn fs(&self) -> &Arc<SmithFs> {
+        &self.fs
     }
 
     fn entry(&self, r: Result<(Attr, Cache), FsError>) -> Reply {
@@ -180,10 +207,9 @@ impl Dispatcher {
     }
 
     fn backing(&self, fh: Fh) -> u32 {
-        if !self.passthrough {
+        let (true, Some(dev)) = (self.passthrough, self.dev.clone()) else {
             return 0;
-        }
-        let dev = self.dev.clone();
+        };
         let made = self.fs.passthrough(fh, |fd: BorrowedFd<'_>| {
             let id = fuser::BackingId::create_raw(dev.as_ref(), fd)?;
             Ok(Arc::new(RingBacking { dev, id }) as crate::fs::BackingRef)
@@ -194,11 +220,12 @@ impl Dispatcher {
 
     /// Serve one request from `h` with body `req`.
     pub fn dispatch(&self, h: &InHeader, req: Request<'_>) -> Reply {
-        let c = Caller {
+        let c = self.vouched.unwrap_or(Caller {
             pid: h.pid,
             uid: h.uid,
             gid: h.gid,
-        };
+            as_smith: None,
+        });
         let ino = NodeId(h.nodeid);
         if let Some(owner) = self.owner {
             let kernel_only = matches!(
@@ -379,6 +406,7 @@ impl Dispatcher {
 fn listing(fs: &SmithFs, ino: NodeId, fh: Fh, offset: u64, size: u32, plus: bool) -> Reply {
     let mut buf = vec![0u8; size as usize];
     let mut out = Out::new(&mut buf);
+    let mut looked_up = Vec::new();
     let r = fs.readdir(ino, fh, offset, plus, |e| {
         let name = e.name.as_bytes();
         if !plus {
@@ -390,10 +418,18 @@ fn listing(fs: &SmithFs, ino: NodeId, fh: Fh, offset: u64, size: u32, plus: bool
         };
         let mut entry = entry_out(&a, ttl_secs(fs.cache_of(e.ino)));
         entry.nodeid = e.ino.0;
-        out.direntplus(size as usize, &entry, e.offset, name)
+        let full = out.direntplus(size as usize, &entry, e.offset, name);
+        if !full && name != b"." && name != b".." {
+            looked_up.push(e.ino);
+        }
+        full
     });
     let n = out.len();
     match r {
+        Ok(()) if plus => {
+            buf.truncate(n);
+            Reply::Listing(buf, looked_up)
+        }
         Ok(()) => {
             buf.truncate(n);
             Reply::Data(buf)

@@ -92,6 +92,7 @@ fn caller(req: &Request) -> Caller {
         pid: req.pid(),
         uid: req.uid(),
         gid: req.gid(),
+        as_smith: None,
     }
 }
 

@@ -19,16 +19,19 @@ const OPERATOR: Caller = Caller {
     pid: 1,
     uid: 0,
     gid: 0,
+    as_smith: None,
 };
 const PARENT: Caller = Caller {
     pid: 2,
     uid: 0,
     gid: 0,
+    as_smith: None,
 };
 const CHILD: Caller = Caller {
     pid: 3,
     uid: 0,
     gid: 0,
+    as_smith: None,
 };
 
 /// Pid → identity, set by the test (every other pid is the operator).

@@ -12,6 +12,7 @@ mod entries;
 mod io;
 mod links;
 mod quota;
+mod remote;
 mod remove;
 mod rename;
 mod xattr;

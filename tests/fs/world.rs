@@ -21,24 +21,28 @@ pub const OPERATOR: Caller = Caller {
     pid: 1,
     uid: 0,
     gid: 0,
+    as_smith: None,
 };
 /// The root smith (pid 2).
 pub const ROOT: Caller = Caller {
     pid: 2,
     uid: 0,
     gid: 0,
+    as_smith: None,
 };
 /// The root smith's child `smith-root/smith-001` (pid 3).
 pub const CHILD: Caller = Caller {
     pid: 3,
     uid: 0,
     gid: 0,
+    as_smith: None,
 };
 /// A process of unknown identity (pid 4).
 pub const UNKNOWN: Caller = Caller {
     pid: 4,
     uid: 0,
     gid: 0,
+    as_smith: None,
 };
 
 /// The child's smith dir, relative to the mount root.
@@ -104,7 +108,7 @@ impl AttrCache for Recorder {
 /// The store, the filesystem over it, and what it told the rest of the daemon.
 pub struct World {
     pub dir: tempfile::TempDir,
-    pub fs: SmithFs,
+    pub fs: Arc<SmithFs>,
     pub ids: Arc<Ids>,
     pub rec: Arc<Recorder>,
     pub child: SmithIdx,
@@ -146,7 +150,7 @@ impl World {
         ]);
         World {
             dir,
-            fs,
+            fs: Arc::new(fs),
             ids,
             rec,
             child,

@@ -1,0 +1,274 @@
+//! The runs' secrets and tickets (docs/SPEC.md §13, docs/PROTOCOL-NOTES.md R2–R4).
+//!
+//! The daemon mints one secret per run ([`RunKeys::mint`]): 32 random bytes that exist only in
+//! the daemon's memory and in the run's [`Ticket`], which reaches `smithfs attach` through an
+//! inherited descriptor (never argv, never the tree). A connection proves its run by presenting
+//! the run id and the secret ([`RunKeys::claim`]): compared in constant time, good for one
+//! connection only (a replay is refused), and refused once the run is over
+//! ([`RunKeys::revoke`], which also cuts the connection that claimed it).
+
+use std::collections::HashMap;
+use std::net::{Shutdown, TcpStream};
+
+use parking_lot::Mutex;
+use ring::rand::SecureRandom;
+
+use crate::tree::model::SmithIdx;
+
+/// Bytes of a run's secret.
+pub const SECRET_LEN: usize = 32;
+/// Bytes of a certificate pin (SHA-256 of the certificate's DER).
+pub const PIN_LEN: usize = 32;
+/// Longest run id a hello may carry, bytes.
+pub const MAX_RUN_ID: usize = 128;
+/// First word of a ticket's text (its format's version).
+const TICKET_MAGIC: &str = "smithfs-ticket-1";
+
+/// A run's secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub [u8; SECRET_LEN]);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(…)")
+    }
+}
+
+impl Secret {
+    /// 32 bytes from the system's CSPRNG (`getrandom`, through `ring`).
+    ///
+    /// # Errors
+    /// The system's random source failed.
+    pub fn random() -> Result<Secret, String> {
+        let mut b = [0u8; SECRET_LEN];
+        ring::rand::SystemRandom::new()
+            .fill(&mut b)
+            .map_err(|_| "the system's random source failed".to_string())?;
+        Ok(Secret(b))
+    }
+
+    /// Equal to `other`, in time independent of where they differ.
+    pub fn matches(&self, other: &[u8]) -> bool {
+        if other.len() != SECRET_LEN {
+            return false;
+        }
+        let diff = self
+            .0
+            .iter()
+            .zip(other)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+        std::hint::black_box(diff) == 0
+    }
+}
+
+/// What `smithfs attach` needs to reach its run: where the listener is, which run, the run's
+/// secret, and the SHA-256 of the daemon's certificate (pinned: no other certificate is
+/// accepted). Text: `smithfs-ticket-1 ADDRESS RUN_ID SECRET_HEX PIN_HEX` on one line.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Ticket {
+    /// `host:port` of the listener.
+    pub addr: String,
+    /// The run's id (`conversations/RUN_ID`).
+    pub run_id: String,
+    /// The run's secret.
+    pub secret: Secret,
+    /// SHA-256 of the listener's certificate (DER).
+    pub pin: [u8; PIN_LEN],
+}
+
+impl std::fmt::Debug for Ticket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ticket")
+            .field("addr", &self.addr)
+            .field("run_id", &self.run_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ticket {
+    /// The ticket's one line of text (newline-terminated).
+    pub fn to_text(&self) -> String {
+        format!(
+            "{TICKET_MAGIC} {} {} {} {}\n",
+            self.addr,
+            self.run_id,
+            hex(&self.secret.0),
+            hex(&self.pin)
+        )
+    }
+
+    /// Parse a ticket's text.
+    ///
+    /// # Errors
+    /// One sentence saying what is wrong (never echoing the secret).
+    pub fn parse(text: &str) -> Result<Ticket, String> {
+        let words: Vec<&str> = text.split_whitespace().collect();
+        let [magic, addr, run_id, secret, pin] = words[..] else {
+            return Err(format!(
+                "a ticket is `{TICKET_MAGIC} ADDRESS RUN_ID SECRET PIN`, got {} words",
+                words.len()
+            ));
+        };
+        if magic != TICKET_MAGIC {
+            return Err(format!("not a ticket (it starts with {magic:?})"));
+        }
+        if run_id.is_empty() || run_id.len() > MAX_RUN_ID {
+            return Err("the ticket's run id is empty or too long".into());
+        }
+        let secret =
+            unhex::<SECRET_LEN>(secret).ok_or("the ticket's secret is not 64 hex digits")?;
+        let pin = unhex::<PIN_LEN>(pin).ok_or("the ticket's pin is not 64 hex digits")?;
+        Ok(Ticket {
+            addr: addr.to_string(),
+            run_id: run_id.to_string(),
+            secret: Secret(secret),
+            pin,
+        })
+    }
+}
+
+/// Lower-case hex of `b`.
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex<const N: usize>(s: &str) -> Option<[u8; N]> {
+    if s.len() != 2 * N || !s.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; N];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// Why a claim was refused. The peer is told only that it was refused; the daemon's log says
+/// which of these it was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    /// No such run has a secret: never minted, or the run is over.
+    #[error("no live run has this id (never started, or over)")]
+    NoSuchRun,
+    /// The secret does not match the run's.
+    #[error("the secret does not match the run's")]
+    BadSecret,
+    /// The secret was presented before (one connection per run).
+    #[error("the run's secret was already used by a connection")]
+    Replayed,
+}
+
+/// One run's key.
+#[derive(Debug)]
+struct Key {
+    secret: Secret,
+    smith: SmithIdx,
+    /// The connection that claimed it, kept to cut it when the run ends.
+    claimed: Option<TcpStream>,
+    /// Claimed once (a replay is refused even after that connection dropped).
+    used: bool,
+}
+
+/// The live runs' secrets, by run id.
+#[derive(Debug, Default)]
+pub struct RunKeys {
+    keys: Mutex<HashMap<String, Key>>,
+}
+
+impl RunKeys {
+    /// Mint the secret of run `run_id` of `smith` (replacing one it had).
+    ///
+    /// # Errors
+    /// The system's random source failed.
+    pub fn mint(&self, run_id: &str, smith: SmithIdx) -> Result<Secret, String> {
+        let secret = Secret::random()?;
+        self.keys.lock().insert(
+            run_id.to_string(),
+            Key {
+                secret: secret.clone(),
+                smith,
+                claimed: None,
+                used: false,
+            },
+        );
+        Ok(secret)
+    }
+
+    /// The smith of run `run_id` if `secret` is its secret and no connection presented it
+    /// before; `conn` is remembered so that [`RunKeys::revoke`] can cut it.
+    ///
+    /// # Errors
+    /// [`Refused`].
+    pub fn claim(&self, run_id: &str, secret: &[u8], conn: TcpStream) -> Result<SmithIdx, Refused> {
+        let mut keys = self.keys.lock();
+        let key = keys.get_mut(run_id).ok_or(Refused::NoSuchRun)?;
+        if !key.secret.matches(secret) {
+            return Err(Refused::BadSecret);
+        }
+        if key.used {
+            return Err(Refused::Replayed);
+        }
+        key.used = true;
+        key.claimed = Some(conn);
+        Ok(key.smith)
+    }
+
+    /// Run `run_id` is over: its secret is refused from now on and the connection that claimed
+    /// it, if any, is shut down (its mount fails closed, ENOTCONN).
+    pub fn revoke(&self, run_id: &str) {
+        let key = self.keys.lock().remove(run_id);
+        if let Some(conn) = key.and_then(|k| k.claimed) {
+            let _ = conn.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Runs with a live secret.
+    pub fn len(&self) -> usize {
+        self.keys.lock().len()
+    }
+
+    /// No run has a live secret.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tickets_round_trip_and_refuse_bad_text() {
+        let t = Ticket {
+            addr: "127.0.0.1:4000".into(),
+            run_id: "20261205T071400Z-1".into(),
+            secret: Secret([7; SECRET_LEN]),
+            pin: [9; PIN_LEN],
+        };
+        assert_eq!(Ticket::parse(&t.to_text()).unwrap(), t);
+        assert!(
+            !format!("{t:?}").contains("0707"),
+            "Debug never shows the secret"
+        );
+        for bad in [
+            "",
+            "smithfs-ticket-1 a b",
+            "other a b 00 00",
+            &t.to_text().replace("07", "zz"),
+            &t.to_text().replace(&hex(&[9; PIN_LEN]), "09"),
+        ] {
+            assert!(Ticket::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn secrets_compare_whole() {
+        let s = Secret([1; SECRET_LEN]);
+        assert!(s.matches(&[1; SECRET_LEN]));
+        let mut other = [1; SECRET_LEN];
+        other[31] = 2;
+        assert!(!s.matches(&other));
+        assert!(!s.matches(&[1; SECRET_LEN - 1]));
+        assert_ne!(Secret::random().unwrap(), Secret::random().unwrap());
+    }
+}

@@ -1,0 +1,411 @@
+//! The daemon's listener (`launcher.listen`, docs/SPEC.md §13): accepts TLS connections, takes
+//! each one's hello, and serves an accepted connection's frames on a thread of its own
+//! ([`conn::Connection`]), pushing every other kernel's changes down to it as FUSE
+//! notifications.
+//!
+//! Bounds (docs/PROTOCOL-NOTES.md R7): at most [`MAX_CONNECTIONS`] connections at once (more
+//! are closed at accept); a connection that has not completed its hello within
+//! [`HELLO_TIMEOUT`] is closed; one request of a connection is served at a time and the next
+//! is read only once its reply is sent, so a node that floods fills its own socket buffers; a
+//! connection whose pending notifications exceed [`MAX_PENDING`] is closed (its kernel's cache
+//! could no longer be trusted: its mount fails closed).
+
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::channel::Channel;
+use super::conn::{self, Change, Connection, MAX_FRAME, MAX_WRITE};
+use super::keys::{RunKeys, Ticket, MAX_RUN_ID, PIN_LEN, SECRET_LEN};
+use super::{tls, Status, HELLO_HEAD, MAGIC, VERSION};
+use crate::fs::{Caller, SmithFs};
+use crate::fuse::dispatch::Dispatcher;
+use crate::tree::model::SmithIdx;
+
+/// Most connections served at once.
+pub const MAX_CONNECTIONS: usize = 256;
+/// Time a connection has for its TLS handshake and its hello.
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most notifications waiting for one connection.
+pub const MAX_PENDING: usize = 4096;
+
+/// How the listener is set up.
+#[derive(Debug, Clone)]
+pub struct ListenerOptions {
+    /// `host:port` to listen on (`launcher.listen`; port 0: any free port).
+    pub listen: String,
+    /// `host:port` the tickets name (`launcher.advertise`); `None`: the address listened on.
+    pub advertise: Option<String>,
+    /// The daemon's mount point: the node mounts at the same path.
+    pub mount_point: PathBuf,
+    /// The uid and gid a remote run's requests carry (what a local run of the same smith would
+    /// have: the agents' user under the sandbox, the daemon's otherwise).
+    pub run_uid: u32,
+    /// See `run_uid`.
+    pub run_gid: u32,
+}
+
+/// Where changes made over a connection are told besides the other connections: the daemon's
+/// own mount (its kernel's caches).
+pub trait LocalKernel: Send + Sync {
+    /// `change` happened through a remote connection.
+    fn changed(&self, change: &Change);
+}
+
+/// One served connection, as the others see it.
+struct Peer {
+    id: u64,
+    /// Notification frames waiting to be sent.
+    queue: Mutex<VecDeque<Vec<u8>>>,
+    /// Too many were waiting: the connection is being closed.
+    overflowed: AtomicBool,
+    /// Written to (one byte) when something was queued.
+    wake: UnixStream,
+    /// The connection's socket, to cut it.
+    sock: TcpStream,
+}
+
+/// Every served connection: where changes are pushed.
+#[derive(Default)]
+pub struct Peers {
+    list: Mutex<Vec<Arc<Peer>>>,
+}
+
+impl std::fmt::Debug for Peers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Peers")
+            .field("connections", &self.list.lock().len())
+            .finish()
+    }
+}
+
+impl Peers {
+    /// Tell every connection but `except` that `change` happened.
+    pub fn broadcast(&self, except: Option<u64>, change: &Change) {
+        let list = self.list.lock();
+        if list.iter().all(|p| Some(p.id) == except) {
+            return;
+        }
+        let frame = super::notification(change);
+        for p in list.iter().filter(|p| Some(p.id) != except) {
+            let mut q = p.queue.lock();
+            if q.len() >= MAX_PENDING {
+                p.overflowed.store(true, Ordering::Relaxed);
+            } else {
+                q.push_back(frame.clone());
+            }
+            drop(q);
+            let _ = (&p.wake).write(&[1]);
+        }
+    }
+
+    /// Connections served now.
+    pub fn len(&self) -> usize {
+        self.list.lock().len()
+    }
+
+    /// No connection is served.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn remove(&self, id: u64) {
+        self.list.lock().retain(|p| p.id != id);
+    }
+
+    fn cut_all(&self) {
+        for p in self.list.lock().iter() {
+            let _ = p.sock.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+struct Shared {
+    fs: Arc<SmithFs>,
+    tls: Arc<rustls::ServerConfig>,
+    keys: Arc<RunKeys>,
+    peers: Arc<Peers>,
+    opts: ListenerOptions,
+    local: Option<Arc<dyn LocalKernel>>,
+    live: AtomicUsize,
+    next_id: AtomicU64,
+    stop: AtomicBool,
+}
+
+/// The listener: accepting on a thread of its own until dropped.
+pub struct Listener {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    pin: [u8; PIN_LEN],
+    accept: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listener")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Listener {
+    /// Listen on `opts.listen` with the certificate `identity`, serving `fs`; changes made over
+    /// a connection are told to `local` too.
+    ///
+    /// # Errors
+    /// One sentence: the address does not bind, or TLS refused the certificate.
+    pub fn start(
+        fs: Arc<SmithFs>,
+        opts: ListenerOptions,
+        identity: &tls::Identity,
+        local: Option<Arc<dyn LocalKernel>>,
+    ) -> Result<Listener, String> {
+        let sock = TcpListener::bind(&opts.listen)
+            .map_err(|e| format!("launcher.listen {}: cannot listen: {e}", opts.listen))?;
+        let addr = sock.local_addr().map_err(|e| e.to_string())?;
+        let shared = Arc::new(Shared {
+            fs,
+            tls: identity.server_config()?,
+            keys: Arc::new(RunKeys::default()),
+            peers: Arc::new(Peers::default()),
+            opts,
+            local,
+            live: AtomicUsize::new(0),
+            next_id: AtomicU64::new(1),
+            stop: AtomicBool::new(false),
+        });
+        let s = shared.clone();
+        let accept = std::thread::Builder::new()
+            .name("smithfs-listen".into())
+            .spawn(move || accept_loop(&s, &sock))
+            .map_err(|e| format!("cannot start the listener's thread: {e}"))?;
+        tracing::info!(%addr, "remote mount listener started");
+        Ok(Listener {
+            shared,
+            addr,
+            pin: identity.pin(),
+            accept: Some(accept),
+        })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The runs' secrets.
+    pub fn keys(&self) -> &Arc<RunKeys> {
+        &self.shared.keys
+    }
+
+    /// The served connections (where the daemon's own changes are pushed too).
+    pub fn peers(&self) -> &Arc<Peers> {
+        &self.shared.peers
+    }
+
+    /// Mint the secret of run `run_id` of `smith` and make its ticket.
+    ///
+    /// # Errors
+    /// The random source failed.
+    pub fn ticket(&self, run_id: &str, smith: SmithIdx) -> Result<Ticket, String> {
+        let secret = self.shared.keys.mint(run_id, smith)?;
+        Ok(Ticket {
+            addr: self
+                .shared
+                .opts
+                .advertise
+                .clone()
+                .unwrap_or_else(|| self.addr.to_string()),
+            run_id: run_id.to_string(),
+            secret,
+            pin: self.pin,
+        })
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        // Wake the blocking accept.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        if let Some(t) = self.accept.take() {
+            let _ = t.join();
+        }
+        self.shared.peers.cut_all();
+    }
+}
+
+fn accept_loop(shared: &Arc<Shared>, sock: &TcpListener) {
+    for stream in sock.incoming() {
+        if shared.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(stream) = stream else { continue };
+        if shared.live.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+            shared.live.fetch_sub(1, Ordering::SeqCst);
+            tracing::warn!("remote mount: too many connections, one closed at accept");
+            continue;
+        }
+        let s = shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name("smithfs-remote".into())
+            .spawn(move || {
+                let peer = stream.peer_addr().ok();
+                if let Err(e) = serve(&s, stream) {
+                    tracing::info!(?peer, "remote connection closed: {e}");
+                }
+                s.live.fetch_sub(1, Ordering::SeqCst);
+            });
+        if spawned.is_err() {
+            shared.live.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Serve one connection to its end; the error says why it ended early.
+fn serve(shared: &Arc<Shared>, sock: TcpStream) -> Result<(), String> {
+    let cut = sock.try_clone().map_err(|e| e.to_string())?;
+    let tls = rustls::ServerConnection::new(shared.tls.clone()).map_err(|e| e.to_string())?;
+    let mut ch = Channel::new(sock, tls.into()).map_err(|e| e.to_string())?;
+    ch.handshake(HELLO_TIMEOUT)
+        .map_err(|e| format!("TLS handshake: {e}"))?;
+    let smith = match take_hello(&mut ch) {
+        Ok((run_id, secret)) => match shared.keys.claim(
+            &run_id,
+            &secret,
+            cut.try_clone().map_err(|e| e.to_string())?,
+        ) {
+            Ok(smith) => {
+                tracing::info!(run_id, "remote connection accepted");
+                smith
+            }
+            Err(why) => {
+                let _ = ch.send(&super::welcome(Status::Refused, 0, "refused"));
+                ch.close();
+                return Err(format!("run {run_id:?} refused: {why}"));
+            }
+        },
+        Err(e) => {
+            let _ = ch.send(&super::welcome(Status::NotHello, 0, "not a hello"));
+            ch.close();
+            return Err(e);
+        }
+    };
+    let mount = shared.opts.mount_point.to_string_lossy().into_owned();
+    ch.send(&super::welcome(Status::Accepted, MAX_WRITE, &mount))
+        .map_err(|e| e.to_string())?;
+    let caller = Caller {
+        pid: 0,
+        uid: shared.opts.run_uid,
+        gid: shared.opts.run_gid,
+        as_smith: Some(smith),
+    };
+    let conn = Connection::new(Dispatcher::vouched(shared.fs.clone(), caller));
+    let (wake_rx, wake_tx) = UnixStream::pair().map_err(|e| e.to_string())?;
+    wake_rx.set_nonblocking(true).map_err(|e| e.to_string())?;
+    wake_tx.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let peer = Arc::new(Peer {
+        id: shared.next_id.fetch_add(1, Ordering::Relaxed),
+        queue: Mutex::new(VecDeque::new()),
+        overflowed: AtomicBool::new(false),
+        wake: wake_tx,
+        sock: cut,
+    });
+    shared.peers.list.lock().push(peer.clone());
+    let r = pump(shared, &peer, &mut ch, conn, &wake_rx);
+    shared.peers.remove(peer.id);
+    ch.close();
+    r
+}
+
+/// Read the hello: the run id and the secret.
+fn take_hello(ch: &mut Channel) -> Result<(String, Vec<u8>), String> {
+    let head = ch
+        .read_exact(HELLO_HEAD, HELLO_TIMEOUT)
+        .map_err(|e| format!("hello: {e}"))?;
+    let version = u16::from_ne_bytes([head[4], head[5]]);
+    let n = u16::from_ne_bytes([head[6], head[7]]) as usize;
+    if &head[..4] != MAGIC || version != VERSION || n == 0 || n > MAX_RUN_ID {
+        return Err("not a hello of this version".into());
+    }
+    let rest = ch
+        .read_exact(n + SECRET_LEN, HELLO_TIMEOUT)
+        .map_err(|e| format!("hello: {e}"))?;
+    let run_id = String::from_utf8(rest[..n].to_vec()).map_err(|_| "run id not UTF-8")?;
+    Ok((run_id, rest[n..].to_vec()))
+}
+
+/// Serve frames and push notifications until the connection ends.
+fn pump(
+    shared: &Shared,
+    peer: &Peer,
+    ch: &mut Channel,
+    mut conn: Connection,
+    wake: &UnixStream,
+) -> Result<(), String> {
+    loop {
+        while !ch.wants_write() {
+            let Some(n) = conn::frame_len(ch.peek()).map_err(|e| e.to_string())? else {
+                break;
+            };
+            let Some(frame) = ch.take(n) else { break };
+            // Changes made before this request was served reach the node before its reply.
+            send_pending(peer, ch)?;
+            let served = conn.serve(&frame).map_err(|e| e.to_string())?;
+            for c in &served.changes {
+                if let Some(local) = &shared.local {
+                    local.changed(c);
+                }
+                shared.peers.broadcast(Some(peer.id), c);
+            }
+            if let Some(reply) = served.reply {
+                ch.send(&reply).map_err(|e| e.to_string())?;
+            }
+            ch.flush().map_err(|e| e.to_string())?;
+        }
+        send_pending(peer, ch)?;
+        ch.flush().map_err(|e| e.to_string())?;
+        if ch.eof() {
+            return if ch.buffered() > 0 {
+                Err(format!(
+                    "truncated frame ({} bytes) at the end",
+                    ch.buffered()
+                ))
+            } else {
+                Ok(())
+            };
+        }
+        let read = !ch.wants_write() && ch.buffered() < MAX_FRAME;
+        let ready = ch
+            .wait(read, Some(wake.as_fd()), None)
+            .map_err(|e| e.to_string())?;
+        if ready.extra {
+            let mut sink = [0u8; 64];
+            while matches!((&*wake).read(&mut sink), Ok(n) if n > 0) {}
+        }
+        if ready.socket {
+            ch.fill().map_err(|e| e.to_string())?;
+        }
+    }
+}
+
+/// Queue the notifications waiting for `peer` on its channel.
+fn send_pending(peer: &Peer, ch: &mut Channel) -> Result<(), String> {
+    if peer.overflowed.load(Ordering::Relaxed) {
+        return Err("too many notifications pending: closed".into());
+    }
+    let pending: Vec<Vec<u8>> = peer.queue.lock().drain(..).collect();
+    for n in pending {
+        ch.send(&n).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}

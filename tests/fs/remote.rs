@@ -1,0 +1,421 @@
+//! The remote mount's listener (docs/SPEC.md §13) on loopback, without a kernel: the test plays
+//! the node's kernel, sending FUSE frames it encodes itself over a real TLS connection to a
+//! real listener, and attacks it: forged, replayed and expired secrets, a certificate other
+//! than the pinned one, garbage, truncated and undecodable frames, an unknown opcode, node ids
+//! never looked up, another connection's handle.
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use smithfs::remote::channel::Channel;
+use smithfs::remote::client::{attach, AttachError};
+use smithfs::remote::keys::{Secret, Ticket};
+use smithfs::remote::listener::{Listener, ListenerOptions};
+use smithfs::remote::tls;
+use smithfs::trigger::Trigger;
+
+use crate::world::{World, CHILD_DIR};
+
+const LOOKUP: u32 = 1;
+const FORGET: u32 = 2;
+const GETATTR: u32 = 3;
+const OPEN: u32 = 14;
+const READ: u32 = 15;
+const WRITE: u32 = 16;
+const RELEASE: u32 = 18;
+const CREATE: u32 = 35;
+const INIT: u32 = 26;
+const T: Duration = Duration::from_secs(10);
+
+fn listener(w: &World) -> Listener {
+    let id = tls::Identity::generate().unwrap();
+    Listener::start(
+        w.fs.clone(),
+        ListenerOptions {
+            listen: "127.0.0.1:0".into(),
+            advertise: None,
+            mount_point: "/mnt/tree".into(),
+            // SAFETY: no preconditions.
+            run_uid: unsafe { libc::geteuid() },
+            // SAFETY: no preconditions.
+            run_gid: unsafe { libc::getegid() },
+        },
+        &id,
+        None,
+    )
+    .unwrap()
+}
+
+/// A connected node: the channel and the next request id.
+struct Node {
+    ch: Channel,
+    unique: u64,
+    /// Notifications received while waiting for replies: (code, body).
+    notes: Vec<(i32, Vec<u8>)>,
+}
+
+impl Node {
+    fn new(t: &Ticket) -> Node {
+        let a = attach(t).unwrap();
+        assert_eq!(a.mount_point, "/mnt/tree");
+        Node {
+            ch: a.channel,
+            unique: 1,
+            notes: Vec::new(),
+        }
+    }
+
+    fn frame(&mut self, opcode: u32, nodeid: u64, arg: &[u8], payload: &[u8]) -> Vec<u8> {
+        self.unique += 1;
+        let len = 40 + arg.len() + payload.len();
+        let mut f = Vec::with_capacity(len);
+        f.extend_from_slice(&(len as u32).to_ne_bytes());
+        f.extend_from_slice(&opcode.to_ne_bytes());
+        f.extend_from_slice(&self.unique.to_ne_bytes());
+        f.extend_from_slice(&nodeid.to_ne_bytes());
+        // uid, gid, pid: lies the daemon must ignore (root, pid 1).
+        f.extend_from_slice(&0u32.to_ne_bytes());
+        f.extend_from_slice(&0u32.to_ne_bytes());
+        f.extend_from_slice(&1u32.to_ne_bytes());
+        f.extend_from_slice(&[0u8; 4]);
+        f.extend_from_slice(arg);
+        f.extend_from_slice(payload);
+        f
+    }
+
+    /// Send a request, return (error, body) of its reply.
+    fn call(&mut self, opcode: u32, nodeid: u64, arg: &[u8], payload: &[u8]) -> (i32, Vec<u8>) {
+        let f = self.frame(opcode, nodeid, arg, payload);
+        self.ch.send(&f).unwrap();
+        self.ch.flush_all(T).unwrap();
+        let want = self.unique;
+        loop {
+            let (error, unique, body) = self.read_frame().expect("a reply");
+            if unique == 0 {
+                self.notes.push((error, body));
+                continue;
+            }
+            assert_eq!(unique, want);
+            return (error, body);
+        }
+    }
+
+    fn read_frame(&mut self) -> std::io::Result<(i32, u64, Vec<u8>)> {
+        let h = self.ch.read_exact(16, T)?;
+        let len = u32::from_ne_bytes(h[0..4].try_into().unwrap()) as usize;
+        let error = i32::from_ne_bytes(h[4..8].try_into().unwrap());
+        let unique = u64::from_ne_bytes(h[8..16].try_into().unwrap());
+        let body = self.ch.read_exact(len - 16, T)?;
+        Ok((error, unique, body))
+    }
+
+    fn lookup(&mut self, dir: u64, name: &str) -> Result<u64, i32> {
+        let (e, body) = self.call(LOOKUP, dir, &[], &cstr(name));
+        if e != 0 {
+            return Err(-e);
+        }
+        Ok(u64_at(&body, 0))
+    }
+
+    fn walk(&mut self, path: &str) -> u64 {
+        let mut n = 1;
+        for part in path.split('/') {
+            n = self.lookup(n, part).unwrap();
+        }
+        n
+    }
+
+    /// CREATE `name` in `dir` for writing: (node, fh) or -errno.
+    fn create(&mut self, dir: u64, name: &str) -> Result<(u64, u64), i32> {
+        let mut arg = Vec::new();
+        for v in [
+            (libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC) as u32,
+            0o644,
+            0o022,
+            0,
+        ] {
+            arg.extend_from_slice(&v.to_ne_bytes());
+        }
+        let (e, body) = self.call(CREATE, dir, &arg, &cstr(name));
+        if e != 0 {
+            return Err(-e);
+        }
+        Ok((u64_at(&body, 0), u64_at(&body, 128)))
+    }
+
+    fn open(&mut self, node: u64, flags: i32) -> Result<u64, i32> {
+        let mut arg = (flags as u32).to_ne_bytes().to_vec();
+        arg.extend_from_slice(&[0u8; 4]);
+        let (e, body) = self.call(OPEN, node, &arg, &[]);
+        if e != 0 {
+            return Err(-e);
+        }
+        Ok(u64_at(&body, 0))
+    }
+
+    fn write(&mut self, node: u64, fh: u64, data: &[u8]) -> i32 {
+        let mut arg = Vec::new();
+        arg.extend_from_slice(&fh.to_ne_bytes());
+        arg.extend_from_slice(&0u64.to_ne_bytes());
+        arg.extend_from_slice(&(data.len() as u32).to_ne_bytes());
+        arg.extend_from_slice(&[0u8; 20]);
+        self.call(WRITE, node, &arg, data).0
+    }
+
+    fn read(&mut self, node: u64, fh: u64) -> Result<Vec<u8>, i32> {
+        let mut arg = Vec::new();
+        arg.extend_from_slice(&fh.to_ne_bytes());
+        arg.extend_from_slice(&0u64.to_ne_bytes());
+        arg.extend_from_slice(&4096u32.to_ne_bytes());
+        arg.extend_from_slice(&[0u8; 20]);
+        let (e, body) = self.call(READ, node, &arg, &[]);
+        if e != 0 {
+            return Err(-e);
+        }
+        Ok(body)
+    }
+
+    fn release(&mut self, node: u64, fh: u64) -> i32 {
+        let mut arg = fh.to_ne_bytes().to_vec();
+        arg.extend_from_slice(&[0u8; 16]);
+        self.call(RELEASE, node, &arg, &[]).0
+    }
+
+    fn getattr(&mut self, node: u64) -> i32 {
+        self.call(GETATTR, node, &[0u8; 16], &[]).0
+    }
+
+    /// Send raw bytes and wait for the daemon to close the connection (no reply comes).
+    fn expect_closed_after(mut self, bytes: &[u8]) {
+        self.ch.send(bytes).unwrap();
+        self.ch.flush_all(T).unwrap();
+        match self.read_frame() {
+            Err(e) => assert_ne!(e.kind(), std::io::ErrorKind::TimedOut, "closed, not hung"),
+            Ok(f) => panic!("the connection stayed open and answered {f:?}"),
+        }
+    }
+}
+
+fn cstr(s: &str) -> Vec<u8> {
+    let mut v = s.as_bytes().to_vec();
+    v.push(0);
+    v
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_ne_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+/// Poll `f` until it holds or 10 s pass.
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + T;
+    while !f() {
+        assert!(Instant::now() < end, "never: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_connection_is_its_runs_smith_whatever_its_headers_say() {
+    let w = World::new();
+    let l = listener(&w);
+    let mut n = Node::new(&l.ticket("run-1", w.child).unwrap());
+    // The headers claim root and pid 1 (the operator, locally): judged as the child all the same.
+    let outbox = n.walk(&format!("{CHILD_DIR}/outbox"));
+    let (node, fh) = n.create(outbox, "result.md").unwrap();
+    assert_eq!(n.write(node, fh, b"42\n"), 0);
+    w.take_triggers();
+    assert_eq!(n.release(node, fh), 0);
+    // The close after the write completes the result, as a local one does (§5).
+    let t = w.take_triggers();
+    assert!(
+        t.iter()
+            .any(|t| matches!(t, Trigger::ResultPublished { smith } if *smith == w.child)),
+        "{t:?}"
+    );
+    assert_eq!(
+        std::fs::read(w.store(&format!("{CHILD_DIR}/outbox/result.md"))).unwrap(),
+        b"42\n"
+    );
+    // The parent's outbox is not the child's to write.
+    let parent_outbox = n.walk("smiths/smith-root/outbox");
+    assert_eq!(n.create(parent_outbox, "result.md"), Err(libc::EACCES));
+    // Nor is the operator's config.
+    assert_eq!(n.create(1, "config.json"), Err(libc::EACCES));
+}
+
+#[test]
+fn forged_replayed_and_expired_secrets_are_refused() {
+    let w = World::new();
+    let l = listener(&w);
+    let good = l.ticket("run-1", w.child).unwrap();
+    let mut forged = good.clone();
+    forged.secret = Secret::random().unwrap();
+    assert!(matches!(attach(&forged), Err(AttachError::Refused(_))));
+    let mut other_run = good.clone();
+    other_run.run_id = "run-2".into();
+    assert!(matches!(attach(&other_run), Err(AttachError::Refused(_))));
+    // A forged attempt does not spend the secret; the first real use does.
+    let mut n = Node::new(&good);
+    assert!(n.lookup(1, "smiths").is_ok());
+    assert!(matches!(attach(&good), Err(AttachError::Refused(_))));
+    // The run is over: its connection is cut, and its secret refused from then on.
+    l.keys().revoke("run-1");
+    let f = n.frame(GETATTR, 1, &[0u8; 16], &[]);
+    let _ = n.ch.send(&f);
+    let _ = n.ch.flush_all(T);
+    assert!(
+        n.read_frame().is_err(),
+        "the revoked run's connection is cut"
+    );
+    let again = l.ticket("run-3", w.child).unwrap();
+    l.keys().revoke("run-3");
+    assert!(matches!(attach(&again), Err(AttachError::Refused(_))));
+}
+
+#[test]
+fn only_the_pinned_certificate_is_trusted() {
+    let w = World::new();
+    let l = listener(&w);
+    let mut t = l.ticket("run-1", w.child).unwrap();
+    t.pin[0] ^= 1;
+    assert!(matches!(attach(&t), Err(AttachError::Unreachable { .. })));
+}
+
+#[test]
+fn garbage_truncated_and_undecodable_frames_close_the_connection() {
+    let w = World::new();
+    let l = listener(&w);
+    // Not TLS at all.
+    let mut raw = TcpStream::connect(l.addr()).unwrap();
+    raw.set_read_timeout(Some(T)).unwrap();
+    raw.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    let mut buf = [0u8; 64];
+    let got = std::io::Read::read(&mut raw, &mut buf);
+    assert!(
+        matches!(got, Ok(_) | Err(_)),
+        "answered with an alert or closed"
+    );
+    // A length below the header, above the bound, an undecodable LOOKUP (no NUL), a frame cut
+    // short by the end of the stream.
+    let mut k = 0;
+    let mut next = || {
+        k += 1;
+        Node::new(&l.ticket(&format!("run-{k}"), w.child).unwrap())
+    };
+    next().expect_closed_after(&[8, 0, 0, 0, 1, 0, 0, 0]);
+    next().expect_closed_after(&u32::MAX.to_ne_bytes());
+    let mut n = next();
+    let bad = n.frame(LOOKUP, 1, &[], b"no-nul");
+    n.expect_closed_after(&bad);
+    let mut n = next();
+    let mut cut = n.frame(WRITE, 1, &[0u8; 40], &[7u8; 100]);
+    cut.truncate(90);
+    n.ch.send(&cut).unwrap();
+    n.ch.flush_all(T).unwrap();
+    n.ch.close();
+    // The server is still serving others.
+    let mut n = next();
+    assert!(n.lookup(1, "smiths").is_ok());
+    eventually("the closed connections are gone", || l.peers().len() == 1);
+}
+
+#[test]
+fn an_unknown_opcode_is_enosys_and_init_is_not_forwarded() {
+    let w = World::new();
+    let l = listener(&w);
+    let mut n = Node::new(&l.ticket("run-1", w.child).unwrap());
+    assert_eq!(n.call(9999, 1, &[], &[]).0, -libc::ENOSYS);
+    assert_eq!(n.call(INIT, 0, &[0u8; 64], &[]).0, -libc::ENOSYS);
+    assert!(n.lookup(1, "smiths").is_ok(), "still served");
+}
+
+#[test]
+fn node_ids_and_handles_are_per_connection() {
+    let w = World::new();
+    let l = listener(&w);
+    let mut a = Node::new(&l.ticket("run-a", w.child).unwrap());
+    let mut b = Node::new(&l.ticket("run-b", w.child).unwrap());
+    let private = a.walk(&format!("{CHILD_DIR}/private"));
+    let (file, fh) = a.create(private, "f").unwrap();
+    assert_eq!(a.write(file, fh, b"secret"), 0);
+    // B never looked these up: ESTALE, whatever node id it guesses.
+    assert_eq!(b.getattr(file), -libc::ESTALE);
+    assert_eq!(b.getattr(private), -libc::ESTALE);
+    assert_eq!(b.getattr(123_456), -libc::ESTALE);
+    // B looks the file up itself, then tries A's handle: EBADF.
+    let bfile = b.walk(&format!("{CHILD_DIR}/private/f"));
+    assert_eq!(bfile, file, "node ids are the daemon's");
+    assert_eq!(b.read(file, fh), Err(libc::EBADF));
+    assert_eq!(b.write(file, fh, b"x"), -libc::EBADF);
+    assert_eq!(b.release(file, fh), -libc::EBADF);
+    // Its own handle works; A's is still A's.
+    let bfh = b.open(file, libc::O_RDONLY).unwrap();
+    assert_eq!(b.read(file, bfh).unwrap(), b"secret");
+    assert_eq!(a.release(file, fh), 0);
+    assert_eq!(
+        a.release(file, fh),
+        -libc::EBADF,
+        "released: no longer held"
+    );
+    // A FORGET gives back no more than the connection holds; then the node is not A's.
+    let mut arg = u64::MAX.to_ne_bytes().to_vec();
+    arg.truncate(8);
+    let f = a.frame(FORGET, file, &arg, &[]);
+    a.ch.send(&f).unwrap();
+    assert_eq!(a.getattr(file), -libc::ESTALE);
+    assert_eq!(b.getattr(file), 0, "B's lookups are B's");
+}
+
+#[test]
+fn a_dropped_connection_forgets_what_it_held_and_publishes_nothing() {
+    let w = World::new();
+    let l = listener(&w);
+    let base = w.fs.counts();
+    let mut n = Node::new(&l.ticket("run-1", w.child).unwrap());
+    let outbox = n.walk(&format!("{CHILD_DIR}/outbox"));
+    let (node, fh) = n.create(outbox, "result.md").unwrap();
+    assert_eq!(n.write(node, fh, b"half"), 0);
+    let dir = n.walk(CHILD_DIR);
+    assert!(n.lookup(dir, "inbox").is_ok());
+    w.take_triggers();
+    drop(n);
+    eventually(
+        "the connection's handles and lookups are given back",
+        || w.fs.counts() == base,
+    );
+    let t = w.take_triggers();
+    assert!(
+        !t.iter()
+            .any(|t| matches!(t, Trigger::ResultPublished { .. })),
+        "a writer cut off mid-write publishes nothing: {t:?}"
+    );
+}
+
+#[test]
+fn a_change_over_one_connection_is_pushed_to_the_others() {
+    let w = World::new();
+    let l = listener(&w);
+    let mut a = Node::new(&l.ticket("run-a", w.child).unwrap());
+    let mut b = Node::new(&l.ticket("run-b", w.child).unwrap());
+    let private = a.walk(&format!("{CHILD_DIR}/private"));
+    assert_eq!(b.walk(&format!("{CHILD_DIR}/private")), private);
+    let (file, fh) = a.create(private, "new").unwrap();
+    assert_eq!(a.write(file, fh, b"x"), 0);
+    // B's next reply comes after the notifications queued before it.
+    assert_eq!(b.getattr(private), 0);
+    let entry = b.notes.iter().any(|(code, body)| {
+        *code == 3 && u64_at(body, 0) == private && body[16..].starts_with(b"new\0")
+    });
+    let data = b
+        .notes
+        .iter()
+        .any(|(code, body)| *code == 2 && u64_at(body, 0) == file && u64_at(body, 8) == 0);
+    assert!(entry && data, "{:?}", b.notes);
+    assert!(
+        a.notes.is_empty(),
+        "not echoed to its author: {:?}",
+        a.notes
+    );
+}
