@@ -397,11 +397,12 @@ fn prepare_tree(
         backing::write_atomic(state, &name, k.as_bytes(), 0o644)
             .map_err(|e| anyhow!("cannot write {STATE_DIR}/{OWNED_MARK}: {e}"))?;
     }
-    if done.homes_added > 0 || done.chowned > 0 {
+    if done.homes_added > 0 || done.homes_seeded > 0 || done.chowned > 0 {
         tracing::info!(
             homes_added = done.homes_added,
+            homes_seeded = done.homes_seeded,
             chowned = done.chowned,
-            "tree prepared for the sandbox (home/ added to smith dirs made before it, root-owned entries given to the agents' user)"
+            "tree prepared for the sandbox (home/ added to smith dirs made before it, empty ones seeded from templates/home/, root-owned entries given to the agents' user)"
         );
     }
     Ok(())

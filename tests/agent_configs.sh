@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Check the `agent` sections that `smithfs init --agent X` writes (agents/configs/*.json):
+# Check the `agent` sections that `smithfs init --agent X` writes (agents/configs/*.json, and with
+# `--no-sandbox` agents/configs/prompting/*.json where a CLI has a prompting mode of its own):
 #   1. valid JSON; only the keys of docs/SPEC.md §8 `agent` with the right types;
 #   2. every `{...}` in the command is one of {mount} {smith_dir} {task_file} {smith_id} {full_id} {level};
 #   3. the command runs as smithfs would run it (placeholders filled, cwd = smith dir, §5 environment,
@@ -82,7 +83,11 @@ prompt=${pos[0]}
 fake codex '--sandbox -s --cd -C --model -m --color --output-last-message -o --profile -p --config -c --ask-for-approval -a --add-dir' \
     '--full-auto --skip-git-repo-check --json --ephemeral --dangerously-bypass-approvals-and-sandbox --yolo' '
 [ "${pos[0]:-}" = exec ] || { echo "codex: not exec" >&2; exit 3; }
-case ${opt[--sandbox]:-${opt[-s]:-}}${opt[--full-auto]:+full-auto} in workspace-write | full-auto | workspace-writefull-auto) ;; *) echo "codex: no write access (sandbox ${opt[--sandbox]:-read-only})" >&2; exit 3 ;; esac
+if [ -n "${opt[--dangerously-bypass-approvals-and-sandbox]:-}${opt[--yolo]:-}" ]; then
+    [ -z "${opt[--sandbox]:-${opt[-s]:-}}${opt[--full-auto]:-}" ] || { echo "codex: a sandbox mode with the bypass" >&2; exit 2; }
+else
+    case ${opt[--sandbox]:-${opt[-s]:-}}${opt[--full-auto]:+full-auto} in workspace-write | full-auto | workspace-writefull-auto) ;; *) echo "codex: no write access (sandbox ${opt[--sandbox]:-read-only})" >&2; exit 3 ;; esac
+fi
 [ -n "${opt[--skip-git-repo-check]:-}" ] || { echo "Not inside a trusted directory and --skip-git-repo-check was not specified." >&2; exit 1; }
 case ${opt[--color]:-auto} in always | never | auto) ;; *) exit 2 ;; esac
 [ "${opt[--cd]:-$PWD}" = "$PWD" ] || { echo "codex: --cd is not the smith dir" >&2; exit 3; }
@@ -92,12 +97,15 @@ prompt=${pos[1]}
 '"$PUBLISH"
 
 # Gemini CLI: `gemini -p PROMPT` (headless), approval mode yolo (or the older --yolo, not both)
-fake gemini '--prompt -p --model -m --approval-mode --include-directories --output-format -o' \
+fake gemini '--prompt -p --model -m --approval-mode --include-directories --output-format -o --allowed-tools' \
     '--yolo -y --sandbox -s --debug -d --skip-trust' '
 p=${opt[-p]:-${opt[--prompt]:-}}
 [ -n "$p" ] || { echo "gemini: no -p, would start interactive" >&2; exit 3; }
 if [ -n "${opt[--yolo]:-}${opt[-y]:-}" ] && [ -n "${opt[--approval-mode]:-}" ]; then echo "gemini: --yolo and --approval-mode together" >&2; exit 42; fi
-case ${opt[--approval-mode]:-}${opt[--yolo]:+yolo}${opt[-y]:+yolo} in yolo) ;; *) echo "gemini: tools would wait for approval" >&2; exit 3 ;; esac
+case ${opt[--approval-mode]:-}${opt[--yolo]:+yolo}${opt[-y]:+yolo} in
+yolo) ;;
+auto_edit) case ${opt[--allowed-tools]:-} in *"run_shell_command(mkdir)"*"run_shell_command(mv)"*) ;; *) echo "gemini: mkdir/mv would wait for approval" >&2; exit 3 ;; esac ;;
+*) echo "gemini: tools would wait for approval" >&2; exit 3 ;; esac
 prompt=$p
 '"$PROMPT_CHECK"'
 '"$PUBLISH"
@@ -119,8 +127,11 @@ case $m in *outbox/result.md*) ;; *) echo "aider: the message does not say where
 printf "# result of %s\n" "$SMITH_FULL_ID" >outbox/result.md'
 
 # --- checks ---------------------------------------------------------------------------------------
-for f in "$HERE"/agents/configs/*.json; do
+# agents/configs/NAME.json: the unattended modes (with the sandbox); agents/configs/prompting/: the
+# prompting modes `init --no-sandbox` writes (docs/SPEC.md §12)
+for f in "$HERE"/agents/configs/*.json "$HERE"/agents/configs/prompting/*.json; do
     name=$(basename "$f" .json)
+    case $f in */prompting/*) name=prompting-$name ;; esac
     echo "== $name"
     if out=$(python3 - "$f" <<'EOF'
 import json, re, sys

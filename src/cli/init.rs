@@ -56,6 +56,11 @@ pub struct InitArgs {
         conflicts_with = "agent"
     )]
     pub agent_command: Option<Vec<String>>,
+    /// Run the agents without the sandbox (docs/SPEC.md §12): writes `"sandbox": {"enabled":
+    /// false}`, and `--agent claude|codex|gemini` in their prompting modes instead of the
+    /// unattended ones (the agents then run as the mounting user, root included).
+    #[arg(long)]
+    pub no_sandbox: bool,
 }
 
 /// The bundled reference agent (docs/SPEC.md §6: installed under the mount's `agents/`).
@@ -95,15 +100,27 @@ impl AgentPreset {
         }
     }
 
-    /// The `agent` section this preset writes into config.json (JSON text).
-    pub fn config(self) -> &'static str {
-        match self {
-            AgentPreset::Reference => include_str!("../../agents/configs/reference.json"),
-            AgentPreset::Coder => include_str!("../../agents/configs/coder.json"),
-            AgentPreset::Claude => include_str!("../../agents/configs/claude.json"),
-            AgentPreset::Codex => include_str!("../../agents/configs/codex.json"),
-            AgentPreset::Gemini => include_str!("../../agents/configs/gemini.json"),
-            AgentPreset::Aider => include_str!("../../agents/configs/aider.json"),
+    /// The `agent` section this preset writes into config.json (JSON text): with `sandbox` the
+    /// CLI's unattended mode (`agents/configs/NAME.json`), without it its prompting mode
+    /// (`agents/configs/prompting/NAME.json`; docs/SPEC.md §12, docs/AGENTS.md §2). The bundled
+    /// agents and aider have one configuration for both (notes XT10).
+    pub fn config(self, sandbox: bool) -> &'static str {
+        match (self, sandbox) {
+            (AgentPreset::Reference, _) => include_str!("../../agents/configs/reference.json"),
+            (AgentPreset::Coder, _) => include_str!("../../agents/configs/coder.json"),
+            (AgentPreset::Claude, true) => include_str!("../../agents/configs/claude.json"),
+            (AgentPreset::Claude, false) => {
+                include_str!("../../agents/configs/prompting/claude.json")
+            }
+            (AgentPreset::Codex, true) => include_str!("../../agents/configs/codex.json"),
+            (AgentPreset::Codex, false) => {
+                include_str!("../../agents/configs/prompting/codex.json")
+            }
+            (AgentPreset::Gemini, true) => include_str!("../../agents/configs/gemini.json"),
+            (AgentPreset::Gemini, false) => {
+                include_str!("../../agents/configs/prompting/gemini.json")
+            }
+            (AgentPreset::Aider, _) => include_str!("../../agents/configs/aider.json"),
         }
     }
 
@@ -119,9 +136,10 @@ impl AgentPreset {
     }
 }
 
-/// The default config.json with `agent` replaced by `agent`'s configuration.
-fn config_with_agent(agent: AgentPreset) -> Result<String> {
-    let section = agent.config();
+/// The default config.json with `agent` replaced by `agent`'s configuration (its unattended
+/// mode with `sandbox`, its prompting mode without).
+fn config_with_agent(agent: AgentPreset, sandbox: bool) -> Result<String> {
+    let section = agent.config(sandbox);
     let agent = agent.name();
     let mut config: serde_json::Value = serde_json::from_str(DEFAULT_CONFIG)?;
     config["agent"] = serde_json::from_str(section)?;
@@ -156,6 +174,15 @@ pub const DEFAULT_CONFIG: &str = r#"{
 }
 "#;
 
+/// `config` with `"sandbox": {"enabled": false}` (`init --no-sandbox`, docs/SPEC.md §12).
+fn config_without_sandbox(config: &str) -> Result<String> {
+    let mut value: serde_json::Value = serde_json::from_str(config)?;
+    value["sandbox"] = serde_json::json!({ "enabled": false });
+    let text = serde_json::to_string_pretty(&value)? + "\n";
+    crate::config::Config::parse(&text).map_err(|e| anyhow!("sandbox configuration: {e}"))?;
+    Ok(text)
+}
+
 /// `config` with `"workspace": {"repo", "rev"}` of the checked project (docs/SPEC.md §8).
 fn config_with_workspace(config: &str, p: &project::Checked) -> Result<String> {
     let mut value: serde_json::Value = serde_json::from_str(config)?;
@@ -188,9 +215,14 @@ pub fn run(args: InitArgs) -> Result<ExitCode> {
     }
     // checked before anything is created, so a bad --agent-command leaves nothing behind
     let config = match (&args.agent, &args.agent_command) {
-        (Some(a), _) => config_with_agent(*a)?,
+        (Some(a), _) => config_with_agent(*a, !args.no_sandbox)?,
         (None, Some(cmd)) => config_with_command(cmd)?,
         (None, None) => DEFAULT_CONFIG.to_string(),
+    };
+    let config = if args.no_sandbox {
+        config_without_sandbox(&config)?
+    } else {
+        config
     };
     if dir.exists() && !dir.is_dir() {
         bail!("{} is not a directory", dir.display());
@@ -300,6 +332,11 @@ pub fn run(args: InitArgs) -> Result<ExitCode> {
         (None, None) => println!(
             "  no agent configured: tasks wait until config.json has an \"agent\" (or use --agent)"
         ),
+    }
+    if args.no_sandbox {
+        println!(
+            "  sandbox: off (config.json \"sandbox\": {{\"enabled\": false}}): agents run as the mounting user; agent CLIs in their prompting modes"
+        );
     }
     println!("  next: smithfs mount {}", dir.display());
     Ok(ExitCode::SUCCESS)
@@ -447,7 +484,48 @@ fn lay_out(
 
 #[cfg(test)]
 mod tests {
-    use super::config_with_command;
+    use super::{config_with_agent, config_with_command, config_without_sandbox, AgentPreset};
+
+    /// With the sandbox each CLI is in its unattended mode (docs/SPEC.md §12); `--no-sandbox`
+    /// gives claude, codex and gemini their prompting modes and turns the sandbox off.
+    #[test]
+    fn agent_presets_unattended_with_the_sandbox_prompting_without() {
+        let command = |agent, sandbox| -> String {
+            let text = config_with_agent(agent, sandbox).expect("bundled config");
+            let v: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+            assert!(v.get("sandbox").is_none(), "{text}");
+            v["agent"]["command"].to_string()
+        };
+        for (agent, unattended, prompting) in [
+            (
+                AgentPreset::Claude,
+                "--dangerously-skip-permissions",
+                "acceptEdits",
+            ),
+            (
+                AgentPreset::Codex,
+                "--dangerously-bypass-approvals-and-sandbox",
+                "workspace-write",
+            ),
+            (AgentPreset::Gemini, "\"yolo\"", "auto_edit"),
+            (AgentPreset::Aider, "--yes-always", "--yes-always"),
+        ] {
+            let on = command(agent, true);
+            let off = command(agent, false);
+            assert!(on.contains(unattended), "{agent:?}: {on}");
+            assert!(off.contains(prompting), "{agent:?}: {off}");
+            if agent != AgentPreset::Aider {
+                assert!(!off.contains(unattended), "{agent:?}: {off}");
+                assert!(!on.contains(prompting), "{agent:?}: {on}");
+            }
+        }
+        let text = config_with_agent(AgentPreset::Claude, false).expect("config");
+        let off: serde_json::Value =
+            serde_json::from_str(&config_without_sandbox(&text).expect("config")).expect("JSON");
+        assert_eq!(off["sandbox"], serde_json::json!({ "enabled": false }));
+        let cfg = crate::config::Config::parse(&off.to_string()).expect("parses");
+        assert!(!cfg.sandbox.enabled);
+    }
 
     #[test]
     fn agent_command_becomes_agent_command_with_placeholders_checked() {

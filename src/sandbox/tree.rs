@@ -117,13 +117,22 @@ impl From {
 pub struct Prepared {
     /// Smith dirs that got a `home/` (made before it existed).
     pub homes_added: u64,
+    /// Empty `home/`s (never used) seeded from a `templates/home/` that has entries.
+    pub homes_seeded: u64,
     /// Entries given from root to the agents' user(s).
     pub chowned: u64,
 }
 
+/// Is `path` a directory (not a symlink) with no entries?
+fn is_empty_dir(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
+        && std::fs::read_dir(path).is_ok_and(|mut d| d.next().is_none())
+}
+
 /// At mount, before the filesystem scans the store at `root` (a path that reaches the store):
 /// every smith dir (`smiths/smith-root` and, recursively, the valid names in `children/`) that
-/// lacks `home/` gets one, seeded from `templates/home/`; with the sandbox on (`agents`) and
+/// lacks `home/` gets one, seeded from `templates/home/`, and an empty `home/` (no run has used
+/// it) is seeded too (notes XT5); with the sandbox on (`agents`) and
 /// `rechown` (`Some`: the owners to take entries from), every entry of each smith dir owned by
 /// one of them — but `conversations/`, the daemon's — becomes its smith's uid, and `results/`
 /// the root smith's (docs/SPEC.md §12, "Ownership").
@@ -157,6 +166,11 @@ pub fn prepare(
             }
             seed(&templates, &home, owner)?;
             done.homes_added += 1;
+        } else if is_empty_dir(&home) && !is_empty_dir(&templates) {
+            // An empty home/ was never used (a CLI leaves its files there): seed it, so that what
+            // the operator put in templates/home/ after `init` reaches the root smith too.
+            seed(&templates, &home, owner)?;
+            done.homes_seeded += 1;
         }
         if let (Some(o), Some(from)) = (owner, rechown) {
             done.chowned += give(&dir, o, from, &[DAEMON_OWNED, "children"])?;
@@ -236,6 +250,24 @@ mod tests {
             );
         }
         assert!(!r.join("smiths/smith-root/children/stray/home").exists());
-        assert_eq!(prepare(r, None, None).expect("again").homes_added, 0);
+        let again = prepare(r, None, None).expect("again");
+        assert_eq!((again.homes_added, again.homes_seeded), (0, 0));
+        // an empty home/ (init's root, before the operator filled templates/home/) is seeded; a
+        // used one is never touched
+        let root_home = r.join("smiths/smith-root/home");
+        std::fs::remove_dir_all(&root_home).expect("rm");
+        std::fs::create_dir(&root_home).expect("mkdir");
+        let child_home = r.join("smiths/smith-root/children/smith-001/home");
+        std::fs::write(child_home.join(".config/x"), "used").expect("write");
+        let done = prepare(r, None, None).expect("seed the empty home");
+        assert_eq!((done.homes_added, done.homes_seeded), (0, 1));
+        assert_eq!(
+            std::fs::read_to_string(root_home.join(".config/x")).expect("seeded"),
+            "seed"
+        );
+        assert_eq!(
+            std::fs::read_to_string(child_home.join(".config/x")).expect("kept"),
+            "used"
+        );
     }
 }

