@@ -5,12 +5,22 @@
 //! Only a branch ref of PATH changes: never its checked-out branch (git refuses to fetch into it),
 //! index or work tree. An existing branch moves only forward: a commit that does not descend from it
 //! is refused (exit 1, one line).
+//!
+//! Two halves, so that no git reads the smith's repository as anyone but the smith (docs/SPEC.md
+//! §12 "Programs smithfs runs for others", docs/PROTOCOL-NOTES.md W19): the smith's git, started as
+//! the smith in its sandbox ([`as_smith`]), writes the branch as a bundle (`git bundle create -`,
+//! the commits PATH lacks) to our pipe; PATH's git, run as PATH's owner, fetches from that bundle
+//! file. The bundle is data: git parses it, it runs nothing; and only PATH's git directory is
+//! written.
 
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Result};
 
-use super::diff::{git_out, locate, overrides, Exit2, Located};
+use super::diff::{as_smith, git_out, git_script, locate, smith_overrides, Exit2, Located};
 use super::ids::usage;
 use crate::workspace;
 
@@ -60,6 +70,55 @@ pub fn run(args: AcceptArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The owner of PATH to run its git as: `Some((uid, gid))` when this process is root and PATH
+/// (its directory) belongs to another uid; `None`: run as this process.
+fn owner_of(repo: &Path) -> Result<Option<(u32, u32)>> {
+    let m = std::fs::metadata(repo).map_err(|e| anyhow!("{}: {e}", repo.display()))?;
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    Ok((root && m.uid() != 0).then_some((m.uid(), m.gid())))
+}
+
+/// A bundle file for PATH's git: created 0600 in the temporary directory, given to PATH's owner,
+/// removed on drop.
+struct Bundle(PathBuf);
+
+impl Bundle {
+    fn write(bytes: &[u8], owner: Option<(u32, u32)>) -> Result<Bundle> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let path = std::env::temp_dir().join(format!(
+            "smithfs-accept-{}-{nanos}.bundle",
+            std::process::id()
+        ));
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        let b = Bundle(path);
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::fchown(&f, Some(uid), Some(gid))
+                .map_err(|e| anyhow!("{}: {e}", b.0.display()))?;
+        }
+        f.write_all(bytes)
+            .map_err(|e| anyhow!("{}: {e}", b.0.display()))?;
+        Ok(b)
+    }
+}
+
+impl Drop for Bundle {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// At most this many of PATH's branch and tag tips (newest first) are named to the smith's git as
+/// commits PATH has, so that the bundle carries only the rest.
+const MAX_TIPS: usize = 256;
+
 /// Fetch the smith's branch into the repository as `branch` (default `smith/NAME`), moving an
 /// existing branch only forward. What `smithfs accept` and the ui's accept do (one code path).
 ///
@@ -73,25 +132,41 @@ pub(crate) fn accept(l: &Located, branch: Option<&str>) -> Result<Accepted> {
     let source = workspace::branch(&l.full_id);
     let target = branch.map_or_else(|| source.clone(), str::to_owned);
     let target_ref = format!("refs/heads/{target}");
-    if git_out(&repo, &[], &[], &["check-ref-format", &target_ref]).is_err() {
+    let owner = owner_of(&repo)?;
+    if git_out(&repo, owner, &[], &[], &["check-ref-format", &target_ref]).is_err() {
         usage!("--branch {target}: not a valid branch name");
     }
-    let ws_extra = overrides(&l.ws);
-    let commit = git_out(
-        &l.ws,
-        &ws_extra,
+    // The smith's half, as the smith: its branch's commit and what is left uncommitted.
+    let ws_extra = smith_overrides(l).map_err(|e| anyhow!("accept {}: {e}", l.full_id))?;
+    let info = format!(
+        "{}G rev-parse --verify \"refs/heads/$1^{{commit}}\"\n\
+         G diff-index --name-only HEAD -- | wc -l\n\
+         G ls-files --others --exclude-standard | wc -l\n",
+        git_script(&ws_extra)
+    );
+    let out = as_smith(l, &info, &[&source])
+        .map_err(|e| anyhow!("accept {}: its branch {source}: {e}", l.full_id))?;
+    let out = String::from_utf8_lossy(&out);
+    let mut lines = out.lines().map(str::trim);
+    let commit = lines.next().unwrap_or_default().to_string();
+    let count = |s: Option<&str>| s.and_then(|n| n.parse::<usize>().ok()).unwrap_or(0);
+    let uncommitted = count(lines.next()) + count(lines.next());
+    if commit.len() < 40 || !commit.bytes().all(|b| b.is_ascii_hexdigit()) {
+        bail!("accept {}: its branch {source}: no commit", l.full_id);
+    }
+    // PATH's half, as PATH's owner.
+    let repo_extra = git_out(
+        &repo,
+        owner,
         &[],
-        &[
-            "rev-parse",
-            "--verify",
-            &format!("refs/heads/{source}^{{commit}}"),
-        ],
+        &[],
+        &["config", "--list", "--name-only", "--includes"],
     )
-    .map_err(|e| anyhow!("accept {}: its branch {source}: {e}", l.full_id))?;
-    let commit = commit.trim().to_string();
-    let repo_extra = overrides(&repo);
+    .map(|names| crate::workspace::git::overrides(&names))
+    .unwrap_or_default();
     let existing = git_out(
         &repo,
+        owner,
         &repo_extra,
         &[],
         &["rev-parse", "--verify", "--quiet", &target_ref],
@@ -99,11 +174,52 @@ pub(crate) fn accept(l: &Located, branch: Option<&str>) -> Result<Accepted> {
     .ok()
     .map(|s| s.trim().to_string())
     .filter(|s| !s.is_empty());
-    let src = l.ws.join(".git");
-    let src = src.to_string_lossy();
+    // What the bundle need not carry: PATH has the commit itself (then only it, on top of its
+    // parents), else PATH's newest tips (those the smith's repository lacks are ignored).
+    let has_commit = git_out(
+        &repo,
+        owner,
+        &repo_extra,
+        &[],
+        &["cat-file", "-e", &format!("{commit}^{{commit}}")],
+    )
+    .is_ok();
+    let negatives: Vec<String> = if has_commit {
+        vec![format!("^{commit}^@")]
+    } else {
+        git_out(
+            &repo,
+            owner,
+            &repo_extra,
+            &[],
+            &[
+                "for-each-ref",
+                &format!("--count={MAX_TIPS}"),
+                "--sort=-committerdate",
+                "--format=%(objectname)",
+                "refs/heads",
+                "refs/tags",
+            ],
+        )
+        .unwrap_or_default()
+        .lines()
+        .map(|c| format!("^{}", c.trim()))
+        .collect()
+    };
+    let bundle_script = format!(
+        "{}b=$1\nshift\nG bundle create --quiet - --ignore-missing \"refs/heads/$b\" \"$@\"\n",
+        git_script(&ws_extra)
+    );
+    let mut args: Vec<&str> = vec![&source];
+    args.extend(negatives.iter().map(String::as_str));
+    let bytes = as_smith(l, &bundle_script, &args)
+        .map_err(|e| anyhow!("accept {}: bundle of {source}: {e}", l.full_id))?;
+    let bundle = Bundle::write(&bytes, owner)?;
+    let src = bundle.0.to_string_lossy();
     let spec = format!("refs/heads/{source}:{target_ref}");
     match git_out(
         &repo,
+        owner,
         &repo_extra,
         &[],
         &[
@@ -131,6 +247,7 @@ pub(crate) fn accept(l: &Located, branch: Option<&str>) -> Result<Accepted> {
     }
     let now = git_out(
         &repo,
+        owner,
         &repo_extra,
         &[],
         &["rev-parse", "--verify", &target_ref],
@@ -142,23 +259,9 @@ pub(crate) fn accept(l: &Located, branch: Option<&str>) -> Result<Accepted> {
             repo.display()
         );
     }
-    let changed = git_out(
-        &l.ws,
-        &ws_extra,
-        &[],
-        &["diff-index", "--name-only", "HEAD", "--"],
-    )
-    .map_or(0, |o| o.lines().count());
-    let untracked = git_out(
-        &l.ws,
-        &ws_extra,
-        &[],
-        &["ls-files", "--others", "--exclude-standard"],
-    )
-    .map_or(0, |o| o.lines().count());
     Ok(Accepted {
         branch: target,
         commit,
-        uncommitted: changed + untracked,
+        uncommitted,
     })
 }

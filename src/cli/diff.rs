@@ -3,8 +3,12 @@
 //!
 //! Read-only on the workspace: the untracked files are marked intent-to-add in a temporary index
 //! outside it, so nothing is written there. Git runs isolated (`workspace::git`): nothing the smith
-//! configured runs.
-
+//! configured runs. And it runs **as the smith** (docs/SPEC.md §12 "Programs smithfs runs for
+//! others", docs/PROTOCOL-NOTES.md W19): on a mount, every git that reads a smith's repository is
+//! started through `smithfs run --smith ID`, bound to that smith, as its uid, in its sandbox, so
+//! even a configuration key the isolation missed runs nothing as the operator or as another smith;
+//! the operator's side only reads what it printed. `accept` reads the same way ([`as_smith`]).
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
@@ -36,6 +40,8 @@ pub(crate) struct Located {
     pub ws: PathBuf,
     /// The mount's configuration (its `workspace.repo` is set).
     pub config: Config,
+    /// `dir` is a live mount (else a store not mounted).
+    pub mounted: bool,
 }
 
 /// Error with an exit code: 2 for usage errors and unknown smiths (docs/SPEC.md §6).
@@ -68,6 +74,7 @@ pub(crate) fn locate_in(dir: &Path, id: &str) -> Result<Result<Located, Exit2>> 
     // A full id, a short id only one smith has or a unique suffix (docs/SPEC.md §6); ambiguous
     // and unknown ids are usage errors (exit 2, the candidates listed).
     let src = super::store::source(&dir)?;
+    let mounted = matches!(src, super::store::Source::Mount(_));
     let id = super::store::resolve_id(&src, id)?;
     let Some(rel) = smith_dir_rel(&id) else {
         return Ok(Err(Exit2(format!("no smith {id}"))));
@@ -84,12 +91,16 @@ pub(crate) fn locate_in(dir: &Path, id: &str) -> Result<Result<Located, Exit2>> 
         full_id: id,
         ws,
         config,
+        mounted,
     }))
 }
 
-/// Run isolated git with `extra` overrides and `env` in `cwd`; stdout, or git's last line.
+/// Run isolated git with `extra` overrides and `env` in `cwd`, as `owner` (uid, gid) when given
+/// (a root process switching to the owner of the repository: `accept`'s writing half);
+/// stdout, or git's error line.
 pub(crate) fn git_out(
     cwd: &Path,
+    owner: Option<(u32, u32)>,
     extra: &[String],
     env: &[(&str, &Path)],
     args: &[&str],
@@ -99,44 +110,127 @@ pub(crate) fn git_out(
     for (k, v) in env {
         cmd.env(k, v);
     }
+    if let Some((uid, gid)) = owner {
+        // std drops the supplementary groups when a root process sets a uid.
+        cmd.uid(uid).gid(gid);
+    }
     let out = cmd.output().map_err(|e| format!("cannot run git: {e}"))?;
     if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let lines: Vec<&str> = err
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .collect();
-        let line = lines
-            .iter()
-            .find(|l| l.starts_with("fatal:") || l.starts_with("error:"))
-            .or(lines.last())
-            .copied()
-            .unwrap_or("failed");
-        return Err(line.to_string());
+        return Err(error_line(&out.stderr));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// The driver overrides for the repository at `ws` (see `workspace::git::overrides`).
-pub(crate) fn overrides(ws: &Path) -> Vec<String> {
-    git_out(
-        ws,
-        &[],
-        &[],
-        &["config", "--list", "--name-only", "--includes"],
-    )
-    .map(|names| git::overrides(&names))
-    .unwrap_or_default()
+/// `s` quoted for `sh` (single quotes; a `'` inside written `'\''`). Pure.
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
-/// A temporary file path that is removed on drop.
-struct TempPath(PathBuf);
-
-impl Drop for TempPath {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+/// The start of a shell script that runs git as `workspace::git` isolates it: the environment
+/// (`ENV_REMOVE` unset, `ENV_SET` exported) and `G`, the isolated command (`$G status`), with
+/// `extra` overrides. Pure.
+pub(crate) fn git_script(extra: &[String]) -> String {
+    let mut s = String::from("set -e\n");
+    for k in git::ENV_REMOVE {
+        s.push_str(&format!("unset {k}\n"));
     }
+    for (k, v) in git::ENV_SET {
+        s.push_str(&format!("export {k}={}\n", sh_quote(v)));
+    }
+    let mut g = vec!["git".to_string()];
+    g.extend(git::isolated_args(extra));
+    let g: Vec<String> = g.iter().map(|a| sh_quote(a)).collect();
+    s.push_str(&format!("G() {{ {} \"$@\"; }}\n", g.join(" ")));
+    s
+}
+
+/// Run `sh -c SCRIPT sh ARGS…` in the smith's workspace **as the smith** (docs/SPEC.md §12,
+/// docs/PROTOCOL-NOTES.md W19): on a mount through `smithfs run --mount DIR --smith ID` (bound,
+/// its uid, its sandbox when the mount applies one); on a store not mounted only while the
+/// sandbox is off (then as this process, on files that are its own), else refused. Returns
+/// stdout.
+///
+/// # Errors
+/// One line: the script's first `fatal:`/`error:` line or its last stderr line; a store not
+/// mounted with the sandbox on; the command could not start.
+pub(crate) fn as_smith(l: &Located, script: &str, args: &[&str]) -> Result<Vec<u8>, String> {
+    let mut cmd = if l.mounted {
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find smithfs: {e}"))?;
+        let mut c = Command::new(exe);
+        c.arg("run")
+            .arg("--mount")
+            .arg(&l.dir)
+            .arg("--smith")
+            .arg(&l.full_id)
+            .arg("--")
+            .arg("/bin/sh");
+        c
+    } else if crate::sandbox::applies(&l.config.sandbox) {
+        return Err(format!(
+            "{} is not mounted: its git runs as the smith, in its sandbox, through the mount (mount it first)",
+            l.dir.display()
+        ));
+    } else {
+        Command::new("/bin/sh")
+    };
+    cmd.arg("-c")
+        .arg(script)
+        .arg("sh")
+        .args(args)
+        .current_dir(&l.ws)
+        .stdin(Stdio::null());
+    let out = cmd.output().map_err(|e| format!("cannot run git: {e}"))?;
+    if !out.status.success() {
+        return Err(error_line(&out.stderr));
+    }
+    Ok(out.stdout)
+}
+
+/// Git's error in `stderr`: the first `fatal:`/`error:` line, else the last line, else `failed`.
+fn error_line(stderr: &[u8]) -> String {
+    let err = String::from_utf8_lossy(stderr);
+    let lines: Vec<&str> = err
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    lines
+        .iter()
+        .find(|l| l.starts_with("fatal:") || l.starts_with("error:"))
+        .or(lines.last())
+        .copied()
+        .unwrap_or("failed")
+        .to_string()
+}
+
+/// The driver overrides for the smith's repository (see `workspace::git::overrides`), listed by
+/// a git that runs as the smith ([`as_smith`]).
+///
+/// # Errors
+/// As [`as_smith`].
+pub(crate) fn smith_overrides(l: &Located) -> Result<Vec<String>, String> {
+    let script = format!(
+        "{}G config --list --name-only --includes || true\n",
+        git_script(&[])
+    );
+    let names = as_smith(l, &script, &[])?;
+    Ok(git::overrides(&String::from_utf8_lossy(&names)))
+}
+
+/// The script of `diff` (run as the smith): `smithfs.base`, a temporary index in `$TMPDIR` (the
+/// sandbox's private `/tmp`) read from `HEAD` with the untracked files intent-to-add, then
+/// `git diff BASE` (`$1`: `--stat` or empty). Pure.
+fn diff_script(extra: &[String]) -> String {
+    format!(
+        "{}base=$(G config smithfs.base) || {{ echo 'fatal: no smithfs.base' >&2; exit 1; }}\n\
+         GIT_INDEX_FILE=$(mktemp \"${{TMPDIR:-/tmp}}/smithfs-diff.XXXXXX\")\n\
+         export GIT_INDEX_FILE\n\
+         trap 'rm -f \"$GIT_INDEX_FILE\" \"$GIT_INDEX_FILE.lock\"' EXIT\n\
+         G read-tree HEAD\n\
+         G add --intent-to-add --all\n\
+         G diff --no-ext-diff --no-textconv --no-color $1 \"$base\"\n",
+        git_script(extra)
+    )
 }
 
 /// Run `smithfs diff`.
@@ -154,41 +248,45 @@ pub fn run(args: DiffArgs) -> Result<ExitCode> {
 
 /// The smith's changes from its base commit to its work tree, committed and not, untracked
 /// files included, as `git diff` prints them (`stat`: `git diff --stat`). What `smithfs diff`
-/// and the ui show (one code path).
+/// and the ui show (one code path). Git runs as the smith ([`as_smith`]).
 ///
 /// # Errors
 /// The workspace has no `smithfs.base`, or a git step failed (one line naming it).
 pub(crate) fn diff(l: &Located, stat: bool) -> Result<String> {
-    let extra = overrides(&l.ws);
-    let fail = |what: &str, e: String| anyhow!("diff {}: {what}: {e}", l.full_id);
-    let base = git_out(&l.ws, &extra, &[], &["config", "smithfs.base"])
-        .map_err(|e| fail("no smithfs.base", e))?;
-    let base = base.trim().to_string();
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let index = TempPath(
-        std::env::temp_dir().join(format!("smithfs-diff-{}-{nanos}.index", std::process::id())),
+    let fail = |e: String| anyhow!("diff {}: {e}", l.full_id);
+    let extra = smith_overrides(l).map_err(fail)?;
+    let out =
+        as_smith(l, &diff_script(&extra), &[if stat { "--stat" } else { "" }]).map_err(fail)?;
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// The smith's commits since its base, one line each (`%h %ad %an: %s`, ISO dates), read as
+/// the smith ([`as_smith`]): what the ui lists.
+///
+/// # Errors
+/// As [`as_smith`].
+pub(crate) fn commits(l: &Located) -> Result<String, String> {
+    let extra = smith_overrides(l)?;
+    let script = format!(
+        "{}base=$(G config smithfs.base)\n\
+         G log --no-color '--format=%h %ad %an: %s' --date=iso-strict \"$base..HEAD\"\n",
+        git_script(&extra)
     );
-    let env = [("GIT_INDEX_FILE", index.0.as_path())];
-    git_out(&l.ws, &extra, &env, &["read-tree", "HEAD"]).map_err(|e| fail("read-tree", e))?;
-    let untracked = git_out(
-        &l.ws,
-        &extra,
-        &env,
-        &["ls-files", "-z", "--others", "--exclude-standard"],
-    )
-    .map_err(|e| fail("ls-files", e))?;
-    let files: Vec<&str> = untracked.split('\0').filter(|f| !f.is_empty()).collect();
-    for chunk in files.chunks(500) {
-        let mut a = vec!["add", "--intent-to-add", "--"];
-        a.extend(chunk.iter().copied());
-        git_out(&l.ws, &extra, &env, &a).map_err(|e| fail("add --intent-to-add", e))?;
+    as_smith(l, &script, &[]).map(|o| String::from_utf8_lossy(&o).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(sh_quote("a b"), "'a b'");
+        assert_eq!(sh_quote("it's"), "'it'\\''s'");
+        let s = git_script(&["filter.x.clean=".to_string()]);
+        assert!(s.contains("unset GIT_DIR\n"), "{s}");
+        assert!(s.contains("'-c' 'core.hooksPath=/dev/null'"), "{s}");
+        assert!(s.contains("'-c' 'filter.x.clean='"), "{s}");
+        assert!(!s.contains("safe.directory"), "{s}");
     }
-    let mut a = vec!["diff", "--no-ext-diff", "--no-textconv", "--no-color"];
-    if stat {
-        a.push("--stat");
-    }
-    a.push(&base);
-    git_out(&l.ws, &extra, &env, &a).map_err(|e| fail("git diff", e))
 }

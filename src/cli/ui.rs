@@ -100,21 +100,7 @@ impl Fleet for CliFleet {
     }
 
     fn commits(&self, full_id: &str) -> Result<String, String> {
-        let l = self.located(full_id)?;
-        let extra = super::diff::overrides(&l.ws);
-        let base = super::diff::git_out(&l.ws, &extra, &[], &["config", "smithfs.base"])?;
-        super::diff::git_out(
-            &l.ws,
-            &extra,
-            &[],
-            &[
-                "log",
-                "--no-color",
-                "--format=%h %ad %an: %s",
-                "--date=iso-strict",
-                &format!("{}..HEAD", base.trim()),
-            ],
-        )
+        super::diff::commits(&self.located(full_id)?)
     }
 
     fn retry(&self, full_id: &str) -> Result<String, String> {

@@ -42,9 +42,12 @@ pub const ENV_REMOVE: [&str; 14] = [
 ];
 
 /// The fixed `-c` overrides (each preceded by `-c` on the command line): no hooks, no fsmonitor, no
-/// global attributes, no pager, editor, signing program, credential helper or ssh command, and every
-/// directory trusted (the operator's commands read workspaces owned by other uids).
-pub const SAFE_FLAGS: [&str; 13] = [
+/// global attributes, no pager, editor, signing program, credential helper or ssh command.
+///
+/// Git's ownership check stays on (no `safe.directory`): a git that reads a smith's repository
+/// runs as that smith, in its sandbox (the auto-commit, `diff`, `accept`'s reading half), so the
+/// repository is its own; see [`TRUST_ANY_OWNER`] for the two places that waive it.
+pub const SAFE_FLAGS: [&str; 12] = [
     "core.hooksPath=/dev/null",
     "core.fsmonitor=false",
     "core.attributesFile=/dev/null",
@@ -56,9 +59,17 @@ pub const SAFE_FLAGS: [&str; 13] = [
     "credential.helper=",
     "commit.gpgSign=false",
     "tag.gpgSign=false",
-    "safe.directory=*",
     "protocol.ext.allow=never",
 ];
+
+/// The `-c` setting that waives git's ownership check ("dubious ownership"), for the two gits that
+/// read a repository of another uid by design (docs/PROTOCOL-NOTES.md W19): `init` (the operator's
+/// `smithfs init --repo PATH` as root, reading PATH, the operator's own project) and the scaffold's
+/// git (the new child's uid reading its parent's `workspace/.git` inside the Landlock domain of
+/// W16: whatever the parent's repository makes it run runs as the parent's own descendant, reading
+/// only what the parent may read, writing only the new workspace). Never for a git that runs as
+/// root, the operator or PATH's owner on a smith's repository.
+pub const TRUST_ANY_OWNER: &str = "safe.directory=*";
 
 /// The `-c` overrides that neutralise the driver commands a repository's config defines, given the
 /// output of `git config --list --name-only --includes` (one key a line, as git prints it: section and

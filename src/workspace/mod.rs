@@ -133,7 +133,11 @@ impl GitRun<'_> {
             command: command.clone(),
             message,
         };
+        // The scaffold's git (a child's uid reading its parent's repository in the Landlock
+        // domain of W16) and `init`'s (the operator on a store not mounted yet): the two uses
+        // git::TRUST_ANY_OWNER documents.
         let mut cmd = git::isolate(Command::new("git"), extra);
+        cmd.arg("-c").arg(git::TRUST_ANY_OWNER);
         cmd.args(args)
             .current_dir("/")
             .stdin(Stdio::null())

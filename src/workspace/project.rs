@@ -25,7 +25,9 @@ pub struct Checked {
 }
 
 fn git_in(dir: &Path, args: &[&str]) -> Result<String, String> {
-    let mut cmd = git::isolate(Command::new("git"), &[] as &[&str]);
+    // PATH is the operator's project, read by the operator's `init` (often root over a user's
+    // repository): git::TRUST_ANY_OWNER's first use.
+    let mut cmd = git::isolate(Command::new("git"), &[git::TRUST_ANY_OWNER]);
     cmd.arg("-C").arg(dir).args(args);
     let out = cmd
         .stdin(Stdio::null())
@@ -136,7 +138,7 @@ fn canonical_or_self(dir: &Path) -> PathBuf {
 /// Errors: git's last line.
 pub fn make_project_git(c: &Checked, dir: &Path) -> Result<(), String> {
     let dest = dir.join(super::PROJECT_GIT);
-    let mut cmd = git::isolate(Command::new("git"), &[] as &[&str]);
+    let mut cmd = git::isolate(Command::new("git"), &[git::TRUST_ANY_OWNER]);
     let out = cmd
         .args(["clone", "--bare", "--local", "--quiet"])
         .arg(&c.repo)

@@ -12,18 +12,34 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{poll_until, run, smithfs, MountOpts, Run, TestMount, SMITHFS};
+use common::{poll_until, run, MountOpts, Run, TestMount, SMITHFS};
 
 const ROOT_WS: &str = "smiths/smith-root/workspace";
 const CHILD: &str = "smiths/smith-root/children/smith-001";
 const CHILD_WS: &str = "smiths/smith-root/children/smith-001/workspace";
 
-/// `git ARGS` in `dir` (plain git, as a user would run it); panics on failure; stdout trimmed.
+/// `git ARGS` in `dir` (plain git, as a user would run it: as the owner of `dir`, who with the
+/// sandbox is the agents' user, docs/SPEC.md §12 "Ownership"); panics on failure; stdout trimmed.
 #[track_caller]
 fn git(dir: &Path, args: &[&str]) -> String {
-    let r = run(Command::new("git").arg("-C").arg(dir).args(args));
+    let r = run(as_owner(
+        dir,
+        Command::new("git").arg("-C").arg(dir).args(args),
+    ));
     assert!(r.ok(), "git {args:?} in {}: {}", dir.display(), r.stderr);
     r.stdout.trim().to_string()
+}
+
+/// `cmd` as the owner of `dir` (uid and gid; no supplementary groups), with no global git
+/// configuration (root's home is not the owner's).
+fn as_owner<'a>(dir: &Path, cmd: &'a mut Command) -> &'a mut Command {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::process::CommandExt;
+    let m = std::fs::metadata(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    cmd.uid(m.uid())
+        .gid(m.gid())
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("HOME", "/")
 }
 
 /// A repository with a few files and two commits; returns its HEAD.
@@ -59,8 +75,31 @@ impl Mode {
                     Mode::Ancestry => "ancestry",
                 },
             ],
-            env: Vec::new(),
+            env: vec![SANDBOX_ON],
         }
+    }
+}
+
+/// The sandbox on (docs/SPEC.md §12) for the mount and every `smithfs run`: transitional while
+/// `sandbox::applies` still asks for it (harmless once the sandbox is the default).
+const SANDBOX_ON: (&str, &str) = ("SMITHFS_SANDBOX", "1");
+
+/// `smithfs ARGS` with the sandbox on (its `smithfs run`s are the smith's uid).
+fn smithfs_on<I, S>(args: I) -> Run
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    run(Command::new(SMITHFS)
+        .env(SANDBOX_ON.0, SANDBOX_ON.1)
+        .args(args))
+}
+
+/// The default mount options with the sandbox on.
+fn sandboxed() -> MountOpts {
+    MountOpts {
+        env: vec![SANDBOX_ON],
+        ..MountOpts::default()
     }
 }
 
@@ -89,9 +128,11 @@ impl Ws {
     /// `bash -c SCRIPT` bound to `who` with `smithfs run`, in `cwd` (mount-relative).
     fn as_smith(&self, who: &str, cwd: &str, script: &str) -> Run {
         run(Command::new(SMITHFS)
+            .env(SANDBOX_ON.0, SANDBOX_ON.1)
             .args(["run", "--mount"])
             .arg(self.m.path())
             .args(["--smith", who, "--", "bash", "-c", script])
+            .env(SANDBOX_ON.0, SANDBOX_ON.1)
             .current_dir(self.abs(cwd)))
     }
 
@@ -135,7 +176,7 @@ fn accept(dir: impl AsRef<OsStr>, id: &str, branch: Option<&str>) -> Run {
     if let Some(b) = branch {
         args.extend([OsStr::new("--branch"), OsStr::new(b)]);
     }
-    smithfs(args)
+    smithfs_on(args)
 }
 
 macro_rules! both_modes {
@@ -216,11 +257,14 @@ both_modes!(layout_and_child_base, |mode| {
     );
     let alt = std::fs::read_to_string(child.join(".git/objects/info/alternates")).unwrap();
     assert_eq!(alt.trim(), "../../../../../../../project.git/objects");
-    let copied = run(Command::new("git")
-        .arg("--git-dir")
-        .arg(child.join(".git"))
-        .args(["cat-file", "-e", &root_head])
-        .env("GIT_ALTERNATE_OBJECT_DIRECTORIES", ""));
+    let copied = run(as_owner(
+        &child,
+        Command::new("git")
+            .arg("--git-dir")
+            .arg(child.join(".git"))
+            .args(["cat-file", "-e", &root_head])
+            .env("GIT_ALTERNATE_OBJECT_DIRECTORIES", ""),
+    ));
     assert!(copied.ok(), "the child's repository has its base commit");
     assert_eq!(git(&child, &["status", "--porcelain"]), "");
     // A grandchild starts at the child's HEAD.
@@ -285,8 +329,8 @@ both_modes!(rights_and_parent_pull, |mode| {
         "{}",
         r.stderr
     );
-    let why = w.as_smith_ok("smith-root", "", "cat .smithfs/why");
-    assert!(why.contains("project.git"), "{why}");
+    // No why to read: with the sandbox the kernel's mode check (`default_permissions`;
+    // project.git is the operator's, 0755) refuses the run's uid before smithfs is asked.
     let r = w.as_smith("smith-root", "smiths/smith-root", "mv workspace ws2");
     assert!(!r.ok(), "a smith renamed its workspace");
     // The child commits; the parent merges its branch with plain git.
@@ -389,7 +433,7 @@ both_modes!(hostile_config_runs_nothing, |mode| {
         assert!(left.is_empty(), "{what} ran the smith's {left:?}");
     };
     // The operator's diff.
-    let d = smithfs([
+    let d = smithfs_on([
         OsString::from("diff"),
         w.m.path().into(),
         "smith-root/smith-001".into(),
@@ -430,7 +474,7 @@ both_modes!(diff_and_accept, |mode| {
         "echo c >> a.txt && git commit -qam committed && echo u > untracked.txt && echo w >> src/main.rs",
     );
     let dir = w.m.path().as_os_str().to_os_string();
-    let stat = smithfs([
+    let stat = smithfs_on([
         OsString::from("diff"),
         dir.clone(),
         "smith-root".into(),
@@ -440,7 +484,7 @@ both_modes!(diff_and_accept, |mode| {
     for f in ["a.txt", "untracked.txt", "src/main.rs"] {
         assert!(stat.stdout.contains(f), "{f} in\n{}", stat.stdout);
     }
-    let full = smithfs([OsString::from("diff"), dir.clone(), "smith-root".into()]);
+    let full = smithfs_on([OsString::from("diff"), dir.clone(), "smith-root".into()]);
     assert!(
         full.stdout.contains("+c\n") && full.stdout.contains("+u\n"),
         "{}",
@@ -452,7 +496,7 @@ both_modes!(diff_and_accept, |mode| {
         "diff wrote nothing"
     );
     // Unknown smith: exit 2.
-    let r = smithfs([
+    let r = smithfs_on([
         OsString::from("diff"),
         dir.clone(),
         "smith-root/smith-009".into(),
@@ -470,7 +514,7 @@ both_modes!(diff_and_accept, |mode| {
         CHILD,
         "mkdir children/smith-001 && echo grandchild >> workspace/a.txt",
     );
-    let short = smithfs([
+    let short = smithfs_on([
         OsString::from("diff"),
         dir.clone(),
         "root/smith-001".into(),
@@ -478,7 +522,7 @@ both_modes!(diff_and_accept, |mode| {
     ]);
     assert!(short.ok(), "{}", short.stderr);
     assert!(short.stdout.contains("a.txt"), "{}", short.stdout);
-    let r = smithfs([OsString::from("diff"), dir.clone(), "smith-001".into()]);
+    let r = smithfs_on([OsString::from("diff"), dir.clone(), "smith-001".into()]);
     assert_eq!(r.code, Some(2), "{}", r.stderr);
     assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
     assert!(
@@ -571,7 +615,7 @@ fn init_bad_input() {
     let init = |args: &[&str]| {
         let mut v: Vec<OsString> = vec!["init".into()];
         v.extend(args.iter().map(OsString::from));
-        smithfs(v)
+        smithfs_on(v)
     };
     let d = tmp.path().join("d1");
     let d1 = d.to_str().unwrap();
@@ -620,7 +664,7 @@ fn init_bad_input() {
         serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
     c["workspace"] = serde_json::json!({ "repo": repo, "rev": "HEAD" });
     std::fs::write(&p, c.to_string()).unwrap();
-    let r = smithfs([OsString::from("mount"), bare.into_os_string()]);
+    let r = smithfs_on([OsString::from("mount"), bare.into_os_string()]);
     assert!(!r.ok(), "mounted a workspace config without project.git");
     assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
     assert!(r.stderr.contains("project.git"), "{}", r.stderr);
@@ -632,6 +676,8 @@ fn init_bad_input() {
 fn submodules_are_kept_as_gitlinks() {
     let mut repo = PathBuf::new();
     let mut sub_head = String::new();
+    // Without the sandbox: the submodule's source is a host directory the run's view does not
+    // show (it would need `sandbox.readable`).
     let m = TestMount::with_init(MountOpts::default(), |tmp| {
         let sub = tmp.join("sub");
         make_repo(&sub);
@@ -700,7 +746,7 @@ fn submodules_are_kept_as_gitlinks() {
 #[test]
 fn ten_thousand_files() {
     let mut repo = PathBuf::new();
-    let m = TestMount::with_init(MountOpts::default(), |tmp| {
+    let m = TestMount::with_init(sandboxed(), |tmp| {
         repo = tmp.join("repo");
         std::fs::create_dir_all(&repo).unwrap();
         for d in 0..100 {
@@ -893,7 +939,7 @@ both_modes!(coding_job_end_to_end, |mode| {
         root.join("inbox/task-root.md"),
     )
     .unwrap();
-    let w = smithfs([
+    let w = smithfs_on([
         OsString::from("wait"),
         m.path().into(),
         "--final".into(),
@@ -901,7 +947,7 @@ both_modes!(coding_job_end_to_end, |mode| {
         "120".into(),
     ]);
     let logs = || {
-        smithfs([OsString::from("status"), m.path().into()]).stdout
+        smithfs_on([OsString::from("status"), m.path().into()]).stdout
             + &std::fs::read_to_string(m.path().join(".smithfs-state/daemon.log"))
                 .unwrap_or_default()
     };
@@ -971,7 +1017,7 @@ both_modes!(coding_job_end_to_end, |mode| {
 fn coder_agent_needs_a_repo() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path().join("d");
-    let r = smithfs([
+    let r = smithfs_on([
         OsString::from("init"),
         d.clone().into_os_string(),
         "--agent".into(),
