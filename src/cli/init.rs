@@ -215,7 +215,7 @@ pub fn run(args: InitArgs) -> Result<ExitCode> {
     }
     // checked before anything is created, so a bad --agent-command leaves nothing behind
     let config = match (&args.agent, &args.agent_command) {
-        (Some(a), _) => config_with_agent(*a, !args.no_sandbox)?,
+        (Some(a), _) => config_with_agent(*a, unattended(&args))?,
         (None, Some(cmd)) => config_with_command(cmd)?,
         (None, None) => DEFAULT_CONFIG.to_string(),
     };
@@ -333,6 +333,16 @@ pub fn run(args: InitArgs) -> Result<ExitCode> {
             "  no agent configured: tasks wait until config.json has an \"agent\" (or use --agent)"
         ),
     }
+    let prompting_cli = matches!(
+        args.agent,
+        Some(AgentPreset::Claude | AgentPreset::Codex | AgentPreset::Gemini)
+    );
+    if prompting_cli && !args.no_sandbox && !unattended(&args) {
+        println!(
+            "  agent CLIs in their prompting modes: the sandbox applies only with {}=1 for now (set it for init and mount to get the unattended modes in the sandbox)",
+            crate::sandbox::PREVIEW_ENV
+        );
+    }
     if args.no_sandbox {
         println!(
             "  sandbox: off (config.json \"sandbox\": {{\"enabled\": false}}): agents run as the mounting user; agent CLIs in their prompting modes"
@@ -340,6 +350,13 @@ pub fn run(args: InitArgs) -> Result<ExitCode> {
     }
     println!("  next: smithfs mount {}", dir.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether `init --agent` writes the CLI's unattended mode: not with `--no-sandbox`, and only
+/// while runs will start in the sandbox (today: `SMITHFS_SANDBOX=1`, docs/PROTOCOL-NOTES.md
+/// XT11); else its prompting mode.
+fn unattended(args: &InitArgs) -> bool {
+    !args.no_sandbox && crate::sandbox::preview_on()
 }
 
 /// The agent `init` configured, if any: a preset (`--agent`) or a command (`--agent-command`).

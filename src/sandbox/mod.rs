@@ -56,7 +56,15 @@ pub const PREVIEW_ENV: &str = "SMITHFS_SANDBOX";
 /// Whether runs of a mount with `cfg` start in the sandbox: `sandbox.enabled` and (for now)
 /// [`PREVIEW_ENV`] set to `1` in this process's environment.
 pub fn applies(cfg: &SandboxConfig) -> bool {
-    cfg.enabled && std::env::var_os(PREVIEW_ENV).is_some_and(|v| v == "1")
+    cfg.enabled && preview_on()
+}
+
+/// Whether this process has [`PREVIEW_ENV`] set to `1`: the half of [`applies`] that does not
+/// depend on config.json. `init --agent` asks it too: it writes a CLI's unattended mode only
+/// when runs will start in the sandbox (an unattended CLI outside it would run as root —
+/// Claude Code refuses that), else its prompting mode (docs/PROTOCOL-NOTES.md XT11).
+pub fn preview_on() -> bool {
+    std::env::var_os(PREVIEW_ENV).is_some_and(|v| v == "1")
 }
 
 /// The agents' uid and gid (docs/SPEC.md §12 "Users") until the daemon hands the view the

@@ -197,7 +197,14 @@ impl AgentMount {
             args.push("--no-sandbox".into());
         }
         args.extend(prepare(tmp.path()));
-        smithfs(&args).expect_ok("smithfs init --agent");
+        // The unattended modes come with the sandbox, which applies with SMITHFS_SANDBOX=1 for
+        // now (docs/PROTOCOL-NOTES.md XT11): init asks it too.
+        let mut init = std::process::Command::new(crate::common::SMITHFS);
+        init.args(&args);
+        if mode != Mode::NoSandbox {
+            init.env("SMITHFS_SANDBOX", "1");
+        }
+        crate::common::run(&mut init).expect_ok("smithfs init --agent");
         AgentMount { tmp, dir }
     }
 
