@@ -22,6 +22,7 @@ use std::ffi::CString;
 use std::fmt;
 use std::io::{Read, Seek, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use parking_lot::Mutex;
@@ -540,14 +541,23 @@ fn allocate(
 ) -> Result<u32, UserError> {
     let reg = &host.registry;
     if let Some(dir) = reg.parent() {
-        std::fs::create_dir_all(dir).map_err(io_err(format!("cannot create {}", dir.display())))?;
+        // Explicit modes: the daemon runs with umask 0, and a registry others could write would
+        // let any local user make two mounts share a uid.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(dir)
+            .map_err(io_err(format!("cannot create {}", dir.display())))?;
+        keep_unwritable_by_others(dir, 0o755)?;
     }
     let mut file = std::fs::OpenOptions::new()
         .read(true)
         .append(true)
         .create(true)
+        .mode(0o644)
         .open(reg)
         .map_err(io_err(format!("cannot open {}", reg.display())))?;
+    keep_unwritable_by_others(reg, 0o644)?;
     // SAFETY: flock on a descriptor we own; released when `file` closes.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
         return Err(io_err(format!("cannot lock {}", reg.display()))(
@@ -565,6 +575,27 @@ fn allocate(
         .map_err(io_err(format!("cannot write {}", reg.display())))?;
     tracing::info!(first, count, registry = %reg.display(), "sandbox: uids allocated");
     Ok(first)
+}
+
+/// The host registry and its directory must be this process's and writable by it alone: one of
+/// another owner is refused (someone else could rewrite the allocations), one that is group- or
+/// other-writable (made by an earlier version under umask 0) is given `mode`.
+fn keep_unwritable_by_others(path: &Path, mode: u32) -> Result<(), UserError> {
+    let meta = std::fs::symlink_metadata(path)
+        .map_err(io_err(format!("cannot stat {}", path.display())))?;
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    if meta.uid() != euid || meta.file_type().is_symlink() {
+        return Err(UserError::Io {
+            what: format!("{} is not owned by uid {euid}", path.display()),
+            err: std::io::Error::from_raw_os_error(libc::EPERM),
+        });
+    }
+    if meta.mode() & 0o022 != 0 {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+            .map_err(io_err(format!("cannot chmod {}", path.display())))?;
+    }
+    Ok(())
 }
 
 fn record_name() -> CString {
@@ -714,6 +745,22 @@ mod tests {
                 "case {i}: {reg}"
             );
         }
+    }
+
+    /// The registry (made by an earlier build under the daemon's umask 0) that others could
+    /// write is made 0644 at the next allocation; its directory 0755.
+    #[test]
+    fn the_registry_is_writable_by_its_owner_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let h = host("", "", "", "", "");
+        let mode = |p: &Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+        let dir = h.files.registry.parent().expect("dir").to_path_buf();
+        std::fs::set_permissions(&h.files.registry, std::fs::Permissions::from_mode(0o666))
+            .expect("chmod");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        resolve(&h, &SandboxConfig::default(), root(None)).expect("resolve");
+        assert_eq!(mode(&h.files.registry), 0o644);
+        assert_eq!(mode(&dir), 0o755);
     }
 
     #[test]
