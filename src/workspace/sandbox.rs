@@ -14,31 +14,10 @@
 use std::ffi::CStr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
-// Landlock's ABI (include/uapi/linux/landlock.h).
-const CREATE_RULESET_VERSION: u32 = 1;
-const RULE_PATH_BENEATH: libc::c_int = 1;
-const EXECUTE: u64 = 1 << 0;
-const WRITE_FILE: u64 = 1 << 1;
-const READ_FILE: u64 = 1 << 2;
-const READ_DIR: u64 = 1 << 3;
-/// Every filesystem right of ABI 1 (bits 0–12: execute … make_sym).
-const ABI1_ALL: u64 = (1 << 13) - 1;
-const REFER: u64 = 1 << 13;
-const TRUNCATE: u64 = 1 << 14;
-const IOCTL_DEV: u64 = 1 << 15;
-
-/// `struct landlock_ruleset_attr`, first field only (the kernel zero-extends a shorter struct).
-#[repr(C)]
-struct RulesetAttr {
-    handled_access_fs: u64,
-}
-
-/// `struct landlock_path_beneath_attr` (packed in the uapi header: 12 bytes).
-#[repr(C, packed)]
-struct PathBeneathAttr {
-    allowed_access: u64,
-    parent_fd: i32,
-}
+use landlock::{
+    Access, AccessFs, BitFlags, PathBeneath, Ruleset, RulesetAttr, RulesetCreatedAttr,
+    RulesetError, ABI,
+};
 
 /// The system directories a git process reads and executes from (binaries, libraries, locale,
 /// `/dev/null`, `/proc/self`); those that do not exist are skipped.
@@ -47,7 +26,7 @@ const SYSTEM_DIRS: &[&CStr] = &[
 ];
 
 /// A prepared Landlock ruleset: built in the daemon (which it does not restrict), applied in a
-/// forked git before exec by [`Sandbox::restrict_self`].
+/// forked git before exec by [`restrict_self`].
 #[derive(Debug)]
 pub struct Sandbox {
     ruleset: OwnedFd,
@@ -60,60 +39,37 @@ pub fn abi() -> Option<i64> {
     let v = unsafe {
         libc::syscall(
             libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<RulesetAttr>(),
+            std::ptr::null::<u8>(),
             0usize,
-            CREATE_RULESET_VERSION,
+            1u32, // LANDLOCK_CREATE_RULESET_VERSION
         )
     };
     (v >= 1).then_some(v)
 }
 
+/// A `landlock` crate error as the `std::io::Error` this module's callers report.
+fn io(e: RulesetError) -> std::io::Error {
+    std::io::Error::other(e.to_string())
+}
+
 impl Sandbox {
     /// A ruleset allowing reads beneath each of `read` (descriptors of directories, `O_PATH` is
-    /// enough), every right beneath each of `write`, and reads and execution of the system
-    /// directories.
+    /// enough), every right this kernel's ABI handles beneath each of `write`, and reads and
+    /// execution of the system directories (writes of `/dev`'s files: `/dev/null`).
     ///
     /// Errors: Landlock is not available (kernel without it, or disabled: `ENOSYS`/`EOPNOTSUPP`),
     /// or a rule could not be added.
     pub fn new(read: &[BorrowedFd<'_>], write: &[BorrowedFd<'_>]) -> std::io::Result<Sandbox> {
-        let Some(abi) = abi() else {
+        let Some(version) = abi() else {
             return Err(std::io::Error::last_os_error());
         };
-        let mut handled = ABI1_ALL;
-        if abi >= 2 {
-            handled |= REFER;
-        }
-        if abi >= 3 {
-            handled |= TRUNCATE;
-        }
-        if abi >= 5 {
-            handled |= IOCTL_DEV;
-        }
-        let attr = RulesetAttr {
-            handled_access_fs: handled,
-        };
-        // SAFETY: `attr` is a valid struct of the size passed; the call returns a new descriptor.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_landlock_create_ruleset,
-                &attr as *const RulesetAttr,
-                std::mem::size_of::<RulesetAttr>(),
-                0u32,
-            )
-        };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just returned by the kernel and is owned by nobody else.
-        let ruleset = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-        let sb = Sandbox { ruleset };
-        let reading = READ_FILE | READ_DIR;
-        for dir in read {
-            sb.allow(*dir, reading)?;
-        }
-        for dir in write {
-            sb.allow(*dir, handled)?;
-        }
+        let abi = ABI::from(i32::try_from(version).unwrap_or(i32::MAX));
+        let handled = AccessFs::from_all(abi);
+        let reading: BitFlags<AccessFs> = AccessFs::ReadFile | AccessFs::ReadDir;
+        let mut rules: Vec<PathBeneath<BorrowedFd<'_>>> = Vec::new();
+        rules.extend(read.iter().map(|d| PathBeneath::new(*d, reading)));
+        rules.extend(write.iter().map(|d| PathBeneath::new(*d, handled)));
+        let mut system: Vec<(OwnedFd, BitFlags<AccessFs>)> = Vec::new();
         for path in SYSTEM_DIRS {
             // SAFETY: `path` is a NUL-terminated constant; the result is checked and owned below.
             let raw = unsafe {
@@ -127,35 +83,26 @@ impl Sandbox {
             }
             // SAFETY: `raw` is a descriptor we just opened.
             let owned = unsafe { OwnedFd::from_raw_fd(raw) };
-            let mut rights = reading | EXECUTE;
+            let mut rights = reading | AccessFs::Execute;
             if *path == c"/dev" {
                 // `/dev/null` as git's output of last resort.
-                rights |= WRITE_FILE;
+                rights |= AccessFs::WriteFile;
             }
-            sb.allow(owned.as_fd(), rights & handled)?;
+            system.push((owned, rights & handled));
         }
-        Ok(sb)
-    }
-
-    fn allow(&self, dir: BorrowedFd<'_>, rights: u64) -> std::io::Result<()> {
-        let rule = PathBeneathAttr {
-            allowed_access: rights,
-            parent_fd: dir.as_raw_fd(),
-        };
-        // SAFETY: `rule` is a valid packed struct that outlives the call; both descriptors are open.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_landlock_add_rule,
-                self.ruleset.as_raw_fd(),
-                RULE_PATH_BENEATH,
-                &rule as *const PathBeneathAttr,
-                0u32,
-            )
-        };
-        if r != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
+        let created = Ruleset::default()
+            .handle_access(handled)
+            .and_then(|r| r.create())
+            .and_then(|r| r.add_rules(rules.into_iter().map(Ok::<_, RulesetError>)))
+            .and_then(|r| {
+                r.add_rules(system.iter().map(|(fd, rights)| {
+                    Ok::<_, RulesetError>(PathBeneath::new(fd.as_fd(), *rights))
+                }))
+            })
+            .map_err(io)?;
+        let fd: Option<OwnedFd> = created.into();
+        let ruleset = fd.ok_or_else(|| std::io::Error::from_raw_os_error(libc::EOPNOTSUPP))?;
+        Ok(Sandbox { ruleset })
     }
 
     /// The raw ruleset descriptor, for [`restrict_self`] in a forked child.
