@@ -740,6 +740,60 @@ impl CredGuard {
         }
         Ok(CredGuard { active: true })
     }
+
+    /// [`CredGuard::switch`], and then `CAP_DAC_OVERRIDE` raised again in this thread's
+    /// effective set (the kernel dropped it with the fsuid; it stays permitted): the create
+    /// that follows is made as `uid`/`gid` — the new inode is theirs from its first instant, no
+    /// chown after — while the store's mode bits on the directory do not stop it. For
+    /// `sandbox.uid_per_smith`, where the rules of docs/SPEC.md §3 alone decide between smiths
+    /// and a parent creates in a child's `inbox/` (the child's uid, 0755). Restored with the
+    /// fsuid on drop (the kernel raises the file capabilities again at fsuid 0).
+    ///
+    /// # Errors
+    /// `setgroups`', `capget`'s or `capset`'s errno (the switch is undone).
+    pub fn switch_overriding_modes(uid: u32, gid: u32, groups: &[u32]) -> SysResult<CredGuard> {
+        let guard = CredGuard::switch(uid, gid, groups)?;
+        if !guard.active {
+            return Ok(guard);
+        }
+        raise_dac_override()?;
+        Ok(guard)
+    }
+}
+
+/// The capget/capset header and data of `_LINUX_CAPABILITY_VERSION_3` (two 32-bit words).
+/// (`crate::process` has the same types; this layer is a leaf and imports nothing of the crate.)
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// capability(7)'s number of `CAP_DAC_OVERRIDE`.
+const CAP_DAC_OVERRIDE: u32 = 1;
+
+/// `CAP_DAC_OVERRIDE` back into this thread's effective set (it must be permitted).
+fn raise_dac_override() -> SysResult<()> {
+    let header = CapHeader {
+        version: 0x2008_0522,
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: capget/capset of this thread with pointers to locals of the kernel's layout.
+    unsafe {
+        cvt_long(libc::syscall(libc::SYS_capget, &header, data.as_mut_ptr()))?;
+        data[0].effective |= 1 << CAP_DAC_OVERRIDE;
+        cvt_long(libc::syscall(libc::SYS_capset, &header, data.as_ptr()))?;
+    }
+    Ok(())
 }
 
 impl Drop for CredGuard {

@@ -14,6 +14,7 @@ mod logs;
 pub mod mount;
 mod mount_helper;
 mod mount_opts;
+mod pty;
 mod reload;
 mod render;
 mod retry;

@@ -68,6 +68,21 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     stdio_only();
     let env = smith.vars(&mount);
     if let Some(plan) = sandbox {
+        // From a terminal, the command gets a pty of its own (docs/SPEC.md §12). The relay's
+        // thread first: after `unshare(CLONE_NEWPID)` no thread can be made.
+        let terminal = super::pty::Terminal::open().context("cannot open a pty for the command")?;
+        if let Some(t) = &terminal {
+            t.give_to(plan.uid, plan.gid)
+                .context("cannot give the pty to the agents' user")?;
+        }
+        let moves = terminal
+            .as_ref()
+            .map(super::pty::Terminal::slave_for_stdio)
+            .unwrap_or_default();
+        let relay = terminal
+            .map(super::pty::Terminal::relay)
+            .transpose()
+            .context("cannot relay the terminal")?;
         // The sandbox's init is PID 1 of a pid namespace of its own: this process (bound, the
         // keeper) forks it after `unshare(CLONE_NEWPID)` — and, not being root, in a user
         // namespace of its own made first (docs/SPEC.md §12 "Without root").
@@ -97,8 +112,11 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         argv.extend(plan.init_args().into_iter().map(OsString::from));
         argv.push("--".into());
         argv.extend(args.command.iter().cloned());
-        let status = keeper::keep(&argv).context("keeper")?;
-        return Ok(ExitCode::from(status));
+        let status = keeper::keep_with(&argv, &moves);
+        if let Some(r) = relay {
+            r.finish();
+        }
+        return Ok(ExitCode::from(status.context("keeper")?));
     }
     if mode.as_deref() == Some("cgroup") {
         let (prog, rest) = args

@@ -92,7 +92,7 @@ impl SmithFs {
         let who = self.identify(caller);
         let (dir, cname) = self.creating(caller, who, parent, name, kind, "mknod")?;
         {
-            let _cred = as_caller(caller)?;
+            let _cred = as_caller(caller, self.modes_decide())?;
             backing::mknod(dir.fd()?.as_fd(), &cname, mode, u64::from(rdev))?;
         }
         self.lookup_created(&dir, &cname, name).map(|(_, a)| a)
@@ -118,7 +118,7 @@ impl SmithFs {
         }
         let (dir, cname) = self.creating(caller, who, parent, name, NewKind::Dir, "mkdir")?;
         {
-            let _cred = as_caller(caller)?;
+            let _cred = as_caller(caller, self.modes_decide())?;
             backing::mkdir(dir.fd()?.as_fd(), &cname, mode)?;
         }
         self.lookup_created(&dir, &cname, name).map(|(_, a)| a)
@@ -180,6 +180,7 @@ impl SmithFs {
         let store_root = store_root.fd()?;
         // home/ seeded from templates/home/ and conversations/ given back to the daemon, under
         // the temporary name: part of the atomic whole (§4).
+        let modes_decide = self.modes_decide();
         let finish_home = |tmp: &CStr| -> backing::SysResult<()> {
             let new_dir =
                 std::path::PathBuf::from(format!("/proc/self/fd/{}", children.as_fd().as_raw_fd()))
@@ -199,6 +200,9 @@ impl SmithFs {
                 Some(owner),
             )
             .map_err(io)?;
+            if !modes_decide {
+                crate::sandbox::tree::close_own_areas(&new_dir).map_err(io)?;
+            }
             // SAFETY: geteuid/getegid have no preconditions.
             let daemon = unsafe { (libc::geteuid(), libc::getegid()) };
             std::os::unix::fs::lchown(
@@ -305,7 +309,7 @@ impl SmithFs {
         let (dir, cname) = self.creating(caller, who, parent, name, NewKind::Symlink, "symlink")?;
         let ctarget = CString::new(target.as_bytes()).map_err(|_| FsError::BadName)?;
         {
-            let _cred = as_caller(caller)?;
+            let _cred = as_caller(caller, self.modes_decide())?;
             backing::symlink(&ctarget, dir.fd()?.as_fd(), &cname)?;
         }
         self.lookup_created(&dir, &cname, name).map(|(_, a)| a)

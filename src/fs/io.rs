@@ -83,7 +83,7 @@ impl SmithFs {
         let (dir, cname) = self.creating(caller, who, parent, name, NewKind::File, "create")?;
         let slot = self.charge(caller, who, "create", || self.child_path(&dir, name))?;
         let file = {
-            let _cred = as_caller(caller)?;
+            let _cred = as_caller(caller, self.modes_decide())?;
             create_open(dir.fd()?.as_fd(), &cname, flags, mode)?
         };
         let (inode, attr) = self.lookup_created(&dir, &cname, name)?;

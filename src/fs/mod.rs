@@ -516,6 +516,17 @@ impl SmithFs {
         self.ports.sched.trigger(t);
     }
 
+    /// Whether the store's mode bits take part in creates through the mount: not with
+    /// `sandbox.uid_per_smith`, where the mount has no `default_permissions` and the rules of
+    /// docs/SPEC.md §3 alone decide between smiths ([`creds::as_caller`]).
+    pub(super) fn modes_decide(&self) -> bool {
+        !self
+            .opts
+            .agents
+            .as_ref()
+            .is_some_and(|a| a.per_smith_range().is_some())
+    }
+
     /// The identity a request is judged by (docs/SPEC.md §2). With the sandbox on, an Operator
     /// by its process is the Operator only as uid 0, the daemon's uid or the agents' user; any
     /// other uid is Unknown (docs/SPEC.md §2, §12).

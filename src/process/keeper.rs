@@ -132,6 +132,16 @@ fn is_executable(p: &Path) -> bool {
 /// # Errors
 /// An empty `argv`, an argument with a NUL byte, `prctl` or `fork` failures.
 pub fn keep(argv: &[OsString]) -> std::io::Result<u8> {
+    keep_with(argv, &[])
+}
+
+/// [`keep`], with `moves` (`(from, to)` descriptor pairs) `dup2`ed in CMD's process before it
+/// executes: `smithfs run` gives the command its pty that way (the keeper keeps its own stdio).
+/// Every `from` must be above 2 and no `from` a `to`.
+///
+/// # Errors
+/// As [`keep`].
+pub fn keep_with(argv: &[OsString], moves: &[(i32, i32)]) -> std::io::Result<u8> {
     let prog = argv
         .first()
         .ok_or_else(|| std::io::Error::other("no command given"))?;
@@ -177,6 +187,11 @@ pub fn keep(argv: &[OsString]) -> std::io::Result<u8> {
         saved.restore();
         // SAFETY: async-signal-safe calls only; pointers are valid NUL-terminated arrays.
         unsafe {
+            for (from, to) in moves {
+                if libc::dup2(*from, *to) < 0 {
+                    libc::_exit(126);
+                }
+            }
             libc::execve(cpath.as_ptr(), ptrs.as_ptr(), envp.as_ptr());
             let errno = *libc::__errno_location();
             let reason: &[u8] = match errno {

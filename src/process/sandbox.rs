@@ -14,6 +14,11 @@ use super::{errno, CapData, CapHeader, CAP_V3};
 /// The fd on which a sandbox's init finds the spawn's error pipe (absent for `smithfs run`).
 pub const REPORT_FD: i32 = 3;
 
+/// The fd on which a sandbox's init finds the status pipe of the spawn (absent for `smithfs
+/// run`): the init writes the agent's wait status there (4 bytes, native order) just before it
+/// exits, so a run killed by signal N is reported as killed by N, not by the init's `128 + N`.
+pub const STATUS_FD: i32 = 4;
+
 /// The argument that makes the smithfs binary the sandbox's init (`smithfs __sandbox-init PLAN
 /// -- ARGV…`); never typed by a user.
 pub const INIT_ARG: &str = "__sandbox-init";
@@ -69,10 +74,13 @@ pub enum Stage {
     Landlock = 18,
     /// Installing the run's seccomp filter.
     Seccomp = 19,
+    /// The agent's session: a new session (its terminal, if any, as its controlling one) and a
+    /// session keyring of its own.
+    Session = 20,
 }
 
 /// Every stage, in code order.
-pub const STAGES: [Stage; 20] = [
+pub const STAGES: [Stage; 21] = [
     Stage::Plan,
     Stage::PidNamespace,
     Stage::MountNamespace,
@@ -93,6 +101,7 @@ pub const STAGES: [Stage; 20] = [
     Stage::Network,
     Stage::Landlock,
     Stage::Seccomp,
+    Stage::Session,
 ];
 
 impl Stage {
@@ -130,8 +139,45 @@ impl Stage {
             Stage::Network => "building the sandbox: its network namespace",
             Stage::Landlock => "building the sandbox: its Landlock domain",
             Stage::Seccomp => "building the sandbox: its seccomp filter",
+            Stage::Session => "building the sandbox: its session and session keyring",
         }
     }
+}
+
+/// `KEYCTL_JOIN_SESSION_KEYRING` (keyctl(2)).
+const KEYCTL_JOIN_SESSION_KEYRING: libc::c_long = 1;
+
+/// Make the calling process (the agent, before exec) the leader of a new session and give it a
+/// session keyring of its own (docs/SPEC.md §12): the first of stdin, stdout, stderr that is a
+/// terminal becomes its controlling terminal (under `smithfs run` a pty of the run's own; the
+/// scheduler's runs have none), and the keyring it inherited (the daemon's or the operator's,
+/// whose keys a possessor may use whatever their owner) is replaced by a new anonymous one,
+/// owned by whoever calls this — so it comes after the credential drop. A kernel without keys
+/// (`ENOSYS`) has no keyring to leak and is not an error.
+///
+/// # Errors
+/// The errno of `setsid`, `TIOCSCTTY` or `keyctl`.
+pub fn new_session() -> Result<(), i32> {
+    // SAFETY: setsid, isatty and ioctl on our own descriptors; keyctl with a null name.
+    unsafe {
+        if libc::setsid() < 0 {
+            return Err(errno());
+        }
+        if let Some(fd) = (0..3).find(|fd| libc::isatty(*fd) == 1) {
+            if libc::ioctl(fd, libc::TIOCSCTTY, 0) != 0 {
+                return Err(errno());
+            }
+        }
+        let r = libc::syscall(
+            libc::SYS_keyctl,
+            KEYCTL_JOIN_SESSION_KEYRING,
+            std::ptr::null::<libc::c_char>(),
+        );
+        if r < 0 && errno() != libc::ENOSYS {
+            return Err(errno());
+        }
+    }
+    Ok(())
 }
 
 /// Drop every capability but those of `keep` (a bit mask of capability numbers) from the

@@ -123,6 +123,9 @@ pub struct Spawn<'a> {
 pub struct Process {
     pid: u32,
     pidfd: Option<OwnedFd>,
+    /// The read end of a sandboxed process's status pipe: its init writes the agent's wait
+    /// status there before it exits ([`super::sandbox::STATUS_FD`]).
+    status: Option<OwnedFd>,
     /// The write end of its stdin, when [`Program::stdin_piped`].
     pub stdin: Option<File>,
     /// Whether it was created directly in [`Spawn::cgroup`] (else it was bound by
@@ -153,7 +156,14 @@ impl Process {
             // SAFETY: waitpid on our own unreaped child; `status` is a valid out-pointer.
             let r = unsafe { libc::waitpid(pid, &mut status, 0) };
             if r == pid {
-                return Ok(ExitStatus::from_raw(status));
+                // A sandbox's init reports the agent's own status (a signal stays a signal);
+                // without a report (it died before writing) its own status stands.
+                let agent = self.status.take().and_then(|fd| {
+                    let mut buf = [0u8; 4];
+                    matches!(read_full(fd.as_fd(), &mut buf), Ok(4))
+                        .then(|| i32::from_ne_bytes(buf))
+                });
+                return Ok(ExitStatus::from_raw(agent.unwrap_or(status)));
             }
             let e = io::Error::last_os_error();
             if e.kind() != io::ErrorKind::Interrupted {
@@ -239,6 +249,8 @@ struct ChildPlan<'a> {
     err_parent: RawFd,
     /// The write end of the error pipe (close-on-exec).
     err: RawFd,
+    /// The write end of the status pipe of a sandboxed child (close-on-exec), or -1.
+    status: RawFd,
     nofile: (u64, u64),
     confine: Option<super::confine::Confinement>,
     /// The sandbox's init argv (NULL-terminated), or null: no sandbox.
@@ -367,7 +379,8 @@ unsafe fn child(p: &mut ChildPlan<'_>) -> ! {
 }
 
 /// The child's side when it is sandboxed: the error pipe onto [`super::sandbox::REPORT_FD`]
-/// (without close-on-exec: the init reports on it, the agent's exec closes it), every other
+/// (without close-on-exec: the init reports on it, the agent's exec closes it), the status pipe
+/// onto [`super::sandbox::STATUS_FD`] (the init's alone: the agent never has it), every other
 /// descriptor above 2 close-on-exec, the default signal state, and `execve` of the smithfs
 /// binary as the init. Never returns.
 ///
@@ -376,14 +389,18 @@ unsafe fn child(p: &mut ChildPlan<'_>) -> ! {
 unsafe fn exec_init(p: &mut ChildPlan<'_>) -> ! {
     let err = p.err;
     let report = super::sandbox::REPORT_FD;
+    let status = super::sandbox::STATUS_FD;
     // SAFETY: (the whole block) system calls on descriptors and pointers prepared by the parent.
     unsafe {
-        let moved = if err == report {
-            libc::fcntl(err, libc::F_SETFD, 0)
-        } else {
-            libc::dup2(err, report)
-        };
-        if moved < 0 {
+        // Both pipes first above the two slots (either may sit in the other's), then into them;
+        // dup2 leaves the copies without close-on-exec.
+        let err_high = libc::fcntl(err, libc::F_DUPFD_CLOEXEC, status + 1);
+        let status_high = libc::fcntl(p.status, libc::F_DUPFD_CLOEXEC, status + 1);
+        if err_high < 0
+            || status_high < 0
+            || libc::dup2(err_high, report) < 0
+            || libc::dup2(status_high, status) < 0
+        {
             fail(err, Step::Sandbox, errno());
         }
         if let Some(ns) = p.userns {
@@ -393,7 +410,7 @@ unsafe fn exec_init(p: &mut ChildPlan<'_>) -> ! {
         }
         libc::syscall(
             libc::SYS_close_range,
-            (report + 1) as u32,
+            (status + 1) as u32,
             u32::MAX,
             libc::CLOSE_RANGE_CLOEXEC,
         );
@@ -765,6 +782,13 @@ fn attempt(
 ) -> io::Result<Attempt> {
     let (err_rd, err_wr) = pipe()?;
     let (go_rd, go_wr) = pipe()?;
+    let sandboxed = !prep.init_argv.is_empty();
+    let (status_rd, status_wr) = if sandboxed {
+        let (r, w) = pipe()?;
+        (Some(r), Some(w))
+    } else {
+        (None, None)
+    };
     let mut plan = ChildPlan {
         stdin: prep.stdin.as_raw_fd(),
         stdout: prep.out.as_raw_fd(),
@@ -773,6 +797,7 @@ fn attempt(
         go_parent: go_wr.as_raw_fd(),
         err_parent: err_rd.as_raw_fd(),
         err: err_wr.as_raw_fd(),
+        status: status_wr.as_ref().map_or(-1, |w| w.as_raw_fd()),
         nofile: prep.nofile,
         confine: prep.confine,
         init_argv: if prep.init_argv.is_empty() {
@@ -792,7 +817,6 @@ fn attempt(
     // Into the cgroup if we can; else (no cgroup, or clone3 refused it: not delegated to us,
     // a seccomp filter, an old kernel) a plain child that waits to be bound.
     let mut in_cgroup = cgroup.is_some();
-    let sandboxed = !prep.init_argv.is_empty();
     let userns = prep.userns.is_some();
     let cloned = {
         let _mask = BlockSignals::new();
@@ -851,8 +875,10 @@ fn attempt(
     // The child has its copies: ours of its ends go, so its death means EOF here.
     drop(err_wr);
     drop(go_rd);
+    drop(status_wr);
     let mut process = Process {
         pid: pid_u,
+        status: status_rd,
         // Our unreaped child: its pid cannot be recycled before the pidfd names it.
         pidfd: pidfd.or_else(|| pidfd::open(pid_u, 0).ok()),
         stdin: None,

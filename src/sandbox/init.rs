@@ -24,8 +24,9 @@
 //!    and its seccomp filter installed (the last steps), `execve` with `execvp`'s search;
 //! 6. the init keeps only `CAP_KILL`, is not dumpable, closes every descriptor, and supervises:
 //!    every signal it can catch is forwarded to the agent, orphans are reaped, and it exits
-//!    with the agent's status (`128 + N` when a signal `N` killed it) — the kernel then kills
-//!    whatever is left in the namespace.
+//!    with the agent's status (`128 + N` when a signal `N` killed it; the agent's wait status
+//!    itself first on the spawn's status pipe, fd 4, so the daemon reports the signal) — the
+//!    kernel then kills whatever is left in the namespace.
 //!
 //! A failing step writes `(stage, errno)` on the spawn's error pipe (fd 3) and exits 127, so the
 //! run never starts and `spawn_error` names the step; under `smithfs run` it is printed instead.
@@ -43,7 +44,7 @@ use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::unistd::{chdir, pivot_root};
 
 use super::view::{Kind, Plan};
-use crate::process::sandbox::{self as psb, Stage, REPORT_FD};
+use crate::process::sandbox::{self as psb, Stage, REPORT_FD, STATUS_FD};
 
 /// A failed step: the stage and its errno.
 type Failure = (Stage, Errno);
@@ -63,6 +64,7 @@ pub fn main(args: &[OsString]) -> ! {
     // Before the plan says, fd 3 is the error pipe if it is a pipe (under `smithfs run` it is
     // closed).
     let report = is_pipe(REPORT_FD);
+    let status_pipe = is_pipe(STATUS_FD);
     let Some((plan_arg, rest)) = args.split_first() else {
         fail(report, Stage::Plan, Errno::EINVAL);
     };
@@ -115,11 +117,23 @@ pub fn main(args: &[OsString]) -> ! {
                 let _ = nix::sys::signal::kill(child, nix::sys::signal::SIGKILL);
                 fail(report, Stage::InitCapabilities, Errno::from_raw(e));
             }
-            // Nothing of the init's stays open: the agent's exec then closes the error pipe's
-            // last writer.
+            // Nothing of the init's stays open but the status pipe: the agent's exec then closes
+            // the error pipe's last writer.
             // SAFETY: close_range on our own descriptor table.
-            unsafe { libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32) };
-            supervise(child.as_raw())
+            unsafe {
+                if status_pipe {
+                    libc::syscall(libc::SYS_close_range, 0u32, (STATUS_FD - 1) as u32, 0u32);
+                    libc::syscall(
+                        libc::SYS_close_range,
+                        (STATUS_FD + 1) as u32,
+                        u32::MAX,
+                        0u32,
+                    );
+                } else {
+                    libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
+                }
+            }
+            supervise(child.as_raw(), status_pipe)
         }
     }
 }
@@ -577,6 +591,9 @@ fn agent(
     if let Err(e) = psb::drop_credentials(plan.uid, plan.gid, plan.last_cap, plan.user_namespace) {
         fail(report, Stage::Credentials, Errno::from_raw(e));
     }
+    if let Err(e) = psb::new_session() {
+        fail(report, Stage::Session, Errno::from_raw(e));
+    }
     let dirs = [plan.cwd.as_deref(), plan.fallback_cwd.as_deref()];
     let mut entered = Err(Errno::ENOENT);
     for d in dirs.into_iter().flatten() {
@@ -620,6 +637,8 @@ fn agent(
         if report {
             libc::fcntl(REPORT_FD, libc::F_SETFD, libc::FD_CLOEXEC);
         }
+        // The status pipe is the init's (a no-op without one).
+        libc::fcntl(STATUS_FD, libc::F_SETFD, libc::FD_CLOEXEC);
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
@@ -645,8 +664,10 @@ fn agent(
 }
 
 /// PID 1's loop: every signal but `SIGCHLD` forwarded to the agent; children reaped; exit with
-/// the agent's status once it is gone. Never returns.
-fn supervise(agent: libc::pid_t) -> ! {
+/// the agent's status once it is gone: its wait status first on [`STATUS_FD`] when
+/// `status_pipe` (the spawn then reports a signal as a signal), and `128 + N` as the init's own
+/// exit code for a signal `N` (PID 1 cannot die of a signal it sends itself). Never returns.
+fn supervise(agent: libc::pid_t, status_pipe: bool) -> ! {
     loop {
         // SAFETY: sigwaitinfo with a full set (every signal is blocked) and a zeroed siginfo.
         let sig = unsafe {
@@ -671,6 +692,11 @@ fn supervise(agent: libc::pid_t) -> ! {
                 break;
             }
             if r == agent {
+                if status_pipe {
+                    let raw = status.to_ne_bytes();
+                    // SAFETY: a write of 4 bytes from a local to our pipe (atomic: < PIPE_BUF).
+                    unsafe { libc::write(STATUS_FD, raw.as_ptr().cast(), raw.len()) };
+                }
                 let code = crate::process::keeper::exit_code(status);
                 // SAFETY: _exit never returns; the kernel kills the rest of the namespace.
                 unsafe { libc::_exit(i32::from(code)) }

@@ -102,6 +102,19 @@ pub const DEVICES: [&str; 8] = [
     "/dev/pts",
 ];
 
+/// The terminals among this process's stdin, stdout and stderr, as `/proc/self/fd/N` (opening
+/// one follows the link to the terminal itself). Under `smithfs run` from a terminal they are the
+/// run's own pty, made outside the view in the host's `/dev/pts`: a rule on exactly that file lets
+/// the command reopen its terminal (`/dev/stdin`, `/proc/self/fd/0`) as it could without the
+/// sandbox, and nothing else of the host's `/dev/pts`. The scheduler's runs have none (pipes).
+fn own_terminals() -> Vec<PathBuf> {
+    (0..3)
+        // SAFETY: isatty on a descriptor number; a closed one is simply not a terminal.
+        .filter(|fd| unsafe { libc::isatty(*fd) } == 1)
+        .map(|fd| PathBuf::from(format!("/proc/self/fd/{fd}")))
+        .collect()
+}
+
 /// The private scratch directories of every run.
 pub const SCRATCH: [&str; 3] = ["/tmp", "/var/tmp", "/dev/shm"];
 
@@ -160,7 +173,8 @@ impl Domain {
             .create()?
             .add_rules(path_beneath_rules(["/"], AccessFs::from_read(abi)))?
             .add_rules(path_beneath_rules(dirs, dir_rights))?
-            .add_rules(path_beneath_rules(DEVICES, device_rights))?;
+            .add_rules(path_beneath_rules(DEVICES, device_rights))?
+            .add_rules(path_beneath_rules(own_terminals(), device_rights))?;
         let fd: Option<OwnedFd> = created.into();
         Ok(Domain {
             ruleset: fd.ok_or(Error::NoDescriptor)?,

@@ -129,13 +129,34 @@ fn is_empty_dir(path: &Path) -> bool {
         && std::fs::read_dir(path).is_ok_and(|mut d| d.next().is_none())
 }
 
+/// The areas of a smith dir only the smith itself (and the operator) may read (docs/SPEC.md §3):
+/// with `sandbox.uid_per_smith` they are mode 0700 in the store, so another smith's uid could
+/// not read them there even if it reached the store (defence in depth: through the mount the
+/// rules alone decide).
+pub const OWN_AREAS: [&str; 2] = ["private", HOME];
+
+/// Mode 0700 on the [`OWN_AREAS`] of the smith dir `dir` that exist (not following symlinks).
+///
+/// # Errors
+/// The first failing `chmod`.
+pub fn close_own_areas(dir: &Path) -> io::Result<()> {
+    for area in OWN_AREAS {
+        let p = dir.join(area);
+        if std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir()) {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o700))?;
+        }
+    }
+    Ok(())
+}
+
 /// At mount, before the filesystem scans the store at `root` (a path that reaches the store):
 /// every smith dir (`smiths/smith-root` and, recursively, the valid names in `children/`) that
 /// lacks `home/` gets one, seeded from `templates/home/`, and an empty `home/` (no run has used
 /// it) is seeded too (notes XT5); with the sandbox on (`agents`) and
 /// `rechown` (`Some`: the owners to take entries from), every entry of each smith dir owned by
 /// one of them — but `conversations/`, the daemon's — becomes its smith's uid, and `results/`
-/// the root smith's (docs/SPEC.md §12, "Ownership").
+/// the root smith's (docs/SPEC.md §12, "Ownership"); with `uid_per_smith` the
+/// [`OWN_AREAS`] of every smith dir are made 0700 ([`close_own_areas`]).
 ///
 /// # Errors
 /// The first failing system call (the mount refuses: a tree half brought over is fixed by the
@@ -171,6 +192,9 @@ pub fn prepare(
             // the operator put in templates/home/ after `init` reaches the root smith too.
             seed(&templates, &home, owner)?;
             done.homes_seeded += 1;
+        }
+        if agents.is_some_and(|a| a.per_smith_range().is_some()) {
+            close_own_areas(&dir)?;
         }
         if let (Some(o), Some(from)) = (owner, rechown) {
             done.chowned += give(&dir, o, from, &[DAEMON_OWNED, "children"])?;

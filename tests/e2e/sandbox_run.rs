@@ -1,0 +1,419 @@
+//! The run start in the sandbox (issue 26, docs/SPEC.md §12, §3, §5), on real mounts in both
+//! identity modes: a sandboxed run killed by a signal reports the signal (not its init's
+//! `128 + N`); the run is a session leader with a session keyring of its own (a key of the
+//! daemon's session is not the run's); `smithfs run` from a terminal gives the command a pty
+//! of its own (window size, input, Ctrl-C, exit status; `TIOCSTI` cannot reach the operator's
+//! terminal); `sandbox.uid_per_smith` runs a whole tree, parent → child task → child result →
+//! parent, each smith its own uid, with a sibling's `private/` closed to the others' uids in the
+//! store.
+
+use crate::common;
+
+use std::process::Command;
+
+use common::*;
+
+const ON: (&str, &str) = ("SMITHFS_SANDBOX", "1");
+
+/// A sandboxed mount in identity `mode` with `config` in config.json (`sandbox.uid` pinned to
+/// 65534 unless it names one).
+fn mount_with(config: &serde_json::Value, mode: &'static str) -> TestMount {
+    let mut c = config.clone();
+    if c["sandbox"]["uid"].is_null() {
+        c["sandbox"]["uid"] = serde_json::json!(65534);
+    }
+    let mut m = TestMount::with(MountOpts {
+        allow_other: true,
+        extra: vec!["--identity", mode],
+        env: vec![ON],
+        ..MountOpts::default()
+    });
+    m.umount();
+    std::fs::write(m.path().join("config.json"), c.to_string()).expect("config.json");
+    m.mount();
+    m
+}
+
+/// `meta.json` of run `n` of the smith dir `rel` once it ended, and its `messages.log`.
+fn ended(m: &TestMount, rel: &str, n: u32) -> (serde_json::Value, String) {
+    let dir = m.path().join(rel).join(format!("conversations/run-{n:04}"));
+    let meta = poll_until(90, "the run to end", || {
+        let text = std::fs::read_to_string(dir.join("meta.json")).ok()?;
+        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+        (!v["end"].is_null()).then_some(v)
+    });
+    let log = std::fs::read_to_string(dir.join("messages.log")).unwrap_or_default();
+    (meta, log)
+}
+
+/// A `user` key named `name` in this process's session keyring (the daemon it starts inherits
+/// it); `false` when the kernel or a filter refuses keys.
+fn add_session_key(name: &str) -> bool {
+    let name = std::ffi::CString::new(name).expect("name");
+    let payload = b"daemon's secret";
+    // SAFETY: add_key with NUL-terminated strings and a buffer of the given length.
+    let id = unsafe {
+        libc::syscall(
+            libc::SYS_add_key,
+            c"user".as_ptr(),
+            name.as_ptr(),
+            payload.as_ptr(),
+            payload.len(),
+            -3i32, // KEY_SPEC_SESSION_KEYRING
+        )
+    };
+    id > 0
+}
+
+/// A run killed by SIGTERM reports `signal: 15` in `meta.json` and `run.exited` (not the
+/// init's `exit_code: 143`), a run that exits 143 itself reports `exit_code: 143`; the run is a
+/// session leader, and a key of the daemon's session keyring is not visible to it.
+fn signals_and_session(mode: &'static str) {
+    if !is_root() {
+        eprintln!("skipped: the sandbox needs root");
+        return;
+    }
+    let key = format!("smithfs-runx-{}-{mode}", std::process::id());
+    let keys = add_session_key(&key);
+    let agent = r#"
+read -r what < "$SMITH_TASK_FILE"
+set -- $(cat /proc/$$/stat)
+echo "pid $$ sid $6"
+grep -c . /proc/keys | sed 's/^/keys: /'
+cat /proc/keys
+case "$what" in
+  kill) kill -TERM $$; sleep 5 ;;
+  *) exit 143 ;;
+esac
+"#;
+    let config = serde_json::json!({
+        "agent": { "command": ["/bin/sh", "-c", agent], "retries": 0 },
+    });
+    let m = mount_with(&config, mode);
+    let inbox = m.path().join("smiths/smith-root/inbox");
+    std::fs::write(inbox.join("task-1.md"), "kill\n").expect("task 1");
+    let (meta, log) = ended(&m, "smiths/smith-root", 1);
+    assert!(meta["error"].is_null(), "[{mode}] {meta}\n{log}");
+    assert_eq!(meta["signal"], 15, "[{mode}] {meta}\n{log}");
+    assert!(meta["exit_code"].is_null(), "[{mode}] {meta}");
+    assert!(
+        log.contains("pid 2 sid 2"),
+        "[{mode}] a session leader:\n{log}"
+    );
+    if keys {
+        assert!(
+            !log.contains(&key),
+            "[{mode}] the daemon's session key is the run's:\n{log}"
+        );
+    } else {
+        eprintln!("[{mode}] keys refused on this host: the keyring part is not checked");
+    }
+    std::fs::write(inbox.join("task-2.md"), "exit\n").expect("task 2");
+    let (meta, log) = ended(&m, "smiths/smith-root", 2);
+    assert_eq!(meta["exit_code"], 143, "[{mode}] {meta}\n{log}");
+    assert!(meta["signal"].is_null(), "[{mode}] {meta}");
+    let events = std::fs::read_to_string(m.path().join(".smithfs/events.jsonl")).expect("events");
+    let exited: Vec<serde_json::Value> = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["event"] == "run.exited")
+        .collect();
+    assert_eq!(exited.len(), 2, "[{mode}] {events}");
+    assert_eq!(exited[0]["signal"], 15, "[{mode}] {}", exited[0]);
+    assert_eq!(exited[1]["exit_code"], 143, "[{mode}] {}", exited[1]);
+}
+
+#[test]
+fn a_signalled_sandboxed_run_reports_its_signal_cgroup() {
+    signals_and_session("cgroup");
+}
+
+#[test]
+fn a_signalled_sandboxed_run_reports_its_signal_ancestry() {
+    signals_and_session("ancestry");
+}
+
+/// Drives `smithfs run` from a real terminal: a pty made here (window 33×101), `smithfs run`
+/// the leader of its session with it as controlling terminal; then `steps` (`(wait for, send,
+/// resize)`), and the exit status. Prints the transcript and `STATUS n`.
+const DRIVER: &str = r#"
+import fcntl, os, select, struct, sys, termios, time
+smithfs, mount, inner = sys.argv[1], sys.argv[2], sys.argv[3]
+steps = [s.split('|') for s in sys.argv[4:]]
+m, s = os.openpty()
+fcntl.ioctl(m, termios.TIOCSWINSZ, struct.pack('HHHH', 33, 101, 0, 0))
+r = os.fstat(s).st_rdev
+print('OUTER', (os.major(r) << 8) | (os.minor(r) & 0xff) | ((os.minor(r) & ~0xff) << 12), flush=True)
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    fcntl.ioctl(s, termios.TIOCSCTTY, 0)
+    for fd in (0, 1, 2):
+        os.dup2(s, fd)
+    os.execv(smithfs, [smithfs, 'run', '--mount', mount, '--smith', 'smith-root', '--',
+                       '/bin/bash', '-c', inner])
+out = b''
+def until(tok, secs=60):
+    global out
+    end = time.time() + secs
+    while tok.encode() not in out:
+        left = end - time.time()
+        if left <= 0:
+            sys.stdout.write(out.decode(errors='replace'))
+            print('\nTIMEOUT waiting for', tok, flush=True)
+            os.kill(pid, 9)
+            sys.exit(3)
+        r, _, _ = select.select([m], [], [], left)
+        if r:
+            try:
+                chunk = os.read(m, 4096)
+            except OSError:
+                chunk = b''
+            if not chunk:
+                break
+            out += chunk
+for wait, send, size in steps:
+    until(wait)
+    if size:
+        rows, cols = size.split('x')
+        fcntl.ioctl(m, termios.TIOCSWINSZ, struct.pack('HHHH', int(rows), int(cols), 0, 0))
+    if send:
+        os.write(m, send.encode().decode('unicode_escape').encode('latin-1'))
+_, status = os.waitpid(pid, 0)
+end = time.time() + 2
+while time.time() < end:
+    r, _, _ = select.select([m], [], [], 0.1)
+    if not r:
+        break
+    try:
+        chunk = os.read(m, 4096)
+    except OSError:
+        break
+    if not chunk:
+        break
+    out += chunk
+sys.stdout.write(out.decode(errors='replace'))
+print('\nSTATUS', os.waitstatus_to_exitcode(status), flush=True)
+"#;
+
+fn drive(m: &TestMount, inner: &str, steps: &[&str]) -> String {
+    let out = run(Command::new("python3")
+        .arg("-c")
+        .arg(DRIVER)
+        .arg(SMITHFS)
+        .arg(m.path())
+        .arg(inner)
+        .args(steps)
+        .env(ON.0, ON.1));
+    format!("{}\n{}", out.stdout, out.stderr)
+}
+
+/// The status line of a transcript.
+fn status_of(text: &str) -> Option<i32> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("STATUS "))
+        .and_then(|s| s.trim().parse().ok())
+}
+
+/// `smithfs run` from a terminal (docs/SPEC.md §12): the command's stdin, stdout and stderr are
+/// a pty of its own (not the operator's), it leads its session with that pty as controlling
+/// terminal, gets the window size and its changes, the operator's input, Ctrl-C as SIGINT, and
+/// `smithfs run` exits with its status (a command killed by SIGINT: 130); `TIOCSTI` on its
+/// terminal and `/dev/tty` is refused and nothing reaches the operator's terminal.
+fn run_in_a_terminal(mode: &'static str) {
+    if !is_root() {
+        eprintln!("skipped: the sandbox needs root");
+        return;
+    }
+    if !Command::new("python3")
+        .arg("-c")
+        .arg("import pty")
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        eprintln!("skipped: no python3 to drive a terminal");
+        return;
+    }
+    let m = mount_with(&serde_json::json!({}), mode);
+    let inner = r#"
+trap 'echo "winch $(stty size)"' WINCH
+trap 'echo got-int; exit 7' INT
+set -- $(cat /proc/$$/stat)
+echo "inner $7 pid $$ sid $6 tpgid $8 pgrp $5 size $(stty size)"
+for t in /dev/stdin /dev/tty; do
+  perl -e 'open(T, "+<", $ARGV[0]) or die "open: $!\n";
+           my $c = "Z"; print ioctl(T, 0x5412, $c) ? "tiocsti $ARGV[0]: done\n" : "tiocsti $ARGV[0]: refused\n"' $t
+done
+echo ready
+while :; do if read -r -t 0.2 l; then echo "line: $l"; fi; done
+"#;
+    let text = drive(
+        &m,
+        inner,
+        &[
+            "ready||40x120",
+            "winch 40 120|hello\\r|",
+            "line: hello|\\x03|",
+        ],
+    );
+    let outer = text
+        .lines()
+        .find_map(|l| l.strip_prefix("OUTER "))
+        .unwrap_or_else(|| panic!("[{mode}] no outer tty:\n{text}"))
+        .trim()
+        .to_string();
+    let inner_line = text
+        .lines()
+        .find(|l| l.starts_with("inner "))
+        .unwrap_or_else(|| panic!("[{mode}] the command did not run:\n{text}"));
+    let f: Vec<&str> = inner_line.split_whitespace().collect();
+    // inner TTY_NR pid P sid S tpgid G pgrp PG size R C (/proc/PID/stat's controlling
+    // terminal: the view's /dev/pts is another instance, so the pty has no name in it).
+    assert_eq!(f.len(), 13, "[{mode}] {inner_line}");
+    assert_ne!(f[1], "0", "[{mode}] no controlling terminal: {inner_line}");
+    assert_ne!(
+        f[1], outer,
+        "[{mode}] the operator's terminal: {inner_line}"
+    );
+    assert_eq!(f[3], f[5], "[{mode}] not a session leader: {inner_line}");
+    assert_eq!(
+        f[7], f[9],
+        "[{mode}] not the foreground group: {inner_line}"
+    );
+    assert_eq!(&f[11..13], ["33", "101"], "[{mode}] {inner_line}");
+    assert!(
+        text.contains("tiocsti /dev/stdin: refused") && text.contains("tiocsti /dev/tty: refused"),
+        "[{mode}]\n{text}"
+    );
+    assert!(!text.contains(": done"), "[{mode}]\n{text}");
+    assert!(text.contains("winch 40 120"), "[{mode}]\n{text}");
+    assert!(text.contains("got-int"), "[{mode}]\n{text}");
+    assert_eq!(status_of(&text), Some(7), "[{mode}]\n{text}");
+
+    // Killed by the SIGINT of Ctrl-C: 130, as a shell reports it.
+    let text = drive(&m, "echo ready; exec sleep 60", &["ready|\\x03|"]);
+    assert_eq!(status_of(&text), Some(130), "[{mode}]\n{text}");
+
+    // Pipes are unchanged: no pty.
+    let out = run(Command::new(SMITHFS)
+        .args(["run", "--mount"])
+        .arg(m.path())
+        .args([
+            "--smith",
+            "smith-root",
+            "--",
+            "/bin/sh",
+            "-c",
+            "tty; exit 3",
+        ])
+        .env(ON.0, ON.1));
+    assert_eq!(out.code, Some(3), "[{mode}] {out:?}");
+    assert!(out.stdout.contains("not a tty"), "[{mode}] {out:?}");
+}
+
+#[test]
+fn smithfs_run_in_a_terminal_has_a_pty_of_its_own_cgroup() {
+    run_in_a_terminal("cgroup");
+}
+
+#[test]
+fn smithfs_run_in_a_terminal_has_a_pty_of_its_own_ancestry() {
+    run_in_a_terminal("ancestry");
+}
+
+/// A whole tree with `sandbox.uid_per_smith` (docs/SPEC.md §12, §3): the root (its uid) makes
+/// two children and writes each a task in its `inbox/` (the child's uid, 0755 in the store);
+/// each child (its own uid) writes a secret in `private/` and a result; the root, woken by its
+/// children, merges their results. Every create is its caller's in the store; a child's
+/// `private/` is 0700 there, so the sibling's uid cannot read it even in the store.
+fn uid_per_smith_tree(mode: &'static str) {
+    if !is_root() {
+        eprintln!("skipped: the sandbox needs root");
+        return;
+    }
+    let agent = r#"
+cd "$SMITH_DIR" || exit 1
+if [ "$SMITH_LEVEL" = 0 ]; then
+  if [ "$SMITH_WAKE" = task ]; then
+    for c in smith-001 smith-002; do
+      mkdir children/$c || exit 2
+      echo "work of $c" > children/$c/inbox/task-1.md || exit 3
+    done
+    exit 0
+  fi
+  { echo "root $(id -u)"; cat children/*/outbox/result.md; } > outbox/final.tmp && mv outbox/final.tmp outbox/result.md
+  exit 0
+fi
+echo "secret of $SMITH_ID" > private/secret.txt || exit 4
+echo "$SMITH_ID $(id -u) did: $(cat "$SMITH_TASK_FILE")" > private/result.md && mv private/result.md outbox/result.md
+"#;
+    let config = serde_json::json!({
+        "agent": { "command": ["/bin/sh", "-c", agent], "retries": 0 },
+        "sandbox": { "uid_per_smith": true },
+    });
+    let mut m = mount_with(&config, mode);
+    let root = m.path().join("smiths/smith-root");
+    std::fs::write(root.join("inbox/task-1.md"), "split\n").expect("task");
+    let result = poll_until(120, "the root's final result", || {
+        let t = std::fs::read_to_string(root.join("outbox/result.md")).ok()?;
+        t.starts_with("root ").then_some(t)
+    });
+    let uid_of = |line_start: &str| -> u32 {
+        result
+            .lines()
+            .find_map(|l| {
+                let rest = l.strip_prefix(line_start)?;
+                rest.split_whitespace().next()?.parse().ok()
+            })
+            .unwrap_or_else(|| panic!("[{mode}] no {line_start}in:\n{result}"))
+    };
+    let (r, a, b) = (uid_of("root "), uid_of("smith-001 "), uid_of("smith-002 "));
+    assert!(
+        r != a && a != b && r != b && r != 0 && a != 0 && b != 0,
+        "[{mode}] one uid per smith: {r} {a} {b}\n{result}"
+    );
+    assert!(
+        result.contains("smith-001 ") && result.contains("did: work of smith-001"),
+        "[{mode}]\n{result}"
+    );
+    use std::os::unix::fs::MetadataExt;
+    let child = |c: &str| root.join("children").join(c);
+    let task = std::fs::metadata(child("smith-001").join("inbox/task-1.md")).expect("task");
+    assert_eq!(task.uid(), r, "[{mode}] the parent's task is the parent's");
+    let secret = std::fs::metadata(child("smith-001").join("private/secret.txt")).expect("secret");
+    assert_eq!(secret.uid(), a, "[{mode}] the child's file is the child's");
+    m.umount();
+    // In the store: the sibling's uid cannot read smith-001's private/, smith-001's can.
+    let store_secret = child("smith-001").join("private/secret.txt");
+    let private = std::fs::metadata(child("smith-001").join("private")).expect("private");
+    assert_eq!(private.mode() & 0o777, 0o700, "[{mode}]");
+    assert_eq!(private.uid(), a, "[{mode}]");
+    let as_uid = |uid: u32| {
+        run(Command::new("setpriv")
+            .arg(format!("--reuid={uid}"))
+            .arg(format!("--regid={uid}"))
+            .arg("--clear-groups")
+            .arg("cat")
+            .arg(&store_secret))
+    };
+    let sibling = as_uid(b);
+    assert!(
+        !sibling.ok() && sibling.stderr.contains("Permission denied"),
+        "[{mode}] the sibling's uid read it: {sibling:?}"
+    );
+    let own = as_uid(a);
+    assert!(
+        own.stdout.contains("secret of smith-001"),
+        "[{mode}] {own:?}"
+    );
+}
+
+#[test]
+fn uid_per_smith_runs_a_whole_tree_cgroup() {
+    uid_per_smith_tree("cgroup");
+}
+
+#[test]
+fn uid_per_smith_runs_a_whole_tree_ancestry() {
+    uid_per_smith_tree("ancestry");
+}
