@@ -52,6 +52,138 @@ pub struct Config {
     pub workspace: WorkspaceConfig,
     /// The sandbox every run starts in (docs/SPEC.md §12); on by default.
     pub sandbox: SandboxConfig,
+    /// Where runs are started and how remote ones reach the tree (docs/SPEC.md §8, §13).
+    pub launcher: LauncherConfig,
+}
+
+/// `launcher` in `config.json` (docs/SPEC.md §8, §13): where runs start. Mount-wide only, read
+/// once at mount (a change needs a remount).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LauncherConfig {
+    /// `local` (the default), `loopback` or `slurm`.
+    pub kind: LauncherKind,
+    /// `host:port` the daemon's listener binds (port 0: any free port); `null`: `127.0.0.1:0`
+    /// for `loopback`, required for `slurm`.
+    pub listen: Option<String>,
+    /// `host:port` the nodes dial when it is not `listen` (NAT, a wildcard `listen`).
+    pub advertise: Option<String>,
+    /// The Slurm kind's settings.
+    pub slurm: SlurmConfig,
+}
+
+/// `launcher.kind` (docs/SPEC.md §13; `loopback` is ours, docs/PROTOCOL-NOTES.md R10).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LauncherKind {
+    /// Runs are children of the daemon (docs/SPEC.md §5).
+    #[default]
+    Local,
+    /// Every run is a local `smithfs attach` reaching the tree through the listener: the
+    /// remote path on one host, for tests and measurements.
+    Loopback,
+    /// Every run is a Slurm job running `smithfs attach` on its node.
+    Slurm,
+}
+
+impl LauncherKind {
+    /// The kind's name as config.json spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LauncherKind::Local => "local",
+            LauncherKind::Loopback => "loopback",
+            LauncherKind::Slurm => "slurm",
+        }
+    }
+
+    /// Runs of this kind reach the tree through the daemon's listener.
+    pub fn remote(self) -> bool {
+        self != LauncherKind::Local
+    }
+}
+
+/// `launcher.slurm` (docs/SPEC.md §8, §13).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SlurmConfig {
+    /// `sbatch --partition`; `null`: the cluster's default.
+    pub partition: Option<String>,
+    /// `sbatch --account`; `null`: the user's default.
+    pub account: Option<String>,
+    /// More `sbatch` arguments, each one argv word.
+    pub extra_args: Vec<String>,
+    /// The `smithfs` binary on the nodes (absolute); `null`: the daemon's own path.
+    pub binary: Option<std::path::PathBuf>,
+}
+
+impl LauncherConfig {
+    /// The address the listener binds: `listen`, else `127.0.0.1:0` for `loopback`; `None`
+    /// for `local`.
+    pub fn listen_addr(&self) -> Option<String> {
+        match (self.kind, &self.listen) {
+            (LauncherKind::Local, _) => None,
+            (_, Some(a)) => Some(a.clone()),
+            (_, None) => Some("127.0.0.1:0".into()),
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        for (key, value) in [("listen", &self.listen), ("advertise", &self.advertise)] {
+            if let Some(a) = value {
+                check_host_port(a).map_err(|msg| invalid(&format!("launcher.{key}"), &msg))?;
+            }
+        }
+        if self.kind == LauncherKind::Slurm && self.listen.is_none() {
+            return Err(invalid(
+                "launcher.listen",
+                "the slurm kind needs an address the nodes can reach (e.g. \"0.0.0.0:7070\" with advertise \"HOST:7070\")",
+            ));
+        }
+        if let Some(b) = &self.slurm.binary {
+            if !b.is_absolute() {
+                return Err(invalid(
+                    "launcher.slurm.binary",
+                    &format!("{} is not an absolute path", b.display()),
+                ));
+            }
+        }
+        for (key, value) in [
+            ("partition", &self.slurm.partition),
+            ("account", &self.slurm.account),
+        ] {
+            if value
+                .as_deref()
+                .is_some_and(|v| v.is_empty() || v.contains(char::is_whitespace))
+            {
+                return Err(invalid(
+                    &format!("launcher.slurm.{key}"),
+                    "must be one non-empty word",
+                ));
+            }
+        }
+        for (i, a) in self.slurm.extra_args.iter().enumerate() {
+            if a.is_empty() {
+                return Err(invalid(
+                    &format!("launcher.slurm.extra_args[{i}]"),
+                    "an empty argument",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `host:port` with a port number (a name, an IPv4 address, or `[IPv6]`).
+fn check_host_port(a: &str) -> Result<(), String> {
+    let Some((host, port)) = a.rsplit_once(':') else {
+        return Err(format!("{a:?} is not host:port"));
+    };
+    if host.is_empty() || host.contains(char::is_whitespace) {
+        return Err(format!("{a:?} has no host"));
+    }
+    port.parse::<u16>()
+        .map(|_| ())
+        .map_err(|_| format!("{a:?}: {port:?} is not a port number"))
 }
 
 /// `sandbox` in `config.json` (docs/SPEC.md §8, §12): how runs are confined. Mount-wide only (a
@@ -514,6 +646,7 @@ impl Default for Config {
             workspace: WorkspaceConfig::default(),
             journal: JournalConfig::default(),
             sandbox: SandboxConfig::default(),
+            launcher: LauncherConfig::default(),
         }
     }
 }
@@ -586,6 +719,7 @@ impl Config {
         }
         self.limits.validate_resources()?;
         self.sandbox.validate()?;
+        self.launcher.validate()?;
         for (event, argvs) in &self.hooks {
             for (i, argv) in argvs.iter().enumerate() {
                 let path = format!("hooks{}[{i}]", render_key(event.as_str(), false));
@@ -1035,6 +1169,67 @@ mod tests {
         // Round trip: what we serialize we accept.
         let again = Config::parse(&serde_json::to_string(&c).unwrap()).unwrap();
         assert_eq!(again, c);
+    }
+
+    #[test]
+    fn launcher_keys_parse_and_name_what_is_wrong() {
+        let c = Config::parse("{}").unwrap();
+        assert_eq!(c.launcher.kind, LauncherKind::Local);
+        assert_eq!(c.launcher.listen_addr(), None);
+        let c = Config::parse(r#"{"launcher": {"kind": "loopback"}}"#).unwrap();
+        assert_eq!(c.launcher.listen_addr().as_deref(), Some("127.0.0.1:0"));
+        let text = r#"{"launcher": {"kind": "slurm", "listen": "0.0.0.0:7070",
+            "advertise": "head.example:7070",
+            "slurm": {"partition": "gpu", "account": "lab", "extra_args": ["--qos=low"],
+                      "binary": "/opt/smithfs/bin/smithfs"}}}"#;
+        let c = Config::parse(text).unwrap();
+        assert_eq!(c.launcher.kind, LauncherKind::Slurm);
+        assert_eq!(c.launcher.slurm.extra_args, ["--qos=low"]);
+        assert_eq!(
+            Config::parse(&serde_json::to_string(&c).unwrap()).unwrap(),
+            c
+        );
+        for (text, want) in [
+            (
+                r#"{"launcher": {"kind": "k8s"}}"#,
+                "config.json: launcher.kind: ",
+            ),
+            (
+                r#"{"launcher": {"kind": "slurm"}}"#,
+                "config.json: launcher.listen: the slurm kind needs",
+            ),
+            (
+                r#"{"launcher": {"listen": "7070"}}"#,
+                "config.json: launcher.listen: \"7070\" is not host:port",
+            ),
+            (
+                r#"{"launcher": {"advertise": "h:port"}}"#,
+                "config.json: launcher.advertise: ",
+            ),
+            (
+                r#"{"launcher": {"slurm": {"binary": "smithfs"}}}"#,
+                "config.json: launcher.slurm.binary: smithfs is not an absolute path",
+            ),
+            (
+                r#"{"launcher": {"slurm": {"partition": "a b"}}}"#,
+                "config.json: launcher.slurm.partition: ",
+            ),
+            (
+                r#"{"launcher": {"slurm": {"extra_args": [""]}}}"#,
+                "config.json: launcher.slurm.extra_args[0]: ",
+            ),
+            (
+                r#"{"launcher": {"slurm": {"args": []}}}"#,
+                "config.json: unknown key launcher.slurm.args",
+            ),
+            (
+                r#"{"launcher": {"lisen": "a:1"}}"#,
+                "config.json: unknown key launcher.lisen",
+            ),
+        ] {
+            let e = err(text);
+            assert!(e.starts_with(want), "{text}: {e}");
+        }
     }
 
     #[test]

@@ -250,6 +250,8 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
     let port = SchedulerPort::open(state.as_fd(), config.journal.rotation())
         .context("cannot start the scheduler")?;
     let kernel = KernelCache::new();
+    // Every kernel caching the tree: this mount's and, with a remote launcher, the nodes'.
+    let kernels = Arc::new(Kernels::new(kernel.clone()));
     // The limits in force, shared by the filesystem and the reloader (docs/SPEC.md §6, §8).
     let live = Arc::new(crate::limits::live::LiveLimits::new(
         crate::limits::live::Snapshot::new(config.limits, fds.per_smith),
@@ -288,7 +290,7 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
             binding.clone(),
             Ports {
                 sched: port.clone(),
-                kernel: kernel.clone(),
+                kernel: kernels.clone(),
                 reload: reloader.clone(),
             },
         )
@@ -302,6 +304,15 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
         }
     });
     let mut mounted = session::mount(fs.clone(), dir, session_opts, &kernel)?;
+    // The remote mount's listener (docs/SPEC.md §13), stopped when this returns (at unmount).
+    let listener = start_listener(
+        &config.launcher,
+        &fs,
+        dir,
+        agents.as_deref(),
+        state.as_fd(),
+        &kernels,
+    )?;
     let pid = std::process::id().to_string();
     let _ = backing::write_atomic(state.as_fd(), c"daemon.pid", pid.as_bytes(), 0o644);
     tracing::info!(
@@ -327,7 +338,7 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
                 config,
                 registry: fs.registry().clone(),
                 binder: binding.clone(),
-                invalidate: kernel.clone(),
+                invalidate: kernels.clone(),
                 original_nofile: (
                     ORIGINAL_NOFILE.load(std::sync::atomic::Ordering::Relaxed),
                     ORIGINAL_NOFILE_MAX.load(std::sync::atomic::Ordering::Relaxed),
@@ -358,6 +369,7 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
     }
     let served = mounted.run();
     sched.shutdown();
+    drop(listener);
     if let Err(e) = resolver.shutdown(false) {
         tracing::warn!("identity clean-up: {e}");
     }
@@ -687,4 +699,137 @@ pub fn load_templates(root: BorrowedFd<'_>) -> Result<Templates> {
             .and_then(|b| String::from_utf8(b).ok())
     };
     Templates::with_overrides(read).map_err(|e| anyhow!("{e}"))
+}
+
+/// The kernels that cache the tree (docs/SPEC.md §13): the daemon's own mount and, once the
+/// listener runs, every remote connection. What the filesystem and the scheduler change is told
+/// to all of them; what a connection changes, the listener tells the others and this mount
+/// ([`crate::remote::listener::LocalKernel`]).
+struct Kernels {
+    local: Arc<KernelCache>,
+    peers: std::sync::OnceLock<Arc<crate::remote::listener::Peers>>,
+    fs: std::sync::OnceLock<std::sync::Weak<SmithFs>>,
+}
+
+impl Kernels {
+    fn new(local: Arc<KernelCache>) -> Kernels {
+        Kernels {
+            local,
+            peers: std::sync::OnceLock::new(),
+            fs: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn push(&self, change: &crate::remote::conn::Change) {
+        if let Some(p) = self.peers.get() {
+            p.broadcast(None, change);
+        }
+    }
+
+    fn node_of(&self, backing_ino: backing::BackingIno) -> Option<crate::fs::NodeId> {
+        Some(self.fs.get()?.upgrade()?.node_id(backing_ino))
+    }
+}
+
+impl crate::fs::AttrCache for Kernels {
+    fn attrs_changed(&self, node: crate::fs::NodeId) {
+        self.local.attrs_changed(node);
+        self.push(&crate::remote::conn::Change::Node { node, data: false });
+    }
+}
+
+impl crate::sched::Invalidate for Kernels {
+    fn entry(&self, parent_backing_ino: backing::BackingIno, name: &OsStr) {
+        self.local.entry(parent_backing_ino, name);
+        if self.peers.get().is_some() {
+            if let Some(parent) = self.node_of(parent_backing_ino) {
+                self.push(&crate::remote::conn::Change::Node {
+                    node: parent,
+                    data: false,
+                });
+                self.push(&crate::remote::conn::Change::Entry {
+                    parent,
+                    name: name.as_bytes().to_vec(),
+                });
+            }
+        }
+    }
+
+    fn inode(&self, backing_ino: backing::BackingIno) {
+        self.local.inode(backing_ino);
+        if self.peers.get().is_some() {
+            if let Some(node) = self.node_of(backing_ino) {
+                self.push(&crate::remote::conn::Change::Node { node, data: true });
+            }
+        }
+    }
+}
+
+impl crate::remote::listener::LocalKernel for Kernels {
+    fn changed(&self, change: &crate::remote::conn::Change) {
+        match change {
+            crate::remote::conn::Change::Node { node, data } => {
+                self.local.node_changed(*node, *data)
+            }
+            crate::remote::conn::Change::Entry { parent, name } => {
+                self.local.entry_changed(*parent, OsStr::from_bytes(name))
+            }
+        }
+    }
+}
+
+/// The file in `.smithfs-state/` where a running listener is described for `doctor`: its
+/// address (as tickets name it) and its certificate's SHA-256, one line.
+pub const LISTENER_FILE: &CStr = c"listener";
+
+/// Start the remote mount's listener when `launcher` needs one (docs/SPEC.md §13): a new
+/// certificate kept 0600 in `.smithfs-state/`, remote requests judged with the uid a local run
+/// would have, changes pushed through `kernels`.
+///
+/// # Errors
+/// The certificate could not be made or stored, or the address does not bind.
+fn start_listener(
+    launcher: &crate::config::LauncherConfig,
+    fs: &Arc<SmithFs>,
+    dir: &Path,
+    agents: Option<&crate::sandbox::AgentUser>,
+    state: BorrowedFd<'_>,
+    kernels: &Arc<Kernels>,
+) -> Result<Option<crate::remote::listener::Listener>> {
+    use crate::remote::{keys, listener, tls};
+    let Some(listen) = launcher.listen_addr() else {
+        return Ok(None);
+    };
+    let identity = tls::Identity::generate().map_err(|e| anyhow!("launcher: {e}"))?;
+    identity
+        .store(state)
+        .map_err(|e| anyhow!("launcher: {e}"))?;
+    // SAFETY: geteuid and getegid have no preconditions.
+    let (me_uid, me_gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let (run_uid, run_gid) = agents.map_or((me_uid, me_gid), |a| (a.uid(), a.gid()));
+    let _ = kernels.fs.set(Arc::downgrade(fs));
+    let local: Arc<dyn listener::LocalKernel> = kernels.clone();
+    let l = listener::Listener::start(
+        fs.clone(),
+        listener::ListenerOptions {
+            listen,
+            advertise: launcher.advertise.clone(),
+            mount_point: dir.to_path_buf(),
+            run_uid,
+            run_gid,
+        },
+        &identity,
+        Some(local),
+    )
+    .map_err(|e| anyhow!("{e}"))?;
+    let _ = kernels.peers.set(l.peers().clone());
+    let advertised = launcher
+        .advertise
+        .clone()
+        .unwrap_or_else(|| l.addr().to_string());
+    let line = format!("{advertised} {}\n", keys::hex(&identity.pin()));
+    backing::write_replace(state, LISTENER_FILE, line.as_bytes(), 0o644)
+        .map_err(|e| anyhow!("cannot write .smithfs-state/listener: {e}"))?;
+    tracing::info!(kind = launcher.kind.as_str(), addr = %l.addr(), advertised, "remote mount listener");
+    Ok(Some(l))
 }

@@ -48,6 +48,7 @@ const REMOUNT: &[&str] = &[
     "operator",
     "workspace",
     "sandbox",
+    "launcher",
     "agent.secrets_file",
 ];
 

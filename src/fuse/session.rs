@@ -54,6 +54,28 @@ impl KernelCache {
         Arc::new(KernelCache::default())
     }
 
+    /// Node `node`'s attributes changed elsewhere (over a remote connection), and its cached
+    /// contents when `data`. Not from a FUSE thread of this mount (the kernel may wait on us).
+    pub fn node_changed(&self, node: NodeId, data: bool) {
+        if let Some(n) = self.notifier.get() {
+            let off = if data { 0 } else { -1 };
+            if let Err(e) = n.inval_inode(fuser::INodeNo(node.0), off, 0) {
+                tracing::debug!("inval_inode: {e}");
+            }
+        }
+    }
+
+    /// The name `name` in directory `parent` changed elsewhere (over a remote connection). Not
+    /// from a FUSE thread of this mount.
+    pub fn entry_changed(&self, parent: NodeId, name: &std::ffi::OsStr) {
+        if let Some(n) = self.notifier.get() {
+            let _ = n.inval_inode(fuser::INodeNo(parent.0), -1, 0);
+            if let Err(e) = n.inval_entry(fuser::INodeNo(parent.0), name) {
+                tracing::debug!("inval_entry: {e}");
+            }
+        }
+    }
+
     fn node_id(&self, backing_ino: BackingIno) -> Option<fuser::INodeNo> {
         let fs = self.fs.get()?.upgrade()?;
         Some(fuser::INodeNo(fs.node_id(backing_ino).0))
