@@ -305,7 +305,7 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
     });
     let mut mounted = session::mount(fs.clone(), dir, session_opts, &kernel)?;
     // The remote mount's listener (docs/SPEC.md §13), stopped when this returns (at unmount).
-    let listener = start_listener(
+    let mut listener = start_listener(
         &config.launcher,
         &fs,
         dir,
@@ -369,7 +369,9 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
     }
     let served = mounted.run();
     sched.shutdown();
-    drop(listener);
+    if listener.take().is_some() {
+        let _ = backing::unlink(state.as_fd(), LISTENER_FILE, false);
+    }
     if let Err(e) = resolver.shutdown(false) {
         tracing::warn!("identity clean-up: {e}");
     }

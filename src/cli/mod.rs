@@ -2,6 +2,7 @@
 //! stderr and a non-zero exit.
 
 mod accept;
+mod attach;
 mod cancel;
 mod completions;
 mod diff;
@@ -97,6 +98,9 @@ enum Command {
     /// The fleet in a browser: tree, logs, diffs, retry/cancel/accept (prints its URL).
     #[command(after_help = help::UI)]
     Ui(ui::UiArgs),
+    /// On a node: reach a remote run's tree (ticket on fd 3) and run COMMAND in it (docs/SPEC.md §13).
+    #[command(override_usage = "smithfs attach [--ticket-fd N] [--cwd DIR] -- COMMAND [ARG...]")]
+    Attach(attach::AttachArgs),
     /// Print a completion script for bash, zsh or fish on stdout.
     #[command(
         after_help = "Examples:\n  smithfs completions bash > ~/.local/share/bash-completion/completions/smithfs\n  smithfs completions zsh > ~/.zfunc/_smithfs\n  smithfs completions fish > ~/.config/fish/completions/smithfs.fish"
@@ -152,6 +156,7 @@ pub fn run() -> ExitCode {
         Command::Diff(a) => diff::run(a),
         Command::Accept(a) => accept::run(a),
         Command::Ui(a) => ui::run(a),
+        Command::Attach(a) => attach::run(a),
         Command::Completions(a) => completions::run(a),
         Command::Man(a) => completions::man(a),
     };

@@ -21,6 +21,7 @@ pub mod client;
 pub mod conn;
 pub mod keys;
 pub mod listener;
+pub mod node;
 pub mod tls;
 
 /// The hello's and the welcome's first bytes.

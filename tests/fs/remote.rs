@@ -419,3 +419,184 @@ fn a_change_over_one_connection_is_pushed_to_the_others() {
         a.notes
     );
 }
+
+/// The listener of `w` serving at `mount_point` (the path `attach` mounts at).
+fn listener_at(w: &World, mount_point: &std::path::Path) -> Listener {
+    let id = tls::Identity::generate().unwrap();
+    Listener::start(
+        w.fs.clone(),
+        ListenerOptions {
+            listen: "127.0.0.1:0".into(),
+            advertise: None,
+            mount_point: mount_point.to_path_buf(),
+            // SAFETY: no preconditions.
+            run_uid: unsafe { libc::geteuid() },
+            // SAFETY: no preconditions.
+            run_gid: unsafe { libc::getegid() },
+        },
+        &id,
+        None,
+    )
+    .unwrap()
+}
+
+/// `smithfs attach --cwd CWD -- bash -c SCRIPT` with `ticket` on descriptor 3, stdout piped.
+fn spawn_attach(ticket: &Ticket, cwd: &std::path::Path, script: &str) -> std::process::Child {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let (r, w) = nix::unistd::pipe().unwrap();
+    std::fs::File::from(w)
+        .write_all(ticket.to_text().as_bytes())
+        .unwrap();
+    let raw = r.as_raw_fd();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_smithfs"));
+    cmd.args(["attach", "--ticket-fd", "3", "--cwd"])
+        .arg(cwd)
+        .args(["--", "bash", "-c", script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    // SAFETY: dup2 and fcntl are async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(raw, 3) < 0 || libc::fcntl(3, libc::F_SETFD, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().unwrap();
+    drop(r);
+    child
+}
+
+/// Kills `attach` if a test fails before it ended (its mount is in its own namespace: it goes
+/// with it).
+struct Reap(std::process::Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Read what `attach` writes until it exits: (status, stdout, stderr).
+fn finish(c: &mut Reap) -> (std::process::ExitStatus, String, String) {
+    let mut err = c.0.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut err, &mut s);
+        s
+    });
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut c.0.stdout.take().unwrap(), &mut out).unwrap();
+    let status = c.0.wait().unwrap();
+    (status, out, reader.join().unwrap())
+}
+
+fn root() -> bool {
+    // SAFETY: no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[test]
+fn attach_runs_bash_coreutils_and_git_in_a_real_mount_over_loopback() {
+    if !root() {
+        eprintln!("skipped: attach mounts in a mount namespace of its own (root)");
+        return;
+    }
+    let w = World::new();
+    let mnt = tempfile::tempdir().unwrap();
+    let l = listener_at(&w, mnt.path());
+    let ticket = l.ticket("run-attach", w.child).unwrap();
+    let smith_dir = mnt.path().join(CHILD_DIR);
+    let script = r#"set -e
+        test "$(pwd)" = "$SMITH_DIR"
+        cd private
+        echo hello > a.txt && cat a.txt
+        mkdir -p d/e && touch d/e/f && ls d/e
+        seq 1 20000 > big && wc -l < big
+        git init -q repo && cd repo
+        git -c user.email=t@t -c user.name=t commit -q --allow-empty -m one
+        echo x > x && git add x && git -c user.email=t@t -c user.name=t commit -q -m two
+        git log --oneline | wc -l
+        git status --porcelain | wc -l
+        cd ../..
+        if echo no > ../../outbox/result.md 2>/dev/null; then echo WROTE-PARENT; fi
+        echo 42 > outbox/result.md
+        echo done"#;
+    let child = spawn_attach(
+        &ticket,
+        &smith_dir,
+        &script.replace("$SMITH_DIR", &smith_dir.to_string_lossy()),
+    );
+    let mut child = Reap(child);
+    let (status, stdout, stderr) = finish(&mut child);
+    assert!(status.success(), "{stdout}\n{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines, ["hello", "f", "20000", "2", "0", "done"], "{stderr}");
+    // Everything went through the daemon into its store.
+    let store = |p: &str| w.store(&format!("{CHILD_DIR}/{p}"));
+    assert_eq!(std::fs::read(store("private/a.txt")).unwrap(), b"hello\n");
+    assert!(store("private/repo/.git/HEAD").exists());
+    assert_eq!(std::fs::read(store("outbox/result.md")).unwrap(), b"42\n");
+    // The result's close crossed before attach ended: it completed as a local one does.
+    let t = w.take_triggers();
+    assert!(
+        t.iter()
+            .any(|t| matches!(t, Trigger::ResultPublished { smith } if *smith == w.child)),
+        "{t:?}"
+    );
+    // The daemon's store outside the mount namespace has no mount over it.
+    assert!(!mnt.path().join("smiths").exists());
+}
+
+#[test]
+fn a_dropped_connection_fails_the_remote_mount_closed() {
+    if !root() {
+        eprintln!("skipped: attach mounts in a mount namespace of its own (root)");
+        return;
+    }
+    let w = World::new();
+    let mnt = tempfile::tempdir().unwrap();
+    let flag_dir = tempfile::tempdir().unwrap();
+    let flag = flag_dir.path().join("go");
+    let l = listener_at(&w, mnt.path());
+    let ticket = l.ticket("run-drop", w.child).unwrap();
+    let m = mnt.path().display();
+    let script = format!(
+        r#"echo a > {m}/{CHILD_DIR}/private/x && cat {m}/{CHILD_DIR}/private/x > /dev/null && echo ready
+        for i in $(seq 1 1000); do [ -e {f} ] && break; sleep 0.01; done
+        cat {m}/{CHILD_DIR}/private/x 2>&1 >/dev/null | sed 's/.*: //'
+        touch {m}/{CHILD_DIR}/private/new 2>&1 | sed 's/.*: //'
+        exit 0"#,
+        f = flag.display()
+    );
+    let mut child = Reap(spawn_attach(&ticket, mnt.path(), &script));
+    let mut stdout = std::io::BufReader::new(child.0.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    // The run is over for the daemon: its connection is cut.
+    l.keys().revoke("run-drop");
+    std::fs::write(&flag, b"").unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    let status = child.0.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(
+        rest.lines().collect::<Vec<_>>(),
+        [
+            "Transport endpoint is not connected",
+            "Transport endpoint is not connected"
+        ],
+        "{stderr}"
+    );
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the mount failed closed"),
+        "stderr: {stderr:?} rest: {rest:?}"
+    );
+    assert!(!w.store(&format!("{CHILD_DIR}/private/new")).exists());
+}

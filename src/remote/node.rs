@@ -1,0 +1,346 @@
+//! The node's FUSE mount (docs/SPEC.md §13, `smithfs attach`): a mount at the daemon's path in
+//! this process's own mount namespace, whose INIT the node answers itself at its kernel's minor
+//! (docs/PROTOCOL-NOTES.md R5), and whose every other request is forwarded over the run's
+//! [`Channel`] as it is, with the daemon's replies and notifications written back to the
+//! kernel as they are. The connection dropping ends the forwarding and closes `/dev/fuse`:
+//! the kernel then fails every access to the mount with ENOTCONN (fail closed).
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+
+use super::channel::Channel;
+use crate::fuse::wire::{self, opcode, IN_HEADER_LEN, OUT_HEADER_LEN};
+
+/// The newest protocol minor the node agrees to: what the daemon's codec decodes (the local
+/// mount negotiates the same through fuser).
+pub const MAX_MINOR: u32 = 40;
+/// Bytes of `fuse_init_out` from minor 23 on.
+const INIT_OUT_LEN: usize = 64;
+/// Bytes of `fuse_init_out` before minor 23.
+const INIT_OUT_COMPAT_LEN: usize = 24;
+
+// `fuse_init_in.flags` bits the node asks for: those the daemon's own mount asks for (see
+// `fuse::FuseFs::init`), without passthrough and io_uring (nothing local to pass through).
+const FUSE_ASYNC_READ: u32 = 1 << 0;
+const FUSE_ATOMIC_O_TRUNC: u32 = 1 << 3;
+const FUSE_BIG_WRITES: u32 = 1 << 5;
+const FUSE_AUTO_INVAL_DATA: u32 = 1 << 12;
+const FUSE_DO_READDIRPLUS: u32 = 1 << 13;
+const FUSE_READDIRPLUS_AUTO: u32 = 1 << 14;
+const FUSE_PARALLEL_DIROPS: u32 = 1 << 18;
+const FUSE_MAX_PAGES: u32 = 1 << 22;
+const FUSE_HANDLE_KILLPRIV_V2: u32 = 1 << 28;
+const WANTED: u32 = FUSE_ASYNC_READ
+    | FUSE_ATOMIC_O_TRUNC
+    | FUSE_BIG_WRITES
+    | FUSE_AUTO_INVAL_DATA
+    | FUSE_DO_READDIRPLUS
+    | FUSE_READDIRPLUS_AUTO
+    | FUSE_PARALLEL_DIROPS
+    | FUSE_MAX_PAGES
+    | FUSE_HANDLE_KILLPRIV_V2;
+
+/// What INIT settled with the node's kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Init {
+    /// The kernel's minor.
+    pub kernel_minor: u32,
+    /// The minor agreed (the kernel's, at most [`MAX_MINOR`]).
+    pub minor: u32,
+    /// The largest write the kernel sends, bytes.
+    pub max_write: u32,
+}
+
+/// Enter a mount namespace of this process's own, with every mount private to it (nothing
+/// mounted here is seen by the host, and the daemon's own mount at the same path stays as it
+/// is outside).
+///
+/// # Errors
+/// `unshare` or the remount failed (not root, or no CAP_SYS_ADMIN).
+pub fn private_namespace() -> Result<(), String> {
+    use nix::mount::{mount, MsFlags};
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)
+        .map_err(|e| format!("cannot make a mount namespace (root is needed): {e}"))?;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(|e| format!("cannot make the mounts private: {e}"))
+}
+
+/// Mount FUSE at `dir` (made when missing) and answer the kernel's INIT on it.
+///
+/// # Errors
+/// One sentence: the directory, the mount, or an INIT the node cannot answer.
+pub fn mount(dir: &Path, allow_other: bool, max_write: u32) -> Result<(OwnedFd, Init), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+    let (dev, _via) =
+        crate::fuse::mount::mount(dir, allow_other, true).map_err(|e| format!("{e:#}"))?;
+    let init = answer_init(&dev, max_write)?;
+    Ok((dev, init))
+}
+
+/// Read the kernel's INIT from `dev` and reply to it.
+fn answer_init(dev: &OwnedFd, max_write: u32) -> Result<Init, String> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let n = loop {
+        match nix::unistd::read(dev.as_raw_fd(), &mut buf) {
+            Ok(n) => break n,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(format!("reading INIT from /dev/fuse: {e}")),
+        }
+    };
+    let (h, _, _) =
+        wire::split_dev_fuse(&buf[..n]).map_err(|e| format!("the kernel's INIT: {e}"))?;
+    // The codec does not decode INIT (it never crosses): `fuse_init_in` follows the header.
+    let arg = &buf[IN_HEADER_LEN.min(n)..n];
+    if h.opcode != opcode::INIT || arg.len() < 16 {
+        return Err(format!(
+            "the kernel's first request was opcode {}, not INIT",
+            h.opcode
+        ));
+    }
+    let word = |i: usize| u32::from_ne_bytes([arg[i], arg[i + 1], arg[i + 2], arg[i + 3]]);
+    let (major, kernel_minor, readahead, flags) = (word(0), word(4), word(8), word(12));
+    if major != 7 {
+        let _ = write_dev(dev, &wire::out_header(h.unique, -libc::EPROTO, 0));
+        return Err(format!("the kernel speaks FUSE {major}, not 7"));
+    }
+    let minor = kernel_minor.min(MAX_MINOR);
+    let max_write = max_write.clamp(4096, 1 << 20);
+    let granted = flags & WANTED;
+    let mut out = Vec::with_capacity(INIT_OUT_LEN);
+    out.extend_from_slice(&7u32.to_ne_bytes());
+    out.extend_from_slice(&minor.to_ne_bytes());
+    out.extend_from_slice(&readahead.min(max_write).to_ne_bytes());
+    out.extend_from_slice(&granted.to_ne_bytes());
+    out.extend_from_slice(&64u16.to_ne_bytes()); // max_background
+    out.extend_from_slice(&48u16.to_ne_bytes()); // congestion_threshold
+    out.extend_from_slice(&max_write.to_ne_bytes());
+    out.extend_from_slice(&1u32.to_ne_bytes()); // time_gran: 1 ns
+    out.extend_from_slice(&(max_write.div_ceil(4096) as u16).to_ne_bytes()); // max_pages
+    out.resize(INIT_OUT_LEN, 0);
+    if minor < 23 {
+        out.truncate(INIT_OUT_COMPAT_LEN);
+    }
+    let mut frame = wire::out_header(h.unique, 0, out.len()).to_vec();
+    frame.extend_from_slice(&out);
+    write_dev(dev, &frame).map_err(|e| format!("answering INIT: {e}"))?;
+    Ok(Init {
+        kernel_minor,
+        minor,
+        max_write,
+    })
+}
+
+fn write_dev(dev: &OwnedFd, frame: &[u8]) -> nix::Result<usize> {
+    nix::unistd::write(dev, frame)
+}
+
+/// How forwarding ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ended {
+    /// [`Forwarder::stop`] was asked and every handle was released (or the grace ran out).
+    Stopped,
+    /// The connection dropped or broke: the mount now fails closed.
+    Dropped(String),
+    /// The kernel ended the mount (unmounted).
+    Unmounted,
+}
+
+/// Forwards one mount's requests over one channel.
+pub struct Forwarder {
+    dev: OwnedFd,
+    ch: Channel,
+    buf: Vec<u8>,
+    /// Requests forwarded and not yet answered: unique → opcode.
+    inflight: HashMap<u64, u32>,
+    /// File and directory handles the kernel holds (opened and not yet released).
+    handles: i64,
+    /// Notifications go to the kernel from a thread of their own: INVAL_ENTRY waits for the
+    /// directory's lock, which a request waiting for its reply (from this thread) may hold.
+    notes: std::sync::mpsc::Sender<Vec<u8>>,
+}
+
+impl std::fmt::Debug for Forwarder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Forwarder")
+            .field("inflight", &self.inflight.len())
+            .field("handles", &self.handles)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Forwarder {
+    /// Forward `dev`'s requests (after INIT) over `ch`; `init` sizes the read buffer.
+    ///
+    /// # Errors
+    /// The notification thread could not be started.
+    pub fn new(dev: OwnedFd, ch: Channel, init: Init) -> Result<Forwarder, String> {
+        let (notes, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+        let ndev = dev.try_clone().map_err(|e| e.to_string())?;
+        std::thread::Builder::new()
+            .name("smithfs-notify".into())
+            .spawn(move || {
+                for frame in rx {
+                    if let Err(nix::errno::Errno::ENODEV) = write_dev(&ndev, &frame) {
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| format!("cannot start the notification thread: {e}"))?;
+        Ok(Forwarder {
+            notes,
+            dev,
+            ch,
+            buf: vec![0u8; init.max_write as usize + 64 * 1024],
+            inflight: HashMap::new(),
+            handles: 0,
+        })
+    }
+
+    /// Forward until `stop` becomes readable, then until the kernel released every handle
+    /// (files closed by the run's processes reach the daemon as RELEASE, so their completions
+    /// trigger) or `grace` passed; or until the connection drops or the mount ends. Closes the
+    /// channel (gracefully when stopped) and `/dev/fuse`.
+    pub fn run(mut self, stop: std::os::fd::BorrowedFd<'_>, grace: Duration) -> Ended {
+        let mut stopping: Option<Instant> = None;
+        let ended = loop {
+            if let Some(since) = stopping {
+                if (self.handles <= 0 && self.inflight.is_empty()) || since.elapsed() > grace {
+                    break Ended::Stopped;
+                }
+            }
+            let want_sock = PollFlags::POLLIN
+                | if self.ch.wants_write() {
+                    PollFlags::POLLOUT
+                } else {
+                    PollFlags::empty()
+                };
+            let mut fds = [
+                PollFd::new(self.ch.socket().as_fd(), want_sock),
+                PollFd::new(self.dev.as_fd(), PollFlags::POLLIN),
+                PollFd::new(stop, PollFlags::POLLIN),
+            ];
+            let timeout = if stopping.is_some() {
+                PollTimeout::from(100u8)
+            } else {
+                PollTimeout::NONE
+            };
+            match nix::poll::poll(&mut fds, timeout) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => break Ended::Dropped(format!("poll: {e}")),
+            }
+            let hit =
+                |f: &PollFd<'_>, bits: PollFlags| f.revents().is_some_and(|r| r.intersects(bits));
+            let any = PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR;
+            let (sock, dev, stop_now) = (hit(&fds[0], any), hit(&fds[1], any), hit(&fds[2], any));
+            if stop_now && stopping.is_none() {
+                stopping = Some(Instant::now());
+            }
+            if dev {
+                match self.forward_request() {
+                    Ok(true) => {}
+                    Ok(false) => break Ended::Unmounted,
+                    Err(e) => break Ended::Dropped(e),
+                }
+            }
+            if sock {
+                if let Err(e) = self.ch.fill() {
+                    break Ended::Dropped(format!("the connection broke: {e}"));
+                }
+                if let Err(e) = self.deliver_replies() {
+                    break Ended::Dropped(e);
+                }
+                if self.ch.eof() {
+                    break Ended::Dropped("the daemon closed the connection".into());
+                }
+            }
+            if let Err(e) = self.ch.flush() {
+                break Ended::Dropped(format!("the connection broke: {e}"));
+            }
+        };
+        if ended == Ended::Stopped {
+            let _ = self.ch.flush_all(Duration::from_secs(5));
+        }
+        self.ch.close();
+        ended
+    }
+
+    /// Read one request from the kernel and forward it; `Ok(false)` when the mount is gone.
+    fn forward_request(&mut self) -> Result<bool, String> {
+        let n = match nix::unistd::read(self.dev.as_raw_fd(), &mut self.buf) {
+            Ok(n) => n,
+            // ENOENT: the request was interrupted before we read it.
+            Err(
+                nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN | nix::errno::Errno::ENOENT,
+            ) => return Ok(true),
+            Err(nix::errno::Errno::ENODEV) => return Ok(false),
+            Err(e) => return Err(format!("reading /dev/fuse: {e}")),
+        };
+        let frame = &self.buf[..n];
+        if frame.len() < IN_HEADER_LEN {
+            return Err("a request shorter than its header from the kernel".into());
+        }
+        let op = u32::from_ne_bytes([frame[4], frame[5], frame[6], frame[7]]);
+        let unique = u64::from_ne_bytes(frame[8..16].try_into().unwrap_or([0; 8]));
+        match op {
+            // Served in order on the daemon: nothing to interrupt; the kernel gets the reply.
+            opcode::INTERRUPT => return Ok(true),
+            opcode::FORGET | opcode::BATCH_FORGET => {}
+            _ => {
+                self.inflight.insert(unique, op);
+            }
+        }
+        if matches!(op, opcode::RELEASE | opcode::RELEASEDIR) {
+            self.handles -= 1;
+        }
+        self.ch
+            .send(frame)
+            .map_err(|e| format!("the connection broke: {e}"))?;
+        Ok(true)
+    }
+
+    /// Write every whole frame the daemon sent to the kernel.
+    fn deliver_replies(&mut self) -> Result<(), String> {
+        loop {
+            let head = self.ch.peek();
+            if head.len() < OUT_HEADER_LEN {
+                return Ok(());
+            }
+            let len = u32::from_ne_bytes([head[0], head[1], head[2], head[3]]) as usize;
+            if !(OUT_HEADER_LEN..=super::conn::MAX_FRAME).contains(&len) {
+                return Err(format!("the daemon sent a frame of {len} bytes"));
+            }
+            let Some(frame) = self.ch.take(len) else {
+                return Ok(());
+            };
+            let error = i32::from_ne_bytes([frame[4], frame[5], frame[6], frame[7]]);
+            let unique = u64::from_ne_bytes(frame[8..16].try_into().unwrap_or([0; 8]));
+            if unique == 0 {
+                let _ = self.notes.send(frame);
+                continue;
+            }
+            {
+                let op = self.inflight.remove(&unique);
+                if error == 0 && matches!(op, Some(opcode::OPEN | opcode::CREATE | opcode::OPENDIR))
+                {
+                    self.handles += 1;
+                }
+            }
+            // ENOENT: the kernel no longer waits for it (interrupted): not the mount's end.
+            match write_dev(&self.dev, &frame) {
+                Ok(_) | Err(nix::errno::Errno::ENOENT) => {}
+                Err(nix::errno::Errno::ENODEV) => return Ok(()),
+                Err(e) => tracing::debug!(unique, "writing to /dev/fuse: {e}"),
+            }
+        }
+    }
+}
