@@ -227,13 +227,7 @@ impl Channel {
     pub fn handshake(&mut self, timeout: Duration) -> io::Result<()> {
         let deadline = std::time::Instant::now() + timeout;
         while self.tls.is_handshaking() {
-            self.flush()?;
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                return Err(io::ErrorKind::TimedOut.into());
-            }
-            self.wait(true, None, Some(left))?;
-            self.fill()?;
+            self.pump(deadline)?;
             if self.eof && self.tls.is_handshaking() {
                 return Err(io::ErrorKind::UnexpectedEof.into());
             }
@@ -254,14 +248,23 @@ impl Channel {
             if self.eof {
                 return Err(io::ErrorKind::UnexpectedEof.into());
             }
-            self.flush()?;
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                return Err(io::ErrorKind::TimedOut.into());
-            }
-            self.wait(true, None, Some(left))?;
-            self.fill()?;
+            self.pump(deadline)?;
         }
+    }
+
+    /// One step of a wait for the peer: send what is pending, wait until the socket is
+    /// readable (or `deadline`), and take in what arrived.
+    ///
+    /// # Errors
+    /// A socket or TLS error, or [`io::ErrorKind::TimedOut`] once `deadline` has passed.
+    fn pump(&mut self, deadline: std::time::Instant) -> io::Result<()> {
+        self.flush()?;
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        self.wait(true, None, Some(left))?;
+        self.fill()
     }
 
     /// The underlying socket (to clone for a shutdown from another thread).
