@@ -121,6 +121,8 @@ pub fn run() -> ExitCode {
     {
         crate::sandbox::init::main(&argv[2..]);
     }
+    // This process is the smithfs binary: its runs' init is itself.
+    crate::process::sandbox::set_init_program(std::path::Path::new("/proc/self/exe"));
     let cli = match argv.split_first() {
         Some((argv0, rest)) if mount_helper::invoked_as_helper(argv0) => match helper_argv(rest) {
             Ok(Some(a)) => Cli::parse_from(a),

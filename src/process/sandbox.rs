@@ -3,7 +3,7 @@
 //!
 //! A sandboxed process is started by [`super::spawn`] in a pid namespace of its own
 //! (`CLONE_NEWPID`): it is that namespace's PID 1, and after binding it `execve`s the smithfs
-//! binary (`/proc/self/exe`) as the sandbox's init (`crate::sandbox::init`), with the write end
+//! binary ([`init_program`]) as the sandbox's init (`crate::sandbox::init`), with the write end
 //! of the spawn's error pipe on fd 3. The init builds the run's view, forks the agent, which
 //! drops its credentials ([`drop_credentials`]) and `execve`s the program; a failing step writes
 //! `(step, errno)` on fd 3, with `step` = [`Stage::code`], exactly as the spawn's own steps do,
@@ -22,6 +22,29 @@ pub const STATUS_FD: i32 = 4;
 /// The argument that makes the smithfs binary the sandbox's init (`smithfs __sandbox-init PLAN
 /// -- ARGV…`); never typed by a user.
 pub const INIT_ARG: &str = "__sandbox-init";
+
+/// The program a sandboxed spawn executes as the run's init, once named.
+static INIT_PROGRAM: std::sync::OnceLock<std::ffi::CString> = std::sync::OnceLock::new();
+
+/// Name `path` as the program sandboxed spawns execute as the run's init (`PATH INIT_ARG PLAN
+/// -- ARGV…`): the smithfs binary. The binary names itself (`/proc/self/exe`) in
+/// [`crate::cli::run`]; any other program using the library (a test harness) must name the
+/// smithfs binary before it spawns a sandboxed run, or the spawn is refused — executing
+/// `/proc/self/exe` from a test harness would run the harness's own tests as the init, and
+/// those spawn runs again. The first call wins; false if `path` has a NUL or a program was
+/// already named.
+pub fn set_init_program(path: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    match std::ffi::CString::new(path.as_os_str().as_bytes()) {
+        Ok(c) => INIT_PROGRAM.set(c).is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// The program named by [`set_init_program`], if any.
+pub fn init_program() -> Option<&'static std::ffi::CStr> {
+    INIT_PROGRAM.get().map(std::ffi::CString::as_c_str)
+}
 
 /// The stage codes start here on the error pipe (below are [`super::spawn`]'s own steps).
 const BASE: u32 = 100;

@@ -255,6 +255,8 @@ struct ChildPlan<'a> {
     confine: Option<super::confine::Confinement>,
     /// The sandbox's init argv (NULL-terminated), or null: no sandbox.
     init_argv: *const *const libc::c_char,
+    /// The sandbox's init program ([`super::sandbox::init_program`]), or null: no sandbox.
+    init_program: *const libc::c_char,
     /// The sandbox's user namespace (a spawning process that is not root), entered before the
     /// init's exec.
     userns: Option<&'a super::sandbox::UserNs>,
@@ -408,6 +410,14 @@ unsafe fn exec_init(p: &mut ChildPlan<'_>) -> ! {
                 fail(err, Step::Sandbox, e);
             }
         }
+        // A run does not outlive the daemon that started it: its mount fails closed without the
+        // daemon, and a remount would kill it anyway (docs/SPEC.md §6). The init is PID 1 of
+        // the run's pid namespace, so the kernel takes the rest of the run with it. Set after
+        // the user namespace is entered (a credential change clears it); the parent is the
+        // scheduler's thread, which lives until the runs are stopped.
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) < 0 {
+            fail(err, Step::Sandbox, errno());
+        }
         libc::syscall(
             libc::SYS_close_range,
             (status + 1) as u32,
@@ -415,7 +425,7 @@ unsafe fn exec_init(p: &mut ChildPlan<'_>) -> ! {
             libc::CLOSE_RANGE_CLOEXEC,
         );
         reset_signals();
-        libc::execve(c"/proc/self/exe".as_ptr(), p.init_argv, p.envp);
+        libc::execve(p.init_program, p.init_argv, p.envp);
         fail(err, Step::Sandbox, errno())
     }
 }
@@ -650,6 +660,8 @@ struct Prepared<'a> {
     confine: Option<super::confine::Confinement>,
     /// The sandbox's init argv, NULL-terminated; empty: no sandbox.
     init_argv: Vec<*const libc::c_char>,
+    /// The sandbox's init program; null: no sandbox.
+    init_program: *const libc::c_char,
     /// The sandbox's user namespace: this process is not root (docs/SPEC.md §12 "Without root").
     userns: Option<super::sandbox::UserNs>,
 }
@@ -710,8 +722,17 @@ pub fn spawn(s: Spawn<'_>) -> io::Result<Process> {
         None => Vec::new(),
     };
     let mut init_argv: Vec<*const libc::c_char> = init_args.iter().map(|a| a.as_ptr()).collect();
+    let mut init_program = std::ptr::null();
     if !init_argv.is_empty() {
         init_argv.push(std::ptr::null());
+        init_program = super::sandbox::init_program()
+            .ok_or_else(|| {
+                io::Error::other(
+                    "this process has not named the smithfs binary as the sandbox's init \
+                     (process::sandbox::set_init_program)",
+                )
+            })?
+            .as_ptr();
     }
     let cwd = s
         .program
@@ -742,6 +763,7 @@ pub fn spawn(s: Spawn<'_>) -> io::Result<Process> {
         userns: (!init_argv.is_empty() && super::sandbox::needs_user_namespace())
             .then(super::sandbox::UserNs::of_this_process),
         init_argv,
+        init_program,
     };
     let mut cgroup = s.cgroup;
     let mut place = s.place;
@@ -805,6 +827,7 @@ fn attempt(
         } else {
             prep.init_argv.as_ptr()
         },
+        init_program: prep.init_program,
         userns: prep.userns.as_ref(),
         cwd: prep.cwd,
         candidates: &prep.candidates,

@@ -551,6 +551,36 @@ pub fn process_gone(pid: i32) -> bool {
     zombie && threads <= 1
 }
 
+/// The host pid of the process that is `ns_pid` in the pid namespace of `init` (a sandboxed
+/// run's init, by its host pid: docs/SPEC.md §12), or `ns_pid` itself when `init` shares the
+/// test's pid namespace (the run is not sandboxed). `None` when no such process is alive.
+pub fn host_pid_in(init: i32, ns_pid: i32) -> Option<i32> {
+    let ns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
+    let theirs = ns(&init.to_string())?;
+    if ns("self") == Some(theirs.clone()) {
+        return Some(ns_pid);
+    }
+    for p in std::fs::read_dir("/proc").ok()?.flatten() {
+        let name = p.file_name();
+        let Some(pid) = name.to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if ns(&pid.to_string()).as_ref() != Some(&theirs) {
+            continue;
+        }
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let inner = status
+            .lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|n| n.parse::<i32>().ok());
+        if inner == Some(ns_pid) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
 /// The daemon serving `dir`, found by its command line (`smithfs mount DIR …`).
 pub fn find_daemon(dir: &Path) -> Option<i32> {
     let want = dir.as_os_str().as_encoded_bytes();

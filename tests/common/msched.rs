@@ -270,11 +270,28 @@ impl Sm {
     }
 
     /// A pid recorded by the agent in `private/NAME` of `full`, waited for.
+    /// The host pid of a process `full`'s latest run recorded in `private/NAME` (`echo $$`): in
+    /// a sandboxed run that is a pid in the run's own namespace, mapped through the run's init
+    /// (`meta.json`'s `pid`).
     pub fn recorded_pid(&self, full: &str, name: &str) -> i32 {
         let t = self.wait_file(20, &format!("{}/private/{name}", rel(full)));
-        t.trim()
+        let ns_pid: i32 = t
+            .trim()
             .parse()
-            .unwrap_or_else(|e| panic!("pid in {name}: {e}: {t:?}"))
+            .unwrap_or_else(|e| panic!("pid in {name}: {e}: {t:?}"));
+        let init = self.run_pid(full);
+        crate::common::host_pid_in(init, ns_pid)
+            .unwrap_or_else(|| panic!("{name} {ns_pid} of {full}'s run (pid {init}) is not alive"))
+    }
+
+    /// The pid of `full`'s latest run (`meta.json`'s `pid`: the agent's, or its sandbox init's).
+    pub fn run_pid(&self, full: &str) -> i32 {
+        let metas = self.metas(full);
+        metas
+            .last()
+            .and_then(|m| m["pid"].as_i64())
+            .and_then(|p| i32::try_from(p).ok())
+            .unwrap_or_else(|| panic!("no run pid in {full}'s meta.json: {metas:?}"))
     }
 
     /// `smithfs ARGS…` with this mount's dir appended after the subcommand.
@@ -358,6 +375,8 @@ impl Leftovers {
     pub fn hang(&mut self, s: &Sm, full: &str) -> [i32; 3] {
         let p = ["pid", "gpid", "spid"].map(|n| s.recorded_pid(full, n));
         p.iter().for_each(|&x| self.watch(x));
+        // A sandboxed run's init: SIGKILLing it ends its whole pid namespace.
+        self.watch(s.run_pid(full));
         p
     }
 

@@ -81,6 +81,9 @@ impl Env {
         c.agent.timeout_secs = 60;
         c.agent.retries = 0;
         c.agent.kill_grace_secs = 1;
+        // No mount here for a run's view: these are the scheduler's no-kernel tests. Sandboxed
+        // runs are tested on real mounts (tests/e2e, tests/mount).
+        c.sandbox.enabled = false;
         extra(&mut c);
         c
     }
