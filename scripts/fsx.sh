@@ -100,6 +100,15 @@ copy_file_range = 2
 EOF
 
 "$smithfs" init "$mnt" >/dev/null
+# The runs start in the sandbox (docs/SPEC.md §12): fsx and its settings are read from outside
+# the mount, its logs written there.
+python3 - "$mnt/config.json" "$(dirname "$(readlink -f "$fsx")")" "$work" <<'PY'
+import json, sys
+path, fsx_dir, work = sys.argv[1:]
+c = json.load(open(path))
+c["sandbox"] = {"readable": [fsx_dir, work], "writable": [work + "/logs"]}
+json.dump(c, open(path, "w"), indent=2)
+PY
 # shellcheck disable=SC2086 # FSX_MOUNT_ARGS is a list of words
 "$smithfs" mount "$mnt" --allow-other ${FSX_MOUNT_ARGS:-}
 echo "fsx.sh: $ops operations in $instances instances of $per, seed $seed, mount args '${FSX_MOUNT_ARGS:-}', $fsx"

@@ -199,6 +199,10 @@ stage_tests() {
 mount_fs() {
     if [ "$test_fs" = smithfs ]; then
         timeout 120 target/release/smithfs init "$mnt" || return 1
+        # pjdfstest switches to uids of its own; with the sandbox on they are Unknown (docs/SPEC.md
+        # §2, §12), so the conformance run is of the mount without it
+        python3 -c 'import json, sys; p = sys.argv[1]; c = json.load(open(p)); c["sandbox"] = {"enabled": False}; json.dump(c, open(p, "w"), indent=2)' \
+            "$mnt/config.json" || return 1
         if [ "$pjd_transport" = io-uring ]; then
             local was r=0
             was="$(cat "$uring_param")"

@@ -152,10 +152,9 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
         {
             tracing::warn!("{missing}");
         }
-    } else if config.sandbox.enabled && !config.sandbox.require.is_empty() {
+    } else if !config.sandbox.require.is_empty() {
         bail!(
-            "sandbox.require names protections, but runs start without the sandbox until {}=1 is in the mount's environment (transitional)",
-            crate::sandbox::PREVIEW_ENV
+            "sandbox.require names protections, but sandbox.enabled is false: runs would start without any of them"
         );
     }
     // The agents' user (docs/SPEC.md §12), once, before anything is mounted — when runs start

@@ -41,7 +41,7 @@ struct CrashSeen {
 /// way to recover, and after `--resume` the work finishes. Repeated (2× short, 8× long).
 #[test]
 fn crash_during_write_scaffold_and_publish_storms() {
-    let m = TestMount::new();
+    let m = TestMount::unsandboxed();
     let dir = m.path().to_path_buf();
     let writers = ["smith-001", "smith-002", "smith-003", "smith-004"];
     for w in writers {
@@ -409,6 +409,7 @@ fn handles_opened_before_a_crash() {
     ] {
         let m = TestMount::with(MountOpts {
             allow_other: true,
+            unsandboxed: true,
             extra,
             ..MountOpts::default()
         });
@@ -491,7 +492,8 @@ print(" ".join(res))
 /// work finishes: `results/final.md` appears.
 #[test]
 fn resume_after_crash_kills_leftover_runs_and_finishes() {
-    let mut m = TestMount::new();
+    // Unsandboxed: a sandboxed run dies with its daemon (notes XT16), so nothing is left over.
+    let mut m = TestMount::unsandboxed();
     m.umount();
     let dir = m.path().to_path_buf();
     std::fs::write(
@@ -509,7 +511,10 @@ mv private/r.md outbox/result.md
     .unwrap();
     write_config(
         &dir,
-        &serde_json::json!({"agent": {"command": ["bash", "{mount}/agents/slow.sh"], "kill_grace_secs": 1}}),
+        &serde_json::json!({
+            "agent": {"command": ["bash", "{mount}/agents/slow.sh"], "kill_grace_secs": 1},
+            "sandbox": {"enabled": false},
+        }),
     );
     std::fs::write(
         dir.join("smiths/smith-root/inbox/task-1.md"),
@@ -782,7 +787,8 @@ fn hard_link_renamed_into_another_zone_keeps_other_names_private() {
 /// a stuck one fails the test with the kernel stacks of the daemon's threads and the worker.
 #[test]
 fn watchdog_heavy_io_with_hooks_never_stalls() {
-    let mut m = TestMount::new();
+    // Unsandboxed: the workers' heartbeats are host files outside a sandboxed run's view.
+    let mut m = TestMount::unsandboxed();
     m.umount();
     let dir = m.path().to_path_buf();
     let hook = serde_json::json!([[
@@ -800,6 +806,7 @@ fn watchdog_heavy_io_with_hooks_never_stalls() {
                 "smith.created": hook,
             },
             "hook_timeout_secs": 10,
+            "sandbox": {"enabled": false},
         }),
     );
     m.mount();
@@ -1344,7 +1351,9 @@ fn dev_fuse_missing() {
 /// unbound process, which must get no smith identity (it is the operator).
 #[test]
 fn recycled_pid_of_a_dead_smith_gets_no_identity() {
-    let m = fresh();
+    // Pids as the daemon sees them: a sandboxed run's are its own namespace's (§12).
+    let mut m = TestMount::unsandboxed();
+    m.umount();
     let dir = m.path().to_path_buf();
     let script = format!(
         r#"set -u
@@ -1424,7 +1433,7 @@ wait
 /// namespace, as a confined smith must, H13): the process keeps its smith's identity and rights.
 #[test]
 fn new_pid_namespace_keeps_the_smith_identity() {
-    let m = TestMount::new();
+    let m = TestMount::unsandboxed();
     m.sh_ok("mkdir smiths/smith-root/children/smith-001");
     let dir = m.path();
     let r = run(bound_command(dir.as_os_str(), os("smith-root/smith-001"))
@@ -1464,6 +1473,7 @@ fn passed_file_handle_is_judged_by_its_opener_for_io_only() {
     for extra in [vec![], vec!["--no-passthrough"]] {
         let m = TestMount::with(MountOpts {
             allow_other: true,
+            unsandboxed: true,
             extra: extra.clone(),
             ..MountOpts::default()
         });
@@ -1682,7 +1692,7 @@ fn removed_smiths_release_their_descriptors() {
 /// unmaps, and each mapping pins a handle.)
 #[test]
 fn one_smith_cannot_exhaust_the_daemons_descriptors() {
-    let m = TestMount::new();
+    let m = TestMount::unsandboxed();
     m.sh_ok("mkdir smiths/smith-root/children/smith-001 smiths/smith-root/children/smith-002");
     m.sh_ok("echo x > smiths/smith-root/children/smith-001/private/f");
     let dir = m.path().to_path_buf();

@@ -4,7 +4,8 @@
 # time from the task file's close() (`fsops inbox`) to the stamp. Prints samples, p50, p99, max.
 #
 # Usage: scripts/bench/run-start.sh [--sandbox] [--identity MODE] [-n N]
-#   --sandbox   runs start in the sandbox (docs/SPEC.md §12; SMITHFS_SANDBOX=1 for the mount)
+#   --sandbox   runs start in the sandbox (docs/SPEC.md §12, the default); without it the mount
+#               has `"sandbox": {"enabled": false}`
 #   --identity  cgroup or ancestry (default: the mount's default)
 #   -n N        samples (default 200)
 set -euo pipefail
@@ -30,19 +31,15 @@ d="$T/m"
 cleanup() { "$SMITHFS" umount "$d" >/dev/null 2>&1 || true; rm -rf "$T"; }
 trap cleanup EXIT
 "$SMITHFS" init "$d" >/dev/null
-python3 - "$d/config.json" "$fsops" "$out/stamp" "$out" <<'PY'
+python3 - "$d/config.json" "$fsops" "$out/stamp" "$out" "$sandbox" <<'PY'
 import json, sys
-path, fsops, stamp, out = sys.argv[1:]
+path, fsops, stamp, out, _ = sys.argv[1:]
 c = json.load(open(path))
 c.setdefault("agent", {}).update({"command": [fsops, "stamp", stamp], "retries": 0, "timeout_secs": 60})
-c["sandbox"] = {"writable": [out]}
+c["sandbox"] = {"writable": [out], "enabled": sys.argv[5] == "1"}
 json.dump(c, open(path, "w"), indent=2)
 PY
-if [ $sandbox = 1 ]; then
-    SMITHFS_SANDBOX=1 "$SMITHFS" mount "$d" --allow-other "${identity[@]}"
-else
-    "$SMITHFS" mount "$d" --allow-other "${identity[@]}"
-fi
+"$SMITHFS" mount "$d" --allow-other "${identity[@]}"
 lat=()
 for ((i = 1; i <= n; i++)); do
     rm -f "$out/stamp"

@@ -333,16 +333,6 @@ pub fn run(args: InitArgs) -> Result<ExitCode> {
             "  no agent configured: tasks wait until config.json has an \"agent\" (or use --agent)"
         ),
     }
-    let prompting_cli = matches!(
-        args.agent,
-        Some(AgentPreset::Claude | AgentPreset::Codex | AgentPreset::Gemini)
-    );
-    if prompting_cli && !args.no_sandbox && !unattended(&args) {
-        println!(
-            "  agent CLIs in their prompting modes: the sandbox applies only with {}=1 for now (set it for init and mount to get the unattended modes in the sandbox)",
-            crate::sandbox::PREVIEW_ENV
-        );
-    }
     if args.no_sandbox {
         println!(
             "  sandbox: off (config.json \"sandbox\": {{\"enabled\": false}}): agents run as the mounting user; agent CLIs in their prompting modes"
@@ -352,11 +342,10 @@ pub fn run(args: InitArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Whether `init --agent` writes the CLI's unattended mode: not with `--no-sandbox`, and only
-/// while runs will start in the sandbox (today: `SMITHFS_SANDBOX=1`, docs/PROTOCOL-NOTES.md
-/// XT11); else its prompting mode.
+/// Whether `init --agent` writes the CLI's unattended mode: always but with `--no-sandbox`
+/// (runs start in the sandbox, docs/SPEC.md §12 "Agent CLIs unattended").
 fn unattended(args: &InitArgs) -> bool {
-    !args.no_sandbox && crate::sandbox::preview_on()
+    !args.no_sandbox
 }
 
 /// The agent `init` configured, if any: a preset (`--agent`) or a command (`--agent-command`).

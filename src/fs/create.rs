@@ -5,7 +5,6 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
-use super::creds::as_caller;
 use super::error::{FsError, FsResult};
 use super::ids::{BackingIno, NodeId};
 use super::inode::Inode;
@@ -92,8 +91,9 @@ impl SmithFs {
         let who = self.identify(caller);
         let (dir, cname) = self.creating(caller, who, parent, name, kind, "mknod")?;
         {
-            let _cred = as_caller(caller, self.modes_decide())?;
-            backing::mknod(dir.fd()?.as_fd(), &cname, mode, u64::from(rdev))?;
+            let dir_fd = dir.fd()?;
+            let _cred = self.create_creds(caller, &dir, dir_fd.as_fd())?;
+            backing::mknod(dir_fd.as_fd(), &cname, mode, u64::from(rdev))?;
         }
         self.lookup_created(&dir, &cname, name).map(|(_, a)| a)
     }
@@ -118,8 +118,9 @@ impl SmithFs {
         }
         let (dir, cname) = self.creating(caller, who, parent, name, NewKind::Dir, "mkdir")?;
         {
-            let _cred = as_caller(caller, self.modes_decide())?;
-            backing::mkdir(dir.fd()?.as_fd(), &cname, mode)?;
+            let dir_fd = dir.fd()?;
+            let _cred = self.create_creds(caller, &dir, dir_fd.as_fd())?;
+            backing::mkdir(dir_fd.as_fd(), &cname, mode)?;
         }
         self.lookup_created(&dir, &cname, name).map(|(_, a)| a)
     }
@@ -309,8 +310,9 @@ impl SmithFs {
         let (dir, cname) = self.creating(caller, who, parent, name, NewKind::Symlink, "symlink")?;
         let ctarget = CString::new(target.as_bytes()).map_err(|_| FsError::BadName)?;
         {
-            let _cred = as_caller(caller, self.modes_decide())?;
-            backing::symlink(&ctarget, dir.fd()?.as_fd(), &cname)?;
+            let dir_fd = dir.fd()?;
+            let _cred = self.create_creds(caller, &dir, dir_fd.as_fd())?;
+            backing::symlink(&ctarget, dir_fd.as_fd(), &cname)?;
         }
         self.lookup_created(&dir, &cname, name).map(|(_, a)| a)
     }

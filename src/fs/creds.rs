@@ -1,8 +1,43 @@
 //! Caller credentials: acting as the caller for creates, its supplementary groups.
 
+use std::os::fd::BorrowedFd;
+
 use super::backing::CredGuard;
 use super::error::FsResult;
-use super::Caller;
+use super::inode::Inode;
+use super::{Caller, SmithFs};
+use crate::policy::Zone;
+
+impl SmithFs {
+    /// The credentials a create in the store directory `dir` is made with: the caller's
+    /// ([`as_caller`]), except that with the sandbox on an Operator's create as root in a
+    /// smith dir, in a directory of the agents (one not owned by root: a smith's areas, brought
+    /// over to the agents' uid at mount) is made as that directory's owner, from the new inode's first
+    /// instant — what the operator puts in a smith's area the smith can go on with, and the
+    /// kernel's mode check, which records no `why`, does not come before the §3 rules
+    /// (docs/SPEC.md §12 "ownership", notes XT16). The store's mode bits do not stop the
+    /// operator (`CAP_DAC_OVERRIDE` stays raised).
+    pub(super) fn create_creds(
+        &self,
+        caller: &Caller,
+        dir: &Inode,
+        dir_fd: BorrowedFd<'_>,
+    ) -> FsResult<CredGuard> {
+        let in_smith_dir = matches!(self.zone(dir), Zone::Smith(_));
+        if caller.uid == 0 && in_smith_dir && self.opts.agents.is_some() {
+            if let Ok(st) = nix::sys::stat::fstat(std::os::fd::AsRawFd::as_raw_fd(&dir_fd)) {
+                if st.st_uid != 0 {
+                    return Ok(CredGuard::switch_overriding_modes(
+                        st.st_uid,
+                        st.st_gid,
+                        &[],
+                    )?);
+                }
+            }
+        }
+        as_caller(caller, self.modes_decide())
+    }
+}
 
 /// Switch this thread's filesystem credentials to the caller's for a create. With
 /// `modes_decide: false` (`sandbox.uid_per_smith`: docs/SPEC.md §3, the rules alone decide

@@ -5,7 +5,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
 
 use super::control::ControlFile;
-use super::creds::{as_caller, caller_groups};
+use super::creds::caller_groups;
 use super::error::{FsError, FsResult};
 use super::ids::{Fh, NodeId};
 use super::inode::BackingRef;
@@ -83,8 +83,9 @@ impl SmithFs {
         let (dir, cname) = self.creating(caller, who, parent, name, NewKind::File, "create")?;
         let slot = self.charge(caller, who, "create", || self.child_path(&dir, name))?;
         let file = {
-            let _cred = as_caller(caller, self.modes_decide())?;
-            create_open(dir.fd()?.as_fd(), &cname, flags, mode)?
+            let dir_fd = dir.fd()?;
+            let _cred = self.create_creds(caller, &dir, dir_fd.as_fd())?;
+            create_open(dir_fd.as_fd(), &cname, flags, mode)?
         };
         let (inode, attr) = self.lookup_created(&dir, &cname, name)?;
         // A new file: its release completes it (§5).
@@ -327,6 +328,12 @@ impl SmithFs {
         self.settle_fd(h.fd.as_fd());
         done?;
         h.dirty.store(true, Ordering::Relaxed);
+        // The kernel's FUSE client sends fallocate without dropping the set-id bits, and the
+        // daemon (root, `CAP_FSETID`) keeps them on the backing file: drop them as a write by
+        // the caller would (`should_remove_suid`).
+        if caller.uid != 0 {
+            kill_set_ids(h.fd.as_fd())?;
+        }
         Ok(())
     }
 
@@ -449,4 +456,25 @@ pub(super) fn kill_suid_sgid(inode: &Inode, caller: &Caller) -> FsResult<bool> {
         backing::chmod(inode.fd()?.as_fd(), mode)?;
     }
     Ok(mode != before)
+}
+
+/// Drop a file's set-user-ID bit, and its set-group-ID bit when it is group-executable, as the
+/// kernel does on a write by a process without `CAP_FSETID` (`should_remove_suid`).
+///
+/// Errors: `fstat`'s or `fchmod`'s errno.
+fn kill_set_ids(fd: std::os::fd::BorrowedFd<'_>) -> FsResult<()> {
+    use std::os::fd::AsRawFd;
+    let st = nix::sys::stat::fstat(fd.as_raw_fd())?;
+    let mode = st.st_mode & 0o7777;
+    let mut kill = libc::S_ISUID;
+    if mode & libc::S_IXGRP != 0 {
+        kill |= libc::S_ISGID;
+    }
+    if mode & kill != 0 {
+        nix::sys::stat::fchmod(
+            fd.as_raw_fd(),
+            nix::sys::stat::Mode::from_bits_truncate(mode & !kill),
+        )?;
+    }
+    Ok(())
 }

@@ -46,25 +46,10 @@ use crate::config::{SandboxConfig, SandboxUid};
 /// The uid "nobody": the agents' uid when neither `sandbox.uid` nor `SUDO_UID` names one.
 pub const NOBODY: u32 = 65534;
 
-/// The environment variable that turns the sandbox on while the tree's side of issue 26 (the
-/// mount `allow_other` with the §12 operator rule, files owned by the runs' uid) is not in yet:
-/// until then a run as the agents' uid cannot write its own areas, so the sandbox applies only
-/// when the mounting process has `SMITHFS_SANDBOX=1` in its environment (and `sandbox.enabled`).
-/// Transitional: goes when the tree's side lands and the sandbox is on by default.
-pub const PREVIEW_ENV: &str = "SMITHFS_SANDBOX";
-
-/// Whether runs of a mount with `cfg` start in the sandbox: `sandbox.enabled` and (for now)
-/// [`PREVIEW_ENV`] set to `1` in this process's environment.
+/// Whether runs of a mount with `cfg` start in the sandbox: `sandbox.enabled` (docs/SPEC.md §12,
+/// on by default; `smithfs init --no-sandbox` writes it false).
 pub fn applies(cfg: &SandboxConfig) -> bool {
-    cfg.enabled && preview_on()
-}
-
-/// Whether this process has [`PREVIEW_ENV`] set to `1`: the half of [`applies`] that does not
-/// depend on config.json. `init --agent` asks it too: it writes a CLI's unattended mode only
-/// when runs will start in the sandbox (an unattended CLI outside it would run as root —
-/// Claude Code refuses that), else its prompting mode (docs/PROTOCOL-NOTES.md XT11).
-pub fn preview_on() -> bool {
-    std::env::var_os(PREVIEW_ENV).is_some_and(|v| v == "1")
+    cfg.enabled
 }
 
 /// The agents' uid and gid (docs/SPEC.md §12 "Users") until the daemon hands the view the

@@ -292,6 +292,11 @@ pub struct MountOpts {
     pub extra: Vec<&'static str>,
     /// Environment variables of `smithfs mount` (the daemon inherits them).
     pub env: Vec<(&'static str, &'static str)>,
+    /// `sandbox.enabled: false` in config.json before the first mount: for tests of the
+    /// filesystem, identity and daemon mechanics whose `smithfs run` programs talk to the test
+    /// through host paths a run's view does not contain (docs/SPEC.md §12). The sandbox's own
+    /// behaviour is tested on sandboxed mounts (tests/e2e/sandbox*.rs, hardening.rs).
+    pub unsandboxed: bool,
 }
 
 /// A smithfs directory in a private temp dir, mounted for the guard's lifetime.
@@ -315,6 +320,15 @@ impl TestMount {
         })
     }
 
+    /// Init and mount with the defaults and the sandbox off ([`MountOpts::unsandboxed`]).
+    pub fn unsandboxed() -> Self {
+        Self::with(MountOpts {
+            allow_other: true,
+            unsandboxed: true,
+            ..MountOpts::default()
+        })
+    }
+
     /// Init and mount with `opts`.
     pub fn with(opts: MountOpts) -> Self {
         skip_unless_fuse_usable();
@@ -332,6 +346,9 @@ impl TestMount {
             opts,
             child: None,
         };
+        if m.opts.unsandboxed {
+            m.write_sandbox(serde_json::json!({"enabled": false}));
+        }
         m.mount();
         m
     }
@@ -362,6 +379,9 @@ impl TestMount {
             opts,
             child: None,
         };
+        if m.opts.unsandboxed {
+            m.write_sandbox(serde_json::json!({"enabled": false}));
+        }
         m.mount();
         m
     }
@@ -465,13 +485,18 @@ impl TestMount {
     /// mount again (docs/SPEC.md §12).
     pub fn set_sandbox(&mut self, sandbox: serde_json::Value) {
         self.umount();
+        self.write_sandbox(sandbox);
+        self.mount();
+    }
+
+    /// Set config.json's `sandbox` to `sandbox` (while unmounted).
+    fn write_sandbox(&self, sandbox: serde_json::Value) {
         let path = self.dir.join("config.json");
         let mut cfg: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&path).expect("config.json"))
                 .expect("config.json is JSON");
         cfg["sandbox"] = sandbox;
         std::fs::write(&path, serde_json::to_string_pretty(&cfg).expect("json")).expect("write");
-        self.mount();
     }
 
     /// Unmount and mount again (a daemon restart).

@@ -286,12 +286,16 @@ impl Sm {
 
     /// The pid of `full`'s latest run (`meta.json`'s `pid`: the agent's, or its sandbox init's).
     pub fn run_pid(&self, full: &str) -> i32 {
-        let metas = self.metas(full);
-        metas
-            .last()
-            .and_then(|m| m["pid"].as_i64())
-            .and_then(|p| i32::try_from(p).ok())
-            .unwrap_or_else(|| panic!("no run pid in {full}'s meta.json: {metas:?}"))
+        poll_until(
+            Duration::from_secs(10),
+            &format!("a run pid in {full}'s meta.json"),
+            || {
+                self.metas(full)
+                    .last()
+                    .and_then(|m| m["pid"].as_i64())
+                    .and_then(|p| i32::try_from(p).ok())
+            },
+        )
     }
 
     /// `smithfs ARGS…` with this mount's dir appended after the subcommand.

@@ -197,13 +197,9 @@ impl AgentMount {
             args.push("--no-sandbox".into());
         }
         args.extend(prepare(tmp.path()));
-        // The unattended modes come with the sandbox, which applies with SMITHFS_SANDBOX=1 for
-        // now (docs/PROTOCOL-NOTES.md XT11): init asks it too.
+        // The unattended modes come with the sandbox (docs/PROTOCOL-NOTES.md XT11).
         let mut init = std::process::Command::new(crate::common::SMITHFS);
         init.args(&args);
-        if mode != Mode::NoSandbox {
-            init.env("SMITHFS_SANDBOX", "1");
-        }
         crate::common::run(&mut init).expect_ok("smithfs init --agent");
         AgentMount { tmp, dir }
     }
@@ -402,7 +398,6 @@ fn install_dirs(cli: &str, bin: &Path) -> Vec<PathBuf> {
 /// to the CLI in `agent.env`, its install in `sandbox.readable`, its config files in
 /// `templates/home/` (seeding the root's empty `home/` at mount and every child's at scaffold),
 /// and `sandbox.require` naming every protection, so the mount fails unless each layer is on.
-/// `SMITHFS_SANDBOX=1` in the daemon's environment applies the sandbox while it is a preview.
 fn point_in_the_sandbox(
     cli: &str,
     bin: &Path,
@@ -446,7 +441,7 @@ fn point_in_the_sandbox(
         serde_json::to_string_pretty(&config).expect("JSON") + "\n",
     )
     .expect("config.json");
-    vec![("SMITHFS_SANDBOX".to_string(), "1".to_string())]
+    Vec::new()
 }
 
 /// Point `cli` at the model server for `mode` (see the module's text); returns the daemon's

@@ -232,7 +232,9 @@ fn catchable() -> Vec<i32> {
 
 #[test]
 fn keeper_survives_every_catchable_signal() {
-    let m = mount_with("{}", "ancestry");
+    // The command writes to a host temp dir: outside a sandboxed run's view (a sandboxed
+    // keeper's signals: tests/e2e/sandbox_run.rs).
+    let m = mount_with(r#"{"sandbox": {"enabled": false}}"#, "ancestry");
     let out = tempfile::tempdir().expect("tempdir");
     let mut keepers = Vec::new();
     for sig in catchable() {
@@ -519,7 +521,9 @@ fn agent_is_confined(mode: &'static str) {
                     PROBE.to_string()
                 }],
                 "confine": confine,
-            }
+            },
+            // The confinement of root runs: the mode without the sandbox (§12).
+            "sandbox": {"enabled": false},
         });
         let m = mount_with(&config.to_string(), mode);
         for c in ["smith-001", "smith-002"] {
@@ -612,15 +616,11 @@ fn smithfs_run_passes_only_stdio_ancestry() {
     run_passes_only_stdio("ancestry");
 }
 
-/// The sandbox's switch while issue 26's tree side is not in (`crate::sandbox::PREVIEW_ENV`).
-const SANDBOX_ON: (&str, &str) = ("SMITHFS_SANDBOX", "1");
-
 /// A sandboxed mount in identity `mode` with `config` in config.json.
 fn sandboxed_mount(config: &serde_json::Value, mode: &'static str) -> TestMount {
     let mut m = TestMount::with(MountOpts {
         allow_other: true,
         extra: vec!["--identity", mode],
-        env: vec![SANDBOX_ON],
         ..MountOpts::default()
     });
     m.umount();
@@ -714,7 +714,6 @@ fn layers_hold(mode: &'static str) {
         .arg(m.path())
         .args(["--smith", "smith-root", "--", "/bin/bash"])
         .arg(&script)
-        .env(SANDBOX_ON.0, SANDBOX_ON.1)
         .current_dir(scratch.path());
     for (k, v) in &vars {
         cmd.env(k, v);
@@ -858,8 +857,8 @@ else echo "git: absent"; fi
 }
 
 /// `sandbox.require` (docs/SPEC.md §12, notes SB8): with every named protection on this host the
-/// mount goes on; while the sandbox is not applied (no `SMITHFS_SANDBOX=1`) a `require` refuses
-/// the mount in one line, since no run would get what it names.
+/// mount goes on; with the sandbox off (`sandbox.enabled: false`) a `require` refuses the mount
+/// in one line, since no run would get what it names.
 #[test]
 fn sandbox_require_refuses_a_mount_without_it() {
     if !is_root() {
@@ -872,13 +871,17 @@ fn sandbox_require_refuses_a_mount_without_it() {
         .expect("tempdir");
     let d = dir.path().join("m");
     smithfs([std::ffi::OsStr::new("init"), d.as_os_str()]).expect_ok("init");
-    let config = serde_json::json!({ "sandbox": { "require": ["seccomp", "landlock"] } });
-    std::fs::write(d.join("config.json"), config.to_string()).expect("config.json");
+    let config = |enabled: bool| {
+        let c = serde_json::json!({
+            "sandbox": { "enabled": enabled, "require": ["seccomp", "landlock"] }
+        });
+        std::fs::write(d.join("config.json"), c.to_string()).expect("config.json");
+    };
+    config(false);
     let r = run(Command::new(SMITHFS)
         .arg("mount")
         .arg(&d)
-        .arg("--allow-other")
-        .env_remove(SANDBOX_ON.0));
+        .arg("--allow-other"));
     if r.code == Some(0) {
         let _ = smithfs([std::ffi::OsStr::new("umount"), d.as_os_str()]);
         panic!("mounted with sandbox.require and no sandbox: {r:?}");
@@ -899,11 +902,11 @@ fn sandbox_require_refuses_a_mount_without_it() {
         eprintln!("this host lacks Landlock ABI 2 or seccomp: the mounting half not tried");
         return;
     }
+    config(true);
     let ok = run(Command::new(SMITHFS)
         .arg("mount")
         .arg(&d)
-        .arg("--allow-other")
-        .env(SANDBOX_ON.0, SANDBOX_ON.1));
+        .arg("--allow-other"));
     let _ = smithfs([std::ffi::OsStr::new("umount"), d.as_os_str()]);
     assert_eq!(ok.code, Some(0), "{ok:?}");
 }

@@ -6,6 +6,7 @@
 
 use crate::common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -370,6 +371,8 @@ fn a_limited_writer_beside_a_passthrough_reader() {
     let s = with_agent(json!({"limits": {"max_bytes_per_smith": "512K"}}));
     let d = s.p("smiths/smith-root/private");
     std::fs::write(d.join("f"), b"seed").expect("seed");
+    // The operator's file: writable by the run's uid too (a sandboxed run is not root, §12).
+    std::fs::set_permissions(d.join("f"), std::fs::Permissions::from_mode(0o666)).expect("chmod");
     let code = r#"
 import os, sys, errno
 d = sys.argv[1]
@@ -545,6 +548,8 @@ fn a_joined_passthrough_writer_shows_in_the_books_while_open() {
     let s = with_agent(json!({"limits": {"max_bytes_per_smith": "64M"}}));
     let d = s.p("smiths/smith-root/private");
     std::fs::write(d.join("f"), b"seed").expect("seed");
+    // The operator's file: writable by the run's uid too (a sandboxed run is not root, §12).
+    std::fs::set_permissions(d.join("f"), std::fs::Permissions::from_mode(0o666)).expect("chmod");
     let code = r#"
 import os, sys, time
 d, whoami = sys.argv[1], sys.argv[2]

@@ -205,7 +205,13 @@ fn mount_o_applies_options_and_refuses_others_by_name() {
         .current_dir(&s.dir));
     assert!(who.stdout.contains("ancestry"), "{who:?}");
     smithfs([OsStr::new("umount"), d]).expect_ok("umount");
-    // Without allow_other the kernel has no allow_other.
+    // Without allow_other the kernel has no allow_other — with the sandbox off: a sandboxed
+    // mount is always allow_other (§12).
+    let cfg = s.dir.join("config.json");
+    let mut c: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cfg).expect("config")).expect("json");
+    c["sandbox"] = serde_json::json!({"enabled": false});
+    std::fs::write(&cfg, c.to_string()).expect("config");
     smithfs([
         OsStr::new("mount"),
         d,

@@ -6,9 +6,7 @@
 //! `/tmp` is bounded by `sandbox.tmp_size`; an agent program under a 0700 directory runs; a
 //! sandbox that cannot be built never starts the run and says why.
 //!
-//! The sandbox is on while the mounting process has `SMITHFS_SANDBOX=1` (transitional,
-//! `crate::sandbox::PREVIEW_ENV`); runs as the agents' uid cannot write their areas yet, so
-//! the probes print on stdout (the run's `messages.log`).
+//! The probes print on stdout (the run's `messages.log`).
 
 use crate::common;
 
@@ -16,8 +14,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use common::*;
-
-const ON: (&str, &str) = ("SMITHFS_SANDBOX", "1");
 
 /// The agents' uid these tests pin with `sandbox.uid` (docs/SPEC.md §12; without it the daemon
 /// would take `SUDO_UID` or allocate one, which `smithfs whoami` shows as `agents uid`).
@@ -39,7 +35,6 @@ fn mount_with(config: &serde_json::Value, mode: &'static str) -> TestMount {
     let mut m = TestMount::with(MountOpts {
         allow_other: true,
         extra: vec!["--identity", mode],
-        env: vec![ON],
         ..MountOpts::default()
     });
     m.umount();
@@ -74,7 +69,6 @@ impl Sibling {
             .args(["run", "--mount"])
             .arg(m.path())
             .args(["--smith", "smith-root/smith-001", "--", "sleep", "120"])
-            .env(ON.0, ON.1)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -185,7 +179,6 @@ fn nothing_escapes(mode: &'static str) {
         .arg(m.path())
         .args(["--smith", "smith-root", "--", "/bin/bash"])
         .arg(&script)
-        .env(ON.0, ON.1)
         .env("SANDBOXED", "1")
         .env("OUTSIDE", &outside)
         .env("SMITHFS_BIN", SMITHFS)
@@ -301,7 +294,6 @@ fn run_as_sandboxed(m: &TestMount, cwd: &Path, argv: &[&str]) -> Run {
         .arg(m.path())
         .args(["--smith", "smith-root", "--"])
         .args(argv)
-        .env(ON.0, ON.1)
         .current_dir(cwd))
 }
 
@@ -379,7 +371,7 @@ $S init $D/m >/dev/null || exit 3
 cat > $D/m/config.json <<'JSON'
 {config}
 JSON
-SMITHFS_SANDBOX=1 $S mount $D/m --allow-other --identity {mode} || exit 4
+$S mount $D/m --allow-other --identity {mode} || exit 4
 setpriv --reuid={uid} --regid={uid} --clear-groups sleep 300 & other=$!
 echo go > $D/m/smiths/smith-root/inbox/task-1.md
 meta=$D/m/smiths/smith-root/conversations/run-0001/meta.json

@@ -13,8 +13,6 @@ use std::process::Command;
 
 use common::*;
 
-const ON: (&str, &str) = ("SMITHFS_SANDBOX", "1");
-
 /// A sandboxed mount in identity `mode` with `config` in config.json (`sandbox.uid` pinned to
 /// 65534 unless it names one).
 fn mount_with(config: &serde_json::Value, mode: &'static str) -> TestMount {
@@ -25,7 +23,6 @@ fn mount_with(config: &serde_json::Value, mode: &'static str) -> TestMount {
     let mut m = TestMount::with(MountOpts {
         allow_other: true,
         extra: vec!["--identity", mode],
-        env: vec![ON],
         ..MountOpts::default()
     });
     m.umount();
@@ -203,8 +200,7 @@ fn drive(m: &TestMount, inner: &str, steps: &[&str]) -> String {
         .arg(SMITHFS)
         .arg(m.path())
         .arg(inner)
-        .args(steps)
-        .env(ON.0, ON.1));
+        .args(steps));
     format!("{}\n{}", out.stdout, out.stderr)
 }
 
@@ -305,8 +301,7 @@ while :; do if read -r -t 0.2 l; then echo "line: $l"; fi; done
             "/bin/sh",
             "-c",
             "tty; exit 3",
-        ])
-        .env(ON.0, ON.1));
+        ]));
     assert_eq!(out.code, Some(3), "[{mode}] {out:?}");
     assert!(out.stdout.contains("not a tty"), "[{mode}] {out:?}");
 }

@@ -560,6 +560,8 @@ fn kill_daemon(s: &Sm, left: &mut Leftovers) {
 fn kill_daemon_then_resume(s: &Sm, left: &mut Leftovers, directive: &str) -> [i32; 3] {
     s.task(&format!("{directive}\n"));
     let pids = left.hang(s, ROOT);
+    // Sandboxed, the run's pid is its init's, not the agent's (read while the mount is live).
+    let sandboxed = s.run_pid(ROOT) != pids[0];
     let dir = s.dir();
     kill_daemon(s, left);
     // Fail closed while dead: a new lookup and an open get ENOTCONN.
@@ -567,7 +569,16 @@ fn kill_daemon_then_resume(s: &Sm, left: &mut Leftovers, directive: &str) -> [i3
     assert_eq!(e.raw_os_error(), Some(libc::ENOTCONN), "{e}");
     let e = std::fs::File::open(s.p("config.json")).expect_err("dead mount: open");
     assert_eq!(e.raw_os_error(), Some(libc::ENOTCONN), "{e}");
-    assert!(pids.iter().all(|&p| alive(p)), "the leftovers still run");
+    if !sandboxed {
+        assert!(pids.iter().all(|&p| alive(p)), "the leftovers still run");
+    } else {
+        // A sandboxed run dies with its daemon: its init has the parent-death signal (§6, §12).
+        poll_until(
+            Duration::from_secs(10),
+            "the sandboxed run to die with its daemon",
+            || pids.iter().all(|&p| gone(p)),
+        );
+    }
     poll_until(
         Duration::from_secs(10),
         "the mount point to report ENOTCONN",
@@ -639,7 +650,8 @@ fn resume_reruns_an_interrupted_run_of_a_smith_with_an_older_result() {
 /// its cgroup (`run.started` has `cgroup`), so a `setsid` descendant is part of what is left.
 #[test]
 fn killed_daemon_leftover_setsid_descendant_is_killed_on_remount() {
-    let s = Sm::new(json!({"agent": {"kill_grace_secs": 1}}));
+    // Unsandboxed: a sandboxed run does not outlive its daemon (see kill_daemon_then_resume).
+    let s = Sm::new(json!({"agent": {"kill_grace_secs": 1}, "sandbox": {"enabled": false}}));
     let mut left = Leftovers::default();
     let [pid, _, spid] = kill_daemon_then_resume(&s, &mut left, "resumehang");
     s.wait_events(20, "run.interrupted", Some(ROOT), 1);
@@ -1086,7 +1098,6 @@ fn runs_get_home_and_the_secrets_which_the_tree_never_holds() {
     let mut s = Sm::with(
         common::MountOpts {
             allow_other: true,
-            env: vec![(smithfs::sandbox::PREVIEW_ENV, "1")],
             ..common::MountOpts::default()
         },
         json!({"agent": {

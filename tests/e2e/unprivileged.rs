@@ -380,8 +380,7 @@ fn allow_other_without_user_allow_other_is_refused_as_doctor_says() {
     drop(grant);
 }
 
-/// `smithfs ARGS…` as `uid:gid` with the sandbox on (`SMITHFS_SANDBOX=1` while it is
-/// transitional; harmless once it is the default) and `vars` in its environment.
+/// `smithfs ARGS…` as `uid:gid` (the sandbox is on by default) and `vars` in its environment.
 fn sandboxed_as(uid: u32, gid: u32, vars: &[(&str, &OsStr)], args: &[&OsStr]) -> Run {
     let mut cmd = Command::new("setpriv");
     cmd.arg(format!("--reuid={uid}"))
@@ -389,8 +388,7 @@ fn sandboxed_as(uid: u32, gid: u32, vars: &[(&str, &OsStr)], args: &[&OsStr]) ->
         .arg("--clear-groups")
         .arg("--")
         .arg(SMITHFS)
-        .args(args)
-        .env("SMITHFS_SANDBOX", "1");
+        .args(args);
     for (k, v) in vars {
         cmd.env(k, v);
     }
@@ -560,7 +558,7 @@ fn a_non_root_daemon_sandboxes_its_runs() {
             OsStr::new("sleep"),
             OsStr::new("120"),
         ],
-        &[("SMITHFS_SANDBOX", OsStr::new("1"))],
+        &[],
     );
     in_mount(&format!(
         "printf 'escape\\nsibling: {}\\n' > smiths/smith-root/inbox/task-1.md",

@@ -205,9 +205,18 @@ fn identity_policy_and_passthrough_over_io_uring() {
     assert!(who.contains("operator"), "{who}");
     let out = as_root_smith(&m, &["cat", ".smithfs/whoami"]).expect_ok("whoami as smith-root");
     assert!(out.contains("smith-root"), "{out}");
-    // Policy: a smith cannot write the operator's config (docs/SPEC.md §3) — same errno as on
-    // /dev/fuse, and `why` explains it.
-    let r = as_root_smith(&m, &["sh", "-c", "echo x >> config.json; cat .smithfs/why"]);
+    // Policy: a smith cannot write its child's private area (docs/SPEC.md §3) — same errno as
+    // on /dev/fuse, and `why` explains it. (Its files are the agents' uid's, so the daemon,
+    // not the kernel's mode check, refuses it also in the sandbox, §12.)
+    m.sh_ok("mkdir smiths/smith-root/children/smith-001");
+    let r = as_root_smith(
+        &m,
+        &[
+            "sh",
+            "-c",
+            "echo x > smiths/smith-root/children/smith-001/private/x; cat .smithfs/why",
+        ],
+    );
     assert!(r.stderr.contains("Permission denied"), "{r:?}");
     assert!(
         r.stdout.contains("identity: smith-root") && r.stdout.contains("errno: EACCES"),

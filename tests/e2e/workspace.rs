@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{poll_until, run, MountOpts, Run, TestMount, SMITHFS};
+use common::{poll_until, run, smithfs, MountOpts, Run, TestMount, SMITHFS};
 
 const ROOT_WS: &str = "smiths/smith-root/workspace";
 const CHILD: &str = "smiths/smith-root/children/smith-001";
@@ -75,31 +75,9 @@ impl Mode {
                     Mode::Ancestry => "ancestry",
                 },
             ],
-            env: vec![SANDBOX_ON],
+            env: Vec::new(),
+            unsandboxed: false,
         }
-    }
-}
-
-/// The sandbox on (docs/SPEC.md §12) for the mount and every `smithfs run`: transitional while
-/// `sandbox::applies` still asks for it (harmless once the sandbox is the default).
-const SANDBOX_ON: (&str, &str) = ("SMITHFS_SANDBOX", "1");
-
-/// `smithfs ARGS` with the sandbox on (its `smithfs run`s are the smith's uid).
-fn smithfs_on<I, S>(args: I) -> Run
-where
-    I: IntoIterator<Item = S>,
-    S: AsRef<OsStr>,
-{
-    run(Command::new(SMITHFS)
-        .env(SANDBOX_ON.0, SANDBOX_ON.1)
-        .args(args))
-}
-
-/// The default mount options with the sandbox on.
-fn sandboxed() -> MountOpts {
-    MountOpts {
-        env: vec![SANDBOX_ON],
-        ..MountOpts::default()
     }
 }
 
@@ -128,11 +106,9 @@ impl Ws {
     /// `bash -c SCRIPT` bound to `who` with `smithfs run`, in `cwd` (mount-relative).
     fn as_smith(&self, who: &str, cwd: &str, script: &str) -> Run {
         run(Command::new(SMITHFS)
-            .env(SANDBOX_ON.0, SANDBOX_ON.1)
             .args(["run", "--mount"])
             .arg(self.m.path())
             .args(["--smith", who, "--", "bash", "-c", script])
-            .env(SANDBOX_ON.0, SANDBOX_ON.1)
             .current_dir(self.abs(cwd)))
     }
 
@@ -176,7 +152,7 @@ fn accept(dir: impl AsRef<OsStr>, id: &str, branch: Option<&str>) -> Run {
     if let Some(b) = branch {
         args.extend([OsStr::new("--branch"), OsStr::new(b)]);
     }
-    smithfs_on(args)
+    smithfs(args)
 }
 
 macro_rules! both_modes {
@@ -433,7 +409,7 @@ both_modes!(hostile_config_runs_nothing, |mode| {
         assert!(left.is_empty(), "{what} ran the smith's {left:?}");
     };
     // The operator's diff.
-    let d = smithfs_on([
+    let d = smithfs([
         OsString::from("diff"),
         w.m.path().into(),
         "smith-root/smith-001".into(),
@@ -474,7 +450,7 @@ both_modes!(diff_and_accept, |mode| {
         "echo c >> a.txt && git commit -qam committed && echo u > untracked.txt && echo w >> src/main.rs",
     );
     let dir = w.m.path().as_os_str().to_os_string();
-    let stat = smithfs_on([
+    let stat = smithfs([
         OsString::from("diff"),
         dir.clone(),
         "smith-root".into(),
@@ -484,7 +460,7 @@ both_modes!(diff_and_accept, |mode| {
     for f in ["a.txt", "untracked.txt", "src/main.rs"] {
         assert!(stat.stdout.contains(f), "{f} in\n{}", stat.stdout);
     }
-    let full = smithfs_on([OsString::from("diff"), dir.clone(), "smith-root".into()]);
+    let full = smithfs([OsString::from("diff"), dir.clone(), "smith-root".into()]);
     assert!(
         full.stdout.contains("+c\n") && full.stdout.contains("+u\n"),
         "{}",
@@ -496,7 +472,7 @@ both_modes!(diff_and_accept, |mode| {
         "diff wrote nothing"
     );
     // Unknown smith: exit 2.
-    let r = smithfs_on([
+    let r = smithfs([
         OsString::from("diff"),
         dir.clone(),
         "smith-root/smith-009".into(),
@@ -514,7 +490,7 @@ both_modes!(diff_and_accept, |mode| {
         CHILD,
         "mkdir children/smith-001 && echo grandchild >> workspace/a.txt",
     );
-    let short = smithfs_on([
+    let short = smithfs([
         OsString::from("diff"),
         dir.clone(),
         "root/smith-001".into(),
@@ -522,7 +498,7 @@ both_modes!(diff_and_accept, |mode| {
     ]);
     assert!(short.ok(), "{}", short.stderr);
     assert!(short.stdout.contains("a.txt"), "{}", short.stdout);
-    let r = smithfs_on([OsString::from("diff"), dir.clone(), "smith-001".into()]);
+    let r = smithfs([OsString::from("diff"), dir.clone(), "smith-001".into()]);
     assert_eq!(r.code, Some(2), "{}", r.stderr);
     assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
     assert!(
@@ -615,7 +591,7 @@ fn init_bad_input() {
     let init = |args: &[&str]| {
         let mut v: Vec<OsString> = vec!["init".into()];
         v.extend(args.iter().map(OsString::from));
-        smithfs_on(v)
+        smithfs(v)
     };
     let d = tmp.path().join("d1");
     let d1 = d.to_str().unwrap();
@@ -664,7 +640,7 @@ fn init_bad_input() {
         serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
     c["workspace"] = serde_json::json!({ "repo": repo, "rev": "HEAD" });
     std::fs::write(&p, c.to_string()).unwrap();
-    let r = smithfs_on([OsString::from("mount"), bare.into_os_string()]);
+    let r = smithfs([OsString::from("mount"), bare.into_os_string()]);
     assert!(!r.ok(), "mounted a workspace config without project.git");
     assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
     assert!(r.stderr.contains("project.git"), "{}", r.stderr);
@@ -678,7 +654,11 @@ fn submodules_are_kept_as_gitlinks() {
     let mut sub_head = String::new();
     // Without the sandbox: the submodule's source is a host directory the run's view does not
     // show (it would need `sandbox.readable`).
-    let m = TestMount::with_init(MountOpts::default(), |tmp| {
+    let opts = MountOpts {
+        unsandboxed: true,
+        ..MountOpts::default()
+    };
+    let m = TestMount::with_init(opts, |tmp| {
         let sub = tmp.join("sub");
         make_repo(&sub);
         sub_head = git(&sub, &["rev-parse", "HEAD"]);
@@ -746,7 +726,7 @@ fn submodules_are_kept_as_gitlinks() {
 #[test]
 fn ten_thousand_files() {
     let mut repo = PathBuf::new();
-    let m = TestMount::with_init(sandboxed(), |tmp| {
+    let m = TestMount::with_init(MountOpts::default(), |tmp| {
         repo = tmp.join("repo");
         std::fs::create_dir_all(&repo).unwrap();
         for d in 0..100 {
@@ -939,7 +919,7 @@ both_modes!(coding_job_end_to_end, |mode| {
         root.join("inbox/task-root.md"),
     )
     .unwrap();
-    let w = smithfs_on([
+    let w = smithfs([
         OsString::from("wait"),
         m.path().into(),
         "--final".into(),
@@ -947,7 +927,7 @@ both_modes!(coding_job_end_to_end, |mode| {
         "120".into(),
     ]);
     let logs = || {
-        smithfs_on([OsString::from("status"), m.path().into()]).stdout
+        smithfs([OsString::from("status"), m.path().into()]).stdout
             + &std::fs::read_to_string(m.path().join(".smithfs-state/daemon.log"))
                 .unwrap_or_default()
     };
@@ -1017,7 +997,7 @@ both_modes!(coding_job_end_to_end, |mode| {
 fn coder_agent_needs_a_repo() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path().join("d");
-    let r = smithfs_on([
+    let r = smithfs([
         OsString::from("init"),
         d.clone().into_os_string(),
         "--agent".into(),

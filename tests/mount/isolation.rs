@@ -24,7 +24,7 @@
 
 use crate::common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -78,6 +78,11 @@ fn smith_dir(full_id: &str) -> String {
 fn python() -> &'static str {
     static P: OnceLock<String> = OnceLock::new();
     P.get_or_init(|| {
+        // The system's python first: a sandboxed run sees the system directories, not an
+        // operator's own install such as pyenv's under a 0700 home (§12).
+        if Path::new("/usr/bin/python3").exists() {
+            return "/usr/bin/python3".into();
+        }
         let r = run(Command::new("python3").args(["-c", "import sys; print(sys.executable)"]));
         let p = r.expect_ok("python3 sys.executable").trim().to_string();
         assert!(!p.is_empty(), "python3 has no sys.executable");
@@ -187,6 +192,13 @@ impl Tree {
         Self::with(mode, &[])
     }
 
+    /// [`Tree::new`] with the sandbox off (`sandbox.enabled: false`, docs/SPEC.md §12): for what
+    /// only unsandboxed runs do — root runs, orphans that outlive their command (a sandboxed
+    /// run's pid namespace ends with it).
+    fn unsandboxed(mode: Mode) -> Self {
+        Self::with_sandbox(mode, &[], Some(serde_json::json!({"enabled": false})))
+    }
+
     /// Mount with `--identity MODE` and `extra` arguments, build and seed the tree as the
     /// operator (unless `extra` makes the operator read-only: then only the mount).
     fn with(mode: Mode, extra: &[&'static str]) -> Self {
@@ -207,6 +219,7 @@ impl Tree {
             foreground: false,
             extra: args,
             env: Vec::new(),
+            unsandboxed: false,
         });
         if let Some(s) = sandbox {
             m.set_sandbox(s);
@@ -510,7 +523,10 @@ fn areas_of(t: &Tree, x: &str) -> Vec<(String, SnapEntry)> {
 }
 
 both_modes!(sibling_private_and_outbox, |mode| {
-    let t = Tree::new(mode);
+    // Unsandboxed: §3's errnos as the daemon gives them. In the sandbox the kernel answers
+    // some of these first — the mode bits (`default_permissions`, §3), Landlock's create rights
+    // (§12) — with EACCES, never with success (tests/e2e/sandbox.rs, notes XT19).
+    let t = Tree::unsandboxed(mode);
     let before = areas_of(&t, A);
     // B against its sibling A, level 1.
     expect_owned(&t, Some(B), &other_smith_cases("A"));
@@ -772,7 +788,10 @@ both_modes!(cwd_and_rename_exchange_tricks, |mode| {
 });
 
 both_modes!(outside_smiths_and_ctl, |mode| {
-    let t = Tree::new(mode);
+    // Unsandboxed: §3's errnos as the daemon gives them. In the sandbox the kernel answers
+    // some of these first — the mode bits (`default_permissions`, §3), Landlock's create rights
+    // (§12) — with EACCES, never with success (tests/e2e/sandbox.rs, notes XT19).
+    let t = Tree::unsandboxed(mode);
     t.expect(
         Some(A),
         &[
@@ -945,7 +964,8 @@ both_modes!(denied_from_second_thread, |mode| {
 });
 
 both_modes!(double_forked_orphan, |mode| {
-    let t = Tree::new(mode);
+    // Unsandboxed: in the sandbox an orphan ends with its run's pid namespace (§12).
+    let t = Tree::unsandboxed(mode);
     // The command forks, the child forks again and exits: the grandchild is an orphan. It waits
     // until it has been re-parented and the command itself is gone, then acts and reports into
     // A's private/ (tmp + rename, so a reader sees all or nothing).
@@ -999,7 +1019,8 @@ os.waitpid(pid, 0)
 });
 
 both_modes!(setsid_background_writer, |mode| {
-    let t = Tree::new(mode);
+    // Unsandboxed: in the sandbox the writer ends with its run's pid namespace (§12).
+    let t = Tree::unsandboxed(mode);
     // `bash` starts a `setsid` writer in the background and exits at once; the writer waits for
     // that bash to be gone, then records whoami and tries the sibling's private file.
     let script = r#"
@@ -1133,7 +1154,10 @@ both_modes!(structure_is_smithfs_only, |mode| {
 });
 
 both_modes!(device_nodes_fifos_sockets, |mode| {
-    let t = Tree::new(mode);
+    // Unsandboxed: §3's errnos as the daemon gives them. In the sandbox the kernel answers
+    // some of these first — the mode bits (`default_permissions`, §3), Landlock's create rights
+    // (§12) — with EACCES, never with success (tests/e2e/sandbox.rs, notes XT19).
+    let t = Tree::unsandboxed(mode);
     t.expect(
         Some(A),
         &[
@@ -1857,7 +1881,7 @@ both_modes!(agent_cli_files_in_smith_dir, |mode| {
     // Smiths run here as root (`smithfs run` by this root test): without the sandbox, so that
     // the tree is root's too and git's ownership check passes. With it, runs are the agents'
     // uid and the tree theirs (tests/mount/sandbox_tree.rs).
-    let t = Tree::with_sandbox(mode, &[], Some(serde_json::json!({"enabled": false})));
+    let t = Tree::unsandboxed(mode);
     let d = smith_dir(A);
     // What an agent CLI started with cwd = its smith dir writes there.
     t.sh_ok(
@@ -2091,7 +2115,10 @@ both_modes!(o_creat_on_an_existing_file_is_an_open, |mode| {
 // ---------------------------------------------------------------------------------------------
 
 both_modes!(handles_carry_opener_rights, |mode| {
-    let t = Tree::new(mode);
+    // Unsandboxed: the descriptor comes over a unix socket in a host directory, which a
+    // sandboxed run's view does not show (§12).
+    let sock_dir = tempfile::tempdir().expect("tempdir");
+    let t = Tree::unsandboxed(mode);
     let g = format!("{}/private/g", smith_dir(B));
     t.write(&g, "B secret\n");
     // The operator opens B's file and hands the descriptor to a process of A over a unix socket
@@ -2103,7 +2130,6 @@ both_modes!(handles_carry_opener_rights, |mode| {
          lambda: os.fchmod(3, 0o600), lambda: os.utime(3), lambda: os.setxattr(3, 'user.q', b'1'), \
          lambda: os.fchown(3, 1, 1), lambda: rd('{g}'), lambda: wr('{g}')]:\n    print(E(c))\n"
     );
-    let sock_dir = tempfile::tempdir().expect("tempdir");
     let sock = sock_dir.path().join("s");
     let operator = "import os, socket, subprocess, sys\n\
          g, sock, smithfs, who, py, code = sys.argv[1:]\n\
@@ -2191,7 +2217,7 @@ both_modes!(dirfd_follows_a_moved_subtree, |mode| {
 both_modes!(pid_namespace_and_zombie_leader, |mode| {
     // `unshare -U` by a root-run smith maps root: the tree must be root's, so without the
     // sandbox (whose runs are the agents' uid, and the tree theirs).
-    let t = Tree::with_sandbox(mode, &[], Some(serde_json::json!({"enabled": false})));
+    let t = Tree::unsandboxed(mode);
     // `unshare -Urp`: callers in a descendant pid namespace are resolved normally (§2). In a
     // user namespace of its own, as unprivileged sandboxes do: a confined smith has no
     // CAP_SYS_ADMIN for a bare `unshare -p` (docs/PROTOCOL-NOTES.md H13).

@@ -30,16 +30,14 @@ fn run_sh(m: &TestMount, full_id: &str, script: &str) -> Run {
         .args(["run", "--mount"])
         .arg(m.path())
         .args(["--smith", full_id, "--", "sh", "-c", script])
-        .env(smithfs::sandbox::PREVIEW_ENV, "1")
         .current_dir(m.path()))
 }
 
-/// A mount with the sandbox on (the run side too: `SMITHFS_SANDBOX=1`) and `sandbox` as the
+/// A mount with the sandbox on (the default) and `sandbox` as the
 /// mount-wide `sandbox` section.
 fn sandboxed(sandbox: serde_json::Value) -> TestMount {
     let mut m = TestMount::with(MountOpts {
         allow_other: true,
-        env: vec![(smithfs::sandbox::PREVIEW_ENV, "1")],
         ..MountOpts::default()
     });
     m.set_sandbox(sandbox);
