@@ -152,6 +152,17 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
         {
             tracing::warn!("{missing}");
         }
+        // A test knob (docs/PROTOCOL-NOTES.md SB14): layers removed from every run, read from
+        // the operator's environment here only, and loud.
+        let removed = crate::sandbox::layers::Removed::from_env().map_err(|e| anyhow!(e))?;
+        if !removed.is_none() {
+            tracing::warn!(
+                "sandbox: runs start WITHOUT their {} ({} is set: a test build of the sandbox, not a sandbox to trust)",
+                removed.names(),
+                crate::sandbox::layers::WITHOUT_VAR
+            );
+        }
+        crate::sandbox::layers::Removed::set_for_this_daemon(removed);
     } else if !config.sandbox.require.is_empty() {
         bail!(
             "sandbox.require names protections, but sandbox.enabled is false: runs would start without any of them"

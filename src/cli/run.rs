@@ -194,7 +194,7 @@ fn stdio_only() {
 /// stderr (no error pipe).
 ///
 /// # Errors
-/// Never today (a process that is not root builds the sandbox in a user namespace).
+/// whoami's `sandbox without` names something that is not a layer.
 fn sandbox_plan(mount: &Path, smith: &SmithEnv) -> Result<Option<crate::sandbox::view::Plan>> {
     let config = std::fs::read_to_string(mount.join("config.json"))
         .ok()
@@ -220,6 +220,11 @@ fn sandbox_plan(mount: &Path, smith: &SmithEnv) -> Result<Option<crate::sandbox:
             plan.uid = u;
             plan.gid = g;
             plan.user = crate::sandbox::view::user_name(u).unwrap_or_else(|| "smith".into());
+        }
+        // The layers the daemon's runs go without (docs/PROTOCOL-NOTES.md SB14): the daemon's
+        // word, never this process's environment.
+        if let Some((_, names)) = pairs.iter().find(|(k, _)| k == "sandbox without") {
+            plan.removed = crate::sandbox::layers::Removed::parse(names).map_err(|e| anyhow!(e))?;
         }
     }
     plan.cwd = std::env::current_dir().ok().filter(|d| plan.shows(d));

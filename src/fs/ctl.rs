@@ -303,6 +303,11 @@ impl SmithFs {
             if let Some((u, g)) = ids {
                 out.push_str(&format!("agents uid: {u}\nagents gid: {g}\n"));
             }
+            // Layers removed by the daemon's test knob (docs/PROTOCOL-NOTES.md SB14).
+            let removed = crate::sandbox::layers::Removed::of_this_daemon();
+            if !removed.is_none() {
+                out.push_str(&format!("sandbox without: {}\n", removed.names()));
+            }
         }
         out.push_str(&format!("mount: {}\n", self.opts.mount_point.display()));
         out.push_str(&format!("daemon pid: {}\n", std::process::id()));

@@ -28,6 +28,11 @@
 //!    itself first on the spawn's status pipe, fd 4, so the daemon reports the signal) — the
 //!    kernel then kills whatever is left in the namespace.
 //!
+//! A plan whose `removed` names layers (a test knob of the daemon's environment,
+//! docs/PROTOCOL-NOTES.md SB14) skips them: without `view`, steps 1–4 (the run sees the host's
+//! tree, its `/proc`, `/dev` and `/tmp`; it is still PID 2 of its pid namespace, the agents' uid
+//! without capabilities); without `landlock` or `seccomp`, that layer of step 5.
+//!
 //! A failing step writes `(stage, errno)` on the spawn's error pipe (fd 3) and exits 127, so the
 //! run never starts and `spawn_error` names the step; under `smithfs run` it is printed instead.
 
@@ -80,8 +85,11 @@ pub fn main(args: &[OsString]) -> ! {
     if std::process::id() != 1 {
         fail(report, Stage::PidNamespace, Errno::EINVAL);
     }
-    if let Err((stage, e)) = build(&plan) {
-        fail(report, stage, e);
+    // Without the view (a test knob, docs/PROTOCOL-NOTES.md SB14) the run sees the host's tree.
+    if !plan.removed.view {
+        if let Err((stage, e)) = build(&plan) {
+            fail(report, stage, e);
+        }
     }
     // The kernel-enforced layers (docs/SPEC.md §12): prepared here, in the view; the network
     // namespace now, while the init has its capabilities; the rest entered by the agent last.
@@ -148,10 +156,11 @@ fn prepare_layers(plan: &Plan) -> Result<crate::sandbox::layers::Layers, Errno> 
         .filter(|v| v.writable)
         .map(|v| v.path.clone())
         .collect();
-    crate::sandbox::layers::Layers::prepare(plan.layers, &plan.mount, &writable).map_err(|e| {
-        eprintln!("smithfs sandbox: {e}");
-        Errno::EINVAL
-    })
+    crate::sandbox::layers::Layers::prepare(plan.layers, plan.removed, &plan.mount, &writable)
+        .map_err(|e| {
+            eprintln!("smithfs sandbox: {e}");
+            Errno::EINVAL
+        })
 }
 
 /// Whether `fd` is an open pipe.

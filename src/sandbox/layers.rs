@@ -17,6 +17,95 @@ use super::network;
 use super::seccomp::{self, Filter};
 use crate::config::{SandboxConfig, SandboxFeature, SandboxNetwork};
 
+/// The environment variable of the daemon that removes layers from every run of its mount
+/// (docs/PROTOCOL-NOTES.md SB14): a comma-separated list of `view`, `landlock`, `seccomp`. For
+/// tests that attack the layers one at a time; read once, at mount, from the operator's
+/// environment only, logged, and shown by `.smithfs/whoami` (`sandbox without:`).
+pub const WITHOUT_VAR: &str = "SMITHFS_SANDBOX_WITHOUT";
+
+/// The layers removed from every run of this mount ([`WITHOUT_VAR`]); all `false` in normal
+/// operation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Removed {
+    /// No view: no mount namespace, no `pivot_root`, no private `/dev` or `/tmp`; the run sees
+    /// the host's tree (still the agents' uid without capabilities, in its pid namespace).
+    pub view: bool,
+    /// No Landlock domain.
+    pub landlock: bool,
+    /// No seccomp filter.
+    pub seccomp: bool,
+}
+
+/// Set once by the daemon at mount ([`Removed::set_for_this_daemon`]).
+static REMOVED: std::sync::OnceLock<Removed> = std::sync::OnceLock::new();
+
+impl Removed {
+    /// The layers `text` names (`view,landlock`; blanks ignored; empty: none).
+    ///
+    /// # Errors
+    /// A name that is not a layer, quoted.
+    pub fn parse(text: &str) -> Result<Removed, String> {
+        let mut r = Removed::default();
+        for name in text.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            match name {
+                "view" => r.view = true,
+                "landlock" => r.landlock = true,
+                "seccomp" => r.seccomp = true,
+                other => {
+                    return Err(format!(
+                        "{WITHOUT_VAR}: {other:?} is not a layer (view, landlock, seccomp)"
+                    ))
+                }
+            }
+        }
+        Ok(r)
+    }
+
+    /// The layers of this process's [`WITHOUT_VAR`] (unset: none).
+    ///
+    /// # Errors
+    /// The value is not UTF-8 or names something that is not a layer.
+    pub fn from_env() -> Result<Removed, String> {
+        match std::env::var(WITHOUT_VAR) {
+            Ok(v) => Removed::parse(&v),
+            Err(std::env::VarError::NotPresent) => Ok(Removed::default()),
+            Err(std::env::VarError::NotUnicode(_)) => Err(format!("{WITHOUT_VAR} is not UTF-8")),
+        }
+    }
+
+    /// Whether no layer is removed.
+    pub fn is_none(self) -> bool {
+        self == Removed::default()
+    }
+
+    /// The removed layers' names, `, `-separated (`view, seccomp`), as whoami shows them and
+    /// [`Removed::parse`] reads them back.
+    pub fn names(self) -> String {
+        [
+            (self.view, "view"),
+            (self.landlock, "landlock"),
+            (self.seccomp, "seccomp"),
+        ]
+        .iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, n)| *n)
+        .collect::<Vec<_>>()
+        .join(", ")
+    }
+
+    /// Record the layers this daemon's runs go without (once, at mount; a later call is
+    /// ignored).
+    pub fn set_for_this_daemon(r: Removed) {
+        let _ = REMOVED.set(r);
+    }
+
+    /// The layers this daemon's runs go without (none unless the mount set them: a process that
+    /// is not the daemon, such as `smithfs run`, reads them from `.smithfs/whoami`).
+    pub fn of_this_daemon() -> Removed {
+        REMOVED.get().copied().unwrap_or_default()
+    }
+}
+
 /// One protection of §12 and whether this host gives it.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Protection {
@@ -203,7 +292,7 @@ pub struct Layers {
 }
 
 impl Layers {
-    /// The layers of a run with `options`, of a mount at `mount`, whose `sandbox.writable`
+    /// The layers of a run with `options` (less those `removed`), of a mount at `mount`, whose `sandbox.writable`
     /// paths are `writable` and whose private scratch directories are `/tmp`, `/var/tmp` and
     /// `/dev/shm` as the run sees them. Paths are opened in the caller's mount namespace: call
     /// it where the run's view is (the sandbox's init, after its `pivot_root`).
@@ -212,15 +301,16 @@ impl Layers {
     /// The Landlock ruleset could not be made on a kernel that has Landlock (ABI ≥ 2).
     pub fn prepare(
         options: Options,
+        removed: Removed,
         mount: &Path,
         writable: &[PathBuf],
     ) -> Result<Layers, landlock::Error> {
-        let domain = if Support::host().writes() {
+        let domain = if Support::host().writes() && !removed.landlock {
             Some(Domain::prepare(&landlock::writable_set(mount, writable))?)
         } else {
             None
         };
-        let filter = seccomp::available().then(|| {
+        let filter = (seccomp::available() && !removed.seccomp).then(|| {
             Filter::build(seccomp::Options {
                 user_namespaces: options.user_namespaces,
             })
@@ -296,6 +386,42 @@ mod tests {
         // The sandbox off: nothing is required.
         cfg.enabled = false;
         assert_eq!(check_mount(&cfg, &no_scope), Ok(vec![]));
+    }
+
+    #[test]
+    fn removed_layers_parse_show_and_are_left_out() {
+        assert_eq!(Removed::parse(""), Ok(Removed::default()));
+        assert!(Removed::parse(" , ").expect("blank").is_none());
+        let r = Removed::parse("seccomp, view").expect("two layers");
+        assert_eq!(
+            r,
+            Removed {
+                view: true,
+                landlock: false,
+                seccomp: true
+            }
+        );
+        assert_eq!(r.names(), "view, seccomp");
+        assert_eq!(Removed::parse(&r.names()), Ok(r));
+        let err = Removed::parse("view,uid").expect_err("not a layer");
+        assert!(
+            err.contains("\"uid\"") && err.contains(WITHOUT_VAR),
+            "{err}"
+        );
+        // A run's layers leave out exactly what is removed.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let all = Layers::prepare(Options::default(), Removed::default(), dir.path(), &[])
+            .expect("prepare");
+        let without = Removed::parse("landlock,seccomp").expect("parse");
+        let some = Layers::prepare(Options::default(), without, dir.path(), &[]).expect("prepare");
+        assert!(some.domain.is_none() && some.filter.is_none());
+        assert_eq!(all.domain.is_some(), Support::host().writes());
+        assert_eq!(all.filter.is_some(), seccomp::available());
+        let no_landlock = Removed::parse("landlock").expect("parse");
+        let one =
+            Layers::prepare(Options::default(), no_landlock, dir.path(), &[]).expect("prepare");
+        assert!(one.domain.is_none());
+        assert_eq!(one.filter.is_some(), seccomp::available());
     }
 
     #[test]

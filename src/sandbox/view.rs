@@ -78,6 +78,10 @@ pub struct Plan {
     /// root"): `uid` and `gid` are that process's, and `setgroups` is denied.
     #[serde(default)]
     pub user_namespace: bool,
+    /// The layers removed from the run (docs/PROTOCOL-NOTES.md SB14: a test knob of the daemon's
+    /// environment, [`crate::sandbox::layers::WITHOUT_VAR`]); none in normal operation.
+    #[serde(default)]
+    pub removed: crate::sandbox::layers::Removed,
 }
 
 impl Plan {
@@ -121,6 +125,7 @@ impl Plan {
             last_cap: crate::process::sandbox::last_cap(),
             layers: crate::sandbox::layers::Options::of(&config.sandbox),
             user_namespace: crate::process::sandbox::needs_user_namespace(),
+            removed: crate::sandbox::layers::Removed::of_this_daemon(),
         }
     }
 
