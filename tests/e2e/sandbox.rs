@@ -108,6 +108,15 @@ fn setuid_prog(dir: &Path) -> Option<PathBuf> {
     Some(bin)
 }
 
+/// The block device `path`'s filesystem is on (`findmnt`'s source, when it is a `/dev/` node).
+fn store_device(path: &Path) -> Option<String> {
+    let r = run(Command::new("findmnt")
+        .args(["-n", "-o", "SOURCE", "-T"])
+        .arg(path));
+    let dev = r.stdout.trim().to_string();
+    (r.ok() && dev.starts_with("/dev/") && Path::new(&dev).exists()).then_some(dev)
+}
+
 /// What every sandboxed probe must show (tests/fixtures/escapes.sh's output).
 fn check(out: &str, what: &str) {
     assert!(
@@ -148,6 +157,13 @@ fn nothing_escapes(mode: &'static str) {
     let outside = scratch.path().join("outside.txt");
     std::fs::write(&outside, "world-readable, outside the view\n").expect("outside");
     let setuid = setuid_prog(scratch.path());
+    // An operator's hook program (it runs as root at every run's start, outside the sandbox)
+    // and the block device under the store: neither may be reachable from a run.
+    let hook = scratch.path().join("hook.sh");
+    std::fs::write(&hook, "#!/bin/sh\nexit 0\n").expect("hook");
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod hook");
+    let blockdev = store_device(scratch.path()).unwrap_or_default();
     let mut readable = Vec::new();
     if let Some(s) = &setuid {
         readable.push(s.to_string_lossy().into_owned());
@@ -157,11 +173,14 @@ fn nothing_escapes(mode: &'static str) {
         "OUTSIDE": outside,
         "SMITHFS_BIN": SMITHFS,
         "AGENT_PROG": script,
+        "HOOK_PROG": hook,
+        "BLOCKDEV": blockdev,
         "SETUID_PROG": setuid.clone().unwrap_or_default(),
     });
     let config = serde_json::json!({
         "agent": { "command": ["/bin/bash", script], "env": env, "retries": 0 },
         "sandbox": { "readable": readable },
+        "hooks": { "run.started": [[hook]] },
     });
     let m = mount_with(&config, mode);
     let sibling = Sibling::start(&m);
@@ -183,6 +202,8 @@ fn nothing_escapes(mode: &'static str) {
         .env("OUTSIDE", &outside)
         .env("SMITHFS_BIN", SMITHFS)
         .env("AGENT_PROG", &script)
+        .env("HOOK_PROG", &hook)
+        .env("BLOCKDEV", &blockdev)
         .env("SETUID_PROG", setuid.unwrap_or_default())
         .env("SIBLING", sibling.0.id().to_string())
         .current_dir(scratch.path()));
@@ -412,4 +433,90 @@ fn kill_all_kills_only_the_run_cgroup() {
 #[test]
 fn kill_all_kills_only_the_run_ancestry() {
     kill_all_kills_only_the_run("ancestry");
+}
+
+/// A smith cannot widen its child's view through the child's `config.json` (docs/SPEC.md §12:
+/// a smith's own config may name only programs already readable): smith-root names, as
+/// smith-001's agent, a host program outside the view, and `cat` of a world-readable host file
+/// outside the view. Neither is reached: the first run fails to execute, the second prints no
+/// byte of the file; the mount-wide agent (root's) ran as usual.
+fn a_smith_cannot_name_host_files_for_its_child(mode: &'static str) {
+    if !is_root() {
+        eprintln!("skipped: the sandbox needs root");
+        return;
+    }
+    let scratch = tempfile::Builder::new()
+        .prefix("smithfs-widen-")
+        .tempdir()
+        .expect("tempdir");
+    std::fs::set_permissions(
+        scratch.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod 0755");
+    let secret = scratch.path().join("secret.txt");
+    std::fs::write(&secret, "HOST-SECRET-42\n").expect("secret");
+    let prog = scratch.path().join("host-prog.sh");
+    std::fs::write(&prog, "#!/bin/sh\necho HOST-PROGRAM-RAN\n").expect("prog");
+    for f in [&secret, &prog] {
+        std::fs::set_permissions(f, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+    }
+    // smith-root makes two children, names a host file in each one's config.json, and hands
+    // each a task; woken again for its children, it publishes.
+    let root_agent = scratch.path().join("root.sh");
+    std::fs::write(
+        &root_agent,
+        format!(
+            "#!/bin/bash\n\
+             [ \"$SMITH_WAKE\" = children ] && {{ echo done > outbox/result.md; exit 0; }}\n\
+             mkdir children/smith-001 children/smith-002\n\
+             printf '{{\"agent\": {{\"command\": [\"%s\"]}}}}' '{prog}' > children/smith-001/config.json\n\
+             printf '{{\"agent\": {{\"command\": [\"/bin/cat\", \"%s\"]}}}}' '{secret}' > children/smith-002/config.json\n\
+             echo go > children/smith-001/inbox/task-1.md\n\
+             echo go > children/smith-002/inbox/task-1.md\n",
+            prog = prog.display(),
+            secret = secret.display()
+        ),
+    )
+    .expect("root agent");
+    std::fs::set_permissions(
+        &root_agent,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    let config = serde_json::json!({
+        "agent": { "command": [root_agent], "retries": 0 },
+    });
+    let m = mount_with(&config, mode);
+    std::fs::write(m.path().join("smiths/smith-root/inbox/task-1.md"), "go\n").expect("task");
+    for child in ["smith-001", "smith-002"] {
+        let dir = m.path().join(format!(
+            "smiths/smith-root/children/{child}/conversations/run-0001"
+        ));
+        let meta = poll_until(90, "the child's run to end", || {
+            let text = std::fs::read_to_string(dir.join("meta.json")).ok()?;
+            let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+            (!v["end"].is_null()).then_some(v)
+        });
+        let log = std::fs::read_to_string(dir.join("messages.log")).unwrap_or_default();
+        assert!(
+            !log.contains("HOST-PROGRAM-RAN") && !log.contains("HOST-SECRET-42"),
+            "[{mode}] {child} reached a host file its parent named:\n{log}"
+        );
+        assert!(
+            meta["exit_code"] != 0 || !meta["error"].is_null(),
+            "[{mode}] {child}'s run succeeded: {meta}\n{log}"
+        );
+    }
+}
+
+#[test]
+fn a_smith_cannot_name_host_files_for_its_child_cgroup() {
+    a_smith_cannot_name_host_files_for_its_child("cgroup");
+}
+
+#[test]
+fn a_smith_cannot_name_host_files_for_its_child_ancestry() {
+    a_smith_cannot_name_host_files_for_its_child("ancestry");
 }
