@@ -22,6 +22,7 @@ mod operator_cli;
 mod ops;
 mod ops_daemon;
 mod sandbox;
+mod sandbox_layers;
 mod sandbox_run;
 mod sched;
 mod slurm;

@@ -1,0 +1,384 @@
+//! One layer holds where another is missing (issue 27, docs/SPEC.md §12, docs/RELIABILITY.md
+//! "The sandbox's layers"): tests/fixtures/escapes.sh, part one's attacks and the layers'
+//! (`SANDBOXED=1 LAYERS=1`), from a run the scheduler started and from `smithfs run --smith`, on
+//! real mounts in both identity modes whose daemon removed one layer (`SMITHFS_SANDBOX_WITHOUT`,
+//! docs/PROTOCOL-NOTES.md SB14): the run's view, its Landlock domain, its seccomp filter. Each
+//! case asserts which attacks now succeed and that every other one still fails.
+//!
+//! Without the view a run sees the host's tree: the probes only read, or write into this test's
+//! own directories (and open a host device for append, writing nothing).
+
+use crate::common;
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use common::*;
+
+/// The agents' uid of these mounts (`sandbox.uid`).
+const AGENTS_UID: u32 = 65534;
+
+/// A process of another smith (`sleep` through `smithfs run`, so in the same reduced sandbox);
+/// ended and reaped on drop: SIGTERM first, which the keeper forwards to its command (a SIGKILL
+/// of the keeper would leave the sandbox's init and its `sleep` holding the mount), SIGKILL
+/// after 10 s.
+struct Sibling(Child);
+
+impl Drop for Sibling {
+    fn drop(&mut self) {
+        // SAFETY: a signal to our own unreaped child.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while matches!(self.0.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A process outside every run; killed and reaped on drop.
+struct Outside(Child);
+
+impl Drop for Outside {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A sandboxed mount in identity `mode` whose daemon runs with `SMITHFS_SANDBOX_WITHOUT=without`.
+fn mount_without(
+    config: &serde_json::Value,
+    mode: &'static str,
+    without: &'static str,
+) -> TestMount {
+    let mut m = TestMount::with(MountOpts {
+        allow_other: true,
+        extra: vec!["--identity", mode],
+        env: vec![("SMITHFS_SANDBOX_WITHOUT", without)],
+        ..MountOpts::default()
+    });
+    m.umount();
+    std::fs::write(m.path().join("config.json"), config.to_string()).expect("config.json");
+    m.mount();
+    m
+}
+
+/// The `n`th run of smith-root once it ended: its `messages.log` and `meta.json`.
+fn ended_run(m: &TestMount, n: u32) -> (String, serde_json::Value) {
+    let dir = m
+        .path()
+        .join(format!("smiths/smith-root/conversations/run-{n:04}"));
+    let meta = poll_until(120, "the run to end", || {
+        let text = std::fs::read_to_string(dir.join("meta.json")).ok()?;
+        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+        (!v["end"].is_null()).then_some(v)
+    });
+    let log = std::fs::read_to_string(dir.join("messages.log")).unwrap_or_default();
+    (log, meta)
+}
+
+/// The paths the probes are pointed at.
+struct Targets {
+    /// A world-readable file in a world-searchable host directory outside the view.
+    outside: String,
+    /// A 0777 directory in the host's /tmp.
+    host_tmp: String,
+    /// A 0777 directory outside the view and outside /tmp.
+    open_dir: String,
+}
+
+/// The attack an `ESCAPED`/`MISSING` line of escapes.sh reports, by name; an unknown line as
+/// itself. `DEV` lines (a host device read) carry the device.
+fn attack(line: &str, t: &Targets) -> String {
+    let l = line
+        .strip_prefix("ESCAPED: ")
+        .or_else(|| line.strip_prefix("MISSING: "))
+        .unwrap_or(line);
+    let named = [
+        ("device node ", "host device nodes visible"),
+        ("sees ", "host processes visible"),
+        ("test -e ", "the smithfs binary visible"),
+        ("echo escaped > /proc/self/comm", "write its own comm"),
+        ("perl -MSocket", "connect to an abstract socket"),
+        ("unshare -U true", "unshare -U"),
+        ("TIOCSTI", "TIOCSTI"),
+        ("x32 getpid", "x32 call"),
+    ];
+    if let Some(dev) = l.strip_prefix("timeout 2 dd if=") {
+        return format!("DEV {}", dev.split_whitespace().next().unwrap_or(""));
+    }
+    if l == format!("cat {}", t.outside) {
+        return "read a host file outside the view".into();
+    }
+    if l == format!("touch {}/escaped", t.host_tmp) {
+        return "write the host's /tmp".into();
+    }
+    if l == format!("touch {}/escaped", t.open_dir) {
+        return "write a 0777 host dir".into();
+    }
+    if let Some(call) = l.strip_prefix("perl -e $r = syscall(") {
+        return format!("syscall {}", call.split(',').next().unwrap_or(""));
+    }
+    named
+        .iter()
+        .find(|(p, _)| l.contains(p))
+        .map_or_else(|| line.to_string(), |(_, n)| (*n).to_string())
+}
+
+/// Whether the agents' uid may read host device `dev` by its mode bits (it is in no group of
+/// the device: the other bits).
+fn others_may_read(dev: &str) -> bool {
+    std::fs::metadata(dev).is_ok_and(|m| m.permissions().mode() & 0o004 != 0)
+}
+
+/// What one run of escapes.sh shows with `without` removed: the attacks that got through are
+/// exactly `must` plus, of `may`, any (`DEV` ones only where the mode bits let the agents' uid
+/// read); the run is the agents' uid without capabilities, `no_new_privs`, the smith.
+fn check(out: &str, without: &str, what: &str, t: &Targets, must: &[&str], may: &[&str]) {
+    let got: BTreeSet<String> = out
+        .lines()
+        .filter(|l| l.starts_with("ESCAPED") || l.starts_with("MISSING"))
+        .map(|l| attack(l, t))
+        .collect();
+    eprintln!("[{what}, without {without}] got through: {got:?}");
+    for m in must {
+        assert!(
+            got.contains(*m),
+            "[{what}, without {without}] {m:?} should succeed:\n{out}"
+        );
+    }
+    for g in &got {
+        let ok = must.contains(&g.as_str())
+            || may.contains(&g.as_str())
+            || g.strip_prefix("DEV ")
+                .is_some_and(|d| may.contains(&"DEV") && others_may_read(d));
+        assert!(
+            ok,
+            "[{what}, without {without}] {g:?} got through, another layer should stop it:\n{out}"
+        );
+    }
+    assert!(
+        out.contains(&format!("\nuid: {AGENTS_UID}\n")),
+        "[{what}, without {without}] uid:\n{out}"
+    );
+    for cap in ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"] {
+        assert!(
+            out.contains(&format!("{cap} 0000000000000000")),
+            "[{what}, without {without}] {cap}:\n{out}"
+        );
+    }
+    assert!(
+        out.contains("NoNewPrivs: 1"),
+        "[{what}, without {without}]\n{out}"
+    );
+    assert!(
+        out.contains("full id: smith-root\n"),
+        "[{what}, without {without}]\n{out}"
+    );
+    let seccomp = if without == "seccomp" {
+        "Seccomp: 0\n"
+    } else {
+        "Seccomp: 2\n"
+    };
+    assert!(
+        out.contains(seccomp),
+        "[{what}, without {without}] not {seccomp:?}:\n{out}"
+    );
+}
+
+/// Which attacks succeed when `without` is removed (docs/RELIABILITY.md's table, "When that
+/// layer is absent"): those that must, and those that may (the kernel's own answer, or a read
+/// the mode bits allow).
+fn expected(without: &str) -> (Vec<&'static str>, Vec<&'static str>) {
+    match without {
+        // The host's tree shows: what the view hid is seen and read, and the writable set's
+        // /tmp is the host's. Writes elsewhere, devices, signals, other processes' /proc and
+        // the filter's calls stay refused (Landlock, the uid, the pid namespace, seccomp).
+        "view" => (
+            vec![
+                "host device nodes visible",
+                "host processes visible",
+                "the smithfs binary visible",
+                "read a host file outside the view",
+                "write the host's /tmp",
+            ],
+            vec!["DEV"],
+        ),
+        // The view, the uid and the pid namespace hold; Landlock alone refused the write the
+        // mode bits allow to its own /proc/self/comm and the host's abstract sockets.
+        "landlock" => (
+            vec!["write its own comm", "connect to an abstract socket"],
+            vec![],
+        ),
+        // The filter's own probes report the kernel's answer (not EPERM): what the call then
+        // does depends on the host's sysctls; every other attack stays refused.
+        _ => {
+            let userns = std::fs::read_to_string("/proc/sys/user/max_user_namespaces")
+                .is_ok_and(|v| v.trim() != "0");
+            let must = if userns { vec!["unshare -U"] } else { vec![] };
+            (
+                must,
+                vec![
+                    "syscall 248",
+                    "syscall 250",
+                    "syscall 321",
+                    "syscall 298",
+                    "syscall 323",
+                    "syscall 304",
+                    "TIOCSTI",
+                    "x32 call",
+                    "unshare -U",
+                ],
+            )
+        }
+    }
+}
+
+/// escapes.sh against each layer removed in turn, in identity `mode`.
+fn one_layer_holds(mode: &'static str) {
+    if !is_root() {
+        eprintln!("skipped: the sandbox needs root");
+        return;
+    }
+    use std::os::linux::net::SocketAddrExt;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/escapes.sh");
+    let scratch = tempfile::Builder::new()
+        .prefix("smithfs-layers-")
+        .tempdir()
+        .expect("tempdir");
+    std::fs::set_permissions(scratch.path(), PermissionsExt::from_mode(0o755)).expect("chmod");
+    let outside = scratch.path().join("outside.txt");
+    std::fs::write(&outside, "world-readable, outside the view\n").expect("outside");
+    let host_tmp = scratch.path().join("host-tmp");
+    let share = scratch.path().join("share");
+    let open = tempfile::Builder::new()
+        .prefix("smithfs-layers-open-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .expect("tempdir outside /tmp");
+    for d in [&host_tmp, &share] {
+        std::fs::create_dir(d).expect("mkdir");
+    }
+    for d in [host_tmp.as_path(), share.as_path(), open.path()] {
+        std::fs::set_permissions(d, PermissionsExt::from_mode(0o777)).expect("chmod");
+    }
+    let t = Targets {
+        outside: outside.to_string_lossy().into_owned(),
+        host_tmp: host_tmp.to_string_lossy().into_owned(),
+        open_dir: open.path().to_string_lossy().into_owned(),
+    };
+    let victim = Outside(
+        Command::new("sleep")
+            .arg("300")
+            .spawn()
+            .expect("spawn sleep"),
+    );
+    let pidfile = share.join("victim.pid");
+    std::fs::write(&pidfile, victim.0.id().to_string()).expect("pid file");
+    let name = format!("smithfs-layers2-{}-{mode}", std::process::id());
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+        .expect("abstract address");
+    let listener = std::os::unix::net::UnixListener::bind_addr(&addr).expect("listen");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let vars = [
+        ("SANDBOXED", "1".to_string()),
+        ("LAYERS", "1".to_string()),
+        ("OUTSIDE", t.outside.clone()),
+        ("HOST_TMP_DIR", t.host_tmp.clone()),
+        ("OPEN_DIR", t.open_dir.clone()),
+        ("SMITHFS_BIN", SMITHFS.to_string()),
+        ("AGENT_PROG", script.to_string_lossy().into_owned()),
+        ("ABSTRACT", name.clone()),
+        ("PIDFILE", pidfile.to_string_lossy().into_owned()),
+    ];
+    let env: serde_json::Map<String, serde_json::Value> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), serde_json::Value::from(v.as_str())))
+        .collect();
+    let config = serde_json::json!({
+        "agent": { "command": ["/bin/bash", script], "env": env, "retries": 0 },
+        "sandbox": { "uid": AGENTS_UID, "writable": [share] },
+    });
+    for without in ["view", "landlock", "seccomp"] {
+        let m = mount_without(&config, mode, without);
+        let who = std::fs::read_to_string(m.path().join(".smithfs/whoami")).expect("whoami");
+        assert!(
+            who.contains(&format!("\nsandbox without: {without}\n")),
+            "[{mode}] whoami does not say it:\n{who}"
+        );
+        std::fs::create_dir_all(m.path().join("smiths/smith-root/children/smith-001"))
+            .expect("mkdir smith-001");
+        let sibling = Sibling(
+            Command::new(SMITHFS)
+                .args(["run", "--mount"])
+                .arg(m.path())
+                .args(["--smith", "smith-root/smith-001", "--", "sleep", "120"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn the sibling"),
+        );
+        std::fs::write(
+            m.path().join("smiths/smith-root/inbox/task-1.md"),
+            format!("escape\nsibling: {}\n", sibling.0.id()),
+        )
+        .expect("task");
+        let (log, meta) = ended_run(&m, 1);
+        assert!(
+            meta["error"].is_null(),
+            "[{mode}, without {without}] {meta}"
+        );
+        let mut cmd = Command::new(SMITHFS);
+        cmd.args(["run", "--mount"])
+            .arg(m.path())
+            .args(["--smith", "smith-root", "--", "/bin/bash"])
+            .arg(&script)
+            .env("SIBLING", sibling.0.id().to_string())
+            .current_dir(scratch.path());
+        for (k, v) in &vars {
+            cmd.env(k, v);
+        }
+        let out = run(&mut cmd);
+        let (must, may) = expected(without);
+        check(
+            &log,
+            without,
+            &format!("{mode}, scheduler"),
+            &t,
+            &must,
+            &may,
+        );
+        check(
+            &out.stdout,
+            without,
+            &format!("{mode}, smithfs run"),
+            &t,
+            &must,
+            &may,
+        );
+        drop(sibling);
+        // The attacks' own traces, for the next layer's runs.
+        let _ = std::fs::remove_file(host_tmp.join("escaped"));
+    }
+    assert!(
+        !open.path().join("escaped").exists(),
+        "[{mode}] a run wrote the 0777 host dir"
+    );
+    // SAFETY: signal 0 to our own unreaped child.
+    let alive = unsafe { libc::kill(victim.0.id() as i32, 0) } == 0;
+    assert!(alive, "[{mode}] the process outside the run died");
+}
+
+#[test]
+fn one_layer_holds_where_another_is_missing_cgroup() {
+    one_layer_holds("cgroup");
+}
+
+#[test]
+fn one_layer_holds_where_another_is_missing_ancestry() {
+    one_layer_holds("ancestry");
+}
