@@ -382,3 +382,90 @@ fn one_layer_holds_where_another_is_missing_cgroup() {
 fn one_layer_holds_where_another_is_missing_ancestry() {
     one_layer_holds("ancestry");
 }
+
+/// cargo runs unchanged under every layer (docs/SPEC.md §12, docs/RELIABILITY.md): a run the
+/// scheduler started makes a crate without dependencies in the smith's `private/`, with
+/// `CARGO_HOME` in its `home/`, offline, builds it, runs its tests and its binary. The
+/// toolchain is this test's own (`rustc --print sysroot`), made visible by `sandbox.readable`.
+#[test]
+fn cargo_builds_and_tests_under_every_layer() {
+    if !is_root() {
+        eprintln!("skipped: the sandbox needs root");
+        return;
+    }
+    let sysroot = Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let Some(sysroot) = sysroot.filter(|s| Path::new(s).join("bin/cargo").exists()) else {
+        eprintln!("skipped: no cargo beside rustc");
+        return;
+    };
+    let agent = r#"set -e
+export CARGO_HOME="$HOME/.cargo" PATH="$TOOLCHAIN/bin:$PATH" CARGO_NET_OFFLINE=true
+cd "$SMITH_DIR/private"
+cargo new --offline --vcs none --name tiny tiny 2>&1
+cd tiny
+cat > src/main.rs <<'RS'
+fn answer() -> u32 {
+    std::thread::spawn(|| 6 * 7).join().unwrap_or(0)
+}
+fn main() {
+    println!("tiny: {}", answer());
+}
+#[test]
+fn it_answers() {
+    assert_eq!(answer(), 42);
+}
+RS
+cargo build --offline 2>&1 && echo "cargo build: ok"
+cargo test --offline 2>&1 | grep -q "test result: ok. 1 passed" && echo "cargo test: ok"
+./target/debug/tiny
+awk '$1 == "Seccomp:" { print $1 " " $2 }' /proc/self/status
+"#;
+    let dir = tempfile::Builder::new()
+        .prefix("smithfs-cargo-")
+        .tempdir()
+        .expect("tempdir");
+    let script = dir.path().join("agent.sh");
+    std::fs::write(&script, agent).expect("agent.sh");
+    let config = serde_json::json!({
+        "agent": {
+            "command": ["/bin/bash", script],
+            "env": { "TOOLCHAIN": sysroot },
+            "retries": 0,
+        },
+        "sandbox": {
+            "uid": AGENTS_UID,
+            "readable": [sysroot],
+            "require": ["namespaces", "landlock", "seccomp"],
+        },
+    });
+    let mut m = TestMount::with(MountOpts {
+        allow_other: true,
+        extra: vec!["--identity", "cgroup"],
+        ..MountOpts::default()
+    });
+    m.umount();
+    std::fs::write(m.path().join("config.json"), config.to_string()).expect("config.json");
+    m.mount();
+    let started = std::time::Instant::now();
+    std::fs::write(m.path().join("smiths/smith-root/inbox/task-1.md"), "go\n").expect("task");
+    let (log, meta) = ended_run(&m, 1);
+    eprintln!("cargo new, build, test and run: {:?}", started.elapsed());
+    assert!(meta["error"].is_null(), "{meta}\n{log}");
+    for want in [
+        "cargo build: ok\n",
+        "cargo test: ok\n",
+        "tiny: 42\n",
+        "Seccomp: 2\n",
+    ] {
+        assert!(log.contains(want), "no {want:?} in:\n{log}");
+    }
+    assert!(
+        m.path().join("smiths/smith-root/home/.cargo").is_dir(),
+        "CARGO_HOME was not in home/"
+    );
+}
