@@ -469,3 +469,67 @@ awk '$1 == "Seccomp:" { print $1 " " $2 }' /proc/self/status
         "CARGO_HOME was not in home/"
     );
 }
+
+/// The knob is the daemon's alone (docs/PROTOCOL-NOTES.md SB14): `SMITHFS_SANDBOX_WITHOUT` in a
+/// run's environment (`agent.env` of config.json) or in the environment of `smithfs run
+/// --smith` removes nothing from a mount whose daemon was started without it: the run has its
+/// view (a host file outside it is not there), its Landlock domain (its own `/proc/self/comm`
+/// is not written) and its filter; whoami says nothing of it.
+#[test]
+fn a_run_cannot_remove_a_layer() {
+    if !is_root() {
+        eprintln!("skipped: the sandbox needs root");
+        return;
+    }
+    let scratch = tempfile::Builder::new()
+        .prefix("smithfs-knob-")
+        .tempdir()
+        .expect("tempdir");
+    std::fs::set_permissions(scratch.path(), PermissionsExt::from_mode(0o755)).expect("chmod");
+    let outside = scratch.path().join("outside.txt");
+    std::fs::write(&outside, "outside the view\n").expect("outside");
+    let probe = format!(
+        r#"cat '{}' >/dev/null 2>&1 && echo "ESCAPED: read outside the view"
+echo escaped > /proc/self/comm 2>/dev/null && echo "ESCAPED: wrote its own comm"
+awk '$1 == "Seccomp:" {{ print $1 " " $2 }}' /proc/self/status
+grep -q '^sandbox without' "$SMITH_MOUNT/.smithfs/whoami" && echo "ESCAPED: whoami names removed layers"
+echo done"#,
+        outside.display()
+    );
+    let script = scratch.path().join("probe.sh");
+    std::fs::write(&script, probe).expect("probe.sh");
+    let config = serde_json::json!({
+        "agent": {
+            "command": ["/bin/bash", script],
+            "env": { "SMITHFS_SANDBOX_WITHOUT": "view,landlock,seccomp" },
+            "retries": 0,
+        },
+        "sandbox": { "uid": AGENTS_UID },
+    });
+    let mut m = TestMount::with(MountOpts {
+        allow_other: true,
+        extra: vec!["--identity", "cgroup"],
+        ..MountOpts::default()
+    });
+    m.umount();
+    std::fs::write(m.path().join("config.json"), config.to_string()).expect("config.json");
+    m.mount();
+    std::fs::write(m.path().join("smiths/smith-root/inbox/task-1.md"), "go\n").expect("task");
+    let (log, meta) = ended_run(&m, 1);
+    assert!(meta["error"].is_null(), "{meta}\n{log}");
+    let out = run(Command::new(SMITHFS)
+        .args(["run", "--mount"])
+        .arg(m.path())
+        .args(["--smith", "smith-root", "--", "/bin/bash"])
+        .arg(&script)
+        .env("SMITHFS_SANDBOX_WITHOUT", "view,landlock,seccomp")
+        .current_dir(scratch.path()));
+    for (what, text) in [("scheduler", &log), ("smithfs run", &out.stdout)] {
+        assert!(
+            text.contains("Seccomp: 2\n") && text.contains("done\n"),
+            "[{what}] no filter:\n{text}\n{}",
+            out.stderr
+        );
+        assert!(!text.contains("ESCAPED"), "[{what}] a layer went:\n{text}");
+    }
+}
