@@ -387,6 +387,29 @@ fn check_sandbox(root: bool) -> Check {
     }
 }
 
+/// The test knob of this environment (docs/PROTOCOL-NOTES.md SB14): when
+/// `SMITHFS_SANDBOX_WITHOUT` is set, a mount started from here removes those layers from every
+/// run (warn), or refuses a value that names something else (fail); unset, no check.
+fn check_removed(removed: Result<crate::sandbox::layers::Removed, String>) -> Option<Check> {
+    let var = crate::sandbox::layers::WITHOUT_VAR;
+    match removed {
+        Ok(r) if r.is_none() => None,
+        Ok(r) => Some(Check::new(
+            "sandbox-without",
+            Status::Warn,
+            format!(
+                "{var} is set: a mount from this environment starts every run without its {} (a test knob, not a sandbox to trust)",
+                r.names()
+            ),
+        )),
+        Err(why) => Some(Check::new(
+            "sandbox-without",
+            Status::Fail,
+            format!("{why}: a mount from this environment is refused"),
+        )),
+    }
+}
+
 fn check_procfs() -> Check {
     if Path::new("/proc/self/mountinfo").exists() {
         Check::new(
@@ -418,6 +441,7 @@ pub fn checks() -> Vec<Check> {
     ]
     .into_iter()
     .chain(check_protections(&crate::sandbox::layers::protections()))
+    .chain(check_removed(crate::sandbox::layers::Removed::from_env()))
     .collect()
 }
 
@@ -472,6 +496,21 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn the_test_knob_is_shown_when_set() {
+        use crate::sandbox::layers::Removed;
+        assert!(check_removed(Ok(Removed::default())).is_none());
+        let c = check_removed(Removed::parse("view,seccomp")).expect("a check");
+        assert_eq!((c.check, c.status), ("sandbox-without", Status::Warn));
+        assert!(
+            c.detail.contains("without its view, seccomp"),
+            "{}",
+            c.detail
+        );
+        let c = check_removed(Removed::parse("uid")).expect("a check");
+        assert_eq!((c.check, c.status), ("sandbox-without", Status::Fail));
+    }
 
     #[test]
     fn text_and_json_forms() {
