@@ -226,6 +226,19 @@ fi
 pip_install=("$PY" -m pip install --disable-pip-version-check --no-cache-dir --no-index
     --root-user-action=ignore -q --find-links "$wheels")
 
+# The smith columns' workloads run in the sandbox (docs/SPEC.md §12, on by default): their tools
+# (fsops, the tarball, the wheels), this script's helpers and the python that
+# runs pip are outside its view unless config.json names them readable.
+sandbox_reads() {
+    "$PY" - "$1" "$bench_dir" "$helpers" "$("$PY" -c 'import sys; print(sys.prefix)')" <<'EOF'
+import json, sys
+path, *readable = sys.argv[1:]
+c = json.load(open(path))
+c.setdefault("sandbox", {})["readable"] = readable
+json.dump(c, open(path, "w"), indent=2)
+EOF
+}
+
 # --- mounts and cleanup ----------------------------------------------------------------------
 start=$SECONDS
 T="$(mktemp -d /var/tmp/smithfs-bench.XXXXXX)"
@@ -289,6 +302,7 @@ for fs in "${fses[@]}"; do
         native) mkdir -p "$B/native/w"; backing[$fs]="$B/native/w"; work[$fs]="$B/native/w" ;;
         op | smith | nopt | opb | opu | smithu | smithub)
             "$SMITHFS" init "$B/$fs" >/dev/null
+            sandbox_reads "$B/$fs/config.json"
             mkdir -p "$B/$fs/smiths/smith-root/private/w"
             backing[$fs]="$B/$fs/smiths/smith-root/private/w"
             work[$fs]="$B/$fs/smiths/smith-root/private/w"
