@@ -228,13 +228,16 @@ pip_install=("$PY" -m pip install --disable-pip-version-check --no-cache-dir --n
 
 # The smith columns' workloads run in the sandbox (docs/SPEC.md §12, on by default): their tools
 # (fsops, the tarball, the wheels), this script's helpers and the python that
-# runs pip are outside its view unless config.json names them readable.
+# runs pip are outside its view unless config.json names them readable. SMITHFS_BENCH_SANDBOX=off
+# turns the sandbox off in every smithfs column instead (a before/after of the sandbox's cost).
 sandbox_reads() {
     "$PY" - "$1" "$bench_dir" "$helpers" "$("$PY" -c 'import sys; print(sys.prefix)')" <<'EOF'
-import json, sys
+import json, os, sys
 path, *readable = sys.argv[1:]
 c = json.load(open(path))
 c.setdefault("sandbox", {})["readable"] = readable
+if os.environ.get("SMITHFS_BENCH_SANDBOX") == "off":
+    c["sandbox"]["enabled"] = False
 json.dump(c, open(path, "w"), indent=2)
 EOF
 }
