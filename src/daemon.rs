@@ -193,6 +193,25 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
         None
     };
     prepare_tree(&root, state.as_fd(), agents.as_deref())?;
+    let hook_user = agents
+        .as_ref()
+        .and_then(|_| hook_user(crate::sandbox::user::Invoker::current()));
+    if let (Some(u), Some(a)) = (&hook_user, &agents) {
+        tracing::info!(
+            uid = u.creds.uid,
+            gid = u.creds.gid,
+            "hooks run as the user who mounted"
+        );
+        if u.creds.uid != a.uid() {
+            // docs/SPEC.md §12: the Operator is only uid 0, the daemon's and the agents' user.
+            tracing::warn!(
+                uid = u.creds.uid,
+                agents_uid = a.uid(),
+                "the user who mounted is not the agents' user: through the mount its hooks are \
+                 Unknown (lookup and stat only; docs/PROTOCOL-NOTES.md XT20)"
+            );
+        }
+    }
     // agent.secrets_file, checked and read once (docs/SPEC.md §12, "Secrets").
     let secrets = Arc::new(match &config.agent.secrets_file {
         Some(path) => {
@@ -356,6 +375,7 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
                 storage: Some(fs.storage().clone()),
                 agents,
                 secrets,
+                hook_user,
             },
             opts.resume,
         )
@@ -844,4 +864,48 @@ fn start_listener(
         .map_err(|e| anyhow!("cannot write .smithfs-state/listener: {e}"))?;
     tracing::info!(kind = launcher.kind.as_str(), addr = %l.addr(), advertised, "remote mount listener");
     Ok(Some(l))
+}
+
+/// Whom hooks run as with the sandbox on (docs/SPEC.md §12, "Programs smithfs runs for others";
+/// docs/PROTOCOL-NOTES.md XT20): the user who mounted with sudo (`SUDO_UID`, a root daemon
+/// only) — gid `SUDO_GID`, else the account's, else the uid's number; the account's
+/// supplementary groups (none without an account); `HOME`, `USER` and `LOGNAME` from the account.
+/// `None` (the daemon's own user, root or not): no `SUDO_UID`, or a daemon that is not root,
+/// which runs everything as itself.
+fn hook_user(who: crate::sandbox::user::Invoker) -> Option<crate::sched::hooks::HookUser> {
+    use nix::unistd::{Gid, Uid, User};
+    let uid = who.sudo_uid.filter(|_| who.euid == 0)?;
+    let account = User::from_uid(Uid::from_raw(uid)).ok().flatten();
+    let gid = who
+        .sudo_gid
+        .or_else(|| account.as_ref().map(|a| a.gid.as_raw()))
+        .unwrap_or(uid);
+    let mut groups: Vec<u32> = account
+        .as_ref()
+        .and_then(|a| {
+            let name = std::ffi::CString::new(a.name.as_bytes()).ok()?;
+            nix::unistd::getgrouplist(&name, Gid::from_raw(gid)).ok()
+        })
+        .unwrap_or_default()
+        .into_iter()
+        .map(Gid::as_raw)
+        .collect();
+    groups.sort_unstable();
+    groups.dedup();
+    let env = account
+        .map(|a| {
+            [
+                ("HOME", a.dir.to_string_lossy().into_owned()),
+                ("USER", a.name.clone()),
+                ("LOGNAME", a.name),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect()
+        })
+        .unwrap_or_default();
+    Some(crate::sched::hooks::HookUser {
+        creds: crate::process::spawn::User { uid, gid, groups },
+        env,
+    })
 }

@@ -17,7 +17,8 @@
 //! The child, in this order: `setsid`; `PR_SET_CHILD_SUBREAPER`; restores the soft
 //! `RLIMIT_NOFILE`; `dup2`s its stdio onto 0–2; if it could not be created in its cgroup
 //! (ancestry mode, or `clone3` into the cgroup was refused), waits until the parent has bound
-//! it ([`Spawn::bind`]) and never executes anything if the parent does not say so; marks every
+//! it ([`Spawn::bind`]) and never executes anything if the parent does not say so; confines
+//! itself ([`Program::confine`]) and takes its user ([`Program::user`]); marks every
 //! descriptor ≥ 3 close-on-exec; `chdir`s; resets `SIGPIPE` and the signal mask; `execve`s,
 //! searching `$PATH` like `execvp(3)` (with its `/bin/sh` fallback for `ENOEXEC`). Its first
 //! instruction writes a marker byte on a close-on-exec pipe, a failing step then writes
@@ -90,6 +91,24 @@ pub struct Program<'a> {
     /// set. `None`: it runs with the daemon's capabilities and mounts. A failure stops the
     /// child before exec and is [`spawn`]'s error.
     pub confine: Option<super::confine::Confinement>,
+    /// Run as this user: its groups, gid and uid set after binding and confining, before exec
+    /// (a root daemon only; the kernel then clears every capability). `None`: the daemon's.
+    /// Not used with [`Spawn::sandbox`], whose init drops to the agents' user itself. A failure
+    /// (uid or gid `u32::MAX`, or a refused call) stops the child before exec and is [`spawn`]'s
+    /// error.
+    pub user: Option<&'a User>,
+}
+
+/// The credentials a process takes in [`Program::user`]: hooks run as the user who mounted
+/// (docs/SPEC.md §12, "Programs smithfs runs for others").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct User {
+    /// Its uid (real, effective, saved and filesystem).
+    pub uid: u32,
+    /// Its gid (likewise).
+    pub gid: u32,
+    /// Its supplementary groups (may be empty).
+    pub groups: Vec<u32>,
 }
 
 /// What a started process is to run and where, and how it is bound.
@@ -207,6 +226,7 @@ enum Step {
     Exec = 5,
     Confine = 6,
     Sandbox = 7,
+    User = 8,
 }
 
 impl Step {
@@ -219,6 +239,7 @@ impl Step {
             5 => Step::Exec,
             6 => Step::Confine,
             7 => Step::Sandbox,
+            8 => Step::User,
             _ => return None,
         })
     }
@@ -232,6 +253,7 @@ impl Step {
             Step::Exec => "exec",
             Step::Confine => "confining it (mount namespace, read-only /sys, capabilities)",
             Step::Sandbox => "starting the sandbox's init",
+            Step::User => "switching to its user (setgroups, setresgid, setresuid)",
         }
     }
 }
@@ -253,6 +275,8 @@ struct ChildPlan<'a> {
     status: RawFd,
     nofile: (u64, u64),
     confine: Option<super::confine::Confinement>,
+    /// [`Program::user`]: (uid, gid, groups).
+    user: Option<(libc::uid_t, libc::gid_t, &'a [libc::gid_t])>,
     /// The sandbox's init argv (NULL-terminated), or null: no sandbox.
     init_argv: *const *const libc::c_char,
     /// The sandbox's init program ([`super::sandbox::init_program`]), or null: no sandbox.
@@ -339,6 +363,21 @@ unsafe fn child(p: &mut ChildPlan<'_>) -> ! {
         if let Some(c) = p.confine {
             if let Err((_, e)) = c.apply() {
                 fail(err, Step::Confine, e);
+            }
+        }
+        // Groups and gid first, while we may still change them; the uid last (from root to
+        // another uid the kernel empties every capability set). Raw system calls: glibc's
+        // wrappers would signal the daemon's other threads, listed in its copied state, and take
+        // its stack-cache lock (see the module's rule). -1 would mean "unchanged": refused.
+        if let Some((uid, gid, groups)) = p.user {
+            if uid == libc::uid_t::MAX || gid == libc::gid_t::MAX {
+                fail(err, Step::User, libc::EINVAL);
+            }
+            if libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) != 0
+                || libc::syscall(libc::SYS_setresgid, gid, gid, gid) != 0
+                || libc::syscall(libc::SYS_setresuid, uid, uid, uid) != 0
+            {
+                fail(err, Step::User, errno());
             }
         }
         // Only fds 0–2 survive exec, whatever the daemon's other descriptors are (the error
@@ -658,6 +697,8 @@ struct Prepared<'a> {
     out: BorrowedFd<'a>,
     nofile: (u64, u64),
     confine: Option<super::confine::Confinement>,
+    /// [`Program::user`].
+    user: Option<&'a User>,
     /// The sandbox's init argv, NULL-terminated; empty: no sandbox.
     init_argv: Vec<*const libc::c_char>,
     /// The sandbox's init program; null: no sandbox.
@@ -760,6 +801,7 @@ pub fn spawn(s: Spawn<'_>) -> io::Result<Process> {
         out: out.as_fd(),
         nofile: s.program.nofile,
         confine: s.program.confine,
+        user: s.program.user,
         userns: (!init_argv.is_empty() && super::sandbox::needs_user_namespace())
             .then(super::sandbox::UserNs::of_this_process),
         init_argv,
@@ -822,6 +864,7 @@ fn attempt(
         status: status_wr.as_ref().map_or(-1, |w| w.as_raw_fd()),
         nofile: prep.nofile,
         confine: prep.confine,
+        user: prep.user.map(|u| (u.uid, u.gid, u.groups.as_slice())),
         init_argv: if prep.init_argv.is_empty() {
             std::ptr::null()
         } else {
@@ -989,6 +1032,7 @@ mod tests {
                 output: None,
                 nofile: (0, 0),
                 confine: None,
+                user: None,
             },
             cgroup: None,
             bind,
@@ -1057,6 +1101,68 @@ mod tests {
     #[test]
     fn clone_args_has_the_kernel_size() {
         assert_eq!(std::mem::size_of::<CloneArgs>(), 88);
+    }
+
+    /// [`Program::user`] (hooks as the user who mounted, docs/SPEC.md §12): a root parent's
+    /// child runs as that uid, gid and groups in every slot, with no capability; a uid of
+    /// `u32::MAX` ("unchanged" to the kernel) is the spawn's error, never a root child.
+    #[test]
+    fn the_child_takes_its_user() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root to switch users");
+            return;
+        }
+        let args = argv(&["sleep", "30"]);
+        let env = BTreeMap::new();
+        let user = User {
+            uid: 65534,
+            gid: 65533,
+            groups: vec![65532, 65533],
+        };
+        let mut bind = no_bind();
+        let p = spawn(tweak(plain(&args, &env, &mut bind), |s| {
+            s.program.user = Some(&user);
+        }))
+        .expect("spawn as 65534");
+        let pid = p.id();
+        let seen = [
+            status_field(pid, "Uid:"),
+            status_field(pid, "Gid:"),
+            status_field(pid, "Groups:"),
+            status_field(pid, "CapPrm:"),
+            status_field(pid, "CapEff:"),
+        ];
+        p.kill();
+        finish(p);
+        assert_eq!(
+            seen,
+            [
+                "65534\t65534\t65534\t65534",
+                "65533\t65533\t65533\t65533",
+                "65532 65533",
+                "0000000000000000",
+                "0000000000000000",
+            ]
+        );
+        let unchanged = User {
+            uid: u32::MAX,
+            gid: 65533,
+            groups: Vec::new(),
+        };
+        let mut bind = no_bind();
+        let err = match spawn(tweak(plain(&args, &env, &mut bind), |s| {
+            s.program.user = Some(&unchanged);
+        })) {
+            Ok(p) => {
+                p.kill();
+                finish(p);
+                panic!("a uid of u32::MAX started a child");
+            }
+            Err(e) => e,
+        };
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
+        assert!(err.to_string().contains("switching to its user"), "{err}");
     }
 
     /// Session and group leader, the working directory, the environment, only fds 0–2, an

@@ -187,6 +187,7 @@ impl CommitJob {
                     output: Some(write),
                     nofile: self.nofile,
                     confine: self.confine,
+                    user: None,
                 },
                 bind: BindTo::Smith(self.smith),
                 sandbox: self.sandbox.as_ref(),

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use crate::backing::{self, BackingIno};
 use crate::config::HookEvent;
-use crate::process::spawn::Program;
+use crate::process::spawn::{Program, User};
 use crate::process::wait_pidfd;
 use crate::sched::journal::{Event, Journal};
 use crate::sched::output::{Pump, Sink};
@@ -31,6 +31,16 @@ use crate::sched::runner::{self, BindTo, Launch, Placeholders, RunBinder};
 /// per event, so such a storm never keeps the hooks of `result.published` or `run.exited` from
 /// running (docs/PROTOCOL-NOTES.md, part S).
 pub const MAX_LIVE_HOOKS: usize = 32;
+
+/// Whom hooks run as when that is not the daemon (docs/SPEC.md §12, "Programs smithfs runs for
+/// others"): the user who mounted, with sudo, a root daemon.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HookUser {
+    /// Its uid, gid and supplementary groups.
+    pub creds: User,
+    /// `HOME`, `USER` and `LOGNAME` from its account (empty without one), over the daemon's.
+    pub env: BTreeMap<String, String>,
+}
 
 /// The configured hooks and what they need to run.
 pub struct Hooks {
@@ -45,11 +55,13 @@ pub struct Hooks {
     pump: Pump,
     /// Hooks running now, per event.
     live: BTreeMap<HookEvent, Arc<AtomicUsize>>,
+    /// Whom they run as; `None`: the daemon's user.
+    user: Option<Arc<HookUser>>,
 }
 
 impl Hooks {
-    /// Hooks from `config.hooks`, killed after `timeout`; their output goes to `log` through
-    /// `pump`.
+    /// Hooks from `config.hooks`, killed after `timeout`, run as `user` (`None`: the daemon's);
+    /// their output goes to `log` through `pump`.
     pub fn new(
         hooks: BTreeMap<HookEvent, Vec<Vec<String>>>,
         timeout: Duration,
@@ -57,6 +69,7 @@ impl Hooks {
         journal: Arc<Journal>,
         log: Option<OwnedFd>,
         pump: Pump,
+        user: Option<HookUser>,
     ) -> Hooks {
         let live = hooks
             .keys()
@@ -70,6 +83,7 @@ impl Hooks {
             log,
             pump,
             live,
+            user: user.map(Arc::new),
         }
     }
 
@@ -123,8 +137,15 @@ impl Hooks {
                 let _ = self.journal.append(&done);
                 continue;
             }
+            let mut env = self
+                .user
+                .as_ref()
+                .map(|u| u.env.clone())
+                .unwrap_or_default();
+            env.extend(hook_env(ev, ph));
             let job = HookJob {
-                env: hook_env(ev, ph),
+                env,
+                user: self.user.clone(),
                 argv,
                 input: format!("{line}\n"),
                 timeout: self.timeout,
@@ -179,6 +200,7 @@ pub fn hook_env(ev: &Event, ph: &Placeholders) -> BTreeMap<String, String> {
 
 struct HookJob {
     env: BTreeMap<String, String>,
+    user: Option<Arc<HookUser>>,
     argv: Vec<String>,
     input: String,
     timeout: Duration,
@@ -234,9 +256,11 @@ impl HookJob {
                     output,
                     nofile: (0, 0),
                     confine: None,
+                    user: self.user.as_deref().map(|u| &u.creds),
                 },
                 bind: BindTo::Operator,
-                // Hooks are the operator's programs: never in a run's sandbox (docs/SPEC.md §12).
+                // Hooks are the operator's programs: never in a run's sandbox, as the mounting
+                // user (docs/SPEC.md §12).
                 sandbox: None,
             },
             &*self.binder,

@@ -99,6 +99,8 @@ pub struct SchedCtx {
     /// `agent.secrets_file`'s variables, read at mount: given to every run, masked in its
     /// `messages.log` (docs/SPEC.md §12); empty without one.
     pub secrets: Arc<crate::sandbox::Secrets>,
+    /// Whom hooks run as (docs/SPEC.md §12: the user who mounted); `None`: the daemon's user.
+    pub hook_user: Option<hooks::HookUser>,
 }
 
 /// Messages of the scheduler's one ordered queue.

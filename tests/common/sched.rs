@@ -110,6 +110,7 @@ impl Env {
                 binder,
                 invalidate: Arc::new(NoInvalidate),
                 original_nofile: (0, 0),
+                hook_user: None,
                 storage: None,
                 agents: None,
                 secrets: Default::default(),

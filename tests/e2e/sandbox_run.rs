@@ -5,24 +5,37 @@
 //! of its own (window size, input, Ctrl-C, exit status; `TIOCSTI` cannot reach the operator's
 //! terminal); `sandbox.uid_per_smith` runs a whole tree, parent → child task → child result →
 //! parent, each smith its own uid, with a sibling's `private/` closed to the others' uids in the
-//! store.
+//! store; hooks run as the user who mounted (`SUDO_UID`), out of the runs' reach.
 
 use crate::common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
 use common::*;
 
 /// A sandboxed mount in identity `mode` with `config` in config.json (`sandbox.uid` pinned to
-/// 65534 unless it names one).
+/// 65534 unless it names one; see [`mount_with_env`] for `SUDO_UID`).
 fn mount_with(config: &serde_json::Value, mode: &'static str) -> TestMount {
+    mount_with_env(config, mode, Vec::new())
+}
+
+/// [`mount_with`], with `env` in `smithfs mount`'s environment too; with `SUDO_UID` in `env`
+/// and no `sandbox.uid` in `config`, the agents' user is the `SUDO_UID` user (docs/SPEC.md §12,
+/// "Users": nothing is pinned).
+fn mount_with_env(
+    config: &serde_json::Value,
+    mode: &'static str,
+    env: Vec<(&'static str, &'static str)>,
+) -> TestMount {
     let mut c = config.clone();
-    if c["sandbox"]["uid"].is_null() {
+    if c["sandbox"]["uid"].is_null() && !env.iter().any(|(k, _)| *k == "SUDO_UID") {
         c["sandbox"]["uid"] = serde_json::json!(65534);
     }
     let mut m = TestMount::with(MountOpts {
         allow_other: true,
         extra: vec!["--identity", mode],
+        env,
         ..MountOpts::default()
     });
     m.umount();
@@ -411,4 +424,130 @@ fn uid_per_smith_runs_a_whole_tree_cgroup() {
 #[test]
 fn uid_per_smith_runs_a_whole_tree_ancestry() {
     uid_per_smith_tree("ancestry");
+}
+
+/// uid and gid of the unprivileged `smithfs-test` user (as `tests/e2e/unprivileged.rs` makes it:
+/// a system user without a home), created if missing, under the lock those tests hold for it.
+fn test_user() -> (u32, u32) {
+    let _lock = DevFuseLock::acquire();
+    let id = |flag: &str| run(Command::new("id").arg(flag).arg("smithfs-test"));
+    if !id("-u").ok() {
+        run(Command::new("useradd")
+            .args(["--system", "--no-create-home", "--home-dir", "/nonexistent"])
+            .args(["--shell", "/usr/sbin/nologin", "smithfs-test"]))
+        .expect_ok("useradd smithfs-test");
+    }
+    let uid = id("-u").expect_ok("id -u").trim().parse().expect("uid");
+    let gid = id("-g").expect_ok("id -g").trim().parse().expect("gid");
+    (uid, gid)
+}
+
+/// Hooks as the mounting user (docs/SPEC.md §12, notes XT20): a root daemon mounted with
+/// `SUDO_UID`/`SUDO_GID` of the unprivileged `smithfs-test` runs a hook as that uid and gid with
+/// no capability and its account's `USER`; a run that tries to rewrite the hook's program (root's,
+/// 0755, beside the tree) and to make a file beside it fails, the program is unchanged, and the
+/// hook runs the operator's program. With `pinned` false the agents' user is the `SUDO_UID` user
+/// (the default), so the hook is the Operator through the mount and reads the smith's result;
+/// with `pinned` (`sandbox.uid` 65534, another uid) the hook's uid is none of §12's three
+/// Operator uids, so through the mount it is Unknown and cannot read the result.
+fn hooks_as_the_mounting_user(mode: &'static str, pinned: bool) {
+    if !is_root() {
+        eprintln!("skipped: needs root to mount with SUDO_UID and switch the hook's user");
+        return;
+    }
+    let (uid, gid) = test_user();
+    let sudo_uid: &'static str = Box::leak(uid.to_string().into_boxed_str());
+    let sudo_gid: &'static str = Box::leak(gid.to_string().into_boxed_str());
+    let mut m = mount_with_env(
+        &serde_json::json!({}),
+        mode,
+        vec![("SUDO_UID", sudo_uid), ("SUDO_GID", sudo_gid)],
+    );
+    let scratch = m.path().parent().expect("scratch").to_path_buf();
+    let hook_dir = scratch.join("hooks");
+    std::fs::create_dir(&hook_dir).expect("hook dir");
+    let program = hook_dir.join("hook.sh");
+    let script = "#!/bin/sh\nset -u\nout=\"$1\"\n\
+        { echo \"uid $(id -u) gid $(id -g) user $USER\"; grep ^CapEff /proc/self/status;\n\
+          echo \"result: $(cat \"$2/smiths/smith-root/outbox/result.md\")\"; } > \"$out/seen.tmp\" 2>&1\n\
+        mv \"$out/seen.tmp\" \"$out/seen\"\n";
+    std::fs::write(&program, script).expect("hook program");
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    // Where the hook (the mounting user) writes what it saw.
+    let out = scratch.join("hook-out");
+    std::fs::create_dir(&out).expect("out dir");
+    std::os::unix::fs::chown(&out, Some(uid), Some(gid)).expect("chown out dir");
+    let agent = format!(
+        "cd \"$SMITH_DIR\" || exit 1\n\
+         if echo evil > '{p}' 2>/dev/null; then w=written; else w=refused; fi\n\
+         if echo evil > '{d}/planted' 2>/dev/null; then n=written; else n=refused; fi\n\
+         echo \"rewrite $w plant $n\" > private/r.md && mv private/r.md outbox/result.md\n",
+        p = program.display(),
+        d = hook_dir.display()
+    );
+    let mut config = serde_json::json!({
+        "agent": { "command": ["/bin/sh", "-c", agent], "retries": 0 },
+        "hooks": { "result.published": [[
+            program.to_str().expect("utf-8"), out.to_str().expect("utf-8"),
+            m.path().to_str().expect("utf-8"),
+        ]] },
+    });
+    if pinned {
+        config["sandbox"] = serde_json::json!({ "uid": 65534 });
+    }
+    m.umount();
+    std::fs::write(m.path().join("config.json"), config.to_string()).expect("config.json");
+    m.mount();
+    std::fs::write(m.path().join("smiths/smith-root/inbox/task-1.md"), "go\n").expect("task");
+    let seen = poll_until(90, "the hook's report", || {
+        std::fs::read_to_string(out.join("seen")).ok()
+    });
+    let events =
+        std::fs::read_to_string(m.path().join(".smithfs/events.jsonl")).unwrap_or_default();
+    let result = std::fs::read_to_string(m.path().join("smiths/smith-root/outbox/result.md"))
+        .expect("the smith's result, read by root");
+    assert_eq!(
+        result, "rewrite refused plant refused\n",
+        "[{mode}] the run wrote beside the hook"
+    );
+    assert!(
+        seen.contains(&format!("uid {uid} gid {gid} user smithfs-test")),
+        "[{mode}] {seen}\n{events}"
+    );
+    assert!(
+        seen.contains("CapEff:\t0000000000000000"),
+        "[{mode}] the hook kept capabilities: {seen}"
+    );
+    if pinned {
+        assert!(
+            seen.contains("result: \n") && !seen.contains("rewrite"),
+            "[{mode}] a hook of a uid outside the Operator's read the mount: {seen}"
+        );
+    } else {
+        assert!(
+            seen.contains("result: rewrite refused plant refused"),
+            "[{mode}] the hook could not read the mount as the Operator: {seen}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(&program).expect("program"),
+        script,
+        "[{mode}] the hook's program changed"
+    );
+    assert!(!hook_dir.join("planted").exists(), "[{mode}]");
+}
+
+#[test]
+fn hooks_run_as_the_mounting_user_cgroup() {
+    hooks_as_the_mounting_user("cgroup", false);
+}
+
+#[test]
+fn hooks_run_as_the_mounting_user_ancestry() {
+    hooks_as_the_mounting_user("ancestry", false);
+}
+
+#[test]
+fn hooks_of_a_mounting_user_who_is_not_the_agents_are_unknown_cgroup() {
+    hooks_as_the_mounting_user("cgroup", true);
 }

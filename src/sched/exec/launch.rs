@@ -54,6 +54,7 @@ pub(super) fn start_process(env: &Env, spec: RunSpec) -> Result<Started, String>
                 output: Some(spec.output),
                 nofile: env.nofile,
                 confine,
+                user: None,
             },
             bind: BindTo::Smith(spec.smith),
             sandbox: spec.sandbox.as_ref(),

@@ -198,6 +198,7 @@ impl Exec {
             journal.clone(),
             log,
             pump.clone(),
+            ctx.hook_user.clone(),
         );
         Ok(Exec {
             env: Env {
