@@ -134,6 +134,15 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
         init_logging(opts.log_level.as_deref(), Some(File::from(log)));
     }
     let config = crate::reload::load_config(dir, root.as_fd(), &opts.config_source())?;
+    // docs/SPEC.md §13: the loopback launcher's runs are `smithfs attach` outside the §12
+    // sandbox (not built around attach's command yet): never while the config says sandboxed.
+    if config.launcher.kind == crate::config::LauncherKind::Loopback
+        && crate::sandbox::applies(&config.sandbox)
+    {
+        bail!(
+            "launcher.kind \"loopback\" runs agents outside the sandbox, but sandbox.enabled is true: set \"sandbox\": {{\"enabled\": false}} or launcher.kind \"local\" in config.json"
+        );
+    }
     if crate::sandbox::applies(&config.sandbox) {
         // docs/SPEC.md §12: a sandbox this host cannot build is refused in one line.
         crate::sandbox::probe(&config.sandbox).map_err(|why| {
@@ -376,6 +385,9 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
                 agents,
                 secrets,
                 hook_user,
+                remote: listener.as_ref().map(|l| {
+                    Arc::new(Tickets(Arc::downgrade(l))) as Arc<dyn crate::sched::RemoteRuns>
+                }),
             },
             opts.resume,
         )
@@ -827,7 +839,7 @@ fn start_listener(
     agents: Option<&crate::sandbox::AgentUser>,
     state: BorrowedFd<'_>,
     kernels: &Arc<Kernels>,
-) -> Result<Option<crate::remote::listener::Listener>> {
+) -> Result<Option<Arc<crate::remote::listener::Listener>>> {
     use crate::remote::{keys, listener, tls};
     let Some(listen) = launcher.listen_addr() else {
         return Ok(None);
@@ -863,7 +875,24 @@ fn start_listener(
     backing::write_replace(state, LISTENER_FILE, line.as_bytes(), 0o644)
         .map_err(|e| anyhow!("cannot write .smithfs-state/listener: {e}"))?;
     tracing::info!(kind = launcher.kind.as_str(), addr = %l.addr(), advertised, "remote mount listener");
-    Ok(Some(l))
+    Ok(Some(Arc::new(l)))
+}
+
+/// The listener's tickets for the scheduler's launchers (docs/SPEC.md §13). Weak: the listener
+/// stops at unmount whoever still holds this.
+struct Tickets(std::sync::Weak<crate::remote::listener::Listener>);
+
+impl crate::sched::RemoteRuns for Tickets {
+    fn ticket(&self, run_id: &str, smith: SmithIdx) -> Result<String, String> {
+        let l = self.0.upgrade().ok_or("the listener has stopped")?;
+        Ok(l.ticket(run_id, smith)?.to_text())
+    }
+
+    fn revoke(&self, run_id: &str) {
+        if let Some(l) = self.0.upgrade() {
+            l.keys().revoke(run_id);
+        }
+    }
 }
 
 /// Whom hooks run as with the sandbox on (docs/SPEC.md §12, "Programs smithfs runs for others";

@@ -24,6 +24,9 @@ use crate::remote::node::{self, Ended, Forwarder};
 /// (each RELEASE reaches the daemon, so what they wrote completes as locally).
 const RELEASE_GRACE: Duration = Duration::from_secs(10);
 
+/// The signals a launcher stops a run with: `attach` ignores them, COMMAND does not.
+const STOPPING: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+
 /// Arguments of `smithfs attach`.
 #[derive(Debug, clap::Args)]
 pub struct AttachArgs {
@@ -48,6 +51,12 @@ pub fn run(args: AttachArgs) -> Result<ExitCode> {
     // command's own SIGPIPE disposition is reset to the default by the spawn).
     // SAFETY: setting a signal disposition; no handler runs.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    // COMMAND stays in this process's group, so a launcher's TERM to the group (cancel,
+    // timeout) reaches it; `attach` outlives it to drain its closes (R11).
+    for sig in STOPPING {
+        // SAFETY: as above.
+        unsafe { libc::signal(sig, libc::SIG_IGN) };
+    }
     let ticket = read_ticket(args.ticket_fd)?;
     let attached = crate::remote::client::attach(&ticket)?;
     let mount_point = PathBuf::from(&attached.mount_point);
@@ -64,17 +73,25 @@ pub fn run(args: AttachArgs) -> Result<ExitCode> {
         .spawn(move || forwarder.run(stop_r.as_fd(), RELEASE_GRACE))
         .context("cannot start forwarding")?;
     let cwd = args.cwd.unwrap_or_else(|| mount_point.clone());
-    let mut child = std::process::Command::new(&args.command[0])
+    let mut command = std::process::Command::new(&args.command[0]);
+    command
         .args(&args.command[1..])
         .current_dir(&cwd)
-        .process_group(0)
+        .stdin(std::process::Stdio::null());
+    // SAFETY: `signal` is async-signal-safe; COMMAND gets the default dispositions back.
+    unsafe {
+        command.pre_exec(|| {
+            for sig in STOPPING {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
+    let mut child = command
         .spawn()
         .with_context(|| format!("cannot start `{}` in {}", args.command[0], cwd.display()))?;
-    let pgid = child.id() as i32;
     let status = child.wait().context("waiting for the command")?;
-    // What the command left behind in its group ends with it.
-    // SAFETY: kill has no memory preconditions; a group that is gone gives ESRCH.
-    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    kill_rest_of_group();
     let _ = nix::unistd::write(&stop_w, b"x");
     let ended = forwarding
         .join()
@@ -91,6 +108,40 @@ pub fn run(args: AttachArgs) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// What COMMAND left behind in this process's group ends with it: SIGKILL to every other member
+/// (`attach` leads the group a launcher signals, so it cannot kill the group as a whole, and
+/// ignores the stopping signals only). Nothing when `attach` does not lead its group (a shell's
+/// pipeline, say): the group is then its caller's, and so are the leftovers.
+fn kill_rest_of_group() {
+    // SAFETY: getpid and getpgrp have no preconditions.
+    let (me, group) = unsafe { (libc::getpid(), libc::getpgrp()) };
+    if me != group {
+        return;
+    }
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        if crate::sys::procfs::parse_stat(&stat).is_ok_and(|s| s.pgrp == group) {
+            // SAFETY: kill has no memory preconditions; a process gone since gives ESRCH.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
 }
 
 /// The ticket on descriptor `fd`, which is closed after.

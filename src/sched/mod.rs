@@ -64,6 +64,19 @@ pub trait Invalidate: Send + Sync {
     fn inode(&self, backing_ino: BackingIno);
 }
 
+/// The daemon's remote mount as the launchers see it (docs/SPEC.md §13): tickets for runs
+/// that reach the tree through the listener, implemented by the daemon over
+/// `remote::listener::Listener`.
+pub trait RemoteRuns: Send + Sync {
+    /// A new secret for run `run_id` of `smith`, and its ticket's one line of text.
+    ///
+    /// # Errors
+    /// One sentence (the random source failed).
+    fn ticket(&self, run_id: &str, smith: SmithIdx) -> Result<String, String>;
+    /// Run `run_id` is over: its secret is refused from now on and its connection cut.
+    fn revoke(&self, run_id: &str);
+}
+
 /// An [`Invalidate`] that does nothing (tests, no mount).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NoInvalidate;
@@ -101,6 +114,9 @@ pub struct SchedCtx {
     pub secrets: Arc<crate::sandbox::Secrets>,
     /// Whom hooks run as (docs/SPEC.md §12: the user who mounted); `None`: the daemon's user.
     pub hook_user: Option<hooks::HookUser>,
+    /// The listener's tickets when `launcher.kind` is not `local` (docs/SPEC.md §13); `None`:
+    /// every run is local whatever the kind says.
+    pub remote: Option<Arc<dyn RemoteRuns>>,
 }
 
 /// Messages of the scheduler's one ordered queue.

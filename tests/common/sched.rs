@@ -114,6 +114,7 @@ impl Env {
                 storage: None,
                 agents: None,
                 secrets: Default::default(),
+                remote: None,
             },
             resume,
         )

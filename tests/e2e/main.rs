@@ -21,6 +21,7 @@ mod limits_storage;
 mod operator_cli;
 mod ops;
 mod ops_daemon;
+mod remote_runs;
 mod sandbox;
 mod sandbox_layers;
 mod sandbox_run;

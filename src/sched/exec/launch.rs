@@ -1,12 +1,20 @@
-//! The seam between a run the scheduler prepared and the process that runs it.
+//! The launcher seam (docs/SPEC.md §13): between a run the scheduler prepared and whatever
+//! runs it.
 //!
 //! `start::start_run` decides everything about a run (its directory, config, argv,
-//! environment, working directory, output pipe) and hands the result, a [`RunSpec`], to
-//! [`start_process`], the one function that makes a process of it; [`follow`] then reports
-//! its end into the scheduler's queue. What starts the process is decided here and only here:
-//! today the local launcher (a child of this daemon bound to its smith,
-//! [`runner::launch`]); the sandbox's steps (docs/SPEC.md §5) are added to what this function
-//! asks of the spawn, and another launcher (a cluster's) would be chosen here.
+//! environment, working directory, output pipe) and hands the result, a [`RunSpec`], to the
+//! mount's [`Launcher`] (`launcher.kind`): [`Launcher::submit`] starts it and gives back the
+//! local process the scheduler follows; [`follow`] reports that process's end (the run's exit
+//! report) into the scheduler's queue and tells the launcher ([`Launcher::ended`]). Cancel and
+//! timeout signal that process's group (`stop.rs`). Two kinds exist:
+//! - `local` ([`start_process`]): the run is a child of this daemon bound to its smith
+//!   ([`runner::launch`]), in the §12 sandbox when it applies;
+//! - `loopback` ([`Loopback`]): the run's process is a local `smithfs attach` that reaches the
+//!   tree through the listener with the run's ticket (on its stdin) and runs the agent command
+//!   under its own mount (docs/PROTOCOL-NOTES.md R10–R12).
+//!
+//! A cluster's kind (Slurm) has no local process to follow: it needs the seam to grow cancel
+//! and poll of its own (not built).
 
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
@@ -24,6 +32,8 @@ use crate::tree::model::SmithIdx;
 pub(super) struct RunSpec {
     /// The smith it runs as.
     pub smith: SmithIdx,
+    /// The run's id (`conversations/RUN_ID`).
+    pub run_id: String,
     /// argv, placeholders filled; never empty.
     pub argv: Vec<String>,
     /// The environment over the daemon's: `agent.env` plus the `SMITH_*` variables (§5).
@@ -64,8 +74,123 @@ pub(super) fn start_process(env: &Env, spec: RunSpec) -> Result<Started, String>
     .map_err(|e| format!("cannot start `{}`: {e}", spec.argv[0]))
 }
 
+/// Where runs start: one per mount, chosen by `launcher.kind`.
+pub(super) trait Launcher: Send + Sync {
+    /// Start `spec`; what is returned is the local process the scheduler follows, signals to
+    /// cancel or time out, and takes the exit status of.
+    ///
+    /// Errors: one sentence naming the program and why it did not start.
+    fn submit(&self, env: &Env, spec: RunSpec) -> Result<Started, String>;
+
+    /// Run `run_id` of `smith` ended, or cannot be followed (after [`Launcher::submit`]
+    /// succeeded).
+    fn ended(&self, _smith: SmithIdx, _run_id: &str) {}
+}
+
+/// The launcher for `kind`: `loopback` needs `remote` (the daemon's listener; the daemon
+/// always has one for that kind); `slurm` is not built yet, so its runs start locally, as
+/// before the seam, and say so in the log.
+pub(super) fn for_kind(
+    kind: crate::config::LauncherKind,
+    remote: Option<std::sync::Arc<dyn crate::sched::RemoteRuns>>,
+) -> std::sync::Arc<dyn Launcher> {
+    use crate::config::LauncherKind;
+    match (kind, remote) {
+        (LauncherKind::Loopback, Some(remote)) => std::sync::Arc::new(Loopback { remote }),
+        (LauncherKind::Slurm, _) => {
+            tracing::warn!("launcher.kind slurm is not built yet: runs start locally");
+            std::sync::Arc::new(Local)
+        }
+        _ => std::sync::Arc::new(Local),
+    }
+}
+
+/// The listener's name of run `run_id` of `smith`: run ids are per smith (`run-0001` in every
+/// smith), a smith's index is never reused while the mount lives (docs/PROTOCOL-NOTES.md R13).
+fn listener_key(smith: SmithIdx, run_id: &str) -> String {
+    format!("{}/{run_id}", smith.0)
+}
+
+/// `launcher.kind` `local`.
+struct Local;
+
+impl Launcher for Local {
+    fn submit(&self, env: &Env, spec: RunSpec) -> Result<Started, String> {
+        start_process(env, spec)
+    }
+}
+
+/// `launcher.kind` `loopback` (docs/PROTOCOL-NOTES.md R10, R12): every run is `smithfs attach
+/// --ticket-fd 0 --cwd SMITH_DIR -- COMMAND…` on this host, bound to its smith, its ticket
+/// written to its stdin, its stdout and stderr the run's output pipe. `attach` mounts in a
+/// namespace of its own, so it starts outside the §12 sandbox, and COMMAND with it (R11): the
+/// daemon refuses this kind while the sandbox is enabled.
+struct Loopback {
+    remote: std::sync::Arc<dyn crate::sched::RemoteRuns>,
+}
+
+impl Launcher for Loopback {
+    fn submit(&self, env: &Env, spec: RunSpec) -> Result<Started, String> {
+        // The smithfs binary, as named for the sandbox's init: never this process's own
+        // executable assumed (a test harness would run its own tests; notes XT17).
+        let binary = crate::process::sandbox::init_program()
+            .ok_or("the smithfs binary is not named: `smithfs attach` cannot be started")?
+            .to_string_lossy()
+            .into_owned();
+        let key = listener_key(spec.smith, &spec.run_id);
+        let ticket = self.remote.ticket(&key, spec.smith)?;
+        let mut argv: Vec<String> = vec![
+            binary,
+            "attach".into(),
+            "--ticket-fd".into(),
+            "0".into(),
+            "--cwd".into(),
+            spec.cwd.to_string_lossy().into_owned(),
+            "--".into(),
+        ];
+        argv.extend(spec.argv.iter().cloned());
+        let started = runner::launch(
+            Launch {
+                program: Program {
+                    argv: &argv,
+                    env: &spec.env,
+                    cwd: None,
+                    stdin_piped: true,
+                    output: Some(spec.output),
+                    nofile: env.nofile,
+                    confine: None,
+                    user: None,
+                },
+                bind: BindTo::Smith(spec.smith),
+                sandbox: None,
+            },
+            &*env.binder,
+        )
+        .map_err(|e| {
+            self.remote.revoke(&key);
+            format!("cannot start `smithfs attach` for `{}`: {e}", spec.argv[0])
+        });
+        let mut started = started?;
+        let sent = started.child.stdin.take().map(|mut w| {
+            use std::io::Write;
+            w.write_all(ticket.as_bytes())
+        });
+        if !matches!(sent, Some(Ok(()))) {
+            signal_group(started.pid as i32, libc::SIGKILL);
+            let _ = started.child.wait();
+            self.remote.revoke(&key);
+            return Err("cannot hand `smithfs attach` its ticket".into());
+        }
+        Ok(started)
+    }
+
+    fn ended(&self, smith: SmithIdx, run_id: &str) {
+        self.remote.revoke(&listener_key(smith, run_id));
+    }
+}
+
 /// Reap `started`'s leader on a thread of its own, which posts [`Msg::Exited`] for
-/// `(smith, run_id)` into the scheduler's queue.
+/// `(smith, run_id)` into the scheduler's queue, after telling the launcher.
 ///
 /// Errors: the thread could not be started; the run's process group is then killed (it cannot
 /// be followed) and the sentence says why.
@@ -76,21 +201,24 @@ pub(super) fn follow(
     started: Started,
 ) -> Result<(), String> {
     let tx = env.tx.clone();
+    let launcher = env.launcher.clone();
     let mut child = started.child;
-    let run_id = run_id.to_string();
+    let run = run_id.to_string();
     let spawned = std::thread::Builder::new()
         .name("smithfs-reaper".into())
         .spawn(move || {
             let status = child.wait().map_err(|e| e.to_string());
             crate::process::reaper::untrack(child.id());
+            launcher.ended(smith, &run);
             let _ = tx.send(Msg::Exited {
                 smith,
-                run_id,
+                run_id: run,
                 status,
             });
         });
     spawned.map(|_| ()).map_err(|e| {
         signal_group(started.pid as i32, libc::SIGKILL);
+        env.launcher.ended(smith, run_id);
         format!("cannot start a reaper thread: {e}")
     })
 }

@@ -107,6 +107,8 @@ struct Env {
     agents: Option<Arc<crate::sandbox::AgentUser>>,
     /// `agent.secrets_file`'s variables, read at mount (docs/SPEC.md §12).
     secrets: Arc<crate::sandbox::Secrets>,
+    /// Where runs start (docs/SPEC.md §13): `launcher.kind`'s launcher.
+    launcher: Arc<dyn launch::Launcher>,
     shared: Arc<Shared>,
     journal: Arc<Journal>,
     /// The scheduler's own queue (reapers and commits post into it).
@@ -213,6 +215,7 @@ impl Exec {
                 confiner: Confinement::prepare(),
                 agents: ctx.agents,
                 secrets: ctx.secrets,
+                launcher: launch::for_kind(ctx.config.launcher.kind, ctx.remote),
                 shared,
                 journal,
                 tx,

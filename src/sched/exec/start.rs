@@ -192,6 +192,7 @@ impl Exec {
             .map_err(|e| Failure::spawn(format!("cannot make the run's output pipe: {e}")))?;
         let spec = RunSpec {
             smith: s,
+            run_id: run_id.clone(),
             argv: argv.clone(),
             env,
             cwd: PathBuf::from(&ph.smith_dir),
@@ -205,7 +206,11 @@ impl Exec {
         };
         let oom_base = self.env.binder.oom_kills(s);
         let spawning = Instant::now();
-        let started = launch::start_process(&self.env, spec).map_err(Failure::spawn)?;
+        let started = self
+            .env
+            .launcher
+            .submit(&self.env, spec)
+            .map_err(Failure::spawn)?;
         Ok(Begun {
             command: argv,
             agent,
