@@ -13,7 +13,7 @@
 //!   rescans that re-derive requests from the files;
 //! - `triggers`: the filesystem's triggers, cancel, retry, reload;
 //! - `start`: a run start, the one place that prepares a run ([`launch::RunSpec`]) and hands
-//!   it to [`launch::start_process`];
+//!   it to the mount's [`launch::Launcher`] (`launcher.kind`);
 //! - `stop`: deadlines, TERM then KILL, pause and resume;
 //! - `finish`: a run that is over (auto-commit, `meta.json`, the end-of-run rule);
 //! - `publish`: `status.json`, `results/final.md`, `fleet.done`;

@@ -1,6 +1,6 @@
 //! Starting runs (docs/SPEC.md §5): what [`Queue::next`](super::Queue::next) names gets a run
 //! directory, its effective config, its argv and environment, an output pipe, then a process
-//! ([`launch::start_process`]). A start that fails at any step takes one path,
+//! (the mount's [`launch::Launcher`]). A start that fails at any step takes one path,
 //! [`Exec::fail_start`]: the reason into its `messages.log`, `meta.json` and the journal, and
 //! the end-of-run rule applied as for a failed run.
 
@@ -77,7 +77,7 @@ impl Exec {
     }
 
     /// Start a run of `s` woken by `wake`: make its directory, prepare it ([`RunSpec`]), start
-    /// its process ([`launch::start_process`]) and follow it; or fail the attempt, on one path.
+    /// its process ([`launch::Launcher::submit`]) and follow it; or fail the attempt, on one path.
     fn start_run(&mut self, s: SmithIdx, wake: Wake) {
         let Some(info) = self.env.registry.get(s) else {
             self.st.queue.remove(s);
@@ -125,7 +125,7 @@ impl Exec {
     }
 
     /// Everything a run needs before its process — the smith's effective config, argv,
-    /// environment, output pipe — then the process ([`launch::start_process`]).
+    /// environment, output pipe — then the process ([`launch::Launcher::submit`]).
     fn begin(
         &mut self,
         info: &SmithInfo,
