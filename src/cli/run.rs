@@ -112,7 +112,8 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         argv.extend(plan.init_args().into_iter().map(OsString::from));
         argv.push("--".into());
         argv.extend(args.command.iter().cloned());
-        let status = keeper::keep_with(&argv, &moves);
+        // The run dies with this keeper, even by SIGKILL (its init's PR_SET_PDEATHSIG).
+        let status = keeper::keep_with(&argv, &moves, true);
         if let Some(r) = relay {
             r.finish();
         }

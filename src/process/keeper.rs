@@ -127,21 +127,28 @@ fn is_executable(p: &Path) -> bool {
 /// is left. Signal dispositions it changes are restored before it returns.
 ///
 /// Must be called from a process whose other threads (if any) never fork; the child only calls
-/// `sigaction`, `execve` and `_exit`.
+/// `sigaction`, `dup2`, `prctl`, `execve` and `_exit`.
 ///
 /// # Errors
 /// An empty `argv`, an argument with a NUL byte, `prctl` or `fork` failures.
 pub fn keep(argv: &[OsString]) -> std::io::Result<u8> {
-    keep_with(argv, &[])
+    keep_with(argv, &[], false)
 }
 
 /// [`keep`], with `moves` (`(from, to)` descriptor pairs) `dup2`ed in CMD's process before it
 /// executes: `smithfs run` gives the command its pty that way (the keeper keeps its own stdio).
-/// Every `from` must be above 2 and no `from` a `to`.
+/// Every `from` must be above 2 and no `from` a `to`. With `die_with_keeper`, CMD gets
+/// `PR_SET_PDEATHSIG` = `SIGKILL` before it executes: the sandbox's init (PID 1 of its pid
+/// namespace, so the whole run) dies with a keeper killed by `SIGKILL`, as the scheduler's runs
+/// die with their daemon.
 ///
 /// # Errors
 /// As [`keep`].
-pub fn keep_with(argv: &[OsString], moves: &[(i32, i32)]) -> std::io::Result<u8> {
+pub fn keep_with(
+    argv: &[OsString],
+    moves: &[(i32, i32)],
+    die_with_keeper: bool,
+) -> std::io::Result<u8> {
     let prog = argv
         .first()
         .ok_or_else(|| std::io::Error::other("no command given"))?;
@@ -175,7 +182,7 @@ pub fn keep_with(argv: &[OsString], moves: &[(i32, i32)]) -> std::io::Result<u8>
 
     super::become_subreaper()?;
     let saved = Dispositions::install()?;
-    // SAFETY: the child runs only async-signal-safe calls (sigaction, execve, write, _exit) on
+    // SAFETY: the child runs only async-signal-safe calls (sigaction, dup2, prctl, execve, write, _exit) on
     // memory prepared above.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
@@ -191,6 +198,9 @@ pub fn keep_with(argv: &[OsString], moves: &[(i32, i32)]) -> std::io::Result<u8>
                 if libc::dup2(*from, *to) < 0 {
                     libc::_exit(126);
                 }
+            }
+            if die_with_keeper && libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) < 0 {
+                libc::_exit(126);
             }
             libc::execve(cpath.as_ptr(), ptrs.as_ptr(), envp.as_ptr());
             let errno = *libc::__errno_location();

@@ -21,9 +21,8 @@ use common::*;
 const AGENTS_UID: u32 = 65534;
 
 /// A process of another smith (`sleep` through `smithfs run`, so in the same reduced sandbox);
-/// ended and reaped on drop: SIGTERM first, which the keeper forwards to its command (a SIGKILL
-/// of the keeper would leave the sandbox's init and its `sleep` holding the mount), SIGKILL
-/// after 10 s.
+/// ended and reaped on drop: SIGTERM first, which the keeper forwards to its command, SIGKILL
+/// after 10 s (which takes the run with it too: docs/PROTOCOL-NOTES.md XT16).
 struct Sibling(Child);
 
 impl Drop for Sibling {

@@ -5,11 +5,13 @@
 //! of its own (window size, input, Ctrl-C, exit status; `TIOCSTI` cannot reach the operator's
 //! terminal); `sandbox.uid_per_smith` runs a whole tree, parent → child task → child result →
 //! parent, each smith its own uid, with a sibling's `private/` closed to the others' uids in the
-//! store; hooks run as the user who mounted (`SUDO_UID`), out of the runs' reach.
+//! store; hooks run as the user who mounted (`SUDO_UID`), out of the runs' reach; a `smithfs run`
+//! keeper killed by SIGKILL takes its sandboxed run with it.
 
 use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::process::Command;
 
 use common::*;
@@ -550,4 +552,59 @@ fn hooks_run_as_the_mounting_user_ancestry() {
 #[test]
 fn hooks_of_a_mounting_user_who_is_not_the_agents_are_unknown_cgroup() {
     hooks_as_the_mounting_user("cgroup", true);
+}
+
+/// A `smithfs run --smith` keeper killed by SIGKILL takes its sandboxed run with it (the init's
+/// `PR_SET_PDEATHSIG`, as the scheduler's runs die with their daemon): no init, no command is
+/// left holding the mount, and the mount unmounts.
+#[test]
+fn a_killed_keeper_takes_its_sandboxed_run() {
+    if !is_root() {
+        eprintln!("skipped: the sandbox needs root");
+        return;
+    }
+    let mut m = mount_with(&serde_json::json!({}), "cgroup");
+    let mut keeper = Command::new(SMITHFS)
+        .args(["run", "--mount"])
+        .arg(m.path())
+        .args(["--smith", "smith-root", "--", "sleep", "300"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn smithfs run");
+    let keeper_pid = keeper.id().to_string();
+    // The init: the keeper's child, as /proc says (its parent field).
+    let child_of = |ppid: &str| -> Option<i32> {
+        std::fs::read_dir("/proc").ok()?.find_map(|e| {
+            let e = e.ok()?;
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let after = stat.rsplit_once(')')?.1;
+            (after.split_whitespace().nth(1)? == ppid).then_some(pid)
+        })
+    };
+    let init = poll_until(30, "the sandbox's init", || child_of(&keeper_pid));
+    // Should the test fail, the run still ends: SIGKILL of its init ends its pid namespace.
+    struct EndRun(i32);
+    impl Drop for EndRun {
+        fn drop(&mut self) {
+            let cmdline = std::fs::read(format!("/proc/{}/cmdline", self.0)).unwrap_or_default();
+            let still_it = String::from_utf8_lossy(&cmdline).contains("__sandbox-init");
+            if std::thread::panicking() && still_it {
+                // SAFETY: a signal to the run's init, which this test found and which is still
+                // there.
+                unsafe { libc::kill(self.0, libc::SIGKILL) };
+            }
+        }
+    }
+    let _end = EndRun(init);
+    let sleep = poll_until(30, "the command", || child_of(&init.to_string()));
+    keeper.kill().expect("SIGKILL the keeper");
+    let _ = keeper.wait();
+    let gone = |pid: i32| !Path::new(&format!("/proc/{pid}")).exists();
+    poll_until(30, "the init and its command to end", || {
+        (gone(init) && gone(sleep)).then_some(())
+    });
+    m.umount();
 }
