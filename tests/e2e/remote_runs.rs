@@ -230,3 +230,30 @@ fn loopback_cancel_and_timeout_reach_the_agent_command() {
     let m = &s.metas(C2)[0];
     assert_eq!(m["timed_out"], true, "{m}");
 }
+
+/// An unmount with a loopback run live stops it as a local one (TERM to its group, which reaches
+/// the agent), journals it interrupted, and leaves neither the agent nor a mount behind.
+#[test]
+fn loopback_unmount_stops_a_live_run() {
+    if !is_root() {
+        eprintln!("skipped: smithfs attach mounts as root only (notes R11)");
+        return;
+    }
+    let mut s = loopback("ancestry", json!({"agent": {"kill_grace_secs": 5}}));
+    let mut left = Leftovers::default();
+    s.task("trapterm\n");
+    let p = [s.recorded_pid(ROOT, "pid"), s.recorded_pid(ROOT, "gpid")];
+    p.iter().for_each(|&x| left.watch(x));
+    left.watch(s.run_pid(ROOT));
+    s.m.umount();
+    assert!(p.iter().all(|&x| gone(x)), "the agent outlived the unmount");
+    s.m.mount();
+    assert_eq!(
+        s.read("smiths/smith-root/private/term").as_deref(),
+        Some("TERM\n"),
+        "the unmount's TERM reached the agent"
+    );
+    let exited = s.of("run.exited", Some(ROOT));
+    assert_eq!(exited.len(), 1, "{exited:?}");
+    assert_eq!(exited[0]["outcome"], "interrupted", "{exited:?}");
+}
