@@ -92,7 +92,7 @@ impl SmithFs {
         let (dir, cname) = self.creating(caller, who, parent, name, kind, "mknod")?;
         {
             let dir_fd = dir.fd()?;
-            let _cred = self.create_creds(caller, &dir, dir_fd.as_fd())?;
+            let _cred = self.create_creds(caller, who, &dir, dir_fd.as_fd())?;
             backing::mknod(dir_fd.as_fd(), &cname, mode, u64::from(rdev))?;
         }
         self.lookup_created(&dir, &cname, name).map(|(_, a)| a)
@@ -119,7 +119,7 @@ impl SmithFs {
         let (dir, cname) = self.creating(caller, who, parent, name, NewKind::Dir, "mkdir")?;
         {
             let dir_fd = dir.fd()?;
-            let _cred = self.create_creds(caller, &dir, dir_fd.as_fd())?;
+            let _cred = self.create_creds(caller, who, &dir, dir_fd.as_fd())?;
             backing::mkdir(dir_fd.as_fd(), &cname, mode)?;
         }
         self.lookup_created(&dir, &cname, name).map(|(_, a)| a)
@@ -311,7 +311,7 @@ impl SmithFs {
         let ctarget = CString::new(target.as_bytes()).map_err(|_| FsError::BadName)?;
         {
             let dir_fd = dir.fd()?;
-            let _cred = self.create_creds(caller, &dir, dir_fd.as_fd())?;
+            let _cred = self.create_creds(caller, who, &dir, dir_fd.as_fd())?;
             backing::symlink(&ctarget, dir_fd.as_fd(), &cname)?;
         }
         self.lookup_created(&dir, &cname, name).map(|(_, a)| a)

@@ -6,6 +6,7 @@ use super::backing::CredGuard;
 use super::error::FsResult;
 use super::inode::Inode;
 use super::{Caller, SmithFs};
+use crate::identity::Identity;
 use crate::policy::Zone;
 
 impl SmithFs {
@@ -17,9 +18,14 @@ impl SmithFs {
     /// kernel's mode check, which records no `why`, does not come before the §3 rules
     /// (docs/SPEC.md §12 "ownership", notes XT16). The store's mode bits do not stop the
     /// operator (`CAP_DAC_OVERRIDE` stays raised).
+    ///
+    /// `who` is the caller's identity: a smith's process with the sandbox on is a sandboxed run,
+    /// which has no supplementary groups (§12), so they are not read from `/proc/PID/status` on
+    /// every create.
     pub(super) fn create_creds(
         &self,
         caller: &Caller,
+        who: Identity,
         dir: &Inode,
         dir_fd: BorrowedFd<'_>,
     ) -> FsResult<CredGuard> {
@@ -35,6 +41,9 @@ impl SmithFs {
                 }
             }
         }
+        if caller.uid != 0 && self.opts.agents.is_some() && matches!(who, Identity::Smith(_)) {
+            return switch_to(caller, &[], self.modes_decide());
+        }
         as_caller(caller, self.modes_decide())
     }
 }
@@ -48,12 +57,16 @@ pub(super) fn as_caller(caller: &Caller, modes_decide: bool) -> FsResult<CredGua
     if caller.uid == 0 {
         return Ok(CredGuard::switch(0, 0, &[])?);
     }
-    let groups = caller_groups(caller.pid);
+    switch_to(caller, &caller_groups(caller.pid), modes_decide)
+}
+
+/// [`as_caller`] with the caller's supplementary groups given.
+fn switch_to(caller: &Caller, groups: &[u32], modes_decide: bool) -> FsResult<CredGuard> {
     if modes_decide {
-        Ok(CredGuard::switch(caller.uid, caller.gid, &groups)?)
+        Ok(CredGuard::switch(caller.uid, caller.gid, groups)?)
     } else {
         Ok(CredGuard::switch_overriding_modes(
-            caller.uid, caller.gid, &groups,
+            caller.uid, caller.gid, groups,
         )?)
     }
 }

@@ -84,7 +84,7 @@ impl SmithFs {
         let slot = self.charge(caller, who, "create", || self.child_path(&dir, name))?;
         let file = {
             let dir_fd = dir.fd()?;
-            let _cred = self.create_creds(caller, &dir, dir_fd.as_fd())?;
+            let _cred = self.create_creds(caller, who, &dir, dir_fd.as_fd())?;
             create_open(dir_fd.as_fd(), &cname, flags, mode)?
         };
         let (inode, attr) = self.lookup_created(&dir, &cname, name)?;
