@@ -329,6 +329,26 @@ impl TestMount {
         })
     }
 
+    /// Init and mount with `--allow-other --identity MODE` and `env` in `smithfs mount`'s
+    /// environment, config.json replaced by `config` (written while unmounted, then mounted
+    /// again).
+    pub fn with_config(
+        config: &serde_json::Value,
+        mode: &'static str,
+        env: Vec<(&'static str, &'static str)>,
+    ) -> Self {
+        let mut m = Self::with(MountOpts {
+            allow_other: true,
+            extra: vec!["--identity", mode],
+            env,
+            ..MountOpts::default()
+        });
+        m.umount();
+        std::fs::write(m.path().join("config.json"), config.to_string()).expect("config.json");
+        m.mount();
+        m
+    }
+
     /// Init and mount with `opts`.
     pub fn with(opts: MountOpts) -> Self {
         skip_unless_fuse_usable();
@@ -604,6 +624,22 @@ pub fn host_pid_in(init: i32, ns_pid: i32) -> Option<i32> {
         }
     }
     None
+}
+
+/// Run `n` of the smith dir `smith_dir` (mount-relative) once its `meta.json` has an `end`
+/// (polled for up to `secs` seconds): its `messages.log` and `meta.json`.
+pub fn ended_run(m: &TestMount, smith_dir: &str, n: u32, secs: u64) -> (String, serde_json::Value) {
+    let dir = m
+        .path()
+        .join(smith_dir)
+        .join(format!("conversations/run-{n:04}"));
+    let meta = poll_until(Duration::from_secs(secs), "the run to end", || {
+        let text = std::fs::read_to_string(dir.join("meta.json")).ok()?;
+        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+        (!v["end"].is_null()).then_some(v)
+    });
+    let log = std::fs::read_to_string(dir.join("messages.log")).unwrap_or_default();
+    (log, meta)
 }
 
 /// The daemon serving `dir`, found by its command line (`smithfs mount DIR …`).

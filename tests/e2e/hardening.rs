@@ -616,33 +616,6 @@ fn smithfs_run_passes_only_stdio_ancestry() {
     run_passes_only_stdio("ancestry");
 }
 
-/// A sandboxed mount in identity `mode` with `config` in config.json.
-fn sandboxed_mount(config: &serde_json::Value, mode: &'static str) -> TestMount {
-    let mut m = TestMount::with(MountOpts {
-        allow_other: true,
-        extra: vec!["--identity", mode],
-        ..MountOpts::default()
-    });
-    m.umount();
-    std::fs::write(m.path().join("config.json"), config.to_string()).expect("config.json");
-    m.mount();
-    m
-}
-
-/// The `n`th run of smith-root once it ended: its `messages.log` and `meta.json`.
-fn ended_run(m: &TestMount, n: u32) -> (String, serde_json::Value) {
-    let dir = m
-        .path()
-        .join(format!("smiths/smith-root/conversations/run-{n:04}"));
-    let meta = poll_until(90, "the run to end", || {
-        let text = std::fs::read_to_string(dir.join("meta.json")).ok()?;
-        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-        (!v["end"].is_null()).then_some(v)
-    });
-    let log = std::fs::read_to_string(dir.join("messages.log")).unwrap_or_default();
-    (log, meta)
-}
-
 /// A process outside every run (killed and reaped on drop).
 struct Outside(std::process::Child);
 
@@ -705,9 +678,9 @@ fn layers_hold(mode: &'static str) {
         "agent": { "command": ["/bin/bash", script], "env": env, "retries": 0 },
         "sandbox": { "writable": [share] },
     });
-    let m = sandboxed_mount(&config, mode);
+    let m = TestMount::with_config(&config, mode, Vec::new());
     std::fs::write(m.path().join("smiths/smith-root/inbox/task-1.md"), "go\n").expect("task");
-    let (log, meta) = ended_run(&m, 1);
+    let (log, meta) = ended_run(&m, "smiths/smith-root", 1, 90);
     assert!(meta["error"].is_null(), "[{mode}] {meta}\n{log}");
     let mut cmd = Command::new(SMITHFS);
     cmd.args(["run", "--mount"])
@@ -779,9 +752,9 @@ unshare -Urm mount -t tmpfs none "$d" 2>/dev/null && echo "ESCAPED: mount in a u
         "agent": { "command": ["/bin/bash", "-c", agent], "retries": 0 },
         "sandbox": { "network": "none", "user_namespaces": true },
     });
-    let m = sandboxed_mount(&config, mode);
+    let m = TestMount::with_config(&config, mode, Vec::new());
     std::fs::write(m.path().join("smiths/smith-root/inbox/task-1.md"), "go\n").expect("task");
-    let (log, meta) = ended_run(&m, 1);
+    let (log, meta) = ended_run(&m, "smiths/smith-root", 1, 90);
     assert!(meta["error"].is_null(), "[{mode}] {meta}\n{log}");
     for want in [
         "host loopback: unreachable\n",
@@ -841,9 +814,9 @@ else echo "git: absent"; fi
     let config = serde_json::json!({
         "agent": { "command": ["/bin/bash", script], "retries": 0 },
     });
-    let m = sandboxed_mount(&config, "cgroup");
+    let m = TestMount::with_config(&config, "cgroup", Vec::new());
     std::fs::write(m.path().join("smiths/smith-root/inbox/task-1.md"), "go\n").expect("task");
-    let (log, meta) = ended_run(&m, 1);
+    let (log, meta) = ended_run(&m, "smiths/smith-root", 1, 90);
     assert!(meta["error"].is_null(), "{meta}\n{log}");
     assert!(log.contains("bash: ok\n"), "{log}");
     assert!(

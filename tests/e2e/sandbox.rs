@@ -32,29 +32,7 @@ fn pinned(config: &serde_json::Value) -> serde_json::Value {
 
 /// A sandboxed mount in identity `mode` with `config` in config.json.
 fn mount_with(config: &serde_json::Value, mode: &'static str) -> TestMount {
-    let mut m = TestMount::with(MountOpts {
-        allow_other: true,
-        extra: vec!["--identity", mode],
-        ..MountOpts::default()
-    });
-    m.umount();
-    std::fs::write(m.path().join("config.json"), pinned(config).to_string()).expect("config.json");
-    m.mount();
-    m
-}
-
-/// The `n`th run of smith-root, once it ended: its `messages.log` and `meta.json`.
-fn run_output(m: &TestMount, n: u32) -> (String, serde_json::Value) {
-    let dir = m
-        .path()
-        .join(format!("smiths/smith-root/conversations/run-{n:04}"));
-    let meta = poll_until(90, "the run to end", || {
-        let text = std::fs::read_to_string(dir.join("meta.json")).ok()?;
-        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-        (!v["end"].is_null()).then_some(v)
-    });
-    let log = std::fs::read_to_string(dir.join("messages.log")).unwrap_or_default();
-    (log, meta)
+    TestMount::with_config(&pinned(config), mode, Vec::new())
 }
 
 /// A sibling: `sleep` run as smith-root/smith-001 through `smithfs run` (sandboxed too); killed
@@ -189,7 +167,7 @@ fn nothing_escapes(mode: &'static str) {
         format!("escape\nsibling: {}\n", sibling.0.id()),
     )
     .expect("task");
-    let (log, meta) = run_output(&m, 1);
+    let (log, meta) = ended_run(&m, "smiths/smith-root", 1, 90);
     assert!(meta["error"].is_null(), "[{mode}] {meta}");
     check(&log, &format!("{mode}, scheduler"));
 
@@ -260,7 +238,7 @@ fn view_limits(mode: &'static str) {
     });
     let m = mount_with(&config, mode);
     std::fs::write(m.path().join("smiths/smith-root/inbox/task-1.md"), "go\n").expect("task");
-    let (log, meta) = run_output(&m, 1);
+    let (log, meta) = ended_run(&m, "smiths/smith-root", 1, 90);
     assert!(meta["error"].is_null(), "[{mode}] {meta}\n{log}");
     let uid = agents_uid();
     let line = log
@@ -344,7 +322,7 @@ fn a_sandbox_that_cannot_be_built_runs_nothing() {
     });
     let m = mount_with(&config, "cgroup");
     std::fs::write(m.path().join("smiths/smith-root/inbox/task-1.md"), "go\n").expect("task");
-    let (_, meta) = run_output(&m, 1);
+    let (_, meta) = ended_run(&m, "smiths/smith-root", 1, 90);
     let err = meta["error"].as_str().unwrap_or_default().to_string();
     assert!(err.contains("dropping the agent's credentials"), "{meta}");
     assert!(!flag.exists(), "the program ran");
@@ -491,15 +469,7 @@ fn a_smith_cannot_name_host_files_for_its_child(mode: &'static str) {
     let m = mount_with(&config, mode);
     std::fs::write(m.path().join("smiths/smith-root/inbox/task-1.md"), "go\n").expect("task");
     for child in ["smith-001", "smith-002"] {
-        let dir = m.path().join(format!(
-            "smiths/smith-root/children/{child}/conversations/run-0001"
-        ));
-        let meta = poll_until(90, "the child's run to end", || {
-            let text = std::fs::read_to_string(dir.join("meta.json")).ok()?;
-            let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-            (!v["end"].is_null()).then_some(v)
-        });
-        let log = std::fs::read_to_string(dir.join("messages.log")).unwrap_or_default();
+        let (log, meta) = ended_run(&m, &format!("smiths/smith-root/children/{child}"), 1, 90);
         assert!(
             !log.contains("HOST-PROGRAM-RAN") && !log.contains("HOST-SECRET-42"),
             "[{mode}] {child} reached a host file its parent named:\n{log}"

@@ -54,30 +54,7 @@ fn mount_without(
     mode: &'static str,
     without: &'static str,
 ) -> TestMount {
-    let mut m = TestMount::with(MountOpts {
-        allow_other: true,
-        extra: vec!["--identity", mode],
-        env: vec![("SMITHFS_SANDBOX_WITHOUT", without)],
-        ..MountOpts::default()
-    });
-    m.umount();
-    std::fs::write(m.path().join("config.json"), config.to_string()).expect("config.json");
-    m.mount();
-    m
-}
-
-/// The `n`th run of smith-root once it ended: its `messages.log` and `meta.json`.
-fn ended_run(m: &TestMount, n: u32) -> (String, serde_json::Value) {
-    let dir = m
-        .path()
-        .join(format!("smiths/smith-root/conversations/run-{n:04}"));
-    let meta = poll_until(120, "the run to end", || {
-        let text = std::fs::read_to_string(dir.join("meta.json")).ok()?;
-        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-        (!v["end"].is_null()).then_some(v)
-    });
-    let log = std::fs::read_to_string(dir.join("messages.log")).unwrap_or_default();
-    (log, meta)
+    TestMount::with_config(config, mode, vec![("SMITHFS_SANDBOX_WITHOUT", without)])
 }
 
 /// The paths the probes are pointed at.
@@ -326,7 +303,7 @@ fn one_layer_holds(mode: &'static str) {
             format!("escape\nsibling: {}\n", sibling.0.id()),
         )
         .expect("task");
-        let (log, meta) = ended_run(&m, 1);
+        let (log, meta) = ended_run(&m, "smiths/smith-root", 1, 120);
         assert!(
             meta["error"].is_null(),
             "[{mode}, without {without}] {meta}"
@@ -452,7 +429,7 @@ awk '$1 == "Seccomp:" { print $1 " " $2 }' /proc/self/status
     m.mount();
     let started = std::time::Instant::now();
     std::fs::write(m.path().join("smiths/smith-root/inbox/task-1.md"), "go\n").expect("task");
-    let (log, meta) = ended_run(&m, 1);
+    let (log, meta) = ended_run(&m, "smiths/smith-root", 1, 120);
     eprintln!("cargo new, build, test and run: {:?}", started.elapsed());
     assert!(meta["error"].is_null(), "{meta}\n{log}");
     for want in [
@@ -514,7 +491,7 @@ echo done"#,
     std::fs::write(m.path().join("config.json"), config.to_string()).expect("config.json");
     m.mount();
     std::fs::write(m.path().join("smiths/smith-root/inbox/task-1.md"), "go\n").expect("task");
-    let (log, meta) = ended_run(&m, 1);
+    let (log, meta) = ended_run(&m, "smiths/smith-root", 1, 120);
     assert!(meta["error"].is_null(), "{meta}\n{log}");
     let out = run(Command::new(SMITHFS)
         .args(["run", "--mount"])

@@ -34,28 +34,7 @@ fn mount_with_env(
     if c["sandbox"]["uid"].is_null() && !env.iter().any(|(k, _)| *k == "SUDO_UID") {
         c["sandbox"]["uid"] = serde_json::json!(65534);
     }
-    let mut m = TestMount::with(MountOpts {
-        allow_other: true,
-        extra: vec!["--identity", mode],
-        env,
-        ..MountOpts::default()
-    });
-    m.umount();
-    std::fs::write(m.path().join("config.json"), c.to_string()).expect("config.json");
-    m.mount();
-    m
-}
-
-/// `meta.json` of run `n` of the smith dir `rel` once it ended, and its `messages.log`.
-fn ended(m: &TestMount, rel: &str, n: u32) -> (serde_json::Value, String) {
-    let dir = m.path().join(rel).join(format!("conversations/run-{n:04}"));
-    let meta = poll_until(90, "the run to end", || {
-        let text = std::fs::read_to_string(dir.join("meta.json")).ok()?;
-        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-        (!v["end"].is_null()).then_some(v)
-    });
-    let log = std::fs::read_to_string(dir.join("messages.log")).unwrap_or_default();
-    (meta, log)
+    TestMount::with_config(&c, mode, env)
 }
 
 /// A `user` key named `name` in this process's session keyring (the daemon it starts inherits
@@ -104,7 +83,7 @@ esac
     let m = mount_with(&config, mode);
     let inbox = m.path().join("smiths/smith-root/inbox");
     std::fs::write(inbox.join("task-1.md"), "kill\n").expect("task 1");
-    let (meta, log) = ended(&m, "smiths/smith-root", 1);
+    let (log, meta) = ended_run(&m, "smiths/smith-root", 1, 90);
     assert!(meta["error"].is_null(), "[{mode}] {meta}\n{log}");
     assert_eq!(meta["signal"], 15, "[{mode}] {meta}\n{log}");
     assert!(meta["exit_code"].is_null(), "[{mode}] {meta}");
@@ -121,7 +100,7 @@ esac
         eprintln!("[{mode}] keys refused on this host: the keyring part is not checked");
     }
     std::fs::write(inbox.join("task-2.md"), "exit\n").expect("task 2");
-    let (meta, log) = ended(&m, "smiths/smith-root", 2);
+    let (log, meta) = ended_run(&m, "smiths/smith-root", 2, 90);
     assert_eq!(meta["exit_code"], 143, "[{mode}] {meta}\n{log}");
     assert!(meta["signal"].is_null(), "[{mode}] {meta}");
     let events = std::fs::read_to_string(m.path().join(".smithfs/events.jsonl")).expect("events");
