@@ -492,8 +492,9 @@ print(" ".join(res))
 /// work finishes: `results/final.md` appears.
 #[test]
 fn resume_after_crash_kills_leftover_runs_and_finishes() {
-    // Unsandboxed: a sandboxed run dies with its daemon (notes XT16), so nothing is left over.
-    let mut m = TestMount::unsandboxed();
+    // Unsandboxed (config below): a sandboxed run dies with its daemon (notes XT16), so nothing
+    // is left over.
+    let mut m = TestMount::new();
     m.umount();
     let dir = m.path().to_path_buf();
     std::fs::write(
@@ -787,8 +788,9 @@ fn hard_link_renamed_into_another_zone_keeps_other_names_private() {
 /// a stuck one fails the test with the kernel stacks of the daemon's threads and the worker.
 #[test]
 fn watchdog_heavy_io_with_hooks_never_stalls() {
-    // Unsandboxed: the workers' heartbeats are host files outside a sandboxed run's view.
-    let mut m = TestMount::unsandboxed();
+    // Unsandboxed (config below): the workers' heartbeats are host files outside a sandboxed
+    // run's view.
+    let mut m = TestMount::new();
     m.umount();
     let dir = m.path().to_path_buf();
     let hook = serde_json::json!([[
