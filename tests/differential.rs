@@ -6,6 +6,9 @@
 //! proptest generates the operation lists and shrinks a failure to a minimal one. The default
 //! run uses a fixed seed and ≥ 10 000 operations; `PROPTEST_RNG_SEED=<n>` or
 //! `PROPTEST_RNG_SEED=random` explores other seeds, and `SMITHFS_DIFF_OPS=<n>` changes the total.
+//! `random_operations_agree_inside_a_sandboxed_run_*` run the same comparison from inside a
+//! sandboxed run, as the smith itself with every kernel layer on (docs/PROTOCOL-NOTES.md SB15);
+//! `SMITHFS_DIFF_SEED=<n>` changes their seed.
 //! Failures are persisted in `tests/proptest-regressions/differential.txt` and replayed first
 //! on every run: keep that file in git.
 
@@ -14,7 +17,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -651,6 +654,21 @@ struct Node {
     xattrs: Vec<(String, Vec<u8>)>,
 }
 
+impl Node {
+    /// What could not be examined: kind `!`, the errno as its data.
+    fn failed(why: Vec<u8>) -> Node {
+        Node {
+            kind: '!',
+            mode: 0,
+            size: 0,
+            nlink: 0,
+            owner: (0, 0),
+            data: Data(why),
+            xattrs: Vec::new(),
+        }
+    }
+}
+
 /// File contents or a symlink target, printed as a summary (length, FNV-1a hash, the first
 /// bytes) so that a failure message stays readable.
 #[derive(PartialEq, Eq)]
@@ -676,7 +694,10 @@ fn xattrs_of(p: &Path) -> Vec<(String, Vec<u8>)> {
     // SAFETY: buffers sized by their lengths, NUL-terminated path.
     unsafe {
         let r = libc::llistxattr(cp.as_ptr(), buf.as_mut_ptr().cast(), buf.len());
-        assert!(r >= 0, "llistxattr {}: {:?}", p.display(), errno());
+        if r < 0 {
+            // Unprivileged (inside a run), a path may be out of reach: compared as its errno.
+            return vec![("<llistxattr>".into(), format!("{:?}", errno()).into_bytes())];
+        }
         buf.truncate(r as usize);
         let mut out: Vec<(String, Vec<u8>)> = buf
             .split(|b| *b == 0)
@@ -685,7 +706,13 @@ fn xattrs_of(p: &Path) -> Vec<(String, Vec<u8>)> {
                 let n = CString::new(name).unwrap();
                 let mut v = vec![0u8; 1024];
                 let r = libc::lgetxattr(cp.as_ptr(), n.as_ptr(), v.as_mut_ptr().cast(), v.len());
-                assert!(r >= 0, "lgetxattr {}: {:?}", p.display(), errno());
+                if r < 0 {
+                    // A user.* value needs read permission: compared as its errno.
+                    return (
+                        String::from_utf8_lossy(name).into_owned(),
+                        format!("<{:?}>", errno()).into_bytes(),
+                    );
+                }
                 v.truncate(r as usize);
                 (String::from_utf8_lossy(name).into_owned(), v)
             })
@@ -700,14 +727,36 @@ fn tree(root: &Path) -> (BTreeMap<String, Node>, BTreeSet<BTreeSet<String>>) {
     let mut nodes = BTreeMap::new();
     let mut by_ino: BTreeMap<u64, BTreeSet<String>> = BTreeMap::new();
     let mut stack = vec![root.to_path_buf()];
+    // Run unprivileged (inside a run), a directory or file the operations left without read or
+    // search permission cannot be listed or read: what fails is compared as its errno (an entry
+    // named `DIR/<unlisted>`, the data `<ERRNO>`), on both sides alike.
+    let unreadable = |e: std::io::Error| format!("<{:?}>", io_err(e)).into_bytes();
     while let Some(dir) = stack.pop() {
-        for e in std::fs::read_dir(&dir).unwrap() {
-            let p = e.unwrap().path();
-            let md = std::fs::symlink_metadata(&p).unwrap();
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd.map(|e| e.map(|e| e.path())).collect::<Vec<_>>(),
+            Err(e) => {
+                let rel = dir
+                    .strip_prefix(root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                nodes.insert(format!("{rel}/<unlisted>"), Node::failed(unreadable(e)));
+                continue;
+            }
+        };
+        for p in entries {
+            let p = p.unwrap();
             let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            let md = match std::fs::symlink_metadata(&p) {
+                Ok(md) => md,
+                Err(e) => {
+                    nodes.insert(rel, Node::failed(unreadable(e)));
+                    continue;
+                }
+            };
             let kind = file_type_char(md.file_type());
             let data = match kind {
-                'f' => std::fs::read(&p).unwrap(),
+                'f' => std::fs::read(&p).unwrap_or_else(unreadable),
                 'l' => std::fs::read_link(&p)
                     .unwrap()
                     .into_os_string()
@@ -826,6 +875,113 @@ fn random_operations_agree_with_a_plain_directory_without_passthrough() {
     );
 }
 
+/// The same from inside a sandboxed run (issue 27, "Done when"; docs/SPEC.md §12): the smith's
+/// agent command is this test binary running [`inside_a_run`], so every operation is made by a
+/// smith's process as the agents' uid, in the run's own view and pid namespace, its Landlock
+/// domain and under its seccomp filter, on its own `private/diff` (§3: `private/**` is all the
+/// owner's) and on a plain directory the config lists in `sandbox.writable`. Both identity modes.
+fn differential_inside_a_run(mode: &'static str, seed: u64) {
+    if !is_root() {
+        eprintln!("skipped: the sandbox needs root");
+        return;
+    }
+    let exe = std::env::current_exe().expect("this test binary");
+    // The plain side lives beside the mount point, in a directory the config is written for
+    // before the mount exists: the scratch dir of the mount made below is not known yet.
+    let holder = tempfile::Builder::new()
+        .prefix("smithfs-diff-plain.")
+        .tempdir()
+        .expect("tempdir");
+    std::fs::set_permissions(holder.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let plain = holder.path().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    let ops = std::env::var("SMITHFS_DIFF_OPS").unwrap_or_else(|_| "10000".into());
+    // `SMITHFS_DIFF_SEED=<n>` explores another seed (PROPTEST_RNG_SEED does not reach the run).
+    let seed: u64 = std::env::var("SMITHFS_DIFF_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(seed);
+    let config = serde_json::json!({
+        "agent": {
+            "command": [exe, "--exact", "inside_a_run", "--nocapture", "--test-threads", "1"],
+            "env": {
+                "SMITHFS_DIFF_PLAIN": plain,
+                "SMITHFS_DIFF_OPS": ops,
+                "SMITHFS_DIFF_SEED": seed.to_string(),
+            },
+            "retries": 0,
+            "timeout_secs": 900,
+        },
+        "sandbox": { "writable": [plain] },
+    });
+    let m = TestMount::with_config(&config, mode, Vec::new());
+    let (uid, gid) = agents_of(&m);
+    std::os::unix::fs::chown(&plain, Some(uid), Some(gid)).expect("chown the plain side");
+    let root = m.path().join("smiths/smith-root");
+    std::fs::write(root.join("inbox/task-1.md"), "compare\n").expect("task");
+    let (log, meta) = ended_run(&m, "smiths/smith-root", 1, 900);
+    assert_eq!(
+        meta["exit_code"], 0,
+        "[{mode}] the differential inside the run failed: {meta}\n{log}"
+    );
+    assert!(
+        log.contains("operations in")
+            && log.contains("agreed")
+            && log.contains(&format!("uid {uid} ")),
+        "[{mode}] the run did not compare as the agents' uid {uid}:\n{log}"
+    );
+    eprintln!(
+        "[{mode}] {}",
+        log.lines()
+            .filter(|l| l.contains("agreed"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+#[test]
+fn random_operations_agree_inside_a_sandboxed_run_cgroup() {
+    differential_inside_a_run("cgroup", 0x5317_0f5e_ed00_3001);
+}
+
+#[test]
+fn random_operations_agree_inside_a_sandboxed_run_ancestry() {
+    differential_inside_a_run("ancestry", 0x5317_0f5e_ed00_3002);
+}
+
+/// The agent of [`differential_inside_a_run`]: run only as a smith's agent command, with
+/// `SMITHFS_DIFF_PLAIN` set (a test run without it passes at once). Compares the plain side
+/// with `$SMITH_DIR/private/diff` as whoever it runs as, and says so.
+#[test]
+fn inside_a_run() {
+    let (Ok(plain), Ok(smith_dir)) = (
+        std::env::var("SMITHFS_DIFF_PLAIN"),
+        std::env::var("SMITH_DIR"),
+    ) else {
+        return;
+    };
+    let seed: u64 = std::env::var("SMITHFS_DIFF_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .expect("SMITHFS_DIFF_SEED");
+    let mounted = Path::new(&smith_dir).join("private/diff");
+    std::fs::create_dir(&mounted).expect("private/diff");
+    // SAFETY: getuid/getgid have no preconditions.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    println!(
+        "comparing as uid {uid} gid {gid}, pid {}",
+        std::process::id()
+    );
+    // The filter and no_new_privs, as the kernel reports them for this process.
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    for l in status.lines() {
+        if l.starts_with("Seccomp:") || l.starts_with("NoNewPrivs:") {
+            println!("{l}");
+        }
+    }
+    compare(Path::new(&plain), &mounted, None, uid != 0, seed);
+}
+
 /// The agents' uid and gid of mount `m` (`.smithfs/whoami`).
 fn agents_of(m: &TestMount) -> (u32, u32) {
     let who = std::fs::read_to_string(m.path().join(".smithfs/whoami")).expect("whoami");
@@ -862,10 +1018,6 @@ fn differential(m: TestMount, default_seed: u64, as_agents: bool) {
         eprintln!("skipped: the differential test runs as root (chown, trusted.* xattrs)");
         return;
     }
-    let target: usize = std::env::var("SMITHFS_DIFF_OPS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(10_000);
     let plain_root = m.scratch().join("plain");
     let mount_root = m.path().join("diff");
     std::fs::create_dir(&plain_root).unwrap();
@@ -876,7 +1028,25 @@ fn differential(m: TestMount, default_seed: u64, as_agents: bool) {
             std::os::unix::fs::chown(d, Some(uid), Some(gid)).expect("chown the case root");
         }
     }
+    compare(&plain_root, &mount_root, who, as_agents, default_seed);
+}
 
+/// The differential loop: random operation lists, each run on a fresh case directory under
+/// `plain_root` and under `mount_root` (with this thread's filesystem ids switched to `who`
+/// when given), until `SMITHFS_DIFF_OPS` operations (10 000 unless set) agreed. `unprivileged`:
+/// the operations run without `CAP_CHOWN` (a chown to a random owner fails on both sides, so
+/// its success rate is not checked). Panics with the minimal failing operation list.
+fn compare(
+    plain_root: &Path,
+    mount_root: &Path,
+    who: Option<(u32, u32)>,
+    unprivileged: bool,
+    default_seed: u64,
+) {
+    let target: usize = std::env::var("SMITHFS_DIFF_OPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10_000);
     let mut config = Config {
         cases: 10,
         max_shrink_iters: 4_000,
@@ -942,7 +1112,7 @@ fn differential(m: TestMount, default_seed: u64, as_agents: bool) {
     }
     for (k, (n, ok)) in &stats {
         // Without CAP_CHOWN a chown to a random owner fails on both sides, as it should.
-        let exempt = as_agents && k == "Chown";
+        let exempt = unprivileged && k == "Chown";
         assert!(
             *ok * 20 >= *n || *n < 50 || exempt,
             "{k}: only {ok} of {n} succeeded"
