@@ -13,12 +13,12 @@ pub fn format(t: SystemTime) -> String {
     format!("{stem}.{:06}Z", d.subsec_micros())
 }
 
-/// The current time, formatted by [`format`].
+/// The current time, formatted by [`format()`].
 pub fn now() -> String {
     format(SystemTime::now())
 }
 
-/// Parse `YYYY-MM-DDTHH:MM:SS[.fraction](Z|+00:00)` (what [`format`] and
+/// Parse `YYYY-MM-DDTHH:MM:SS[.fraction](Z|+00:00)` (what [`format()`] and
 /// [`rfc3339`] write). Other offsets are refused: smithfs writes UTC only.
 pub fn parse(s: &str) -> Option<SystemTime> {
     let s = s.strip_suffix('Z').or_else(|| s.strip_suffix("+00:00"))?;

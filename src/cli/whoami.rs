@@ -3,7 +3,7 @@
 //! level, smith dir, identity mode, rights per area), or with `--json` one JSON object whose keys are
 //! those keys in snake case (`full id` → `full_id`), values strings (`level` a number when it is
 //! one).
-//! The mount is found by [`util::find_mount`].
+//! The mount is found by `util::find_mount`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -28,7 +28,7 @@ static INIT_PROGRAM: std::sync::OnceLock<std::ffi::CString> = std::sync::OnceLoc
 
 /// Name `path` as the program sandboxed spawns execute as the run's init (`PATH INIT_ARG PLAN
 /// -- ARGV…`): the smithfs binary. The binary names itself (`/proc/self/exe`) in
-/// [`crate::cli::run`]; any other program using the library (a test harness) must name the
+/// [`crate::cli::run()`]; any other program using the library (a test harness) must name the
 /// smithfs binary before it spawns a sandboxed run, or the spawn is refused — executing
 /// `/proc/self/exe` from a test harness would run the harness's own tests as the init, and
 /// those spawn runs again. The first call wins; false if `path` has a NUL or a program was

@@ -147,7 +147,7 @@ fn write_dev(dev: &OwnedFd, frame: &[u8]) -> nix::Result<usize> {
 /// How forwarding ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ended {
-    /// [`Forwarder::stop`] was asked and every handle was released (or the grace ran out).
+    /// The `stop` descriptor of [`Forwarder::run`] became readable and every handle was released (or the grace ran out).
     Stopped,
     /// The connection dropped or broke: the mount now fails closed.
     Dropped(String),

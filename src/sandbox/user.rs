@@ -37,7 +37,7 @@ use crate::tree::model::FullId;
 /// allocates. Lines are never removed: a uid that owned files stays taken.
 pub const HOST_REGISTRY: &str = "/var/lib/smithfs/uids";
 
-/// The store's record of its agents' user, in `.smithfs-state/` (JSON, [`Record`]).
+/// The store's record of its agents' user, in `.smithfs-state/` (JSON, a `Record`).
 pub const STORE_RECORD: &str = "agent-user.json";
 
 /// First uid smithfs allocates: above systemd's container ranges (which end at `0x6FFFFFFF`).

@@ -2,7 +2,7 @@
 //! process group, bound before it executes anything, with only fds 0–2 open.
 //!
 //! Binding: in cgroup mode the child is created directly in its cgroup (the smith's for a run,
-//! the operator's for a hook) by `clone3(CLONE_INTO_CGROUP)` ([`super::spawn`]), so it is bound
+//! the operator's for a hook) by `clone3(CLONE_INTO_CGROUP)` ([`crate::process::spawn`]), so it is bound
 //! from its first instruction with no handshake. Otherwise (ancestry mode, or the kernel
 //! refused the clone into the cgroup) the child waits between clone and exec until the parent
 //! has called [`RunBinder::bind_pid`] (or [`RunBinder::bind_operator_pid`]) and answers. Either

@@ -135,7 +135,7 @@ impl Ui {
         })
     }
 
-    /// Answer requests on [`WORKERS`] threads until the process ends.
+    /// Answer requests on `WORKERS` threads until the process ends.
     pub fn serve(self) {
         let workers: Vec<_> = (0..WORKERS)
             .filter_map(|i| {
