@@ -6,6 +6,7 @@
 #   refs       scripts/check-spec-refs.sh: every `§N` cited in the repository is a section of
 #              docs/SPEC.md, and none names the old contract file outside the repository
 #   clippy     cargo clippy --all-targets -- -D warnings
+#   docs       RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --lib (no broken intra-doc link)
 #   build      cargo build --release
 #   tests      cargo nextest run --release (cargo test --release without nextest), plus doctests
 #              and tests/agent_reference.sh;
@@ -314,6 +315,9 @@ run_stage deps scripts/install-deps.sh || {
 if wanted fmt; then run_stage fmt cargo fmt --check || true; fi
 if wanted refs; then run_stage refs scripts/check-spec-refs.sh || true; fi
 if wanted clippy; then run_stage clippy cargo clippy --all-targets -- -D warnings || true; fi
+if wanted docs; then
+    run_stage docs env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --lib --quiet || true
+fi
 
 if wanted build || wanted tests || wanted pjdfstest || wanted uring || wanted demos; then
     if ! run_stage build cargo build --release; then
@@ -356,6 +360,9 @@ if wanted fmt; then
 fi
 if wanted clippy; then
     if [[ " ${failed_stages[*]} " == *" clippy "* ]]; then parts+=("clippy FAILED"); else parts+=("clippy ok"); fi
+fi
+if wanted docs; then
+    if [[ " ${failed_stages[*]} " == *" docs "* ]]; then parts+=("docs FAILED"); else parts+=("docs ok"); fi
 fi
 if wanted refs; then
     if [[ " ${failed_stages[*]} " == *" refs "* ]]; then parts+=("spec citations FAILED"); else parts+=("spec citations ok"); fi
