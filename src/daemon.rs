@@ -134,15 +134,6 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
         init_logging(opts.log_level.as_deref(), Some(File::from(log)));
     }
     let config = crate::reload::load_config(dir, root.as_fd(), &opts.config_source())?;
-    // docs/SPEC.md §13: the loopback launcher's runs are `smithfs attach` outside the §12
-    // sandbox (not built around attach's command yet): never while the config says sandboxed.
-    if config.launcher.kind == crate::config::LauncherKind::Loopback
-        && crate::sandbox::applies(&config.sandbox)
-    {
-        bail!(
-            "launcher.kind \"loopback\" runs agents outside the sandbox, but sandbox.enabled is true: set \"sandbox\": {{\"enabled\": false}} or launcher.kind \"local\" in config.json"
-        );
-    }
     if crate::sandbox::applies(&config.sandbox) {
         // docs/SPEC.md §12: a sandbox this host cannot build is refused in one line.
         crate::sandbox::probe(&config.sandbox).map_err(|why| {
@@ -883,9 +874,20 @@ fn start_listener(
 struct Tickets(std::sync::Weak<crate::remote::listener::Listener>);
 
 impl crate::sched::RemoteRuns for Tickets {
-    fn ticket(&self, run_id: &str, smith: SmithIdx) -> Result<String, String> {
+    fn ticket(
+        &self,
+        run_id: &str,
+        smith: SmithIdx,
+        sandbox: Option<&crate::sandbox::view::Plan>,
+    ) -> Result<String, String> {
         let l = self.0.upgrade().ok_or("the listener has stopped")?;
-        Ok(l.ticket(run_id, smith)?.to_text())
+        let grant = crate::remote::keys::Grant {
+            ids: sandbox.map(|p| (p.uid, p.gid)),
+            sandbox: sandbox
+                .map(|p| serde_json::to_string(p).map_err(|e| e.to_string()))
+                .transpose()?,
+        };
+        Ok(l.ticket_with(run_id, smith, grant)?.to_text())
     }
 
     fn revoke(&self, run_id: &str) {

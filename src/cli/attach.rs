@@ -1,31 +1,29 @@
 //! `smithfs attach [--ticket-fd N] [--cwd DIR] -- COMMAND [ARG...]` (docs/SPEC.md §13): the
 //! node's side of a remote run. Reads the run's ticket from an inherited descriptor (never
 //! argv, never the tree: docs/PROTOCOL-NOTES.md R3), connects to the daemon's listener, mounts
-//! the tree at the daemon's mount path in a mount namespace of its own
-//! ([`crate::remote::node`]), runs COMMAND there with this process's environment (the
-//! launcher sets §5's variables) and its stdout and stderr, and exits with COMMAND's status
-//! (128 + the signal that killed it). A dropped connection makes the mount fail closed
-//! (ENOTCONN) under the running command; `attach` says so on stderr and exits 1 unless the
-//! command already ended. Root only for now (docs/PROTOCOL-NOTES.md R11).
+//! the tree at the daemon's mount path in a mount namespace of its own (and a user namespace of
+//! its own when it is not root: notes R32) ([`crate::remote::node`]), runs COMMAND there with
+//! this process's environment (the launcher sets §5's variables) in the §12 sandbox whose plan
+//! the daemon sent (notes R30; [`super::attach_command`]), its stdout the run's stdout and
+//! stderr, and exits with COMMAND's status (128 + the signal that killed it). A dropped
+//! connection makes the mount fail closed (ENOTCONN) under the running command; `attach` says
+//! so on stderr.
 
 use std::io::Read;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use super::attach_command;
 use crate::remote::keys::Ticket;
 use crate::remote::node::{self, Ended, Forwarder};
 
 /// Time the run's processes have, once COMMAND ended, for the kernel to release their files
 /// (each RELEASE reaches the daemon, so what they wrote completes as locally).
 const RELEASE_GRACE: Duration = Duration::from_secs(10);
-
-/// The signals a launcher stops a run with: `attach` ignores them, COMMAND does not.
-const STOPPING: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
 
 /// Arguments of `smithfs attach`.
 #[derive(Debug, clap::Args)]
@@ -51,20 +49,33 @@ pub fn run(args: AttachArgs) -> Result<ExitCode> {
     // command's own SIGPIPE disposition is reset to the default by the spawn).
     // SAFETY: setting a signal disposition; no handler runs.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
-    // COMMAND stays in this process's group, so a launcher's TERM to the group (cancel,
-    // timeout) reaches it; `attach` outlives it to drain its closes (R11).
-    for sig in STOPPING {
-        // SAFETY: as above.
-        unsafe { libc::signal(sig, libc::SIG_IGN) };
-    }
     let ticket = read_ticket(args.ticket_fd)?;
     let attached = crate::remote::client::attach(&ticket)?;
     let mount_point = PathBuf::from(&attached.mount_point);
-    node::private_namespace().map_err(|e| anyhow!(e))?;
+    // The run's sandbox is the daemon's word alone (notes R30): never this process's argv or
+    // environment, which whoever submitted the job could have shaped.
+    let sandbox = attached
+        .sandbox
+        .as_deref()
+        .map(|text| attach_command::plan_of(text, &mount_point))
+        .transpose()?;
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
+    if root {
+        node::private_namespace().map_err(|e| anyhow!(e))?;
+    } else {
+        // Not root: a user namespace of attach's own (notes R32), where it is the run's uid.
+        let inside = sandbox.as_ref().map(|p| (p.uid, p.gid));
+        node::own_user_namespace(inside).map_err(|e| anyhow!(e))?;
+    }
+    // Before any thread starts (the forwarder's), so that every thread has them blocked.
+    let signals = if sandbox.is_some() {
+        attach_command::StopSignals::block()?
+    } else {
+        attach_command::StopSignals::ignore()
+    };
     let (dev, init) =
-        node::mount(&mount_point, root, attached.max_write).map_err(|e| anyhow!(e))?;
+        node::mount(&mount_point, true, attached.max_write).map_err(|e| anyhow!(e))?;
     tracing::debug!(?init, mount = %mount_point.display(), "attached");
     let forwarder = Forwarder::new(dev, attached.channel, init).map_err(|e| anyhow!(e))?;
     let (stop_r, stop_w) = nix::unistd::pipe().context("pipe")?;
@@ -73,32 +84,14 @@ pub fn run(args: AttachArgs) -> Result<ExitCode> {
         .spawn(move || forwarder.run(stop_r.as_fd(), RELEASE_GRACE))
         .context("cannot start forwarding")?;
     let cwd = args.cwd.unwrap_or_else(|| mount_point.clone());
-    let mut command = std::process::Command::new(&args.command[0]);
-    command
-        .args(&args.command[1..])
-        .current_dir(&cwd)
-        .stdin(std::process::Stdio::null());
-    // SAFETY: `signal` is async-signal-safe; COMMAND gets the default dispositions back.
-    unsafe {
-        command.pre_exec(|| {
-            for sig in STOPPING {
-                libc::signal(sig, libc::SIG_DFL);
-            }
-            Ok(())
-        });
-    }
-    let mut child = command
-        .spawn()
-        .with_context(|| format!("cannot start `{}` in {}", args.command[0], cwd.display()))?;
-    let status = child.wait().context("waiting for the command")?;
+    let status = attach_command::spawn(&args.command, &cwd, sandbox.as_ref(), &signals)
+        .and_then(attach_command::Running::wait);
     kill_rest_of_group();
     let _ = nix::unistd::write(&stop_w, b"x");
     let ended = forwarding
         .join()
         .map_err(|_| anyhow!("the forwarding thread panicked"))?;
-    let code = status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    let status = status?;
     match ended {
         Ended::Stopped | Ended::Unmounted => {}
         Ended::Dropped(why) => {
@@ -107,7 +100,7 @@ pub fn run(args: AttachArgs) -> Result<ExitCode> {
             );
         }
     }
-    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+    Ok(ExitCode::from(attach_command::exit_code(status)))
 }
 
 /// What COMMAND left behind in this process's group ends with it: SIGKILL to every other member

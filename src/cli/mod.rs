@@ -3,6 +3,7 @@
 
 mod accept;
 mod attach;
+mod attach_command;
 mod cancel;
 mod completions;
 mod diff;

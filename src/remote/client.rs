@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::channel::Channel;
 use super::keys::Ticket;
-use super::{hello, tls, Status, MAGIC, MAX_TEXT, WELCOME_HEAD};
+use super::{hello, tls, Status, MAGIC, MAX_SANDBOX, MAX_TEXT, WELCOME_HEAD};
 
 /// Time allowed to connect, shake hands and be welcomed.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -21,6 +21,9 @@ pub struct Attached {
     pub mount_point: String,
     /// The largest write the node may forward (its `max_write`).
     pub max_write: u32,
+    /// The run's §12 sandbox plan as the daemon made it (JSON); `None`: the daemon's mount runs
+    /// agents without the sandbox. Only the daemon decides this (docs/PROTOCOL-NOTES.md R30).
+    pub sandbox: Option<String>,
 }
 
 /// Why a connection did not become a run's.
@@ -83,9 +86,31 @@ pub fn attach(ticket: &Ticket) -> Result<Attached, AttachError> {
     if status != Status::Accepted as u32 {
         return Err(AttachError::Refused(ticket.run_id.clone()));
     }
+    let len = ch
+        .read_exact(4, CONNECT_TIMEOUT)
+        .map_err(|e| AttachError::Protocol(e.to_string()))?;
+    let len = u32::from_ne_bytes([len[0], len[1], len[2], len[3]]) as usize;
+    if len >= MAX_SANDBOX {
+        return Err(AttachError::Protocol(format!(
+            "a sandbox plan of {len} bytes (at most {} taken)",
+            MAX_SANDBOX - 1
+        )));
+    }
+    let sandbox = if len == 0 {
+        None
+    } else {
+        let plan = ch
+            .read_exact(len, CONNECT_TIMEOUT)
+            .map_err(|e| AttachError::Protocol(e.to_string()))?;
+        Some(
+            String::from_utf8(plan)
+                .map_err(|_| AttachError::Protocol("a sandbox plan that is not UTF-8".into()))?,
+        )
+    };
     Ok(Attached {
         channel: ch,
         mount_point: text,
         max_write,
+        sandbox,
     })
 }

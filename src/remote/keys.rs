@@ -158,11 +158,25 @@ pub enum Refused {
     Replayed,
 }
 
+/// What the daemon gives a run's connection besides its smith (docs/PROTOCOL-NOTES.md R30,
+/// R31): decided by the daemon when it mints the run's secret, never by the node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Grant {
+    /// The uid and gid the connection's requests are judged with: the run's (what a local run of
+    /// the smith has, its own uid under `sandbox.uid_per_smith`); `None`: the listener's
+    /// `run_uid` and `run_gid`.
+    pub ids: Option<(u32, u32)>,
+    /// The run's §12 sandbox plan (JSON, `crate::sandbox::view::Plan`), sent in the welcome for
+    /// `smithfs attach` to start COMMAND in; `None`: the mount runs agents without it.
+    pub sandbox: Option<String>,
+}
+
 /// One run's key.
 #[derive(Debug)]
 struct Key {
     secret: Secret,
     smith: SmithIdx,
+    grant: Grant,
     /// The connection that claimed it, kept to cut it when the run ends.
     claimed: Option<TcpStream>,
     /// Claimed once (a replay is refused even after that connection dropped).
@@ -176,17 +190,27 @@ pub struct RunKeys {
 }
 
 impl RunKeys {
-    /// Mint the secret of run `run_id` of `smith` (replacing one it had).
+    /// Mint the secret of run `run_id` of `smith` (replacing one it had), with nothing granted
+    /// beyond the smith.
     ///
     /// # Errors
     /// The system's random source failed.
     pub fn mint(&self, run_id: &str, smith: SmithIdx) -> Result<Secret, String> {
+        self.mint_with(run_id, smith, Grant::default())
+    }
+
+    /// Mint the secret of run `run_id` of `smith` (replacing one it had), with `grant`.
+    ///
+    /// # Errors
+    /// The system's random source failed.
+    pub fn mint_with(&self, run_id: &str, smith: SmithIdx, grant: Grant) -> Result<Secret, String> {
         let secret = Secret::random()?;
         self.keys.lock().insert(
             run_id.to_string(),
             Key {
                 secret: secret.clone(),
                 smith,
+                grant,
                 claimed: None,
                 used: false,
             },
@@ -194,12 +218,18 @@ impl RunKeys {
         Ok(secret)
     }
 
-    /// The smith of run `run_id` if `secret` is its secret and no connection presented it
-    /// before; `conn` is remembered so that [`RunKeys::revoke`] can cut it.
+    /// The smith of run `run_id` and what was granted with it, if `secret` is its secret and
+    /// no connection presented it before; `conn` is remembered so that [`RunKeys::revoke`] can
+    /// cut it.
     ///
     /// # Errors
     /// [`Refused`].
-    pub fn claim(&self, run_id: &str, secret: &[u8], conn: TcpStream) -> Result<SmithIdx, Refused> {
+    pub fn claim(
+        &self,
+        run_id: &str,
+        secret: &[u8],
+        conn: TcpStream,
+    ) -> Result<(SmithIdx, Grant), Refused> {
         let mut keys = self.keys.lock();
         let key = keys.get_mut(run_id).ok_or(Refused::NoSuchRun)?;
         if !key.secret.matches(secret) {
@@ -210,7 +240,7 @@ impl RunKeys {
         }
         key.used = true;
         key.claimed = Some(conn);
-        Ok(key.smith)
+        Ok((key.smith, key.grant.clone()))
     }
 
     /// Run `run_id` is over: its secret is refused from now on and the connection that claimed

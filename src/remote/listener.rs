@@ -25,7 +25,7 @@ use parking_lot::Mutex;
 
 use super::channel::Channel;
 use super::conn::{self, Change, Connection, MAX_FRAME, MAX_WRITE};
-use super::keys::{RunKeys, Ticket, MAX_RUN_ID, PIN_LEN, SECRET_LEN};
+use super::keys::{Grant, RunKeys, Ticket, MAX_RUN_ID, PIN_LEN, SECRET_LEN};
 use super::{tls, Status, HELLO_HEAD, MAGIC, VERSION};
 use crate::fs::{Caller, SmithFs};
 use crate::fuse::dispatch::Dispatcher;
@@ -217,7 +217,31 @@ impl Listener {
     /// # Errors
     /// The random source failed.
     pub fn ticket(&self, run_id: &str, smith: SmithIdx) -> Result<Ticket, String> {
-        let secret = self.shared.keys.mint(run_id, smith)?;
+        self.ticket_with(run_id, smith, Grant::default())
+    }
+
+    /// Mint the secret of run `run_id` of `smith` with `grant` (the ids its requests are judged
+    /// with, the sandbox its `attach` starts COMMAND in) and make its ticket.
+    ///
+    /// # Errors
+    /// The random source failed, or the sandbox plan is longer than a welcome carries.
+    pub fn ticket_with(
+        &self,
+        run_id: &str,
+        smith: SmithIdx,
+        grant: Grant,
+    ) -> Result<Ticket, String> {
+        if grant
+            .sandbox
+            .as_ref()
+            .is_some_and(|p| p.len() >= super::MAX_SANDBOX)
+        {
+            return Err(format!(
+                "the run's sandbox plan is longer than {} bytes (sandbox.readable, sandbox.writable?)",
+                super::MAX_SANDBOX - 1
+            ));
+        }
+        let secret = self.shared.keys.mint_with(run_id, smith, grant)?;
         Ok(Ticket {
             addr: self
                 .shared
@@ -278,35 +302,44 @@ fn serve(shared: &Arc<Shared>, sock: TcpStream) -> Result<(), String> {
     let mut ch = Channel::new(sock, tls.into()).map_err(|e| e.to_string())?;
     ch.handshake(HELLO_TIMEOUT)
         .map_err(|e| format!("TLS handshake: {e}"))?;
-    let smith = match take_hello(&mut ch) {
+    let (smith, grant) = match take_hello(&mut ch) {
         Ok((run_id, secret)) => match shared.keys.claim(
             &run_id,
             &secret,
             cut.try_clone().map_err(|e| e.to_string())?,
         ) {
-            Ok(smith) => {
+            Ok(claimed) => {
                 tracing::info!(run_id, "remote connection accepted");
-                smith
+                claimed
             }
             Err(why) => {
-                let _ = ch.send(&super::welcome(Status::Refused, 0, "refused"));
+                let _ = ch.send(&super::welcome(Status::Refused, 0, "refused", &[]));
                 ch.close();
                 return Err(format!("run {run_id:?} refused: {why}"));
             }
         },
         Err(e) => {
-            let _ = ch.send(&super::welcome(Status::NotHello, 0, "not a hello"));
+            let _ = ch.send(&super::welcome(Status::NotHello, 0, "not a hello", &[]));
             ch.close();
             return Err(e);
         }
     };
     let mount = shared.opts.mount_point.to_string_lossy().into_owned();
-    ch.send(&super::welcome(Status::Accepted, MAX_WRITE, &mount))
-        .map_err(|e| e.to_string())?;
+    let sandbox = grant.sandbox.as_deref().unwrap_or_default().as_bytes();
+    ch.send(&super::welcome(
+        Status::Accepted,
+        MAX_WRITE,
+        &mount,
+        sandbox,
+    ))
+    .map_err(|e| e.to_string())?;
+    let (uid, gid) = grant
+        .ids
+        .unwrap_or((shared.opts.run_uid, shared.opts.run_gid));
     let caller = Caller {
         pid: 0,
-        uid: shared.opts.run_uid,
-        gid: shared.opts.run_gid,
+        uid,
+        gid,
         as_smith: Some(smith),
     };
     let conn = Connection::new(Dispatcher::vouched(shared.fs.clone(), caller));

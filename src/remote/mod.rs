@@ -9,7 +9,10 @@
 //! - **welcome** (daemon → node): `"SMFS"`, `u32` status (0 accepted, 1 refused, 2 not a
 //!   hello), `u32` the largest write the node may forward ([`conn::MAX_WRITE`]), `u32` text
 //!   length and the text: the mount point on acceptance (the node mounts at the same path),
-//!   one sentence otherwise. A refused connection is closed after its welcome.
+//!   one sentence otherwise; then `u32` sandbox length and the sandbox: the run's §12 plan as
+//!   the daemon made it (JSON, at most [`MAX_SANDBOX`] bytes; empty: the mount runs agents
+//!   without the sandbox), which `smithfs attach` starts COMMAND in (docs/PROTOCOL-NOTES.md
+//!   R30). A refused connection is closed after its welcome.
 //!
 //! Then every frame is FUSE as on `/dev/fuse`: the node forwards its kernel's requests
 //! ([`conn`] serves them as the run's smith) and writes back the replies and the daemon's
@@ -26,10 +29,13 @@ pub mod tls;
 
 /// The hello's and the welcome's first bytes.
 pub const MAGIC: &[u8; 4] = b"SMFS";
-/// The protocol's version (the hello's second field).
-pub const VERSION: u16 = 1;
+/// The protocol's version (the hello's second field). 2: the welcome carries the run's
+/// sandbox.
+pub const VERSION: u16 = 2;
 /// Longest welcome text, bytes.
 pub const MAX_TEXT: usize = 4096;
+/// Longest sandbox plan a welcome carries, bytes.
+pub const MAX_SANDBOX: usize = 256 * 1024;
 
 /// The welcome's status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,14 +63,18 @@ pub fn hello(run_id: &str, secret: &[u8; keys::SECRET_LEN]) -> Vec<u8> {
 /// A hello's fixed part: magic, version, run id length.
 pub const HELLO_HEAD: usize = 8;
 
-/// The welcome with `status`, `max_write` and `text` (cut at [`MAX_TEXT`]).
-pub fn welcome(status: Status, max_write: u32, text: &str) -> Vec<u8> {
+/// The welcome with `status`, `max_write`, `text` (cut at [`MAX_TEXT`]) and the run's
+/// `sandbox` plan (empty: none; cut at [`MAX_SANDBOX`], which the node then refuses to parse).
+pub fn welcome(status: Status, max_write: u32, text: &str, sandbox: &[u8]) -> Vec<u8> {
     let text = &text.as_bytes()[..text.len().min(MAX_TEXT)];
+    let sandbox = &sandbox[..sandbox.len().min(MAX_SANDBOX)];
     let mut b = MAGIC.to_vec();
     b.extend_from_slice(&(status as u32).to_ne_bytes());
     b.extend_from_slice(&max_write.to_ne_bytes());
     b.extend_from_slice(&(text.len() as u32).to_ne_bytes());
     b.extend_from_slice(text);
+    b.extend_from_slice(&(sandbox.len() as u32).to_ne_bytes());
+    b.extend_from_slice(sandbox);
     b
 }
 

@@ -75,6 +75,49 @@ pub fn private_namespace() -> Result<(), String> {
     .map_err(|e| format!("cannot make the mounts private: {e}"))
 }
 
+/// For an `attach` that is not root (docs/SPEC.md §13 "a user namespace when not root",
+/// docs/PROTOCOL-NOTES.md R32): a user namespace and a mount namespace of this process's own,
+/// in which it has the capabilities to mount FUSE, every mount made private. Its uid and gid
+/// are mapped to `inside` (the run's uid and gid as the daemon numbers them, so that the
+/// remote mount's owners, which the kernel maps through this namespace, are the run's own)
+/// or, without one, to themselves; never to root. Only the one uid and gid exist in it;
+/// `setgroups` is denied. Must be called while this process has one thread.
+///
+/// # Errors
+/// One sentence: the kernel refused the namespace (unprivileged user namespaces off?) or a
+/// map, or `inside` names root.
+pub fn own_user_namespace(inside: Option<(u32, u32)>) -> Result<(), String> {
+    use nix::mount::{mount, MsFlags};
+    // SAFETY: geteuid and getegid have no preconditions.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let (in_uid, in_gid) = inside.unwrap_or((uid, gid));
+    if in_uid == 0 || in_gid == 0 {
+        return Err("the run's uid or gid is root: refused".into());
+    }
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER | nix::sched::CloneFlags::CLONE_NEWNS)
+        .map_err(|e| {
+            format!(
+                "cannot make a user namespace ({e}): allow unprivileged user namespaces \
+                 (sysctl user.max_user_namespaces, kernel.unprivileged_userns_clone) or attach as root"
+            )
+        })?;
+    for (file, text) in [
+        ("/proc/self/setgroups", "deny".to_string()),
+        ("/proc/self/uid_map", format!("{in_uid} {uid} 1\n")),
+        ("/proc/self/gid_map", format!("{in_gid} {gid} 1\n")),
+    ] {
+        std::fs::write(file, text).map_err(|e| format!("cannot write {file}: {e}"))?;
+    }
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(|e| format!("cannot make the mounts private: {e}"))
+}
+
 /// Mount FUSE at `dir` (made when missing) and answer the kernel's INIT on it.
 ///
 /// # Errors

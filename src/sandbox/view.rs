@@ -129,6 +129,40 @@ impl Plan {
         }
     }
 
+    /// This plan, made by the daemon for a run on another host (`smithfs attach`, docs/SPEC.md
+    /// §13, docs/PROTOCOL-NOTES.md R30), fitted to this host: every visible path looked up
+    /// again here — a system directory as it is here (a symlink kept as one), any other path
+    /// only as the same kind as on the daemon's host (a file stays a file) — and one that does
+    /// not exist here (or is another kind) left out; the kernel's last capability and whether
+    /// the run needs a user namespace are this host's; the mount is `mount` (where `attach`
+    /// mounted the tree); the init reports on the spawn's error pipe. Everything else — the
+    /// uid and gid, `tmp_size`, the layers' options and the layers removed, the working
+    /// directory — stays the daemon's. Returns the paths left out, one sentence each.
+    pub fn fit_to_this_host(&mut self, mount: &Path) -> Vec<String> {
+        let mut skipped = Vec::new();
+        let visible = std::mem::take(&mut self.visible);
+        for v in visible {
+            let system = SYSTEM.iter().any(|s| Path::new(s) == v.path);
+            let here = host_path(&v.path, v.writable, system);
+            match here {
+                Some(h) if system || h.kind == v.kind => self.visible.push(h),
+                Some(_) => skipped.push(format!(
+                    "{} is another kind of file on this host than on the daemon's: the run does not see it",
+                    v.path.display()
+                )),
+                None => skipped.push(format!(
+                    "{} does not exist on this host: the run does not see it",
+                    v.path.display()
+                )),
+            }
+        }
+        self.mount = mount.to_path_buf();
+        self.report = true;
+        self.last_cap = crate::process::sandbox::last_cap();
+        self.user_namespace = crate::process::sandbox::needs_user_namespace();
+        skipped
+    }
+
     /// Whether the view shows host directory `dir` as itself: inside the smithfs mount or a
     /// visible directory (the private `/tmp` and `/var/tmp` are not the host's).
     pub fn shows(&self, dir: &Path) -> bool {
@@ -255,5 +289,46 @@ mod tests {
         let pw = passwd(&plan, Path::new("/tmp"), "root:x:0:0:root:/root:/bin/sh\n");
         assert!(pw.starts_with("root:x:0:0:"), "{pw}");
         assert!(pw.contains(&format!(":{}:{}:", plan.uid, plan.gid)), "{pw}");
+    }
+
+    #[test]
+    fn a_plan_fitted_to_another_host_leaves_out_what_is_not_there() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let prog = dir.path().join("agent.sh");
+        let gone = dir.path().join("gone.sh");
+        let now_dir = dir.path().join("was-a-file");
+        for f in [&prog, &gone, &now_dir] {
+            std::fs::write(f, "#!/bin/sh\n").expect("write");
+        }
+        let mut config = Config::default();
+        config.agent.command = Some(vec![
+            prog.to_string_lossy().into_owned(),
+            gone.to_string_lossy().into_owned(),
+            now_dir.to_string_lossy().into_owned(),
+        ]);
+        let mut plan = Plan::for_mount(&config, Path::new("/srv/fleet"));
+        plan.cwd = Some(PathBuf::from("/srv/fleet/smiths/smith-root"));
+        let daemons = plan.clone();
+        // The "node": one file missing, one a directory now.
+        std::fs::remove_file(&gone).expect("rm");
+        std::fs::remove_file(&now_dir).expect("rm");
+        std::fs::create_dir(&now_dir).expect("mkdir");
+        let skipped = plan.fit_to_this_host(Path::new("/mnt/fleet"));
+        assert_eq!(skipped.len(), 2, "{skipped:?}");
+        assert!(skipped[0].contains("gone.sh") || skipped[1].contains("gone.sh"));
+        assert!(
+            skipped.iter().any(|l| l.contains("another kind")),
+            "{skipped:?}"
+        );
+        let paths: Vec<&Path> = plan.visible.iter().map(|v| v.path.as_path()).collect();
+        assert!(paths.contains(&prog.as_path()));
+        assert!(!paths.contains(&gone.as_path()) && !paths.contains(&now_dir.as_path()));
+        assert!(paths.contains(&Path::new("/usr")));
+        // The daemon's word stays: ids, working directory, layers; the mount is the node's.
+        assert_eq!((plan.uid, plan.gid), (daemons.uid, daemons.gid));
+        assert_eq!(plan.cwd, daemons.cwd);
+        assert_eq!(plan.removed, daemons.removed);
+        assert_eq!(plan.mount, Path::new("/mnt/fleet"));
+        assert!(plan.report);
     }
 }

@@ -68,11 +68,19 @@ pub trait Invalidate: Send + Sync {
 /// that reach the tree through the listener, implemented by the daemon over
 /// `remote::listener::Listener`.
 pub trait RemoteRuns: Send + Sync {
-    /// A new secret for run `run_id` of `smith`, and its ticket's one line of text.
+    /// A new secret for run `run_id` of `smith`, and its ticket's one line of text. `sandbox`
+    /// is the run's §12 plan (its working directory set), which the connection's welcome
+    /// carries to `smithfs attach` and whose uid and gid its requests are judged with
+    /// (docs/PROTOCOL-NOTES.md R30, R31); `None`: the mount runs agents without the sandbox.
     ///
     /// # Errors
-    /// One sentence (the random source failed).
-    fn ticket(&self, run_id: &str, smith: SmithIdx) -> Result<String, String>;
+    /// One sentence (the random source failed, the plan too long for a welcome).
+    fn ticket(
+        &self,
+        run_id: &str,
+        smith: SmithIdx,
+        sandbox: Option<&crate::sandbox::view::Plan>,
+    ) -> Result<String, String>;
     /// Run `run_id` is over: its secret is refused from now on and its connection cut.
     fn revoke(&self, run_id: &str);
 }

@@ -1,18 +1,18 @@
-//! The `loopback` launcher end to end (docs/SPEC.md §13, docs/PROTOCOL-NOTES.md R12–R15): every
-//! run is `smithfs attach` on this host, dialing the daemon's own listener with the run's ticket,
-//! and its agent works in attach's own remote mount of the tree — the path a Slurm job takes,
-//! without Slurm. Each test has its own mount (`Sm`), with the §12 sandbox off: the mount refuses
-//! this kind while the sandbox is enabled, which the first test shows.
+//! The `loopback` launcher end to end (docs/SPEC.md §13, docs/PROTOCOL-NOTES.md R12–R15, R30):
+//! every run is `smithfs attach` on this host, dialing the daemon's own listener with the run's
+//! ticket, and its agent works in attach's own remote mount of the tree — the path a Slurm job
+//! takes, without Slurm. Each test has its own mount (`Sm`). The first tests run with the §12
+//! sandbox on, which `attach` starts the agent in from the plan the daemon sends (escapes.sh
+//! finds nothing; a cancel's TERM reaches the sandboxed agent); the rest test the remote path
+//! itself with the sandbox off (their agents record host pids).
 
 use crate::common;
 
-use std::ffi::OsStr;
 use std::os::unix::fs::MetadataExt;
-use std::process::Command;
 use std::time::Duration;
 
 use common::msched::*;
-use common::{poll_until, run, smithfs, MountOpts, SMITHFS};
+use common::{poll_until, MountOpts, SMITHFS};
 use serde_json::json;
 
 const ROOT: &str = "smith-root";
@@ -66,32 +66,193 @@ fn loopback(mode: &'static str, patch: serde_json::Value) -> Sm {
     s
 }
 
-/// docs/SPEC.md §13: the loopback kind's runs would start outside the §12 sandbox, so while
-/// `sandbox.enabled` is true (the default) the mount is refused in one line naming both keys.
-#[test]
-fn loopback_is_refused_while_the_sandbox_is_enabled() {
-    let dir = tempfile::Builder::new()
-        .prefix("smithfs-loopback-")
+/// A scheduler mount in identity `mode` with the loopback launcher, the §12 sandbox on (the
+/// default; the agents' uid pinned to 65534) and `patch` merged into its config; the test agent
+/// runs [`PROLOGUE`] first.
+fn sandboxed_loopback(mode: &'static str, patch: serde_json::Value) -> Sm {
+    let mut cfg = json!({"launcher": {"kind": "loopback"}, "sandbox": {"uid": 65534}});
+    merge(&mut cfg, &patch);
+    let s = Sm::with(
+        MountOpts {
+            allow_other: true,
+            extra: vec!["--identity", mode],
+            ..MountOpts::default()
+        },
+        cfg,
+    );
+    s.write("agents/agent.sh", &format!("{PROLOGUE}{AGENT}"));
+    s
+}
+
+/// docs/SPEC.md §12, §13 (notes R30): with the sandbox on, a loopback run's agent starts in the
+/// sandbox `attach` builds from the daemon's plan — every route of tests/fixtures/escapes.sh
+/// fails (the daemon's pid, the host's files and devices, mount, setuid…), it is the agents'
+/// uid (not root) with one group, no capability and `no_new_privs`, it sees only its own
+/// processes — and it still works in its own remote mount: its result is published.
+fn sandboxed_loopback_runs_let_nothing_escape(mode: &'static str) {
+    if !is_root() {
+        eprintln!("skipped: the sandbox and smithfs attach need root here");
+        return;
+    }
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/escapes.sh");
+    let scratch = tempfile::Builder::new()
+        .prefix("smithfs-loopback-sb-")
         .tempdir()
         .expect("tempdir");
-    let d = dir.path().join("m");
-    smithfs([OsStr::new("init"), d.as_os_str()]).expect_ok("init");
-    let c = json!({"launcher": {"kind": "loopback"}});
-    std::fs::write(d.join("config.json"), c.to_string()).expect("config.json");
-    let r = run(Command::new(SMITHFS)
-        .arg("mount")
-        .arg(&d)
-        .arg("--allow-other"));
-    if r.code == Some(0) {
-        let _ = smithfs([OsStr::new("umount"), d.as_os_str()]);
-        panic!("mounted a loopback launcher with the sandbox enabled: {r:?}");
-    }
+    let outside = scratch.path().join("outside.txt");
+    std::fs::write(&outside, "world-readable, outside the view\n").expect("outside");
+    let hook = scratch.path().join("hook.sh");
+    std::fs::write(&hook, "#!/bin/sh\nexit 0\n").expect("hook");
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod hook");
+    // escapes.sh, then the device the run works on and a result through the remote mount.
+    let wrapper =
+        r#"/bin/bash "$0"; echo "dev: $(stat -c %d .)"; printf 'sandboxed\n' > outbox/result.md"#;
+    let config = json!({
+        "launcher": {"kind": "loopback"},
+        "agent": {
+            "command": ["/bin/bash", "-c", wrapper, script],
+            "env": {
+                "SANDBOXED": "1",
+                "OUTSIDE": outside,
+                "SMITHFS_BIN": SMITHFS,
+                "AGENT_PROG": script,
+                "HOOK_PROG": hook,
+            },
+            "retries": 0
+        },
+        "sandbox": {"uid": 65534},
+        "hooks": {"run.started": [[hook]]},
+    });
+    let m = common::TestMount::with_config(&config, mode, Vec::new());
+    let daemon_dev = std::fs::metadata(m.path().join("smiths/smith-root"))
+        .expect("stat")
+        .dev();
+    std::fs::write(
+        m.path().join("smiths/smith-root/inbox/task-1.md"),
+        "escape\n",
+    )
+    .expect("task");
+    let (log, meta) = common::ended_run(&m, "smiths/smith-root", 1, 90);
+    assert!(meta["error"].is_null(), "[{mode}] {meta}");
     assert!(
-        r.stderr.contains("launcher.kind")
-            && r.stderr.contains("sandbox.enabled")
-            && r.stderr.trim().lines().count() == 1,
-        "{r:?}"
+        !log.contains("ESCAPED") && !log.contains("MISSING"),
+        "[{mode}] a sandboxed loopback run got out:\n{log}"
     );
+    assert!(
+        log.contains("\nuid: 65534\n"),
+        "[{mode}] not the agents' uid:\n{log}"
+    );
+    let groups = log
+        .lines()
+        .find_map(|l| l.strip_prefix("groups: "))
+        .unwrap_or_else(|| panic!("[{mode}] no groups line:\n{log}"));
+    assert_eq!(groups.split_whitespace().count(), 1, "[{mode}] {groups}");
+    for cap in ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"] {
+        assert!(
+            log.contains(&format!("{cap} 0000000000000000")),
+            "[{mode}] {cap} not empty:\n{log}"
+        );
+    }
+    assert!(log.contains("NoNewPrivs: 1"), "[{mode}]\n{log}");
+    // The daemon's pid was named (and attacked), through the run's own remote mount.
+    assert!(log.contains("daemon pid: "), "[{mode}]\n{log}");
+    assert!(log.contains("full id: smith-root\n"), "[{mode}]\n{log}");
+    let dev = log
+        .lines()
+        .find_map(|l| l.strip_prefix("dev: "))
+        .unwrap_or_else(|| panic!("[{mode}] no dev line:\n{log}"));
+    assert_ne!(
+        dev,
+        daemon_dev.to_string(),
+        "[{mode}] the run worked in the daemon's own mount, not its remote one"
+    );
+    let fin = poll_until(Duration::from_secs(30), "results/final.md", || {
+        std::fs::read_to_string(m.path().join("results/final.md")).ok()
+    });
+    assert_eq!(fin, "sandboxed\n", "[{mode}]");
+    assert_eq!(meta["exit_code"], 0, "[{mode}] {meta}");
+    assert!(!std::path::Path::new("/etc/smithfs-escape").exists());
+}
+
+#[test]
+fn sandboxed_loopback_runs_let_nothing_escape_cgroup() {
+    sandboxed_loopback_runs_let_nothing_escape("cgroup");
+}
+
+#[test]
+fn sandboxed_loopback_runs_let_nothing_escape_ancestry() {
+    sandboxed_loopback_runs_let_nothing_escape("ancestry");
+}
+
+/// The sandbox's init of a loopback run whose `attach` is `attach` (its child in a pid
+/// namespace of its own), by host pid.
+fn sandbox_init_of(attach: i32) -> Option<i32> {
+    let ns = |pid: i32| std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
+    let mine = ns(attach)?;
+    let children = std::fs::read_dir(format!("/proc/{attach}/task"))
+        .ok()?
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .collect::<Vec<_>>()
+        .join(" ");
+    children
+        .split_whitespace()
+        .filter_map(|c| c.parse::<i32>().ok())
+        .find(|&c| ns(c).is_some_and(|n| n != mine))
+}
+
+/// A cancel's TERM to the run's group (whose leader is `attach`) reaches the sandboxed agent
+/// (attach forwards it to the sandbox's init, which forwards it to the agent: notes R30); the
+/// agent's trap still writes through the remote mount, and nothing of the run is left.
+#[test]
+fn sandboxed_loopback_cancel_reaches_the_agent() {
+    if !is_root() {
+        eprintln!("skipped: the sandbox and smithfs attach need root here");
+        return;
+    }
+    let s = sandboxed_loopback(
+        "cgroup",
+        json!({"agent": {"kill_grace_secs": 5, "retries": 0}}),
+    );
+    let mut left = Leftovers::default();
+    s.task("trapterm\n");
+    let ns_pid: i32 = s
+        .wait_file(30, &format!("{}/private/pid", rel(ROOT)))
+        .trim()
+        .parse()
+        .expect("a pid in private/pid");
+    let attach = s.run_pid(ROOT);
+    left.watch(attach);
+    let init = poll_until(Duration::from_secs(10), "the sandbox's init", || {
+        sandbox_init_of(attach)
+    });
+    left.watch(init);
+    let agent = common::host_pid_in(init, ns_pid).expect("the agent is alive");
+    left.watch(agent);
+    let uid = std::fs::read_to_string(format!("/proc/{agent}/status"))
+        .expect("status")
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:").map(str::to_owned))
+        .expect("Uid");
+    assert_eq!(
+        uid.split_whitespace().next(),
+        Some("65534"),
+        "the agent is not the agents' uid: {uid}"
+    );
+    s.cli("cancel", &[ROOT]).expect_ok("smithfs cancel");
+    s.wait_events(20, "run.cancelled", Some(ROOT), 1);
+    poll_until(
+        Duration::from_secs(20),
+        "attach, the init and the agent to be gone",
+        || [attach, init, agent].iter().all(|&p| gone(p)),
+    );
+    assert_eq!(
+        s.read(&format!("{}/private/term", rel(ROOT))).as_deref(),
+        Some("TERM\n"),
+        "the cancel's TERM reached the sandboxed agent"
+    );
+    s.wait_state(10, ROOT, "cancelled");
 }
 
 /// Each run's agent works in attach's own remote mount (another device than the daemon's

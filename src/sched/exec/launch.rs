@@ -11,7 +11,8 @@
 //!   ([`runner::launch`]), in the §12 sandbox when it applies;
 //! - `loopback` ([`Loopback`]): the run's process is a local `smithfs attach` that reaches the
 //!   tree through the listener with the run's ticket (on its stdin) and runs the agent command
-//!   under its own mount (docs/PROTOCOL-NOTES.md R10–R12).
+//!   under its own mount, in the §12 sandbox whose plan the daemon sends it over the connection
+//!   (docs/PROTOCOL-NOTES.md R10–R12, R30).
 //!
 //! A cluster's kind (Slurm) has no local process to follow: it needs the seam to grow cancel
 //! and poll of its own (not built).
@@ -123,8 +124,9 @@ impl Launcher for Local {
 /// `launcher.kind` `loopback` (docs/PROTOCOL-NOTES.md R10, R12): every run is `smithfs attach
 /// --ticket-fd 0 --cwd SMITH_DIR -- COMMAND…` on this host, bound to its smith, its ticket
 /// written to its stdin, its stdout and stderr the run's output pipe. `attach` mounts in a
-/// namespace of its own, so it starts outside the §12 sandbox, and COMMAND with it (R11): the
-/// daemon refuses this kind while the sandbox is enabled.
+/// namespace of its own, so it starts outside the §12 sandbox; COMMAND starts in it, from the
+/// plan the run's ticket is minted with (the listener sends it in the welcome: R30), never
+/// from anything in `attach`'s argv or environment.
 struct Loopback {
     remote: std::sync::Arc<dyn crate::sched::RemoteRuns>,
 }
@@ -138,7 +140,13 @@ impl Launcher for Loopback {
             .to_string_lossy()
             .into_owned();
         let key = listener_key(spec.smith, &spec.run_id);
-        let ticket = self.remote.ticket(&key, spec.smith)?;
+        let plan = spec.sandbox.as_ref().map(|p| {
+            let mut p = p.clone();
+            p.cwd = Some(spec.cwd.clone());
+            p.report = true;
+            p
+        });
+        let ticket = self.remote.ticket(&key, spec.smith, plan.as_ref())?;
         let mut argv: Vec<String> = vec![
             binary,
             "attach".into(),
