@@ -625,3 +625,102 @@ fn a_non_root_daemon_sandboxes_its_runs() {
     drop(sibling);
     drop(mounted);
 }
+
+/// `smithfs attach` as a user who is not root (docs/SPEC.md §13 "a user namespace when not
+/// root", notes R32): a non-root daemon's `loopback` runs are each an `attach` of that user,
+/// which mounts the remote tree in a user and mount namespace of its own and starts the agent
+/// in the §12 sandbox from the daemon's plan — every route of tests/fixtures/escapes.sh (the
+/// view and the kernel-enforced layers) fails, the agent is the user's uid (never 0) with no
+/// capability, it works in its own remote mount (another device than the daemon's) and its
+/// result is published, owned by the user.
+#[test]
+fn a_non_root_attach_mounts_in_a_user_namespace_and_sandboxes_its_run() {
+    let Some((_grant, uid, gid)) = granted_user() else {
+        return;
+    };
+    let tmp = tempfile::Builder::new()
+        .prefix("smithfs-unpriv-attach-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let home = tmp.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    std::os::unix::fs::chown(&home, Some(uid), Some(gid)).unwrap();
+    let script = tmp.path().join("escapes.sh");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/escapes.sh"),
+        &script,
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let outside = tmp.path().join("outside.txt");
+    std::fs::write(&outside, "the user's, outside the view\n").unwrap();
+    std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o644)).unwrap();
+
+    let m = home.join("m");
+    smithfs_as(uid, gid, &[OsStr::new("init"), m.as_os_str()]).expect_ok("init as the user");
+    let wrapper = r#"/bin/bash "$0"; echo "dev: $(stat -c %d .)"; echo "map: $(cat /proc/self/uid_map)"; echo made > private/made.txt; printf 'rootless attach\n' > outbox/result.md"#;
+    let config = serde_json::json!({
+        "launcher": { "kind": "loopback" },
+        "agent": {
+            "command": ["/bin/bash", "-c", wrapper, script],
+            "env": {
+                "SANDBOXED": "1",
+                "LAYERS": "1",
+                "OUTSIDE": outside,
+                "SMITHFS_BIN": SMITHFS,
+                "AGENT_PROG": script,
+            },
+            "retries": 0
+        },
+    });
+    std::fs::write(m.join("config.json"), config.to_string()).unwrap();
+    std::os::unix::fs::chown(m.join("config.json"), Some(uid), Some(gid)).unwrap();
+    sandboxed_as(uid, gid, &[], &[OsStr::new("mount"), m.as_os_str()])
+        .expect_ok("a loopback mount as the user");
+    let mounted = UserMount {
+        _tmp: tempfile::tempdir().unwrap(),
+        dir: m.clone(),
+        uid,
+        gid,
+    };
+    let in_mount = |script: &str| sh_as(uid, gid, &home, &format!("cd m && {script}"));
+    let daemon_dev = in_mount("stat -c %d smiths/smith-root").expect_ok("stat");
+    in_mount("printf 'escape\\n' > smiths/smith-root/inbox/task-1.md").expect_ok("task");
+    let conv = "smiths/smith-root/conversations/run-0001";
+    let meta = poll_until(90, "the run to end", || {
+        let text = in_mount(&format!("cat {conv}/meta.json")).stdout;
+        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+        (!v["end"].is_null()).then_some(v)
+    });
+    let log = in_mount(&format!("cat {conv}/messages.log")).stdout;
+    assert!(meta["error"].is_null(), "{meta}\n{log}");
+    assert_eq!(meta["exit_code"], 0, "{meta}\n{log}");
+    check_rootless(&log, uid, "non-root attach");
+    let dev = log
+        .lines()
+        .find_map(|l| l.strip_prefix("dev: "))
+        .unwrap_or_else(|| panic!("no dev line:\n{log}"));
+    assert_ne!(
+        dev,
+        daemon_dev.trim(),
+        "the run worked in the daemon's mount, not attach's own\n{log}"
+    );
+    // Inside, the user's uid maps to itself (the run's namespace, in attach's): never root.
+    let map: Vec<&str> = log
+        .lines()
+        .find_map(|l| l.strip_prefix("map: "))
+        .unwrap_or_else(|| panic!("no map line:\n{log}"))
+        .split_whitespace()
+        .collect();
+    let id = uid.to_string();
+    assert_eq!(map, [id.as_str(), id.as_str(), "1"], "{log}");
+    let fin = poll_until(30, "results/final.md", || {
+        let r = in_mount("cat results/final.md");
+        r.ok().then_some(r.stdout)
+    });
+    assert_eq!(fin, "rootless attach\n");
+    let owner = in_mount("stat -c %u:%g smiths/smith-root/private/made.txt").expect_ok("stat");
+    assert_eq!(owner.trim(), format!("{uid}:{gid}"));
+    drop(mounted);
+}
