@@ -2494,3 +2494,162 @@ both_modes!(root_agents_cannot_leave_their_smith, |mode| {
         ],
     );
 });
+
+// ---------------------------------------------------------------------------------------------
+// Through a remote mount (docs/SPEC.md §13, docs/PROTOCOL-NOTES.md R30): a `loopback` run's
+// attempts answer exactly as the same attempts of a local `smithfs run`
+// ---------------------------------------------------------------------------------------------
+
+/// The battery a remote and a local run of `A` both run (`python3 battery.py TAG`, in the
+/// mount root): every attempt of [`other_smith_cases`] on its sibling `B` and its parent `ROOT`,
+/// and what a smith does in its own areas (names suffixed with `TAG`, so that the two runs do
+/// not meet); one outcome per line, then `WHO <full id>` and `DEV <the mount's st_dev>`.
+fn remote_battery() -> (String, Vec<(String, &'static str)>) {
+    let mut cases = other_smith_cases("B");
+    cases.extend(other_smith_cases("ROOT"));
+    let own: Vec<(String, &'static str)> = [
+        "rd(A+'/private/f')",
+        "ls(A+'/private')",
+        "cr(A+'/private/n'+T)",
+        "put(A+'/outbox/o'+T)",
+        "get(A+'/outbox/o'+T)",
+        "os.mkdir(A+'/private/d'+T)",
+        "os.chmod(A+'/private/d'+T, 0o700)",
+        "os.rename(A+'/private/n'+T, A+'/outbox/n'+T)",
+        "os.rename(A+'/outbox/n'+T, A+'/private/n'+T)",
+        "os.symlink('f', A+'/private/s'+T)",
+        "os.readlink(A+'/private/s'+T)",
+        "os.unlink(A+'/private/s'+T)",
+        "os.link(A+'/private/n'+T, A+'/private/h'+T)",
+        "os.truncate(A+'/private/h'+T, 0)",
+        "setx(A+'/private/n'+T)",
+        "getx(A+'/private/n'+T)",
+        "rmx(A+'/private/n'+T)",
+        "os.mkfifo(A+'/private/p'+T)",
+        "chardev(A+'/private/c'+T)",
+        "blockdev(A+'/private/b'+T)",
+        "exchange(A+'/private/n'+T, A+'/private/h'+T)",
+        "noreplace(A+'/private/n'+T, A+'/private/h'+T)",
+        "os.rmdir(A+'/private/d'+T)",
+        "rd('.smithfs/whoami')",
+        "cr(A+'/inbox/task-9'+T)",
+        "cr(A+'/smith.md.'+T)",
+    ]
+    .iter()
+    .map(|c| (c.to_string(), "?"))
+    .collect();
+    cases.extend(own);
+    let mut code =
+        String::from("import os, sys\nos.chdir(os.environ['SMITH_MOUNT'])\nT = sys.argv[1]\n");
+    code.push_str(PRELUDE);
+    for (name, id) in PY_NAMES.iter().zip(TREE) {
+        code.push_str(&format!("{name} = {:?}\n", smith_dir(id)));
+    }
+    code.push_str("for c in [\n");
+    for (e, _) in &cases {
+        code.push_str(&format!("    lambda: {e},\n"));
+    }
+    code.push_str("]:\n    print(E(c), flush=True)\n");
+    code.push_str(
+        "w = get('.smithfs/whoami')\nprint('WHO ' + w.split('full id: ')[1].split('\\n')[0])\n",
+    );
+    code.push_str("print('DEV %d' % os.stat('.').st_dev)\n");
+    (code, cases)
+}
+
+/// A loopback run of `A` (its agent `attach`'s command, through the run's own remote mount) and
+/// a local `smithfs run --smith A` run the same battery ([`remote_battery`]) on one tree, the
+/// §12 sandbox on or off (`sandboxed`): every outcome is the same errno, nothing of the sibling
+/// changed, no attempt on another smith's area got through where the table says EACCES, the
+/// remote run is `A` and worked on another device (its own mount).
+fn remote_runs_meet_the_same_rules(mode: Mode, sandboxed: bool) {
+    let mut t = if sandboxed {
+        Tree::new(mode)
+    } else {
+        Tree::unsandboxed(mode)
+    };
+    let (code, cases) = remote_battery();
+    t.write("agents/battery.py", &code);
+    let py = python();
+    t.m.umount();
+    let cfg_path = t.m.path().join("config.json");
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cfg_path).expect("config.json"))
+            .expect("config.json is JSON");
+    cfg["launcher"] = serde_json::json!({"kind": "loopback"});
+    cfg["agent"]["command"] = serde_json::json!([py, "{mount}/agents/battery.py", "R"]);
+    cfg["agent"]["retries"] = serde_json::json!(0);
+    std::fs::write(&cfg_path, cfg.to_string()).expect("config.json");
+    t.m.mount();
+    let before = areas_of(&t, B);
+    let battery = t.abs("agents/battery.py");
+    let local = t
+        .cmd(Some(A), "", &[py, battery.to_str().expect("utf-8"), "L"])
+        .expect_ok(&format!("[{mode:?}] the battery as A, locally"));
+    t.write(&format!("{}/inbox/task-1.md", smith_dir(A)), "battery\n");
+    let (remote, meta) = ended_run(&t.m, &smith_dir(A), 1, 90);
+    assert!(
+        meta["error"].is_null() && meta["exit_code"] == 0,
+        "[{mode:?}] {meta}\n{remote}"
+    );
+    let lines = |s: &str| -> Vec<String> { s.lines().map(str::to_owned).collect() };
+    let (l, r) = (lines(&local), lines(&remote));
+    assert_eq!(
+        r.len(),
+        cases.len() + 2,
+        "[{mode:?}] remote:\n{remote}\nlocal:\n{local}"
+    );
+    let differ: Vec<String> = cases
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| l.get(*i) != r.get(*i))
+        .map(|(i, (e, _))| format!("    {e}: local {:?}, remote {:?}", l.get(i), r.get(i)))
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "[{mode:?}, sandboxed {sandboxed}] {} of {} attempts answer differently through the remote mount:\n{}",
+        differ.len(),
+        cases.len(),
+        differ.join("\n")
+    );
+    let escaped: Vec<&String> = cases
+        .iter()
+        .zip(&r)
+        .filter(|((_, want), got)| *want == "EACCES" && got.as_str() == "ok")
+        .map(|((e, _), _)| e)
+        .collect();
+    assert!(
+        escaped.is_empty(),
+        "[{mode:?}] got through remotely: {escaped:?}"
+    );
+    assert_eq!(r[cases.len()], format!("WHO {A}"), "[{mode:?}]");
+    assert_ne!(
+        r[cases.len() + 1],
+        l[cases.len() + 1],
+        "[{mode:?}] the remote run worked on the daemon's own mount"
+    );
+    assert_eq!(
+        areas_of(&t, B),
+        before,
+        "[{mode:?}] the sibling's areas changed"
+    );
+    let own: Vec<String> = cases
+        .iter()
+        .zip(&r)
+        .filter(|((_, want), _)| *want == "?")
+        .map(|((e, _), got)| format!("{e} {got}"))
+        .collect();
+    eprintln!(
+        "[{mode:?}, sandboxed {sandboxed}] {} attempts answer the same remotely; own areas:\n{}",
+        cases.len(),
+        own.join("\n")
+    );
+}
+
+both_modes!(remote_runs_meet_the_same_rules_sandboxed, |mode| {
+    remote_runs_meet_the_same_rules(mode, true);
+});
+
+both_modes!(remote_runs_meet_the_same_rules_unsandboxed, |mode| {
+    remote_runs_meet_the_same_rules(mode, false);
+});
