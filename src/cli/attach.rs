@@ -49,6 +49,9 @@ pub fn run(args: AttachArgs) -> Result<ExitCode> {
     // command's own SIGPIPE disposition is reset to the default by the spawn).
     // SAFETY: setting a signal disposition; no handler runs.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    // A launcher's TERM while attach connects and mounts ends nothing (R14); a sandboxed
+    // COMMAND's are forwarded from below on.
+    let plain_signals = attach_command::StopSignals::ignore();
     let ticket = read_ticket(args.ticket_fd)?;
     let attached = crate::remote::client::attach(&ticket)?;
     let mount_point = PathBuf::from(&attached.mount_point);
@@ -72,7 +75,7 @@ pub fn run(args: AttachArgs) -> Result<ExitCode> {
     let signals = if sandbox.is_some() {
         attach_command::StopSignals::block()?
     } else {
-        attach_command::StopSignals::ignore()
+        plain_signals
     };
     let (dev, init) =
         node::mount(&mount_point, true, attached.max_write).map_err(|e| anyhow!(e))?;
