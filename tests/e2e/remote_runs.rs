@@ -8,7 +8,10 @@
 
 use crate::common;
 
-use std::os::unix::fs::MetadataExt;
+use std::ffi::OsStr;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 use common::msched::*;
@@ -417,4 +420,184 @@ fn loopback_unmount_stops_a_live_run() {
     let exited = s.of("run.exited", Some(ROOT));
     assert_eq!(exited.len(), 1, "{exited:?}");
     assert_eq!(exited[0]["outcome"], "interrupted", "{exited:?}");
+}
+
+/// The unprivileged test user `smithfs-test` (created, a system user without a home, if
+/// missing) with `/dev/fuse` open to everyone for the guard's life (which holds the lock that
+/// serialises every test touching `/dev/fuse`); `None`, with a `skipped:` line, when not root.
+fn rootless_user() -> Option<(common::DevFuseGrant, u32, u32)> {
+    if !is_root() {
+        eprintln!("skipped: needs root to create the test user and grant /dev/fuse");
+        return None;
+    }
+    let grant = common::DevFuseGrant::new();
+    let id = |flag: &str| common::run(Command::new("id").arg(flag).arg("smithfs-test"));
+    if !id("-u").ok() {
+        common::run(
+            Command::new("useradd")
+                .args(["--system", "--no-create-home", "--home-dir", "/nonexistent"])
+                .args(["--shell", "/usr/sbin/nologin", "smithfs-test"]),
+        )
+        .expect_ok("useradd smithfs-test");
+    }
+    let uid = id("-u").expect_ok("id -u").trim().parse().expect("uid");
+    let gid = id("-g").expect_ok("id -g").trim().parse().expect("gid");
+    Some((grant, uid, gid))
+}
+
+/// `smithfs ARGS…` as `uid:gid`, without supplementary groups.
+fn as_user(uid: u32, gid: u32, args: &[&OsStr]) -> common::Run {
+    common::run(
+        Command::new("setpriv")
+            .arg(format!("--reuid={uid}"))
+            .arg(format!("--regid={gid}"))
+            .arg("--clear-groups")
+            .arg("--")
+            .arg(SMITHFS)
+            .args(args),
+    )
+}
+
+/// A mount of the test user's: unmounted on drop (as the user, else `umount -l` as root), its
+/// daemon killed if it outlives that.
+struct RootlessMount {
+    dir: std::path::PathBuf,
+    uid: u32,
+    gid: u32,
+}
+
+impl Drop for RootlessMount {
+    fn drop(&mut self) {
+        let daemon = common::find_daemon(&self.dir);
+        if common::is_smithfs_mounted(&self.dir) {
+            let _ = as_user(
+                self.uid,
+                self.gid,
+                &[OsStr::new("umount"), self.dir.as_os_str()],
+            );
+            if common::is_smithfs_mounted(&self.dir) {
+                let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+            }
+        }
+        if let Some(pid) = daemon {
+            let gone = || !std::path::Path::new(&format!("/proc/{pid}")).exists();
+            let end = std::time::Instant::now() + Duration::from_secs(5);
+            while std::time::Instant::now() < end && !gone() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            // SAFETY: kill of the daemon this test started (a no-op ESRCH if it is gone).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// `smithfs attach` as a user who is not root (docs/SPEC.md §13 "a user namespace when not
+/// root", notes R32): a non-root daemon's `loopback` runs are each an `attach` of that user,
+/// which mounts the remote tree in a user and mount namespace of its own and starts the agent
+/// in the §12 sandbox from the daemon's plan — every route of tests/fixtures/escapes.sh (the
+/// view and the kernel-enforced layers) fails, the agent is the user's uid (never 0) with no
+/// capability, it works in its own remote mount (another device than the daemon's) and its
+/// result is published, owned by the user.
+#[test]
+fn a_non_root_attach_mounts_in_a_user_namespace_and_sandboxes_its_run() {
+    let Some((_grant, uid, gid)) = rootless_user() else {
+        return;
+    };
+    let tmp = tempfile::Builder::new()
+        .prefix("smithfs-unpriv-attach-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let home = tmp.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    std::os::unix::fs::chown(&home, Some(uid), Some(gid)).unwrap();
+    let script = tmp.path().join("escapes.sh");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/escapes.sh"),
+        &script,
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let outside = tmp.path().join("outside.txt");
+    std::fs::write(&outside, "the user's, outside the view\n").unwrap();
+    std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o644)).unwrap();
+
+    let m = home.join("m");
+    as_user(uid, gid, &[OsStr::new("init"), m.as_os_str()]).expect_ok("init as the user");
+    let wrapper = r#"/bin/bash "$0"; echo "dev: $(stat -c %d .)"; echo "map: $(cat /proc/self/uid_map)"; echo made > private/made.txt; printf 'rootless attach\n' > outbox/result.md"#;
+    let config = serde_json::json!({
+        "launcher": { "kind": "loopback" },
+        "agent": {
+            "command": ["/bin/bash", "-c", wrapper, script],
+            "env": {
+                "SANDBOXED": "1",
+                "LAYERS": "1",
+                "OUTSIDE": outside,
+                "SMITHFS_BIN": SMITHFS,
+                "AGENT_PROG": script,
+            },
+            "retries": 0
+        },
+    });
+    std::fs::write(m.join("config.json"), config.to_string()).unwrap();
+    std::os::unix::fs::chown(m.join("config.json"), Some(uid), Some(gid)).unwrap();
+    as_user(uid, gid, &[OsStr::new("mount"), m.as_os_str()])
+        .expect_ok("a loopback mount as the user");
+    let mounted = RootlessMount {
+        dir: m.clone(),
+        uid,
+        gid,
+    };
+    let in_mount = |script: &str| common::sh_as(uid, gid, &home, &format!("cd m && {script}"));
+    let daemon_dev = in_mount("stat -c %d smiths/smith-root").expect_ok("stat");
+    in_mount("printf 'escape\\n' > smiths/smith-root/inbox/task-1.md").expect_ok("task");
+    let conv = "smiths/smith-root/conversations/run-0001";
+    let meta = poll_until(90, "the run to end", || {
+        let text = in_mount(&format!("cat {conv}/meta.json")).stdout;
+        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+        (!v["end"].is_null()).then_some(v)
+    });
+    let log = in_mount(&format!("cat {conv}/messages.log")).stdout;
+    assert!(meta["error"].is_null(), "{meta}\n{log}");
+    assert_eq!(meta["exit_code"], 0, "{meta}\n{log}");
+    assert!(
+        !log.contains("ESCAPED") && !log.contains("MISSING"),
+        "a run of a non-root attach got out:\n{log}"
+    );
+    assert!(log.contains(&format!("\nuid: {uid}\n")), "uid:\n{log}");
+    for cap in ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"] {
+        assert!(
+            log.contains(&format!("{cap} 0000000000000000")),
+            "{cap}:\n{log}"
+        );
+    }
+    for line in ["NoNewPrivs: 1", "Seccomp: 2", "full id: smith-root\n"] {
+        assert!(log.contains(line), "no {line:?}:\n{log}");
+    }
+    let dev = log
+        .lines()
+        .find_map(|l| l.strip_prefix("dev: "))
+        .unwrap_or_else(|| panic!("no dev line:\n{log}"));
+    assert_ne!(
+        dev,
+        daemon_dev.trim(),
+        "the run worked in the daemon's mount, not attach's own\n{log}"
+    );
+    // Inside, the user's uid maps to itself (the run's namespace, in attach's): never root.
+    let map: Vec<&str> = log
+        .lines()
+        .find_map(|l| l.strip_prefix("map: "))
+        .unwrap_or_else(|| panic!("no map line:\n{log}"))
+        .split_whitespace()
+        .collect();
+    let id = uid.to_string();
+    assert_eq!(map, [id.as_str(), id.as_str(), "1"], "{log}");
+    let fin = poll_until(30, "results/final.md", || {
+        let r = in_mount("cat results/final.md");
+        r.ok().then_some(r.stdout)
+    });
+    assert_eq!(fin, "rootless attach\n");
+    let owner = in_mount("stat -c %u:%g smiths/smith-root/private/made.txt").expect_ok("stat");
+    assert_eq!(owner.trim(), format!("{uid}:{gid}"));
+    drop(mounted);
 }
