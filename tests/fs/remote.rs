@@ -442,6 +442,16 @@ fn listener_at(w: &World, mount_point: &std::path::Path) -> Listener {
 
 /// `smithfs attach --cwd CWD -- bash -c SCRIPT` with `ticket` on descriptor 3, stdout piped.
 fn spawn_attach(ticket: &Ticket, cwd: &std::path::Path, script: &str) -> std::process::Child {
+    spawn_attach_as(None, ticket, cwd, script)
+}
+
+/// [`spawn_attach`] as `user` (uid, gid; no supplementary group) when given.
+fn spawn_attach_as(
+    user: Option<(u32, u32)>,
+    ticket: &Ticket,
+    cwd: &std::path::Path,
+    script: &str,
+) -> std::process::Child {
     use std::os::fd::AsRawFd;
     use std::os::unix::process::CommandExt;
     let (r, w) = nix::unistd::pipe().unwrap();
@@ -455,6 +465,10 @@ fn spawn_attach(ticket: &Ticket, cwd: &std::path::Path, script: &str) -> std::pr
         .args(["--", "bash", "-c", script])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
+    if let Some((uid, gid)) = user {
+        // From root, std's spawn also drops every supplementary group.
+        cmd.uid(uid).gid(gid);
+    }
     // SAFETY: dup2 and fcntl are async-signal-safe.
     unsafe {
         cmd.pre_exec(move || {
@@ -599,4 +613,116 @@ fn a_dropped_connection_fails_the_remote_mount_closed() {
         "stderr: {stderr:?} rest: {rest:?}"
     );
     assert!(!w.store(&format!("{CHILD_DIR}/private/new")).exists());
+}
+
+/// The test user `smithfs-test`'s uid and gid (created, a system user without a home, when
+/// missing).
+fn test_user() -> (u32, u32) {
+    let id = |flag: &str| {
+        std::process::Command::new("id")
+            .arg(flag)
+            .arg("smithfs-test")
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .trim()
+                    .parse::<u32>()
+                    .ok()
+            })
+    };
+    if id("-u").is_none() {
+        let made = std::process::Command::new("useradd")
+            .args(["--system", "--no-create-home", "--home-dir", "/nonexistent"])
+            .args(["--shell", "/usr/sbin/nologin", "smithfs-test"])
+            .status()
+            .unwrap();
+        assert!(made.success(), "useradd smithfs-test");
+    }
+    (id("-u").unwrap(), id("-g").unwrap())
+}
+
+/// docs/PROTOCOL-NOTES.md R32: an `attach` that is not root, for a run whose uid (as the
+/// daemon numbers it: 65534 here) is not its own (the test user's), mounts in a user namespace
+/// where it *is* the run's uid: the run, in the §12 sandbox of the plan the welcome carries, is
+/// that uid inside (its namespace maps it to itself, never to 0), the owners the daemon reports
+/// for the smith's files are its own, so the node kernel lets it create in its `private/`, what
+/// it creates is the run's uid in the daemon's store, and its result completes.
+#[test]
+fn a_non_root_attach_is_the_runs_uid_in_its_own_user_namespace() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if !root() {
+        eprintln!("skipped: creates the test user (root)");
+        return;
+    }
+    let fuse = std::fs::metadata("/dev/fuse").map(|m| m.permissions().mode() & 0o006);
+    if fuse.ok() != Some(0o006) {
+        eprintln!(
+            "skipped: /dev/fuse is not open to other users here (a non-root attach needs it)"
+        );
+        return;
+    }
+    let (uid, gid) = test_user();
+    const RUN: u32 = 65534;
+    let w = World::new();
+    let mnt = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(mnt.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The smith's dir is the run's uid's in the store, as the daemon's tree makes it (XT3).
+    let chown = std::process::Command::new("chown")
+        .args(["-R", &format!("{RUN}:{RUN}")])
+        .arg(w.store(CHILD_DIR))
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let l = listener_at(&w, mnt.path());
+    let mut plan =
+        smithfs::sandbox::view::Plan::for_mount(&smithfs::config::Config::default(), mnt.path());
+    plan.uid = RUN;
+    plan.gid = RUN;
+    plan.user = "agent".into();
+    let smith_dir = mnt.path().join(CHILD_DIR);
+    plan.cwd = Some(smith_dir.clone());
+    let grant = smithfs::remote::keys::Grant {
+        ids: Some((RUN, RUN)),
+        sandbox: Some(serde_json::to_string(&plan).unwrap()),
+    };
+    let ticket = l.ticket_with("run-userns", w.child, grant).unwrap();
+    let script = "id -u; cat /proc/self/uid_map; echo made > private/made.txt; \
+                  stat -c %u private/made.txt; echo 7 > outbox/result.md; echo done";
+    let mut child = Reap(spawn_attach_as(
+        Some((uid, gid)),
+        &ticket,
+        &smith_dir,
+        script,
+    ));
+    let (status, stdout, stderr) = finish(&mut child);
+    assert!(status.success(), "{stdout}\n{stderr}");
+    let lines: Vec<Vec<&str>> = stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let run = RUN.to_string();
+    assert_eq!(
+        lines,
+        [
+            vec![run.as_str()],
+            vec![run.as_str(), run.as_str(), "1"],
+            vec![run.as_str()],
+            vec!["done"],
+        ],
+        "{stderr}"
+    );
+    let made = std::fs::metadata(w.store(&format!("{CHILD_DIR}/private/made.txt"))).unwrap();
+    assert_eq!((made.uid(), made.gid()), (RUN, RUN));
+    assert_eq!(
+        std::fs::read(w.store(&format!("{CHILD_DIR}/outbox/result.md"))).unwrap(),
+        b"7\n"
+    );
+    let t = w.take_triggers();
+    assert!(
+        t.iter()
+            .any(|t| matches!(t, Trigger::ResultPublished { smith } if *smith == w.child)),
+        "{t:?}"
+    );
 }
