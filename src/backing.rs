@@ -247,17 +247,26 @@ pub fn lookup(dir: BorrowedFd<'_>, name: &CStr) -> SysResult<OwnedFd> {
 ///
 /// `O_CREAT`, `O_EXCL` and `O_NOCTTY` are removed; `O_CLOEXEC` is added. A directory
 /// (`O_DIRECTORY`) is reopened as `.` relative to itself, one path component; anything else
-/// through `/proc/self/fd/N` (four components and a magic link), the only way for a file.
+/// through `/proc/self/fd/N` (four components and a magic link), the only way for a file. A
+/// directory its opener may read but not search (mode `r--`: `.` is a lookup in it, EACCES for a
+/// daemon without `CAP_DAC_OVERRIDE`) is reopened through `/proc/self/fd/N` too, which checks
+/// only the read right, as an `opendir` of the native directory does (notes SB16).
 pub fn reopen(fd: BorrowedFd<'_>, flags: i32) -> SysResult<OwnedFd> {
     let flags = (flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_NOFOLLOW))
         | libc::O_CLOEXEC;
-    let ret = if flags & libc::O_DIRECTORY != 0 {
-        // SAFETY: `fd` is a valid descriptor and "." is NUL-terminated.
-        cvt(unsafe { libc::openat(fd.as_raw_fd(), c".".as_ptr(), flags) })?
-    } else {
+    let through_proc = || {
         let path = proc_fd_path(fd.as_raw_fd());
         // SAFETY: `path` is NUL-terminated.
-        cvt(unsafe { libc::open(path.as_ptr(), flags) })?
+        cvt(unsafe { libc::open(path.as_ptr(), flags) })
+    };
+    let ret = if flags & libc::O_DIRECTORY != 0 {
+        // SAFETY: `fd` is a valid descriptor and "." is NUL-terminated.
+        match cvt(unsafe { libc::openat(fd.as_raw_fd(), c".".as_ptr(), flags) }) {
+            Err(Errno::EACCES) => through_proc()?,
+            r => r?,
+        }
+    } else {
+        through_proc()?
     };
     Ok(take_fd(ret))
 }

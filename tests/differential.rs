@@ -732,8 +732,11 @@ fn tree(root: &Path) -> (BTreeMap<String, Node>, BTreeSet<BTreeSet<String>>) {
     // named `DIR/<unlisted>`, the data `<ERRNO>`), on both sides alike.
     let unreadable = |e: std::io::Error| format!("<{:?}>", io_err(e)).into_bytes();
     while let Some(dir) = stack.pop() {
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(rd) => rd.map(|e| e.map(|e| e.path())).collect::<Vec<_>>(),
+        let entries = match std::fs::read_dir(&dir).and_then(|rd| {
+            rd.map(|e| e.map(|e| e.path()))
+                .collect::<Result<Vec<_>, _>>()
+        }) {
+            Ok(entries) => entries,
             Err(e) => {
                 let rel = dir
                     .strip_prefix(root)
@@ -745,7 +748,6 @@ fn tree(root: &Path) -> (BTreeMap<String, Node>, BTreeSet<BTreeSet<String>>) {
             }
         };
         for p in entries {
-            let p = p.unwrap();
             let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
             let md = match std::fs::symlink_metadata(&p) {
                 Ok(md) => md,
@@ -895,13 +897,25 @@ fn differential_inside_a_run(mode: &'static str, seed: u64) {
     std::fs::set_permissions(holder.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let plain = holder.path().join("plain");
     std::fs::create_dir(&plain).unwrap();
+    let m = TestMount::with_config(&inside_config(&exe, &plain, seed), mode, Vec::new());
+    let (uid, gid) = agents_of(&m);
+    std::os::unix::fs::chown(&plain, Some(uid), Some(gid)).expect("chown the plain side");
+    let root = m.path().join("smiths/smith-root");
+    std::fs::write(root.join("inbox/task-1.md"), "compare\n").expect("task");
+    let (log, meta) = ended_run(&m, "smiths/smith-root", 1, 900);
+    check_inside(&log, &meta, uid, mode);
+}
+
+/// config.json of a mount whose runs are [`inside_a_run`] of `exe`, comparing with `plain`
+/// (writable for them) from `seed` (`SMITHFS_DIFF_SEED` overrides it, as `PROPTEST_RNG_SEED`
+/// does not reach the run; `SMITHFS_DIFF_OPS` is passed on).
+fn inside_config(exe: &Path, plain: &Path, seed: u64) -> serde_json::Value {
     let ops = std::env::var("SMITHFS_DIFF_OPS").unwrap_or_else(|_| "10000".into());
-    // `SMITHFS_DIFF_SEED=<n>` explores another seed (PROPTEST_RNG_SEED does not reach the run).
     let seed: u64 = std::env::var("SMITHFS_DIFF_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(seed);
-    let config = serde_json::json!({
+    serde_json::json!({
         "agent": {
             "command": [exe, "--exact", "inside_a_run", "--nocapture", "--test-threads", "1"],
             "env": {
@@ -913,30 +927,30 @@ fn differential_inside_a_run(mode: &'static str, seed: u64) {
             "timeout_secs": 900,
         },
         "sandbox": { "writable": [plain] },
-    });
-    let m = TestMount::with_config(&config, mode, Vec::new());
-    let (uid, gid) = agents_of(&m);
-    std::os::unix::fs::chown(&plain, Some(uid), Some(gid)).expect("chown the plain side");
-    let root = m.path().join("smiths/smith-root");
-    std::fs::write(root.join("inbox/task-1.md"), "compare\n").expect("task");
-    let (log, meta) = ended_run(&m, "smiths/smith-root", 1, 900);
+    })
+}
+
+/// The verdict of an [`inside_a_run`] run (`log`, `meta`): it exited 0 after comparing as
+/// `uid`, under its seccomp filter with `no_new_privs`.
+fn check_inside(log: &str, meta: &serde_json::Value, uid: u32, what: &str) {
     assert_eq!(
         meta["exit_code"], 0,
-        "[{mode}] the differential inside the run failed: {meta}\n{log}"
+        "[{what}] the differential inside the run failed: {meta}\n{log}"
     );
     assert!(
         log.contains("operations in")
             && log.contains("agreed")
             && log.contains(&format!("uid {uid} ")),
-        "[{mode}] the run did not compare as the agents' uid {uid}:\n{log}"
+        "[{what}] the run did not compare as the agents' uid {uid}:\n{log}"
     );
-    eprintln!(
-        "[{mode}] {}",
-        log.lines()
-            .filter(|l| l.contains("agreed"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    for layer in ["Seccomp:\t2", "NoNewPrivs:\t1"] {
+        assert!(
+            log.contains(layer),
+            "[{what}] the run was not under its filter ({layer:?}):\n{log}"
+        );
+    }
+    let agreed: Vec<&str> = log.lines().filter(|l| l.contains("agreed")).collect();
+    eprintln!("[{what}] {}", agreed.join("\n"));
 }
 
 #[test]
@@ -947,6 +961,44 @@ fn random_operations_agree_inside_a_sandboxed_run_cgroup() {
 #[test]
 fn random_operations_agree_inside_a_sandboxed_run_ancestry() {
     differential_inside_a_run("ancestry", 0x5317_0f5e_ed00_3002);
+}
+
+/// The same inside a run of a daemon that is not root (docs/SPEC.md §12 "Without root"): the
+/// test user mounts through fusermount3, its run is in a user namespace of its own as that user,
+/// with every layer; the test binary and the plain side are copied where the user can reach them.
+#[test]
+fn random_operations_agree_inside_a_run_of_a_non_root_daemon() {
+    let Some((_grant, uid, gid)) = common::user::granted_user() else {
+        return;
+    };
+    let m = common::user::UserMount::init(uid, gid);
+    let exe = m.tmp.path().join("differential");
+    std::fs::copy(std::env::current_exe().expect("this test binary"), &exe).expect("copy");
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let plain = m.tmp.path().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    let config = m.path().join("config.json");
+    let c = inside_config(&exe, &plain, 0x5317_0f5e_ed00_3003);
+    std::fs::write(&config, c.to_string()).expect("config.json");
+    for p in [&plain, &config] {
+        std::os::unix::fs::chown(p, Some(uid), Some(gid)).expect("chown");
+    }
+    common::user::smithfs_as(
+        uid,
+        gid,
+        &[std::ffi::OsStr::new("mount"), m.path().as_os_str()],
+    )
+    .expect_ok("a sandboxed mount as the user");
+    m.sh("printf 'compare\\n' > smiths/smith-root/inbox/task-1.md")
+        .expect_ok("task");
+    let conv = "smiths/smith-root/conversations/run-0001";
+    let meta = poll_until(900, "the run to end", || {
+        let text = m.sh(&format!("cat {conv}/meta.json")).stdout;
+        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+        (!v["end"].is_null()).then_some(v)
+    });
+    let log = m.sh(&format!("cat {conv}/messages.log")).stdout;
+    check_inside(&log, &meta, uid, "non-root daemon");
 }
 
 /// The agent of [`differential_inside_a_run`]: run only as a smith's agent command, with

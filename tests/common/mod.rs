@@ -62,6 +62,7 @@ pub const MOUNT_DEADLINE: Duration = Duration::from_secs(20);
 pub mod msched;
 pub mod rel;
 pub mod sched;
+pub mod user;
 
 /// What a [`poll_until`] condition returns: `bool` (done or not) or `Option<T>` (the value,
 /// once there).

@@ -407,20 +407,11 @@ fn uid_per_smith_runs_a_whole_tree_ancestry() {
     uid_per_smith_tree("ancestry");
 }
 
-/// uid and gid of the unprivileged `smithfs-test` user (as `tests/e2e/unprivileged.rs` makes it:
-/// a system user without a home), created if missing, under the lock those tests hold for it.
+/// uid and gid of the unprivileged `smithfs-test` user, created if missing, under the lock
+/// the tests of `/dev/fuse` hold for it.
 fn test_user() -> (u32, u32) {
     let _lock = DevFuseLock::acquire();
-    let id = |flag: &str| run(Command::new("id").arg(flag).arg("smithfs-test"));
-    if !id("-u").ok() {
-        run(Command::new("useradd")
-            .args(["--system", "--no-create-home", "--home-dir", "/nonexistent"])
-            .args(["--shell", "/usr/sbin/nologin", "smithfs-test"]))
-        .expect_ok("useradd smithfs-test");
-    }
-    let uid = id("-u").expect_ok("id -u").trim().parse().expect("uid");
-    let gid = id("-g").expect_ok("id -g").trim().parse().expect("gid");
-    (uid, gid)
+    common::user::test_user()
 }
 
 /// Hooks as the mounting user (docs/SPEC.md §12, notes XT20): a root daemon mounted with

@@ -9,52 +9,11 @@ use crate::common;
 
 use std::ffi::OsStr;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
+use common::user::*;
 use common::*;
-
-const USER: &str = "smithfs-test";
-
-/// uid and gid of the test user, created (a system user without a home) if missing. Call with
-/// the `DevFuseLock` held, so that two tests do not race on useradd.
-fn test_user() -> (u32, u32) {
-    let id = |flag: &str| run(Command::new("id").arg(flag).arg(USER));
-    if !id("-u").ok() {
-        run(Command::new("useradd")
-            .args(["--system", "--no-create-home", "--home-dir", "/nonexistent"])
-            .args(["--shell", "/usr/sbin/nologin", USER]))
-        .expect_ok("useradd smithfs-test");
-    }
-    let uid = id("-u").expect_ok("id -u").trim().parse().unwrap();
-    let gid = id("-g").expect_ok("id -g").trim().parse().unwrap();
-    (uid, gid)
-}
-
-/// The setup of most tests here: /dev/fuse open to everyone for the test's life (the grant,
-/// which holds the `DevFuseLock`) and the test user's uid and gid. `None`, with a `skipped:`
-/// line, when not root.
-fn granted_user() -> Option<(DevFuseGrant, u32, u32)> {
-    if !is_root() {
-        eprintln!("skipped: needs root to create the test user and grant /dev/fuse");
-        return None;
-    }
-    let grant = DevFuseGrant::new();
-    let (uid, gid) = test_user();
-    Some((grant, uid, gid))
-}
-
-/// `smithfs ARGS…` as `uid:gid`.
-fn smithfs_as(uid: u32, gid: u32, args: &[&OsStr]) -> Run {
-    run(Command::new("setpriv")
-        .arg(format!("--reuid={uid}"))
-        .arg(format!("--regid={gid}"))
-        .arg("--clear-groups")
-        .arg("--")
-        .arg(SMITHFS)
-        .args(args))
-}
 
 /// The `doctor --json` checks of `out` (its stdout), and the one named `name`.
 fn doctor_check(out: &str, name: &str) -> (serde_json::Value, serde_json::Value) {
@@ -67,71 +26,6 @@ fn doctor_check(out: &str, name: &str) -> (serde_json::Value, serde_json::Value)
         .unwrap_or_else(|| panic!("no {name} check in {checks}"))
         .clone();
     (checks, one)
-}
-
-/// A smithfs directory owned by the test user in a private temp dir; unmounted on drop (as the
-/// user, then `umount -l` as root), its daemon reaped, the temp dir removed.
-struct UserMount {
-    _tmp: tempfile::TempDir,
-    dir: PathBuf,
-    uid: u32,
-    gid: u32,
-}
-
-impl UserMount {
-    fn init(uid: u32, gid: u32) -> Self {
-        let tmp = tempfile::Builder::new()
-            .prefix("smithfs-unpriv-")
-            .tempdir()
-            .unwrap();
-        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let dir = tmp.path().join("m");
-        std::fs::create_dir(&dir).unwrap();
-        std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).unwrap();
-        smithfs_as(uid, gid, &[OsStr::new("init"), dir.as_os_str()]).expect_ok("init as user");
-        UserMount {
-            _tmp: tmp,
-            dir,
-            uid,
-            gid,
-        }
-    }
-
-    fn path(&self) -> &Path {
-        &self.dir
-    }
-
-    /// `bash -c SCRIPT` as the user, inside the mount (root cannot even chdir there without
-    /// allow_other, so the user's shell does the `cd`).
-    fn sh(&self, script: &str) -> Run {
-        let parent = self.dir.parent().unwrap();
-        sh_as(self.uid, self.gid, parent, &format!("cd m && {script}"))
-    }
-}
-
-impl Drop for UserMount {
-    fn drop(&mut self) {
-        if is_smithfs_mounted(&self.dir) {
-            let r = smithfs_as(
-                self.uid,
-                self.gid,
-                &[OsStr::new("umount"), self.dir.as_os_str()],
-            );
-            if !r.ok() || is_smithfs_mounted(&self.dir) {
-                eprintln!("UserMount: umount as user failed: {r:?}; umount -l as root");
-                let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-            }
-        }
-        if let Some(pid) = find_daemon(&self.dir) {
-            let end = std::time::Instant::now() + Duration::from_secs(5);
-            // SAFETY: signal 0 only probes for existence.
-            while std::time::Instant::now() < end && unsafe { libc::kill(pid, 0) } == 0 {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            // SAFETY: kill of the daemon this test started.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-    }
 }
 
 #[test]
@@ -380,21 +274,6 @@ fn allow_other_without_user_allow_other_is_refused_as_doctor_says() {
     drop(grant);
 }
 
-/// `smithfs ARGS…` as `uid:gid` (the sandbox is on by default) and `vars` in its environment.
-fn sandboxed_as(uid: u32, gid: u32, vars: &[(&str, &OsStr)], args: &[&OsStr]) -> Run {
-    let mut cmd = Command::new("setpriv");
-    cmd.arg(format!("--reuid={uid}"))
-        .arg(format!("--regid={gid}"))
-        .arg("--clear-groups")
-        .arg("--")
-        .arg(SMITHFS)
-        .args(args);
-    for (k, v) in vars {
-        cmd.env(k, v);
-    }
-    run(&mut cmd)
-}
-
 /// A process of the test user, outside every run (killed and reaped on drop).
 struct UserProcess(std::process::Child);
 
@@ -536,7 +415,7 @@ fn a_non_root_daemon_sandboxes_its_runs() {
     sandboxed_as(uid, gid, &[], &[OsStr::new("mount"), m.as_os_str()])
         .expect_ok("a sandboxed mount as the user");
     let mounted = UserMount {
-        _tmp: tempfile::tempdir().unwrap(),
+        tmp: tempfile::tempdir().unwrap(),
         dir: m.clone(),
         uid,
         gid,
