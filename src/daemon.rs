@@ -879,6 +879,7 @@ impl crate::sched::RemoteRuns for Tickets {
         run_id: &str,
         smith: SmithIdx,
         sandbox: Option<&crate::sandbox::view::Plan>,
+        output: Option<OwnedFd>,
     ) -> Result<String, String> {
         let l = self.0.upgrade().ok_or("the listener has stopped")?;
         let grant = crate::remote::keys::Grant {
@@ -887,15 +888,23 @@ impl crate::sched::RemoteRuns for Tickets {
                 .map(|p| serde_json::to_string(p).map_err(|e| e.to_string()))
                 .transpose()?,
         };
-        Ok(l.ticket_with(run_id, smith, grant)?.to_text())
+        Ok(l.ticket_with(run_id, smith, grant, output)?.to_text())
     }
 
-    fn revoke(&self, run_id: &str) {
-        if let Some(l) = self.0.upgrade() {
-            l.keys().revoke(run_id);
-        }
+    fn revoke(&self, run_id: &str) -> Option<std::process::ExitStatus> {
+        let l = self.0.upgrade()?;
+        let report = l.keys().revoke(run_id, REVOKE_LINGER);
+        report.map(crate::remote::oob::ExitReport::status)
+    }
+
+    fn attached(&self, run_id: &str) -> bool {
+        self.0.upgrade().is_some_and(|l| l.keys().claimed(run_id))
     }
 }
+
+/// How long a run's revoke waits for its node's connection to end by itself (the node sends
+/// its last output and its exit report, then closes) before it cuts it.
+const REVOKE_LINGER: Duration = Duration::from_secs(5);
 
 /// Whom hooks run as with the sandbox on (docs/SPEC.md §12, "Programs smithfs runs for others";
 /// docs/PROTOCOL-NOTES.md XT20): the user who mounted with sudo (`SUDO_UID`, a root daemon

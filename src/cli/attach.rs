@@ -80,17 +80,23 @@ pub fn run(args: AttachArgs) -> Result<ExitCode> {
     let (dev, init) =
         node::mount(&mount_point, true, attached.max_write).map_err(|e| anyhow!(e))?;
     tracing::debug!(?init, mount = %mount_point.display(), "attached");
-    let forwarder = Forwarder::new(dev, attached.channel, init).map_err(|e| anyhow!(e))?;
+    let (output, output_w) = output_pipe()?;
+    let forwarder = Forwarder::new(dev, attached.channel, init)
+        .and_then(|f| f.with_output(output))
+        .map_err(|e| anyhow!(e))?;
     let (stop_r, stop_w) = nix::unistd::pipe().context("pipe")?;
     let forwarding = std::thread::Builder::new()
         .name("smithfs-forward".into())
         .spawn(move || forwarder.run(stop_r.as_fd(), RELEASE_GRACE))
         .context("cannot start forwarding")?;
     let cwd = args.cwd.unwrap_or_else(|| mount_point.clone());
-    let status = attach_command::spawn(&args.command, &cwd, sandbox.as_ref(), &signals)
+    // COMMAND's stdout and stderr: the pipe whose other end the forwarder sends (R16).
+    let status = attach_command::spawn(&args.command, &cwd, sandbox.as_ref(), &signals, output_w)
         .and_then(attach_command::Running::wait);
     kill_rest_of_group();
-    let _ = nix::unistd::write(&stop_w, b"x");
+    if let Ok(status) = &status {
+        report_exit(&stop_w, *status);
+    }
     let ended = forwarding
         .join()
         .map_err(|_| anyhow!("the forwarding thread panicked"))?;
@@ -104,6 +110,20 @@ pub fn run(args: AttachArgs) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::from(attach_command::exit_code(status)))
+}
+
+/// A pipe for COMMAND's stdout and stderr (read end, write end; both close-on-exec: the spawn
+/// dups the write end onto 1 and 2): what is written there reaches the daemon as output frames
+/// (docs/PROTOCOL-NOTES.md R16), so a job's output needs no file on the node.
+fn output_pipe() -> Result<(OwnedFd, OwnedFd)> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("cannot make the output pipe")
+}
+
+/// Hand COMMAND's end (`status`) to the forwarding thread on its stop pipe: it sends the exit
+/// report last, after the output and the last closes (docs/PROTOCOL-NOTES.md R16).
+fn report_exit(stop: &OwnedFd, status: std::process::ExitStatus) {
+    let frame = crate::remote::oob::exit(crate::remote::oob::ExitReport::of(status));
+    let _ = nix::unistd::write(stop, &frame);
 }
 
 /// What COMMAND left behind in this process's group ends with it: SIGKILL to every other member

@@ -139,8 +139,8 @@ impl Running {
 
 /// Start `command` in `cwd` with `attach`'s environment: in `sandbox` (`plan_of`'s plan; its
 /// own working directory wins over `cwd`, a directory the view does not show falls back to
-/// `cwd`) with `attach`'s stdout as the run's stdout and stderr, or plainly with `attach`'s
-/// stdout and stderr. stdin is `/dev/null`.
+/// `cwd`) or plainly, with `output` (the pipe `attach` sends to the daemon, docs/PROTOCOL-NOTES.md
+/// R16) as its stdout and stderr. stdin is `/dev/null`.
 ///
 /// # Errors
 /// COMMAND did not start: for the sandbox, the step that failed (nothing was executed).
@@ -149,12 +149,16 @@ pub fn spawn(
     cwd: &Path,
     sandbox: Option<&Plan>,
     signals: &StopSignals,
+    output: OwnedFd,
 ) -> Result<Running> {
     let Some(plan) = sandbox else {
         let mut c = std::process::Command::new(&command[0]);
+        let stderr = output.try_clone().context("duplicating the output pipe")?;
         c.args(&command[1..])
             .current_dir(cwd)
-            .stdin(std::process::Stdio::null());
+            .stdin(std::process::Stdio::null())
+            .stdout(output)
+            .stderr(stderr);
         // SAFETY: `signal` is async-signal-safe; COMMAND gets the default dispositions back.
         unsafe {
             c.pre_exec(|| {
@@ -179,13 +183,6 @@ pub fn spawn(
         plan.cwd = Some(cwd.to_path_buf());
     }
     let init_args = plan.init_args();
-    let output: OwnedFd = {
-        use std::os::fd::AsFd;
-        std::io::stdout()
-            .as_fd()
-            .try_clone_to_owned()
-            .context("duplicating stdout")?
-    };
     let env = std::collections::BTreeMap::new();
     let mut bind = |_pid: u32| Ok(());
     let process = crate::process::spawn::spawn(crate::process::spawn::Spawn {

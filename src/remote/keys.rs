@@ -171,12 +171,75 @@ pub struct Grant {
     pub sandbox: Option<String>,
 }
 
+/// What a run's connection delivers besides FUSE (docs/PROTOCOL-NOTES.md R16): its output goes
+/// into the run's output pipe, its exit report is kept for the launcher.
+#[derive(Debug, Default)]
+pub struct RunSlot {
+    /// The write end of the run's output pipe (`None`: the output is discarded); taken away
+    /// when the run is revoked.
+    output: Mutex<Option<std::fs::File>>,
+    /// The exit report, once the node sent it.
+    report: Mutex<Option<super::oob::ExitReport>>,
+    /// The connection that claimed the run has ended.
+    ended: Mutex<bool>,
+    ended_cv: parking_lot::Condvar,
+}
+
+impl RunSlot {
+    /// Write `bytes` into the run's output pipe (blocking while the pipe is full: the node's
+    /// connection waits, its output is held back at the source). An output already closed
+    /// (the run revoked, or the pipe's reader gone) drops them.
+    pub fn output(&self, bytes: &[u8]) {
+        use std::io::Write;
+        let mut out = self.output.lock();
+        if let Some(f) = out.as_mut() {
+            if f.write_all(bytes).is_err() {
+                *out = None;
+            }
+        }
+    }
+
+    /// Keep the node's exit report; `false` if it had one already.
+    pub fn report(&self, r: super::oob::ExitReport) -> bool {
+        let mut slot = self.report.lock();
+        if slot.is_some() {
+            return false;
+        }
+        *slot = Some(r);
+        true
+    }
+
+    /// The exit report, if the node sent one.
+    pub fn exit_report(&self) -> Option<super::oob::ExitReport> {
+        *self.report.lock()
+    }
+
+    /// The connection that claimed the run has ended.
+    pub fn mark_ended(&self) {
+        *self.ended.lock() = true;
+        self.ended_cv.notify_all();
+    }
+
+    /// Wait up to `d` for the connection to end; whether it did.
+    fn wait_ended(&self, d: std::time::Duration) -> bool {
+        let mut ended = self.ended.lock();
+        let deadline = std::time::Instant::now() + d;
+        while !*ended {
+            if self.ended_cv.wait_until(&mut ended, deadline).timed_out() {
+                break;
+            }
+        }
+        *ended
+    }
+}
+
 /// One run's key.
 #[derive(Debug)]
 struct Key {
     secret: Secret,
     smith: SmithIdx,
     grant: Grant,
+    slot: std::sync::Arc<RunSlot>,
     /// The connection that claimed it, kept to cut it when the run ends.
     claimed: Option<TcpStream>,
     /// Claimed once (a replay is refused even after that connection dropped).
@@ -196,21 +259,34 @@ impl RunKeys {
     /// # Errors
     /// The system's random source failed.
     pub fn mint(&self, run_id: &str, smith: SmithIdx) -> Result<Secret, String> {
-        self.mint_with(run_id, smith, Grant::default())
+        self.mint_with(run_id, smith, Grant::default(), None)
     }
 
-    /// Mint the secret of run `run_id` of `smith` (replacing one it had), with `grant`.
+    /// Mint the secret of run `run_id` of `smith` (replacing one it had), with `grant`; what its
+    /// connection outputs goes to `output` (the write end of the run's output pipe; `None`:
+    /// discarded; docs/PROTOCOL-NOTES.md R16).
     ///
     /// # Errors
     /// The system's random source failed.
-    pub fn mint_with(&self, run_id: &str, smith: SmithIdx, grant: Grant) -> Result<Secret, String> {
+    pub fn mint_with(
+        &self,
+        run_id: &str,
+        smith: SmithIdx,
+        grant: Grant,
+        output: Option<std::os::fd::OwnedFd>,
+    ) -> Result<Secret, String> {
         let secret = Secret::random()?;
+        let slot = RunSlot {
+            output: Mutex::new(output.map(std::fs::File::from)),
+            ..RunSlot::default()
+        };
         self.keys.lock().insert(
             run_id.to_string(),
             Key {
                 secret: secret.clone(),
                 smith,
                 grant,
+                slot: std::sync::Arc::new(slot),
                 claimed: None,
                 used: false,
             },
@@ -218,9 +294,9 @@ impl RunKeys {
         Ok(secret)
     }
 
-    /// The smith of run `run_id` and what was granted with it, if `secret` is its secret and
-    /// no connection presented it before; `conn` is remembered so that [`RunKeys::revoke`] can
-    /// cut it.
+    /// The smith of run `run_id`, what was granted with it and its slot (where its output and
+    /// exit report go), if `secret` is its secret and no connection presented it before; `conn`
+    /// is remembered so that [`RunKeys::revoke`] can cut it.
     ///
     /// # Errors
     /// [`Refused`].
@@ -229,7 +305,7 @@ impl RunKeys {
         run_id: &str,
         secret: &[u8],
         conn: TcpStream,
-    ) -> Result<(SmithIdx, Grant), Refused> {
+    ) -> Result<(SmithIdx, Grant, std::sync::Arc<RunSlot>), Refused> {
         let mut keys = self.keys.lock();
         let key = keys.get_mut(run_id).ok_or(Refused::NoSuchRun)?;
         if !key.secret.matches(secret) {
@@ -240,16 +316,36 @@ impl RunKeys {
         }
         key.used = true;
         key.claimed = Some(conn);
-        Ok((key.smith, key.grant.clone()))
+        Ok((key.smith, key.grant.clone(), key.slot.clone()))
     }
 
-    /// Run `run_id` is over: its secret is refused from now on and the connection that claimed
-    /// it, if any, is shut down (its mount fails closed, ENOTCONN).
-    pub fn revoke(&self, run_id: &str) {
-        let key = self.keys.lock().remove(run_id);
-        if let Some(conn) = key.and_then(|k| k.claimed) {
+    /// Run `run_id` is over: its secret is refused from now on, its output closed, and the
+    /// connection that claimed it, if any, shut down (its mount fails closed, ENOTCONN) once it
+    /// ended by itself or `linger` passed (a node that reported and closed is read to its end
+    /// first: its last output and its report are not cut off). Returns the node's exit report,
+    /// if it sent one.
+    pub fn revoke(
+        &self,
+        run_id: &str,
+        linger: std::time::Duration,
+    ) -> Option<super::oob::ExitReport> {
+        let key = self.keys.lock().remove(run_id)?;
+        if let Some(conn) = key.claimed {
+            key.slot.wait_ended(linger);
             let _ = conn.shutdown(Shutdown::Both);
         }
+        key.slot.output.lock().take();
+        key.slot.exit_report()
+    }
+
+    /// The exit report run `run_id`'s node sent so far, if any.
+    pub fn report(&self, run_id: &str) -> Option<super::oob::ExitReport> {
+        self.keys.lock().get(run_id)?.slot.exit_report()
+    }
+
+    /// A connection has claimed run `run_id` (its node is attached, or was).
+    pub fn claimed(&self, run_id: &str) -> bool {
+        self.keys.lock().get(run_id).is_some_and(|k| k.used)
     }
 
     /// Runs with a live secret.

@@ -25,7 +25,8 @@ use parking_lot::Mutex;
 
 use super::channel::Channel;
 use super::conn::{self, Change, Connection, MAX_FRAME, MAX_WRITE};
-use super::keys::{Grant, RunKeys, Ticket, MAX_RUN_ID, PIN_LEN, SECRET_LEN};
+use super::keys::{Grant, RunKeys, RunSlot, Ticket, MAX_RUN_ID, PIN_LEN, SECRET_LEN};
+use super::oob;
 use super::{tls, Status, HELLO_HEAD, MAGIC, VERSION};
 use crate::fs::{Caller, SmithFs};
 use crate::fuse::dispatch::Dispatcher;
@@ -212,16 +213,19 @@ impl Listener {
         &self.shared.peers
     }
 
-    /// Mint the secret of run `run_id` of `smith` and make its ticket.
+    /// Mint the secret of run `run_id` of `smith` and make its ticket; what the run's node
+    /// outputs goes to `output` (the write end of its output pipe; `None`: discarded).
     ///
     /// # Errors
     /// The random source failed.
     pub fn ticket(&self, run_id: &str, smith: SmithIdx) -> Result<Ticket, String> {
-        self.ticket_with(run_id, smith, Grant::default())
+        self.ticket_with(run_id, smith, Grant::default(), None)
     }
 
     /// Mint the secret of run `run_id` of `smith` with `grant` (the ids its requests are judged
-    /// with, the sandbox its `attach` starts COMMAND in) and make its ticket.
+    /// with, the sandbox its `attach` starts COMMAND in) and make its ticket; what the run's
+    /// node outputs goes to `output` (the write end of its output pipe; `None`: discarded;
+    /// docs/PROTOCOL-NOTES.md R16).
     ///
     /// # Errors
     /// The random source failed, or the sandbox plan is longer than a welcome carries.
@@ -230,6 +234,7 @@ impl Listener {
         run_id: &str,
         smith: SmithIdx,
         grant: Grant,
+        output: Option<std::os::fd::OwnedFd>,
     ) -> Result<Ticket, String> {
         if grant
             .sandbox
@@ -241,7 +246,7 @@ impl Listener {
                 super::MAX_SANDBOX - 1
             ));
         }
-        let secret = self.shared.keys.mint_with(run_id, smith, grant)?;
+        let secret = self.shared.keys.mint_with(run_id, smith, grant, output)?;
         Ok(Ticket {
             addr: self
                 .shared
@@ -302,7 +307,7 @@ fn serve(shared: &Arc<Shared>, sock: TcpStream) -> Result<(), String> {
     let mut ch = Channel::new(sock, tls.into()).map_err(|e| e.to_string())?;
     ch.handshake(HELLO_TIMEOUT)
         .map_err(|e| format!("TLS handshake: {e}"))?;
-    let (smith, grant) = match take_hello(&mut ch) {
+    let (smith, grant, slot) = match take_hello(&mut ch) {
         Ok((run_id, secret)) => match shared.keys.claim(
             &run_id,
             &secret,
@@ -354,9 +359,10 @@ fn serve(shared: &Arc<Shared>, sock: TcpStream) -> Result<(), String> {
         sock: cut,
     });
     shared.peers.list.lock().push(peer.clone());
-    let r = pump(shared, &peer, &mut ch, conn, &wake_rx);
+    let r = pump(shared, &peer, &mut ch, conn, &wake_rx, &slot);
     shared.peers.remove(peer.id);
     ch.close();
+    slot.mark_ended();
     r
 }
 
@@ -384,6 +390,7 @@ fn pump(
     ch: &mut Channel,
     mut conn: Connection,
     wake: &UnixStream,
+    slot: &RunSlot,
 ) -> Result<(), String> {
     loop {
         while !ch.wants_write() {
@@ -391,6 +398,10 @@ fn pump(
                 break;
             };
             let Some(frame) = ch.take(n) else { break };
+            if oob::is_oob(&frame) {
+                out_of_band(slot, &frame)?;
+                continue;
+            }
             // Changes made before this request was served reach the node before its reply.
             send_pending(peer, ch)?;
             let served = conn.serve(&frame).map_err(|e| e.to_string())?;
@@ -429,6 +440,25 @@ fn pump(
             ch.fill().map_err(|e| e.to_string())?;
         }
     }
+}
+
+/// An out-of-band frame (docs/PROTOCOL-NOTES.md R16): output into the run's output pipe, the
+/// exit report kept for the launcher. Errors: the frame is malformed (the connection closes).
+fn out_of_band(slot: &RunSlot, frame: &[u8]) -> Result<(), String> {
+    match oob::decode(frame).map_err(|e| e.to_string())? {
+        oob::Oob::Output(bytes) => {
+            if slot.exit_report().is_some() {
+                return Err(oob::OobError::AfterExit("output").to_string());
+            }
+            slot.output(bytes);
+        }
+        oob::Oob::Exit(r) => {
+            if !slot.report(r) {
+                return Err(oob::OobError::AfterExit("a second exit report").to_string());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Queue the notifications waiting for `peer` on its channel.

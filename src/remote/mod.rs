@@ -18,6 +18,8 @@
 //! ([`conn`] serves them as the run's smith) and writes back the replies and the daemon's
 //! cache notifications (`fuse_out_header.unique` 0) as they come. Integers are native-endian,
 //! as the kernel writes them; both ends must share a byte order (docs/PROTOCOL-NOTES.md R5).
+//! Beside them the node sends out-of-band frames ([`oob`]): the run's output and its exit
+//! report (docs/PROTOCOL-NOTES.md R16).
 
 pub mod channel;
 pub mod client;
@@ -25,6 +27,7 @@ pub mod conn;
 pub mod keys;
 pub mod listener;
 pub mod node;
+pub mod oob;
 pub mod tls;
 
 /// The hello's and the welcome's first bytes.

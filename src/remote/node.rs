@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 
 use super::channel::Channel;
+use super::oob;
 use crate::fuse::wire::{self, opcode, IN_HEADER_LEN, OUT_HEADER_LEN};
 
 /// The newest protocol minor the node agrees to: what the daemon's codec decodes (the local
@@ -183,6 +184,54 @@ fn answer_init(dev: &OwnedFd, max_write: u32) -> Result<Init, String> {
     })
 }
 
+/// The connection is gone: what COMMAND still writes goes to this process's own stdout (a
+/// launcher's log, or nowhere) until its end of file, or until `grace` after the stop, so that
+/// COMMAND neither blocks on a full pipe nor dies of SIGPIPE for want of a reader.
+fn relay_locally(
+    out: &OwnedFd,
+    stop: std::os::fd::BorrowedFd<'_>,
+    mut stopping: Option<Instant>,
+    grace: Duration,
+) {
+    let mut chunk = vec![0u8; oob::MAX_OUTPUT];
+    loop {
+        if stopping.is_some_and(|since| since.elapsed() > grace) {
+            return;
+        }
+        let mut fds = [
+            PollFd::new(out.as_fd(), PollFlags::POLLIN),
+            PollFd::new(stop, PollFlags::POLLIN),
+        ];
+        if let Err(e) = nix::poll::poll(&mut fds, PollTimeout::from(100u8)) {
+            if e != nix::errno::Errno::EINTR {
+                return;
+            }
+        }
+        if stopping.is_none() && fds[1].revents().is_some_and(|r| !r.is_empty()) {
+            stopping = Some(Instant::now());
+        }
+        match nix::unistd::read(out.as_raw_fd(), &mut chunk) {
+            Ok(0) => return,
+            Ok(n) => {
+                let mut stdout = std::io::stdout().lock();
+                let _ = std::io::Write::write_all(&mut stdout, &chunk[..n]);
+                let _ = std::io::Write::flush(&mut stdout);
+            }
+            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// The exit report's frame written to the stop pipe, if what is there is one.
+fn read_report(stop: std::os::fd::BorrowedFd<'_>) -> Option<Vec<u8>> {
+    let mut b = [0u8; 64];
+    let n = nix::unistd::read(stop.as_raw_fd(), &mut b).ok()?;
+    let frame = &b[..n];
+    (oob::is_oob(frame) && matches!(oob::decode(frame), Ok(oob::Oob::Exit(_))))
+        .then(|| frame.to_vec())
+}
+
 fn write_dev(dev: &OwnedFd, frame: &[u8]) -> nix::Result<usize> {
     nix::unistd::write(dev, frame)
 }
@@ -210,6 +259,9 @@ pub struct Forwarder {
     /// Notifications go to the kernel from a thread of their own: INVAL_ENTRY waits for the
     /// directory's lock, which a request waiting for its reply (from this thread) may hold.
     notes: std::sync::mpsc::Sender<Vec<u8>>,
+    /// The read end of COMMAND's stdout and stderr, sent as output frames until its end
+    /// (docs/PROTOCOL-NOTES.md R16); `None`: none, or at its end.
+    output: Option<OwnedFd>,
 }
 
 impl std::fmt::Debug for Forwarder {
@@ -246,18 +298,39 @@ impl Forwarder {
             buf: vec![0u8; init.max_write as usize + 64 * 1024],
             inflight: HashMap::new(),
             handles: 0,
+            output: None,
         })
+    }
+
+    /// Send what is read from `read` (COMMAND's stdout and stderr) to the daemon as output
+    /// frames (docs/PROTOCOL-NOTES.md R16), read only while nothing else waits to be sent (a
+    /// slow connection holds COMMAND's writes back), to its end of file before the exit report.
+    ///
+    /// # Errors
+    /// The descriptor could not be made non-blocking.
+    pub fn with_output(mut self, read: OwnedFd) -> Result<Forwarder, String> {
+        use nix::fcntl::{fcntl, FcntlArg, OFlag};
+        let flags = fcntl(read.as_raw_fd(), FcntlArg::F_GETFL).map_err(|e| e.to_string())?;
+        let flags = OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK;
+        fcntl(read.as_raw_fd(), FcntlArg::F_SETFL(flags)).map_err(|e| e.to_string())?;
+        self.output = Some(read);
+        Ok(self)
     }
 
     /// Forward until `stop` becomes readable, then until the kernel released every handle
     /// (files closed by the run's processes reach the daemon as RELEASE, so their completions
-    /// trigger) or `grace` passed; or until the connection drops or the mount ends. Closes the
-    /// channel (gracefully when stopped) and `/dev/fuse`.
+    /// trigger) and the output reached its end, or `grace` passed; or until the connection
+    /// drops or the mount ends. What `stop` carries, if it is an exit report's frame
+    /// ([`oob::exit`]), is sent last. Closes the channel (gracefully when stopped) and
+    /// `/dev/fuse`.
     pub fn run(mut self, stop: std::os::fd::BorrowedFd<'_>, grace: Duration) -> Ended {
         let mut stopping: Option<Instant> = None;
+        let mut report: Option<Vec<u8>> = None;
         let ended = loop {
             if let Some(since) = stopping {
-                if (self.handles <= 0 && self.inflight.is_empty()) || since.elapsed() > grace {
+                let drained =
+                    self.handles <= 0 && self.inflight.is_empty() && self.output.is_none();
+                if drained || since.elapsed() > grace {
                     break Ended::Stopped;
                 }
             }
@@ -267,11 +340,26 @@ impl Forwarder {
                 } else {
                     PollFlags::empty()
                 };
-            let mut fds = [
+            // Output is read only while nothing waits to be sent: the socket paces COMMAND.
+            let out_flags = if self.ch.wants_write() {
+                PollFlags::empty()
+            } else {
+                PollFlags::POLLIN
+            };
+            let out_fd = self.output.as_ref().map(|o| o.try_clone());
+            let out_fd = match out_fd {
+                Some(Ok(fd)) => Some(fd),
+                Some(Err(e)) => break Ended::Dropped(format!("the output pipe: {e}")),
+                None => None,
+            };
+            let mut fds = vec![
                 PollFd::new(self.ch.socket().as_fd(), want_sock),
                 PollFd::new(self.dev.as_fd(), PollFlags::POLLIN),
                 PollFd::new(stop, PollFlags::POLLIN),
             ];
+            if let Some(fd) = &out_fd {
+                fds.push(PollFd::new(fd.as_fd(), out_flags));
+            }
             let timeout = if stopping.is_some() {
                 PollTimeout::from(100u8)
             } else {
@@ -285,8 +373,17 @@ impl Forwarder {
                 |f: &PollFd<'_>, bits: PollFlags| f.revents().is_some_and(|r| r.intersects(bits));
             let any = PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR;
             let (sock, dev, stop_now) = (hit(&fds[0], any), hit(&fds[1], any), hit(&fds[2], any));
+            let out = fds.get(3).is_some_and(|f| hit(f, any));
+            drop(fds);
+            drop(out_fd);
             if stop_now && stopping.is_none() {
                 stopping = Some(Instant::now());
+                report = read_report(stop);
+            }
+            if out {
+                if let Err(e) = self.forward_output() {
+                    break Ended::Dropped(e);
+                }
             }
             if dev {
                 match self.forward_request() {
@@ -311,10 +408,45 @@ impl Forwarder {
             }
         };
         if ended == Ended::Stopped {
+            if let Some(r) = report {
+                let _ = self.ch.send(&r);
+            }
             let _ = self.ch.flush_all(Duration::from_secs(5));
         }
         self.ch.close();
+        let relay = match &ended {
+            Ended::Dropped(_) => self.output.take(),
+            _ => None,
+        };
+        // Closes /dev/fuse (and ends the notification thread, which holds the other copy):
+        // the mount fails closed from here on.
+        drop(self);
+        if let Some(out) = relay {
+            relay_locally(&out, stop, stopping, grace);
+        }
         ended
+    }
+
+    /// Send one read of COMMAND's output (at most [`oob::MAX_OUTPUT`] bytes); its end of file
+    /// ends the output.
+    fn forward_output(&mut self) -> Result<(), String> {
+        let Some(fd) = &self.output else {
+            return Ok(());
+        };
+        let mut chunk = vec![0u8; oob::MAX_OUTPUT];
+        match nix::unistd::read(fd.as_raw_fd(), &mut chunk) {
+            Ok(0) => self.output = None,
+            Ok(n) => self
+                .ch
+                .send(&oob::output(&chunk[..n]))
+                .map_err(|e| format!("the connection broke: {e}"))?,
+            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => {}
+            Err(e) => {
+                tracing::debug!("reading the command's output: {e}");
+                self.output = None;
+            }
+        }
+        Ok(())
     }
 
     /// Read one request from the kernel and forward it; `Ok(false)` when the mount is gone.

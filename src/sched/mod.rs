@@ -72,6 +72,8 @@ pub trait RemoteRuns: Send + Sync {
     /// is the run's §12 plan (its working directory set), which the connection's welcome
     /// carries to `smithfs attach` and whose uid and gid its requests are judged with
     /// (docs/PROTOCOL-NOTES.md R30, R31); `None`: the mount runs agents without the sandbox.
+    /// What the run's node sends as output goes to `output` (the write end of the run's output
+    /// pipe; `None`: discarded; docs/PROTOCOL-NOTES.md R16).
     ///
     /// # Errors
     /// One sentence (the random source failed, the plan too long for a welcome).
@@ -80,9 +82,14 @@ pub trait RemoteRuns: Send + Sync {
         run_id: &str,
         smith: SmithIdx,
         sandbox: Option<&crate::sandbox::view::Plan>,
+        output: Option<OwnedFd>,
     ) -> Result<String, String>;
-    /// Run `run_id` is over: its secret is refused from now on and its connection cut.
-    fn revoke(&self, run_id: &str);
+    /// Run `run_id` is over: its secret is refused from now on, and its connection cut once it
+    /// ended by itself or a few seconds passed (docs/PROTOCOL-NOTES.md R16). Returns the node's
+    /// exit report as the wait status it stands for, if the node sent one.
+    fn revoke(&self, run_id: &str) -> Option<std::process::ExitStatus>;
+    /// Whether a node has connected with run `run_id`'s ticket (it may have left since).
+    fn attached(&self, run_id: &str) -> bool;
 }
 
 /// An [`Invalidate`] that does nothing (tests, no mount).

@@ -26,7 +26,8 @@ const C3: &str = "smith-root/smith-003";
 /// Run before the test agent's own directives: every run records the device its working
 /// directory is on (`private/dev`); the directive `trapterm` records its pid and waits, and a
 /// TERM makes it write `private/term` (through its mount) and exit 7; `leaveone` publishes and
-/// exits, leaving a `sleep` in its process group (`private/bg`).
+/// exits, leaving a `sleep` in its process group (`private/bg`); `killself` writes a line to
+/// stdout and one to stderr and kills itself with SIGKILL.
 const PROLOGUE: &str = r#"
 stat -c %d . > private/dev
 read -r first _ < "$SMITH_TASK_FILE"
@@ -37,6 +38,11 @@ if [ "$SMITH_WAKE" != children ] && [ "$first" = trapterm ]; then
   echo $! > private/gpid
   wait $!
   exit 0
+fi
+if [ "$SMITH_WAKE" != children ] && [ "$first" = killself ]; then
+  echo "to stdout"
+  echo "to stderr" >&2
+  kill -KILL $$
 fi
 if [ "$SMITH_WAKE" != children ] && [ "$first" = leaveone ]; then
   sleep 1000 &
@@ -341,6 +347,35 @@ fn loopback_runs_reach_the_tree_through_their_own_remote_mount_cgroup() {
 #[test]
 fn loopback_runs_reach_the_tree_through_their_own_remote_mount_ancestry() {
     runs_reach_the_tree_through_their_own_remote_mount("ancestry");
+}
+
+/// docs/PROTOCOL-NOTES.md R16: COMMAND's stdout and stderr cross the connection into the run's
+/// `messages.log` (as a local run's), and its exit report says it was killed by a signal:
+/// `run.exited` has `reason` `signal` and `signal` 9, not `attach`'s 128 + 9.
+#[test]
+fn loopback_output_and_a_signalled_exit_reach_the_log_and_the_journal() {
+    if !is_root() {
+        eprintln!("skipped: smithfs attach mounts as root only (notes R11)");
+        return;
+    }
+    let s = loopback("cgroup", json!({"agent": {"retries": 0}}));
+    s.task("killself\n");
+    let ev = s.wait_events(60, "run.exited", Some(ROOT), 1)[0].clone();
+    assert_eq!(ev["reason"], "signal", "{ev}");
+    assert_eq!(ev["signal"], 9, "{ev}");
+    assert!(ev.get("exit_code").is_none_or(|c| c.is_null()), "{ev}");
+    let m = &s.metas(ROOT)[0];
+    assert_eq!(m["signal"], 9, "{m}");
+    let log = s
+        .read("smiths/smith-root/conversations/run-0001/messages.log")
+        .unwrap_or_default();
+    for line in ["to stdout", "to stderr"] {
+        assert!(
+            log.contains(line),
+            "{line:?} missing from messages.log: {log}"
+        );
+    }
+    s.wait_state(20, ROOT, "failed");
 }
 
 /// Cancel and timeout signal the run's group, whose leader is `attach`: the TERM reaches the

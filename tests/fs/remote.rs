@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use smithfs::remote::channel::Channel;
 use smithfs::remote::client::{attach, AttachError};
-use smithfs::remote::keys::{Secret, Ticket};
+use smithfs::remote::keys::{Grant, Secret, Ticket};
 use smithfs::remote::listener::{Listener, ListenerOptions};
+use smithfs::remote::oob::{self, ExitReport};
 use smithfs::remote::tls;
 use smithfs::trigger::Trigger;
 
@@ -261,7 +262,7 @@ fn forged_replayed_and_expired_secrets_are_refused() {
     assert!(n.lookup(1, "smiths").is_ok());
     assert!(matches!(attach(&good), Err(AttachError::Refused(_))));
     // The run is over: its connection is cut, and its secret refused from then on.
-    l.keys().revoke("run-1");
+    l.keys().revoke("run-1", Duration::ZERO);
     let f = n.frame(GETATTR, 1, &[0u8; 16], &[]);
     let _ = n.ch.send(&f);
     let _ = n.ch.flush_all(T);
@@ -270,7 +271,7 @@ fn forged_replayed_and_expired_secrets_are_refused() {
         "the revoked run's connection is cut"
     );
     let again = l.ticket("run-3", w.child).unwrap();
-    l.keys().revoke("run-3");
+    l.keys().revoke("run-3", Duration::ZERO);
     assert!(matches!(attach(&again), Err(AttachError::Refused(_))));
 }
 
@@ -319,6 +320,66 @@ fn garbage_truncated_and_undecodable_frames_close_the_connection() {
     let mut n = next();
     assert!(n.lookup(1, "smiths").is_ok());
     eventually("the closed connections are gone", || l.peers().len() == 1);
+}
+
+/// docs/PROTOCOL-NOTES.md R16: a node's output frames reach the run's output pipe in order, its
+/// exit report is kept for the launcher (and given back by revoke); output after the report, a
+/// second report, a bad exit body, an oversized output or a non-zero header field closes the
+/// connection like any malformed frame, and nothing of it reaches the pipe.
+#[test]
+fn output_and_the_exit_report_cross_out_of_band_and_bad_ones_close_the_connection() {
+    let w = World::new();
+    let l = listener(&w);
+    let (out_r, out_w) = nix::unistd::pipe().unwrap();
+    let output = read_all(out_r);
+    let mut n = Node::new(
+        &l.ticket_with("run-1", w.child, Grant::default(), Some(out_w))
+            .unwrap(),
+    );
+    for part in [&b"one\n"[..], b"two", b"\nthree\n"] {
+        n.ch.send(&oob::output(part)).unwrap();
+    }
+    // FUSE requests go on between them, answered as ever (out-of-band frames have no reply).
+    assert!(n.lookup(1, "smiths").is_ok());
+    n.ch.send(&oob::exit(ExitReport::Signal(15))).unwrap();
+    n.ch.flush_all(T).unwrap();
+    eventually("the report arrived", || l.keys().report("run-1").is_some());
+    assert!(l.keys().claimed("run-1"));
+    // Output after the report is malformed.
+    n.expect_closed_after(&oob::output(b"late"));
+    assert_eq!(
+        l.keys().revoke("run-1", T),
+        Some(ExitReport::Signal(15)),
+        "revoke gives the report back"
+    );
+    assert_eq!(output.join().unwrap(), "one\ntwo\nthree\n");
+    // Every other malformed out-of-band frame closes its connection.
+    let mut k = 1;
+    let mut next = || {
+        k += 1;
+        Node::new(&l.ticket(&format!("run-{k}"), w.child).unwrap())
+    };
+    let mut twice = oob::exit(ExitReport::Code(0));
+    twice.extend_from_slice(&oob::exit(ExitReport::Code(1)));
+    next().expect_closed_after(&twice);
+    let mut bad_kind = oob::exit(ExitReport::Code(0));
+    bad_kind[40] = 9;
+    next().expect_closed_after(&bad_kind);
+    let mut header = oob::output(b"x");
+    header[8] = 1;
+    next().expect_closed_after(&header);
+    let mut big = oob::output(&[b'x'; oob::MAX_OUTPUT]);
+    big.push(b'x');
+    let len = big.len() as u32;
+    big[..4].copy_from_slice(&len.to_ne_bytes());
+    next().expect_closed_after(&big);
+    let mut empty = oob::output(b"x");
+    empty.pop();
+    empty[..4].copy_from_slice(&40u32.to_ne_bytes());
+    next().expect_closed_after(&empty);
+    // The server is still serving others.
+    let mut n = next();
+    assert!(n.lookup(1, "smiths").is_ok());
 }
 
 #[test]
@@ -483,6 +544,15 @@ fn spawn_attach_as(
     child
 }
 
+/// Everything read from `r` until its end of file, on a thread of its own.
+fn read_all(r: std::os::fd::OwnedFd) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut std::fs::File::from(r), &mut s);
+        s
+    })
+}
+
 /// Kills `attach` if a test fails before it ended (its mount is in its own namespace: it goes
 /// with it).
 struct Reap(std::process::Child);
@@ -522,7 +592,11 @@ fn attach_runs_bash_coreutils_and_git_in_a_real_mount_over_loopback() {
     let w = World::new();
     let mnt = tempfile::tempdir().unwrap();
     let l = listener_at(&w, mnt.path());
-    let ticket = l.ticket("run-attach", w.child).unwrap();
+    let (out_r, out_w) = nix::unistd::pipe().unwrap();
+    let ticket = l
+        .ticket_with("run-attach", w.child, Grant::default(), Some(out_w))
+        .unwrap();
+    let output = read_all(out_r);
     let smith_dir = mnt.path().join(CHILD_DIR);
     let script = r#"set -e
         test "$(pwd)" = "$SMITH_DIR"
@@ -545,10 +619,19 @@ fn attach_runs_bash_coreutils_and_git_in_a_real_mount_over_loopback() {
         &script.replace("$SMITH_DIR", &smith_dir.to_string_lossy()),
     );
     let mut child = Reap(child);
-    let (status, stdout, stderr) = finish(&mut child);
+    let (status, own, stderr) = finish(&mut child);
+    // COMMAND's output and its exit report came over the connection (notes R16).
+    let report = l.keys().revoke("run-attach", T);
+    let stdout = output.join().unwrap();
     assert!(status.success(), "{stdout}\n{stderr}");
-    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(report, Some(ExitReport::Code(0)));
+    assert_eq!(own, "", "nothing of COMMAND's on attach's own stdout");
+    // stdout and stderr are one stream, as a local run's: bash's complaint is in it.
+    let (denied, lines): (Vec<&str>, Vec<&str>) = stdout
+        .lines()
+        .partition(|l| l.contains("Permission denied"));
     assert_eq!(lines, ["hello", "f", "20000", "2", "0", "done"], "{stderr}");
+    assert_eq!(denied.len(), 1, "{stdout}");
     // Everything went through the daemon into its store.
     let store = |p: &str| w.store(&format!("{CHILD_DIR}/{p}"));
     assert_eq!(std::fs::read(store("private/a.txt")).unwrap(), b"hello\n");
@@ -576,7 +659,10 @@ fn a_dropped_connection_fails_the_remote_mount_closed() {
     let flag_dir = tempfile::tempdir().unwrap();
     let flag = flag_dir.path().join("go");
     let l = listener_at(&w, mnt.path());
-    let ticket = l.ticket("run-drop", w.child).unwrap();
+    let (out_r, out_w) = nix::unistd::pipe().unwrap();
+    let ticket = l
+        .ticket_with("run-drop", w.child, Grant::default(), Some(out_w))
+        .unwrap();
     let m = mnt.path().display();
     let script = format!(
         r#"echo a > {m}/{CHILD_DIR}/private/x && cat {m}/{CHILD_DIR}/private/x > /dev/null && echo ready
@@ -587,12 +673,15 @@ fn a_dropped_connection_fails_the_remote_mount_closed() {
         f = flag.display()
     );
     let mut child = Reap(spawn_attach(&ticket, mnt.path(), &script));
-    let mut stdout = std::io::BufReader::new(child.0.stdout.take().unwrap());
+    let mut stdout = child.0.stdout.take().unwrap();
+    // Over the connection while it lasts (notes R16).
+    let mut over = std::io::BufReader::new(std::fs::File::from(out_r));
     let mut line = String::new();
-    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    std::io::BufRead::read_line(&mut over, &mut line).unwrap();
     assert_eq!(line, "ready\n");
-    // The run is over for the daemon: its connection is cut.
-    l.keys().revoke("run-drop");
+    // The run is over for the daemon: its connection is cut; what COMMAND writes from then on
+    // goes to attach's own stdout.
+    l.keys().revoke("run-drop", Duration::ZERO);
     std::fs::write(&flag, b"").unwrap();
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
@@ -687,7 +776,11 @@ fn a_non_root_attach_is_the_runs_uid_in_its_own_user_namespace() {
         ids: Some((RUN, RUN)),
         sandbox: Some(serde_json::to_string(&plan).unwrap()),
     };
-    let ticket = l.ticket_with("run-userns", w.child, grant).unwrap();
+    let (out_r, out_w) = nix::unistd::pipe().unwrap();
+    let ticket = l
+        .ticket_with("run-userns", w.child, grant, Some(out_w))
+        .unwrap();
+    let output = read_all(out_r);
     let script = "id -u; cat /proc/self/uid_map; echo made > private/made.txt; \
                   stat -c %u private/made.txt; echo 7 > outbox/result.md; echo done";
     let mut child = Reap(spawn_attach_as(
@@ -696,8 +789,11 @@ fn a_non_root_attach_is_the_runs_uid_in_its_own_user_namespace() {
         &smith_dir,
         script,
     ));
-    let (status, stdout, stderr) = finish(&mut child);
-    assert!(status.success(), "{stdout}\n{stderr}");
+    let (status, own, stderr) = finish(&mut child);
+    // COMMAND's output came over the connection (notes R16).
+    l.keys().revoke("run-userns", T);
+    let stdout = output.join().unwrap();
+    assert!(status.success(), "{own}\n{stdout}\n{stderr}");
     let lines: Vec<Vec<&str>> = stdout
         .lines()
         .map(|l| l.split_whitespace().collect())

@@ -84,8 +84,11 @@ pub(super) trait Launcher: Send + Sync {
     fn submit(&self, env: &Env, spec: RunSpec) -> Result<Started, String>;
 
     /// Run `run_id` of `smith` ended, or cannot be followed (after [`Launcher::submit`]
-    /// succeeded).
-    fn ended(&self, _smith: SmithIdx, _run_id: &str) {}
+    /// succeeded). Returns the run's own exit report when the launcher has one that says more
+    /// than the followed process's status (a remote run's COMMAND, docs/PROTOCOL-NOTES.md R16).
+    fn ended(&self, _smith: SmithIdx, _run_id: &str) -> Option<std::process::ExitStatus> {
+        None
+    }
 }
 
 /// The launcher for `kind`: `loopback` needs `remote` (the daemon's listener; the daemon
@@ -146,7 +149,15 @@ impl Launcher for Loopback {
             p.report = true;
             p
         });
-        let ticket = self.remote.ticket(&key, spec.smith, plan.as_ref())?;
+        // COMMAND's output comes over the connection (R16); attach's own messages to its stdout
+        // and stderr, the same pipe.
+        let output = spec
+            .output
+            .try_clone()
+            .map_err(|e| format!("cannot share the run's output pipe: {e}"))?;
+        let ticket = self
+            .remote
+            .ticket(&key, spec.smith, plan.as_ref(), Some(output))?;
         let mut argv: Vec<String> = vec![
             binary,
             "attach".into(),
@@ -192,8 +203,8 @@ impl Launcher for Loopback {
         Ok(started)
     }
 
-    fn ended(&self, smith: SmithIdx, run_id: &str) {
-        self.remote.revoke(&listener_key(smith, run_id));
+    fn ended(&self, smith: SmithIdx, run_id: &str) -> Option<std::process::ExitStatus> {
+        self.remote.revoke(&listener_key(smith, run_id))
     }
 }
 
@@ -217,7 +228,11 @@ pub(super) fn follow(
         .spawn(move || {
             let status = child.wait().map_err(|e| e.to_string());
             crate::process::reaper::untrack(child.id());
-            launcher.ended(smith, &run);
+            // A remote run's own report says how COMMAND ended (a signal, not 128 + N).
+            let status = match launcher.ended(smith, &run) {
+                Some(reported) if status.is_ok() => Ok(reported),
+                _ => status,
+            };
             let _ = tx.send(Msg::Exited {
                 smith,
                 run_id: run,
