@@ -99,6 +99,13 @@ pub fn cached(fs: &SmithFs, r: Result<Attr, FsError>) -> Result<(Attr, Cache), F
     })
 }
 
+/// The longest a node's kernel may keep an entry or attributes it got over a remote connection,
+/// in seconds (docs/SPEC.md §13, notes R40). A change made over a connection, by the scheduler or
+/// by the filesystem itself is pushed to every node at once; one made through the daemon's own
+/// mount by a local process is not pushed, so a node's view of it is at most this old (close-to-
+/// open for data: no open of a node keeps its page cache, [`fopen_bits`]).
+pub const REMOTE_TTL_SECS: u64 = 1;
+
 /// `FOPEN_*` flags for an opendir of a directory whose entries may be cached as `cache`: a
 /// directory cached like its entries (`Cache::Normal`) keeps its listing in the kernel
 /// (`FOPEN_CACHE_DIR | FOPEN_KEEP_CACHE`), so a second listing sends only OPENDIR (the access
@@ -167,6 +174,9 @@ pub struct Dispatcher {
     /// `Some`: every request is this caller's, whatever its header says (a remote connection
     /// judged as its run's smith, docs/SPEC.md §13); `None`: the header's pid, uid and gid.
     vouched: Option<Caller>,
+    /// The longest entry and attribute validity a reply gives, in seconds ([`REMOTE_TTL_SECS`]
+    /// for a remote connection, else unbounded).
+    ttl_cap: u64,
 }
 
 impl Dispatcher {
@@ -178,6 +188,7 @@ impl Dispatcher {
             owner,
             dev: Some(Arc::new(dev)),
             vouched: None,
+            ttl_cap: u64::MAX,
         }
     }
 
@@ -191,6 +202,7 @@ impl Dispatcher {
             owner: None,
             dev: None,
             vouched: Some(caller),
+            ttl_cap: REMOTE_TTL_SECS,
         }
     }
 
@@ -199,9 +211,14 @@ impl Dispatcher {
         &self.fs
     }
 
+    /// Entry and attribute validity for `cache` through this dispatcher, in seconds.
+    fn ttl(&self, cache: Cache) -> u64 {
+        ttl_secs(cache).min(self.ttl_cap)
+    }
+
     fn entry(&self, r: Result<(Attr, Cache), FsError>) -> Reply {
         match r {
-            Ok((a, c)) => Reply::Entry(entry_out(&a, ttl_secs(c))),
+            Ok((a, c)) => Reply::Entry(entry_out(&a, self.ttl(c))),
             Err(e) => err(&e),
         }
     }
@@ -253,7 +270,7 @@ impl Dispatcher {
                 Reply::None
             }
             Request::Getattr { fh } => match fs.getattr(ino, fh.map(Fh)) {
-                Ok(a) => attr(&a, ttl_secs(fs.cache_of(ino))),
+                Ok(a) => attr(&a, self.ttl(fs.cache_of(ino))),
                 Err(e) => err(&e),
             },
             Request::Setattr(s) => {
@@ -282,7 +299,7 @@ impl Dispatcher {
                     fh: (s.valid & fattr::FH != 0).then_some(Fh(s.fh)),
                 };
                 match fs.setattr(&c, ino, &set) {
-                    Ok(a) => attr(&a, ttl_secs(fs.cache_of(ino))),
+                    Ok(a) => attr(&a, self.ttl(fs.cache_of(ino))),
                     Err(e) => err(&e),
                 }
             }
@@ -349,9 +366,9 @@ impl Dispatcher {
                 Ok(fh) => Reply::Open(fh.0, opendir_bits(fs.cache_of(ino)), 0),
                 Err(e) => err(&e),
             },
-            Request::Readdir { fh, offset, size } => listing(fs, ino, Fh(fh), offset, size, false),
+            Request::Readdir { fh, offset, size } => listing(fs, ino, Fh(fh), offset, size, false, self.ttl_cap),
             Request::Readdirplus { fh, offset, size } => {
-                listing(fs, ino, Fh(fh), offset, size, true)
+                listing(fs, ino, Fh(fh), offset, size, true, self.ttl_cap)
             }
             Request::Releasedir { fh } => empty(fs.releasedir(ino, Fh(fh))),
             Request::Fsyncdir { fh, datasync } => empty(fs.fsyncdir(ino, Fh(fh), datasync)),
@@ -364,7 +381,7 @@ impl Dispatcher {
                 Ok((a, fh)) => {
                     let backing = self.backing(fh);
                     Reply::Create(
-                        entry_out(&a, ttl_secs(fs.cache_of(NodeId(a.0.st_ino)))),
+                        entry_out(&a, self.ttl(fs.cache_of(NodeId(a.0.st_ino)))),
                         fh.0,
                         open_flags(Cache::Normal, backing),
                         backing,
@@ -402,8 +419,17 @@ impl Dispatcher {
     }
 }
 
-/// A READDIR (`plus` false) or READDIRPLUS body of at most `size` bytes from `offset`.
-fn listing(fs: &SmithFs, ino: NodeId, fh: Fh, offset: u64, size: u32, plus: bool) -> Reply {
+/// A READDIR (`plus` false) or READDIRPLUS body of at most `size` bytes from `offset`, its
+/// entries valid for at most `ttl_cap` seconds.
+fn listing(
+    fs: &SmithFs,
+    ino: NodeId,
+    fh: Fh,
+    offset: u64,
+    size: u32,
+    plus: bool,
+    ttl_cap: u64,
+) -> Reply {
     let mut buf = vec![0u8; size as usize];
     let mut out = Out::new(&mut buf);
     let mut looked_up = Vec::new();
@@ -416,7 +442,7 @@ fn listing(fs: &SmithFs, ino: NodeId, fh: Fh, offset: u64, size: u32, plus: bool
         let Some(a) = e.attr else {
             return false;
         };
-        let mut entry = entry_out(&a, ttl_secs(fs.cache_of(e.ino)));
+        let mut entry = entry_out(&a, ttl_secs(fs.cache_of(e.ino)).min(ttl_cap));
         entry.nodeid = e.ino.0;
         let full = out.direntplus(size as usize, &entry, e.offset, name);
         if !full && name != b"." && name != b".." {

@@ -822,3 +822,35 @@ fn a_non_root_attach_is_the_runs_uid_in_its_own_user_namespace() {
         "{t:?}"
     );
 }
+
+/// A node keeps what a connection told it for at most `REMOTE_TTL_SECS` (1 s; docs/SPEC.md §13,
+/// notes R40): the entry and attribute validity of LOOKUP, CREATE and GETATTR replies, where the
+/// daemon's own kernel is given a day (its changes all come through it or are invalidated). A
+/// change through the daemon's own mount is not pushed to the nodes, so this bounds how stale a
+/// node's view of it can be.
+#[test]
+fn a_node_caches_entries_and_attributes_for_at_most_a_second() {
+    use smithfs::fuse::dispatch::{ttl_secs, REMOTE_TTL_SECS};
+    assert_eq!(REMOTE_TTL_SECS, 1);
+    assert!(ttl_secs(smithfs::fs::Cache::Normal) > REMOTE_TTL_SECS);
+    let w = World::new();
+    let l = listener(&w);
+    let mut n = Node::new(&l.ticket("run-1", w.child).unwrap());
+    let valid = |body: &[u8], at: usize| (u64_at(body, at), u64_at(body, at + 8));
+    // fuse_entry_out: nodeid, generation, entry_valid, attr_valid.
+    let (e, body) = n.call(LOOKUP, 1, &[], &cstr("smiths"));
+    assert_eq!(e, 0);
+    assert_eq!(valid(&body, 16), (1, 1), "LOOKUP: entry_valid, attr_valid");
+    let private = n.walk(&format!("{CHILD_DIR}/private"));
+    let mut arg = Vec::new();
+    for v in [(libc::O_WRONLY | libc::O_CREAT) as u32, 0o644, 0o022, 0] {
+        arg.extend_from_slice(&v.to_ne_bytes());
+    }
+    let (e, body) = n.call(CREATE, private, &arg, &cstr("f"));
+    assert_eq!(e, 0);
+    assert_eq!(valid(&body, 16), (1, 1), "CREATE: entry_valid, attr_valid");
+    // fuse_attr_out: attr_valid first.
+    let (e, body) = n.call(GETATTR, private, &[0u8; 16], &[]);
+    assert_eq!(e, 0);
+    assert_eq!(u64_at(&body, 0), 1, "GETATTR: attr_valid");
+}
