@@ -366,7 +366,9 @@ impl Dispatcher {
                 Ok(fh) => Reply::Open(fh.0, opendir_bits(fs.cache_of(ino)), 0),
                 Err(e) => err(&e),
             },
-            Request::Readdir { fh, offset, size } => listing(fs, ino, Fh(fh), offset, size, false, self.ttl_cap),
+            Request::Readdir { fh, offset, size } => {
+                listing(fs, ino, Fh(fh), offset, size, false, self.ttl_cap)
+            }
             Request::Readdirplus { fh, offset, size } => {
                 listing(fs, ino, Fh(fh), offset, size, true, self.ttl_cap)
             }
