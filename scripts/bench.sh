@@ -36,6 +36,9 @@
 #   The io_uring mounts switch /sys/module/fuse/parameters/enable_uring on only while they
 #   mount (their INIT negotiates it) and put back the value found at once.
 #   nopt    smithfs --no-passthrough, as the operator
+#   remote  smithfs (--transport dev-fuse) with launcher.kind loopback: each workload is a run of
+#           smith-root, i.e. `smithfs attach` on this host, reaching the tree through its own
+#           remote mount over TLS on 127.0.0.1 (docs/SPEC.md §13; not in the default set)
 #   opb     like op, with the binary $SMITHFS_B (A/B a change side by side; not in the default set)
 #   smithub like smithu, with the binary $SMITHFS_B (A/B over io_uring; not in the default set)
 #   bindfs  bindfs (Debian package), plain, as root
@@ -67,7 +70,7 @@ repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 helpers="$repo_root/scripts/bench"
 bench_dir="$repo_root/target/bench"
 all_workloads=(create stat read untar rm rmcold seqwrite seqread git gitst par rm30k cp pip hook rss)
-all_fs=(native op smith nopt bindfs pll opb phd phu opu smithu smithub)
+all_fs=(native op smith nopt bindfs pll opb phd phu opu smithu smithub remote)
 
 quick=0
 reps=""
@@ -242,6 +245,38 @@ json.dump(c, open(path, "w"), indent=2)
 EOF
 }
 
+# The remote column's config: every run is `smithfs attach` on this host (launcher.kind
+# loopback), its agent the shell running the task file the operator wrote (this script: the
+# command of one measurement, quoted), with no retry.
+remote_config() {
+    "$PY" - "$1" <<'EOF'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["launcher"] = {"kind": "loopback"}
+c.setdefault("agent", {})
+c["agent"]["command"] = ["/bin/bash", "-c", 'exec /bin/bash "$SMITH_TASK_FILE"']
+c["agent"]["retries"] = 0
+json.dump(c, open(sys.argv[1], "w"), indent=2)
+EOF
+}
+
+# remote_run CMD...: CMD as the next run of smith-root on the remote column: its output (stdout
+# and stderr, from messages.log) on stdout once it ended; fails unless it exited 0.
+remote_run() {
+    local m="${base[remote]}/remote" conv i remote_n
+    # The runs so far, each ended (a count in this shell would be lost: measure runs this in a
+    # command substitution).
+    remote_n=$(($(find "$m/smiths/smith-root/conversations" -maxdepth 1 -name 'run-*' | wc -l) + 1))
+    conv="$m/smiths/smith-root/conversations/$(printf 'run-%04d' "$remote_n")"
+    printf '%q ' "$@" >"$m/smiths/smith-root/inbox/task-$remote_n.md"
+    for ((i = 0; i < 36000; i++)); do
+        grep -qs '"end": *"' "$conv/meta.json" && break
+        sleep 0.1
+    done
+    cat "$conv/messages.log"
+    grep -qs '"exit_code": *0[,}]' "$conv/meta.json"
+}
+
 # --- mounts and cleanup ----------------------------------------------------------------------
 start=$SECONDS
 T="$(mktemp -d /var/tmp/smithfs-bench.XXXXXX)"
@@ -303,9 +338,10 @@ for fs in "${fses[@]}"; do
     B="${base[$fs]}"
     case $fs in
         native) mkdir -p "$B/native/w"; backing[$fs]="$B/native/w"; work[$fs]="$B/native/w" ;;
-        op | smith | nopt | opb | opu | smithu | smithub)
+        op | smith | nopt | opb | opu | smithu | smithub | remote)
             "$SMITHFS" init "$B/$fs" >/dev/null
             sandbox_reads "$B/$fs/config.json"
+            [ "$fs" = remote ] && remote_config "$B/$fs/config.json"
             mkdir -p "$B/$fs/smiths/smith-root/private/w"
             backing[$fs]="$B/$fs/smiths/smith-root/private/w"
             work[$fs]="$B/$fs/smiths/smith-root/private/w"
@@ -334,7 +370,7 @@ for fs in "${fses[@]}"; do
     B="${base[$fs]}"
     case $fs in
         native) continue ;;
-        op | smith | nopt | opb | opu | smithu | smithub)
+        op | smith | nopt | opb | opu | smithu | smithub | remote)
             mounts+=("smithfs:$B/$fs")
             opts=()
             [ "$fs" = nopt ] && opts=(--no-passthrough)
@@ -380,14 +416,17 @@ declare -A fs_label=([native]="native ext4" [op]="smithfs operator" [smith]="smi
     [nopt]="smithfs no-passthrough" [bindfs]="bindfs" [pll]="passthrough_ll"
     [opb]="smithfs B operator" [phd]="passthrough_hp" [phu]="passthrough_hp io_uring"
     [opu]="smithfs operator io_uring" [smithu]="smithfs smith io_uring"
-    [smithub]="smithfs B smith io_uring")
+    [smithub]="smithfs B smith io_uring" [remote]="smithfs remote (loopback)")
 [ $have_run = 1 ] || fs_label[smith]="smithfs smith*"
 
-# Run CMD on FS: bound to smith-root on the smith column (when `smithfs run` exists).
+# Run CMD on FS: bound to smith-root on the smith column (when `smithfs run` exists); a run of
+# smith-root through its own remote mount on the remote column.
 as_fs() {
     local fs=$1
     shift
-    if { [ "$fs" = smith ] || [ "$fs" = smithu ] || [ "$fs" = smithub ]; } && [ $have_run = 1 ]; then
+    if [ "$fs" = remote ]; then
+        remote_run "$@"
+    elif { [ "$fs" = smith ] || [ "$fs" = smithu ] || [ "$fs" = smithub ]; } && [ $have_run = 1 ]; then
         "$SMITHFS" run --mount "${base[$fs]}/$fs" --smith smith-root -- "$@"
     else
         "$@"
