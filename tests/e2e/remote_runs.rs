@@ -95,9 +95,10 @@ fn sandboxed_loopback(mode: &'static str, patch: serde_json::Value) -> Sm {
 
 /// docs/SPEC.md §12, §13 (notes R30): with the sandbox on, a loopback run's agent starts in the
 /// sandbox `attach` builds from the daemon's plan — every route of tests/fixtures/escapes.sh
-/// fails (the daemon's pid, the host's files and devices, mount, setuid…), it is the agents'
-/// uid (not root) with one group, no capability and `no_new_privs`, it sees only its own
-/// processes — and it still works in its own remote mount: its result is published.
+/// fails (the daemon's pid, the host's files and devices, mount, setuid…, and the kernel layers'
+/// attacks: an abstract socket of the host, signals outside, the filtered calls), it is the
+/// agents' uid (not root) with one group, no capability and `no_new_privs`, under the seccomp
+/// filter, it sees only its own processes — and it still works in its own remote mount: its result is published.
 fn sandboxed_loopback_runs_let_nothing_escape(mode: &'static str) {
     if !is_root() {
         eprintln!("skipped: the sandbox and smithfs attach need root here");
@@ -114,6 +115,16 @@ fn sandboxed_loopback_runs_let_nothing_escape(mode: &'static str) {
     std::fs::write(&hook, "#!/bin/sh\nexit 0\n").expect("hook");
     std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .expect("chmod hook");
+    // An abstract unix socket of this host, outside the run (Landlock's scoping keeps it out).
+    let abstract_name = format!("smithfs-loopback-{}-{mode}", std::process::id());
+    let abstract_listener = {
+        use std::os::linux::net::SocketAddrExt;
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(abstract_name.as_bytes())
+            .expect("abstract address");
+        let l = std::os::unix::net::UnixListener::bind_addr(&addr).expect("bind");
+        l.set_nonblocking(true).expect("nonblocking");
+        l
+    };
     // escapes.sh, then the device the run works on and a result through the remote mount.
     let wrapper =
         r#"/bin/bash "$0"; echo "dev: $(stat -c %d .)"; printf 'sandboxed\n' > outbox/result.md"#;
@@ -123,6 +134,8 @@ fn sandboxed_loopback_runs_let_nothing_escape(mode: &'static str) {
             "command": ["/bin/bash", "-c", wrapper, script],
             "env": {
                 "SANDBOXED": "1",
+                "LAYERS": "1",
+                "ABSTRACT": abstract_name,
                 "OUTSIDE": outside,
                 "SMITHFS_BIN": SMITHFS,
                 "AGENT_PROG": script,
@@ -164,6 +177,14 @@ fn sandboxed_loopback_runs_let_nothing_escape(mode: &'static str) {
         );
     }
     assert!(log.contains("NoNewPrivs: 1"), "[{mode}]\n{log}");
+    assert!(
+        log.contains("Seccomp: 2"),
+        "[{mode}] not under the filter:\n{log}"
+    );
+    assert!(
+        matches!(abstract_listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "[{mode}] a run connected to the abstract socket"
+    );
     // The daemon's pid was named (and attacked), through the run's own remote mount.
     assert!(log.contains("daemon pid: "), "[{mode}]\n{log}");
     assert!(log.contains("full id: smith-root\n"), "[{mode}]\n{log}");
