@@ -94,8 +94,12 @@ pub fn run(args: AttachArgs) -> Result<ExitCode> {
     let status = attach_command::spawn(&args.command, &cwd, sandbox.as_ref(), &signals, output_w)
         .and_then(attach_command::Running::wait);
     kill_rest_of_group();
-    if let Ok(status) = &status {
-        report_exit(&stop_w, *status);
+    match &status {
+        Ok(status) => report_exit(&stop_w, *status),
+        // COMMAND never ran (its sandbox or its exec failed): stop forwarding, with no report.
+        Err(_) => {
+            let _ = nix::unistd::write(&stop_w, b"x");
+        }
     }
     let ended = forwarding
         .join()

@@ -215,6 +215,28 @@ fn sandboxed_loopback_runs_let_nothing_escape_ancestry() {
     sandboxed_loopback_runs_let_nothing_escape("ancestry");
 }
 
+/// A sandboxed loopback run whose command cannot start (no such program in the view) ends
+/// promptly as a failed run: `attach` stops forwarding and exits non-zero (it never hangs
+/// waiting for a COMMAND that never ran), and nothing is left.
+#[test]
+fn a_sandboxed_loopback_run_whose_command_cannot_start_ends() {
+    if !is_root() {
+        eprintln!("skipped: the sandbox and smithfs attach need root here");
+        return;
+    }
+    let config = json!({
+        "launcher": {"kind": "loopback"},
+        "agent": {"command": ["/nonexistent/agent"], "retries": 0},
+        "sandbox": {"uid": 65534},
+    });
+    let m = common::TestMount::with_config(&config, "cgroup", Vec::new());
+    std::fs::write(m.path().join("smiths/smith-root/inbox/task-1.md"), "go\n").expect("task");
+    let (log, meta) = common::ended_run(&m, "smiths/smith-root", 1, 30);
+    assert_ne!(meta["exit_code"], 0, "{meta}\n{log}");
+    let pid = i32::try_from(meta["pid"].as_i64().expect("a pid")).expect("pid");
+    assert!(gone(pid), "attach outlived its run: {meta}");
+}
+
 /// The sandbox's init of a loopback run whose `attach` is `attach` (its child in a pid
 /// namespace of its own), by host pid.
 fn sandbox_init_of(attach: i32) -> Option<i32> {
