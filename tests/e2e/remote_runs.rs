@@ -11,7 +11,6 @@ use crate::common;
 use std::ffi::OsStr;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use common::msched::*;
@@ -500,75 +499,6 @@ fn loopback_unmount_stops_a_live_run() {
     assert_eq!(exited[0]["outcome"], "interrupted", "{exited:?}");
 }
 
-/// The unprivileged test user `smithfs-test` (created, a system user without a home, if
-/// missing) with `/dev/fuse` open to everyone for the guard's life (which holds the lock that
-/// serialises every test touching `/dev/fuse`); `None`, with a `skipped:` line, when not root.
-fn rootless_user() -> Option<(common::DevFuseGrant, u32, u32)> {
-    if !is_root() {
-        eprintln!("skipped: needs root to create the test user and grant /dev/fuse");
-        return None;
-    }
-    let grant = common::DevFuseGrant::new();
-    let id = |flag: &str| common::run(Command::new("id").arg(flag).arg("smithfs-test"));
-    if !id("-u").ok() {
-        common::run(
-            Command::new("useradd")
-                .args(["--system", "--no-create-home", "--home-dir", "/nonexistent"])
-                .args(["--shell", "/usr/sbin/nologin", "smithfs-test"]),
-        )
-        .expect_ok("useradd smithfs-test");
-    }
-    let uid = id("-u").expect_ok("id -u").trim().parse().expect("uid");
-    let gid = id("-g").expect_ok("id -g").trim().parse().expect("gid");
-    Some((grant, uid, gid))
-}
-
-/// `smithfs ARGS…` as `uid:gid`, without supplementary groups.
-fn as_user(uid: u32, gid: u32, args: &[&OsStr]) -> common::Run {
-    common::run(
-        Command::new("setpriv")
-            .arg(format!("--reuid={uid}"))
-            .arg(format!("--regid={gid}"))
-            .arg("--clear-groups")
-            .arg("--")
-            .arg(SMITHFS)
-            .args(args),
-    )
-}
-
-/// A mount of the test user's: unmounted on drop (as the user, else `umount -l` as root), its
-/// daemon killed if it outlives that.
-struct RootlessMount {
-    dir: std::path::PathBuf,
-    uid: u32,
-    gid: u32,
-}
-
-impl Drop for RootlessMount {
-    fn drop(&mut self) {
-        let daemon = common::find_daemon(&self.dir);
-        if common::is_smithfs_mounted(&self.dir) {
-            let _ = as_user(
-                self.uid,
-                self.gid,
-                &[OsStr::new("umount"), self.dir.as_os_str()],
-            );
-            if common::is_smithfs_mounted(&self.dir) {
-                let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-            }
-        }
-        if let Some(pid) = daemon {
-            let gone = || !std::path::Path::new(&format!("/proc/{pid}")).exists();
-            let end = std::time::Instant::now() + Duration::from_secs(5);
-            while std::time::Instant::now() < end && !gone() {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            // SAFETY: kill of the daemon this test started (a no-op ESRCH if it is gone).
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-    }
-}
-
 /// `smithfs attach` as a user who is not root (docs/SPEC.md §13 "a user namespace when not
 /// root", notes R32): a non-root daemon's `loopback` runs are each an `attach` of that user,
 /// which mounts the remote tree in a user and mount namespace of its own and starts the agent
@@ -578,30 +508,21 @@ impl Drop for RootlessMount {
 /// result is published, owned by the user.
 #[test]
 fn a_non_root_attach_mounts_in_a_user_namespace_and_sandboxes_its_run() {
-    let Some((_grant, uid, gid)) = rootless_user() else {
+    let Some((_grant, uid, gid)) = common::user::granted_user() else {
         return;
     };
-    let tmp = tempfile::Builder::new()
-        .prefix("smithfs-unpriv-attach-")
-        .tempdir()
-        .unwrap();
-    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let home = tmp.path().join("home");
-    std::fs::create_dir(&home).unwrap();
-    std::os::unix::fs::chown(&home, Some(uid), Some(gid)).unwrap();
-    let script = tmp.path().join("escapes.sh");
+    // The user's tree (`tmp/m`), with the script and a file outside the view beside it.
+    let m = common::user::UserMount::init(uid, gid);
+    let script = m.tmp.path().join("escapes.sh");
     std::fs::copy(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/escapes.sh"),
         &script,
     )
     .unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let outside = tmp.path().join("outside.txt");
+    let outside = m.tmp.path().join("outside.txt");
     std::fs::write(&outside, "the user's, outside the view\n").unwrap();
     std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o644)).unwrap();
-
-    let m = home.join("m");
-    as_user(uid, gid, &[OsStr::new("init"), m.as_os_str()]).expect_ok("init as the user");
     let wrapper = r#"/bin/bash "$0"; echo "dev: $(stat -c %d .)"; echo "map: $(cat /proc/self/uid_map)"; echo made > private/made.txt; printf 'rootless attach\n' > outbox/result.md"#;
     let config = serde_json::json!({
         "launcher": { "kind": "loopback" },
@@ -617,16 +538,12 @@ fn a_non_root_attach_mounts_in_a_user_namespace_and_sandboxes_its_run() {
             "retries": 0
         },
     });
-    std::fs::write(m.join("config.json"), config.to_string()).unwrap();
-    std::os::unix::fs::chown(m.join("config.json"), Some(uid), Some(gid)).unwrap();
-    as_user(uid, gid, &[OsStr::new("mount"), m.as_os_str()])
+    let cfg = m.path().join("config.json");
+    std::fs::write(&cfg, config.to_string()).unwrap();
+    std::os::unix::fs::chown(&cfg, Some(uid), Some(gid)).unwrap();
+    common::user::smithfs_as(uid, gid, &[OsStr::new("mount"), m.path().as_os_str()])
         .expect_ok("a loopback mount as the user");
-    let mounted = RootlessMount {
-        dir: m.clone(),
-        uid,
-        gid,
-    };
-    let in_mount = |script: &str| common::sh_as(uid, gid, &home, &format!("cd m && {script}"));
+    let in_mount = |script: &str| m.sh(script);
     let daemon_dev = in_mount("stat -c %d smiths/smith-root").expect_ok("stat");
     in_mount("printf 'escape\\n' > smiths/smith-root/inbox/task-1.md").expect_ok("task");
     let conv = "smiths/smith-root/conversations/run-0001";
@@ -677,5 +594,5 @@ fn a_non_root_attach_mounts_in_a_user_namespace_and_sandboxes_its_run() {
     assert_eq!(fin, "rootless attach\n");
     let owner = in_mount("stat -c %u:%g smiths/smith-root/private/made.txt").expect_ok("stat");
     assert_eq!(owner.trim(), format!("{uid}:{gid}"));
-    drop(mounted);
+    drop(m);
 }
