@@ -95,7 +95,8 @@ fn sandboxed_loopback(mode: &'static str, patch: serde_json::Value) -> Sm {
 /// docs/SPEC.md §12, §13 (notes R30): with the sandbox on, a loopback run's agent starts in the
 /// sandbox `attach` builds from the daemon's plan — every route of tests/fixtures/escapes.sh
 /// fails (the daemon's pid, the host's files and devices, mount, setuid…, and the kernel layers'
-/// attacks: an abstract socket of the host, signals outside, the filtered calls), it is the
+/// attacks: an abstract socket of the host, signals outside, the filtered calls; also with
+/// `SMITHFS_SANDBOX_WITHOUT` naming every layer in the run's, so `attach`'s, environment), it is the
 /// agents' uid (not root) with one group, no capability and `no_new_privs`, under the seccomp
 /// filter, it sees only its own processes — and it still works in its own remote mount: its result is published.
 fn sandboxed_loopback_runs_let_nothing_escape(mode: &'static str) {
@@ -131,7 +132,10 @@ fn sandboxed_loopback_runs_let_nothing_escape(mode: &'static str) {
         "launcher": {"kind": "loopback"},
         "agent": {
             "command": ["/bin/bash", "-c", wrapper, script],
+            // The run's environment is attach's: a layer named here must not come off (the
+            // plan is the daemon's word alone, notes R30).
             "env": {
+                "SMITHFS_SANDBOX_WITHOUT": "view,landlock,seccomp",
                 "SANDBOXED": "1",
                 "LAYERS": "1",
                 "ABSTRACT": abstract_name,
