@@ -218,6 +218,49 @@ fn sandboxed_loopback_runs_let_nothing_escape_ancestry() {
     sandboxed_loopback_runs_let_nothing_escape("ancestry");
 }
 
+/// A sandboxed agent that ignores TERM is ended by the KILL after `agent.kill_grace_secs`: the
+/// KILL ends `attach`, whose death kills the sandbox's init (its parent-death signal, notes
+/// XT16, R30), and with it every process of the run's pid namespace — a `setsid` descendant
+/// that ignores TERM included.
+#[test]
+fn sandboxed_loopback_kill_after_the_grace_ends_the_whole_run() {
+    if !is_root() {
+        eprintln!("skipped: the sandbox and smithfs attach need root here");
+        return;
+    }
+    let s = sandboxed_loopback(
+        "cgroup",
+        json!({"agent": {"kill_grace_secs": 1, "retries": 0}}),
+    );
+    let mut left = Leftovers::default();
+    s.task("resumehangterm\n");
+    let ns_pid = |name: &str| -> i32 {
+        s.wait_file(30, &format!("{}/private/{name}", rel(ROOT)))
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("a pid in private/{name}: {e}"))
+    };
+    let (agent_ns, spid_ns) = (ns_pid("pid"), ns_pid("spid"));
+    let attach = s.run_pid(ROOT);
+    left.watch(attach);
+    let init = poll_until(Duration::from_secs(10), "the sandbox's init", || {
+        sandbox_init_of(attach)
+    });
+    left.watch(init);
+    let agent = common::host_pid_in(init, agent_ns).expect("the agent is alive");
+    let spid = common::host_pid_in(init, spid_ns).expect("its setsid descendant is alive");
+    left.watch(agent);
+    left.watch(spid);
+    s.cli("cancel", &[ROOT]).expect_ok("smithfs cancel");
+    s.wait_events(20, "run.cancelled", Some(ROOT), 1);
+    poll_until(
+        Duration::from_secs(20),
+        "attach, the init, the agent and its descendant to be gone",
+        || [attach, init, agent, spid].iter().all(|&p| gone(p)),
+    );
+    s.wait_state(10, ROOT, "cancelled");
+}
+
 /// A sandboxed loopback run whose command cannot start (no such program in the view) ends
 /// promptly as a failed run: `attach` stops forwarding and exits non-zero (it never hangs
 /// waiting for a COMMAND that never ran), and nothing is left.
