@@ -154,6 +154,11 @@ pub fn spawn(
     let Some(plan) = sandbox else {
         let mut c = std::process::Command::new(&command[0]);
         let stderr = output.try_clone().context("duplicating the output pipe")?;
+        // The run's environment came encoded (notes XT21): COMMAND gets it by its names.
+        c.env_clear().envs(crate::process::spawn::decode_env(
+            std::env::vars_os(),
+            false,
+        ));
         c.args(&command[1..])
             .current_dir(cwd)
             .stdin(std::process::Stdio::null())

@@ -541,10 +541,13 @@ fn cstring(bytes: impl Into<Vec<u8>>, what: &str) -> io::Result<CString> {
 }
 
 /// The environment of the child: the daemon's, then `env` over it, as `K=V` strings.
-fn environment(env: &BTreeMap<String, String>) -> io::Result<Vec<CString>> {
+fn environment(env: &BTreeMap<String, String>, sandboxed: bool) -> io::Result<Vec<CString>> {
     let mut all: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
     for (k, v) in env {
         all.insert(k.into(), v.into());
+    }
+    if sandboxed {
+        all = encode_env(all);
     }
     all.into_iter()
         .map(|(k, v)| {
@@ -554,6 +557,71 @@ fn environment(env: &BTreeMap<String, String>) -> io::Result<Vec<CString>> {
             cstring(kv, "environment")
         })
         .collect()
+}
+
+/// The prefix under which a run's environment travels while the processes that carry it still
+/// hold privileges: the sandbox's init (root, in the host's mount namespace until it builds the
+/// view) and `smithfs attach` (root on its node). `K=V` travels as `SMITHFS_AGENT_ENV_K=V`, so
+/// nothing that reads a privileged process's environment — the dynamic loader's `LD_PRELOAD`,
+/// `LD_AUDIT`, `LD_LIBRARY_PATH`, `LD_DEBUG_OUTPUT`, glibc's `GLIBC_TUNABLES`, `GCONV_PATH` —
+/// ever sees a variable a smith's `config.json` named (a parent writes its child's, docs/SPEC.md
+/// §3). Only the agent, executed after the credentials were dropped, gets them back by their
+/// names ([`decode_env`]; docs/PROTOCOL-NOTES.md XT21).
+pub const AGENT_ENV_PREFIX: &str = "SMITHFS_AGENT_ENV_";
+
+/// `env` with every name put under [`AGENT_ENV_PREFIX`]; a name already under it is kept as it
+/// is and wins over the plain name it encodes (`attach`'s environment: the run's, encoded by the
+/// launcher, over what the node or the daemon set).
+pub fn encode_env<K, V>(env: impl IntoIterator<Item = (K, V)>) -> BTreeMap<OsString, OsString>
+where
+    K: Into<OsString>,
+    V: Into<OsString>,
+{
+    let mut out = BTreeMap::new();
+    let mut encoded = Vec::new();
+    for (k, v) in env {
+        let k: OsString = k.into();
+        if k.as_bytes().starts_with(AGENT_ENV_PREFIX.as_bytes()) {
+            encoded.push((k, v.into()));
+        } else {
+            let mut name = OsString::from(AGENT_ENV_PREFIX);
+            name.push(k);
+            out.insert(name, v.into());
+        }
+    }
+    // What was encoded already is the run's own and wins over a plain name it shares.
+    out.extend(encoded);
+    out
+}
+
+/// The run's environment out of an encoded one ([`encode_env`]): the names under
+/// [`AGENT_ENV_PREFIX`] without it; a name not under it is dropped when `only_encoded`, else
+/// kept (an encoded name wins over a plain one of the same name).
+pub fn decode_env<K, V>(
+    env: impl IntoIterator<Item = (K, V)>,
+    only_encoded: bool,
+) -> BTreeMap<OsString, OsString>
+where
+    K: Into<OsString>,
+    V: Into<OsString>,
+{
+    let mut plain = BTreeMap::new();
+    let mut decoded = BTreeMap::new();
+    for (k, v) in env {
+        let k: OsString = k.into();
+        match k.as_bytes().strip_prefix(AGENT_ENV_PREFIX.as_bytes()) {
+            Some(name) if !name.is_empty() => {
+                decoded.insert(OsStr::from_bytes(name).to_os_string(), v.into());
+            }
+            Some(_) => {}
+            None if !only_encoded => {
+                plain.insert(k, v.into());
+            }
+            None => {}
+        }
+    }
+    plain.extend(decoded);
+    plain
 }
 
 /// The paths execvp would try for `program`: itself if it has a `/`, else each `$PATH` entry
@@ -748,7 +816,8 @@ pub fn spawn(s: Spawn<'_>) -> io::Result<Process> {
     let mut sh_argv: Vec<*const libc::c_char> = vec![c"/bin/sh".as_ptr(), std::ptr::null()];
     sh_argv.extend(args.iter().skip(1).map(|a| a.as_ptr()));
     sh_argv.push(std::ptr::null());
-    let envs = environment(s.program.env)?;
+    // A sandboxed run's environment reaches its init encoded (it is root until it drops).
+    let envs = environment(s.program.env, s.sandbox.is_some())?;
     let mut envp: Vec<*const libc::c_char> = envs.iter().map(|e| e.as_ptr()).collect();
     envp.push(std::ptr::null());
     // The sandbox's init: `smithfs __sandbox-init PLAN… -- argv…`.
@@ -1009,6 +1078,65 @@ mod tests {
 
     fn argv(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// The run's environment travels encoded and comes back by its names (notes XT21).
+    #[test]
+    fn a_runs_environment_is_inert_until_decoded() {
+        let p = AGENT_ENV_PREFIX;
+        let pairs = |v: &[(&str, &str)]| -> Vec<(OsString, OsString)> {
+            v.iter().map(|(k, v)| (k.into(), v.into())).collect()
+        };
+        type Env<'a> = &'a [(&'a str, &'a str)];
+        let cases: &[(Env<'_>, Env<'_>)] = &[
+            (&[], &[]),
+            (
+                &[("LD_PRELOAD", "/x.so")],
+                &[(&format!("{p}LD_PRELOAD"), "/x.so")],
+            ),
+            // Encoded already: kept, and it wins over the plain name it encodes.
+            (
+                &[("PATH", "/daemon"), (&format!("{p}PATH"), "/run")],
+                &[(&format!("{p}PATH"), "/run")],
+            ),
+            (
+                &[(&format!("{p}TERM"), "run"), ("TERM", "daemon")],
+                &[(&format!("{p}TERM"), "run")],
+            ),
+        ];
+        for (input, want) in cases {
+            let got = encode_env(pairs(input));
+            let want: BTreeMap<OsString, OsString> = pairs(want).into_iter().collect();
+            assert_eq!(got, want, "{input:?}");
+            for k in got.keys() {
+                assert!(
+                    !k.as_bytes().starts_with(b"LD_"),
+                    "{k:?} reaches the loader"
+                );
+            }
+        }
+        // Decoded: only the encoded names (the init), or the encoded over the plain (attach).
+        let env = pairs(&[
+            (&format!("{p}LD_PRELOAD"), "/x.so"),
+            (&format!("{p}HOME"), "/run/home"),
+            ("HOME", "/root"),
+            ("SLURM_JOB_ID", "7"),
+            (p, "a name of nothing"),
+        ]);
+        let only: Vec<(OsString, OsString)> = decode_env(env.clone(), true).into_iter().collect();
+        assert_eq!(
+            only,
+            pairs(&[("HOME", "/run/home"), ("LD_PRELOAD", "/x.so")])
+        );
+        let all: Vec<(OsString, OsString)> = decode_env(env, false).into_iter().collect();
+        assert_eq!(
+            all,
+            pairs(&[
+                ("HOME", "/run/home"),
+                ("LD_PRELOAD", "/x.so"),
+                ("SLURM_JOB_ID", "7")
+            ])
+        );
     }
 
     fn no_bind() -> impl FnMut(u32) -> io::Result<()> {

@@ -37,7 +37,7 @@
 //! run never starts and `spawn_error` names the step; under `smithfs run` it is printed instead.
 
 use std::collections::BTreeMap;
-use std::ffi::{CString, OsString};
+use std::ffi::{CString, OsStr, OsString};
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -559,16 +559,25 @@ fn build(plan: &Plan) -> Result<(), Failure> {
 /// The agent's home in the view's passwd: its `HOME` when that is inside the mount (the
 /// smith's `home/`), else `/tmp`.
 fn home_in_view(plan: &Plan) -> PathBuf {
-    std::env::var_os("HOME")
+    inherited_env()
+        .remove(OsStr::new("HOME"))
         .map(PathBuf::from)
         .filter(|h| h.starts_with(&plan.mount))
         .unwrap_or_else(|| PathBuf::from("/tmp"))
 }
 
-/// The agent's environment: the init's (the run's, as the daemon built it) with `USER`,
+/// The run's environment as the init got it: encoded, so that no variable of it acted on the
+/// init while it had privileges (`process::spawn::AGENT_ENV_PREFIX`, notes XT21); a variable
+/// of the init's that is not encoded is not the run's and is dropped.
+fn inherited_env() -> BTreeMap<OsString, OsString> {
+    crate::process::spawn::decode_env(std::env::vars_os(), true)
+}
+
+/// The agent's environment: the run's (as the daemon built it, [`inherited_env`]) with `USER`,
 /// `LOGNAME`, `TMPDIR=/tmp`, and `HOME` when the inherited one is not in the view.
 fn agent_env(plan: &Plan) -> BTreeMap<String, String> {
-    let mut env: BTreeMap<String, String> = std::env::vars_os()
+    let mut env: BTreeMap<String, String> = inherited_env()
+        .into_iter()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
     env.insert("USER".into(), plan.user.clone());

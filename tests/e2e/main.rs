@@ -23,6 +23,7 @@ mod ops;
 mod ops_daemon;
 mod remote_runs;
 mod sandbox;
+mod sandbox_env;
 mod sandbox_layers;
 mod sandbox_run;
 mod sched;

@@ -168,11 +168,24 @@ impl Launcher for Loopback {
             "--".into(),
         ];
         argv.extend(spec.argv.iter().cloned());
+        // `attach` is root outside the sandbox: the run's environment (which a parent may have
+        // written in its child's config.json) reaches it encoded, inert for the loader, and
+        // only COMMAND gets it back by its names (notes XT21).
+        let encoded: BTreeMap<String, String> = spec
+            .env
+            .iter()
+            .map(|(k, v)| {
+                (
+                    format!("{}{k}", crate::process::spawn::AGENT_ENV_PREFIX),
+                    v.clone(),
+                )
+            })
+            .collect();
         let started = runner::launch(
             Launch {
                 program: Program {
                     argv: &argv,
-                    env: &spec.env,
+                    env: &encoded,
                     cwd: None,
                     stdin_piped: true,
                     output: Some(spec.output),
