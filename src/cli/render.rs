@@ -74,7 +74,8 @@ fn failure_detail(row: &SmithRow) -> Option<String> {
 
 /// The status tree: one line per smith (tree drawing and full id, state, time in that state,
 /// runs, the last run's duration, whether a result is present; for a failed or cancelled smith
-/// also its last exit code or signal, `reason` and log path), then a summary line. Columns
+/// also its last exit code or signal, `reason` and log path; where a cluster's run ran), then a
+/// summary line. Columns
 /// are padded before they are coloured. `color`: ANSI colours for a terminal.
 pub fn render_tree(doc: &StatusDoc, now: SystemTime, color: bool) -> String {
     let mut out = String::new();
@@ -128,6 +129,16 @@ pub fn render_tree(doc: &StatusDoc, now: SystemTime, color: bool) -> String {
         if let Some(d) = failure_detail(row) {
             line.push_str("  ");
             line.push_str(&paint(&d, "31", color));
+        }
+        // Where a run on a cluster ran (docs/SPEC.md §13): `slurm:JOBID@NODE`.
+        if let Some(w) = row
+            .last_run
+            .as_ref()
+            .and_then(|lr| lr.where_.as_deref())
+            .filter(|w| *w != "local")
+        {
+            line.push_str("  on ");
+            line.push_str(w);
         }
         out.push_str(line.trim_end());
         out.push('\n');

@@ -72,6 +72,9 @@ pub struct Event {
     /// The run's cgroup, when it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<String>,
+    /// `run.started` of a Slurm job (docs/SPEC.md §13): its job id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
     /// What the end-of-run rule decided, for `run.exited`: `done pending waiting rerun retry
     /// failed cancelled interrupted`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -622,6 +625,10 @@ pub struct LastRun {
     /// left is not a result (docs/PROTOCOL-NOTES.md S28).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Where it ran (docs/SPEC.md §7, §13): `local`, or `slurm:JOBID@NODE` for a Slurm job
+    /// (`slurm:JOBID` until it runs on a node, and when read back from the journal).
+    #[serde(default, rename = "where", skip_serializing_if = "Option::is_none")]
+    pub where_: Option<String>,
 }
 
 /// What the journal says about one smith.
@@ -666,6 +673,9 @@ pub struct OpenRun {
     pub start_ticks: Option<u64>,
     /// The smith's cgroup the run was created in (cgroup mode).
     pub cgroup: Option<String>,
+    /// The Slurm job it was (docs/SPEC.md §13): cancelled at start-up like a local leftover.
+    #[serde(default)]
+    pub job_id: Option<String>,
 }
 
 /// The journal replayed: each smith's history (by full id) and the runs left open. Built line by
@@ -709,6 +719,10 @@ impl Replay {
                     wake: ev.wake.clone().unwrap_or_default(),
                     started: ev.ts.clone(),
                     ended: None,
+                    where_: Some(match &ev.job_id {
+                        Some(job) => format!("slurm:{job}"),
+                        None => "local".into(),
+                    }),
                     ..LastRun::default()
                 });
                 open.push(OpenRun {
@@ -719,6 +733,7 @@ impl Replay {
                     pgid: ev.pgid,
                     start_ticks: ev.start_ticks,
                     cgroup: ev.cgroup.clone(),
+                    job_id: ev.job_id.clone(),
                 });
             }
             "task.assigned" if ev.scheduled != Some(false) => h.terminal = None,

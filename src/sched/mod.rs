@@ -141,6 +141,14 @@ pub(crate) enum Msg {
         smith: SmithIdx,
         run_id: String,
         status: Result<std::process::ExitStatus, String>,
+        /// Slurm's word when it decides the run's end (docs/SPEC.md §13); `None`: the status.
+        verdict: Option<Verdict>,
+    },
+    /// A Slurm job began running on `node` (docs/SPEC.md §13): the run's clock starts now.
+    JobRunning {
+        smith: SmithIdx,
+        run_id: String,
+        node: String,
     },
     /// The auto-commit after a run's exit is over (docs/SPEC.md §11; `commit.rs`).
     Committed {
@@ -164,6 +172,14 @@ pub(crate) enum Msg {
     /// re-queued.
     Resume,
     Shutdown,
+}
+
+/// How a cluster job ended when its scheduler, not its run, decided (docs/SPEC.md §13):
+/// `run.exited`'s `reason` (`lost`, `timeout`, `oom`) and its `error`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Verdict {
+    pub reason: &'static str,
+    pub error: String,
 }
 
 /// State shared between the handle and the scheduler thread.

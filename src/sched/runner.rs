@@ -244,6 +244,16 @@ pub struct Meta {
     /// limit is set and it killed some; docs/SPEC.md §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oom_kills: Option<u64>,
+    /// The Slurm job the run is (docs/SPEC.md §13).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+    /// The node the job ran on, once Slurm said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// When the job began running on its node (RFC 3339); `start` is its submission: the time
+    /// between is queue time, not run time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<String>,
 }
 
 /// The held directories and log of one run.

@@ -78,3 +78,229 @@ fn a_throwaway_cluster_runs_a_job_cancels_one_and_stops_clean() {
         "the cluster's PID 1 ({ns_pid}) outlived the guard"
     );
 }
+
+// ----- runs as Slurm jobs (docs/SPEC.md §13, docs/PROTOCOL-NOTES.md R17–R22) ----------------
+
+use crate::common::msched::*;
+use crate::common::MountOpts;
+use serde_json::json;
+
+const ROOT: &str = "smith-root";
+const C1: &str = "smith-root/smith-001";
+const C2: &str = "smith-root/smith-002";
+
+/// Run before the test agent's own directives: `waitterm` records its pid, then waits; a TERM
+/// makes it write `private/term` (through its remote mount) and exit 7; a run that finds
+/// `private/term` from an earlier attempt publishes `retried` instead.
+const PROLOGUE: &str = r#"
+read -r first _ < "$SMITH_TASK_FILE"
+if [ "$SMITH_WAKE" != children ] && [ "$first" = waitterm ]; then
+  if [ -e private/term ]; then
+    printf 'retried\n' > private/r.md && mv private/r.md outbox/result.md
+    exit 0
+  fi
+  trap 'echo TERM > private/term; exit 7' TERM
+  echo $$ > private/pid
+  sleep 1000 &
+  wait $!
+  exit 0
+fi
+"#;
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A scheduler mount whose runs are jobs of `cluster` (the daemon reaches it through
+/// `SLURM_CONF`), the sandbox off, `patch` merged into its config.
+fn on_cluster(cluster: &Cluster, patch: serde_json::Value) -> Sm {
+    let conf: &'static str = Box::leak(
+        cluster
+            .conf()
+            .to_string_lossy()
+            .into_owned()
+            .into_boxed_str(),
+    );
+    let mut cfg = json!({"launcher": {"kind": "slurm", "listen": "127.0.0.1:0"}});
+    merge(&mut cfg, &patch);
+    let s = Sm::with(
+        MountOpts {
+            allow_other: true,
+            unsandboxed: true,
+            env: vec![("SLURM_CONF", conf)],
+            ..MountOpts::default()
+        },
+        cfg,
+    );
+    s.write("agents/agent.sh", &format!("{PROLOGUE}{AGENT}"));
+    s
+}
+
+fn cluster() -> Option<Cluster> {
+    if !is_root() {
+        eprintln!("skipped: the throwaway cluster and smithfs attach need root");
+        return None;
+    }
+    Some(Cluster::start(1).expect(
+        "Slurm is not installed (scripts/install-deps.sh installs munge, slurmctld, slurmd)",
+    ))
+}
+
+/// The job id `meta.json` of `full`'s run `n` (0-based) names, once it names one.
+fn job_of(s: &Sm, full: &str, n: usize) -> String {
+    poll_until(
+        Duration::from_secs(30),
+        "the run's job id in meta.json",
+        || {
+            s.metas(full)
+                .get(n)
+                .and_then(|m| m["job_id"].as_str().map(String::from))
+        },
+    )
+}
+
+/// A run end to end as a Slurm job: task → job → attach on the node → the agent writes its
+/// outbox through its remote mount → the result flows up; its output is in `messages.log`
+/// (Slurm's own output files are /dev/null); the job id is in `meta.json`, `run.started` and
+/// `status` (`slurm:JOBID@n1`).
+#[test]
+fn a_run_is_a_slurm_job_end_to_end() {
+    let Some(cluster) = cluster() else { return };
+    let s = on_cluster(&cluster, json!({"agent": {"retries": 0}}));
+    s.task("split\nok\nok\n");
+    assert_eq!(
+        s.wait_file(120, "results/final.md"),
+        "result of smith-001\nresult of smith-002\n"
+    );
+    s.wait_state(30, ROOT, "done");
+    for full in [ROOT, C1, C2] {
+        let started = s.wait_events(20, "run.started", Some(full), 1)[0].clone();
+        let job = started["job_id"]
+            .as_str()
+            .expect("run.started has job_id")
+            .to_string();
+        assert!(job.parse::<u64>().is_ok(), "{started}");
+        assert!(started.get("pid").is_none_or(|p| p.is_null()), "{started}");
+        let m = &s.metas(full)[0];
+        assert_eq!(m["job_id"], job.as_str(), "{m}");
+        assert_eq!(m["node"], "n1", "{m}");
+        assert_eq!(m["exit_code"], 0, "{m}");
+        let log = s
+            .read(&format!(
+                "{}/conversations/run-0001/messages.log",
+                rel(full)
+            ))
+            .unwrap_or_default();
+        assert!(
+            log.contains(&format!("run {full} wake=task")),
+            "{full}: {log:?}"
+        );
+        let status = s.status();
+        let lr = &smith_of(&status, full)["last_run"];
+        let want = format!("slurm:{job}@n1");
+        // The root's last run is its `children` one: its own job.
+        if full != ROOT {
+            assert_eq!(lr["where"], want.as_str(), "{lr}");
+        }
+        let exited = s.wait_events(20, "run.exited", Some(full), 1)[0].clone();
+        assert_eq!(exited["reason"], "exit", "{exited}");
+    }
+    let out = s.cli("status", &[]);
+    assert!(out.stdout.contains("on slurm:"), "{}", out.stdout);
+}
+
+/// Cancel is an scancel that TERMs the job's processes (the agent's trap writes through its
+/// mount), and a run over `agent.timeout_secs` — counted from when the job runs — is stopped
+/// the same way and journaled `run.timed_out`.
+#[test]
+fn a_slurm_run_is_cancelled_and_timed_out_through_scancel() {
+    let Some(cluster) = cluster() else { return };
+    let s = on_cluster(
+        &cluster,
+        json!({"agent": {"timeout_secs": 8, "kill_grace_secs": 4, "retries": 0}}),
+    );
+    s.task("split\nwaitterm\nwaitterm\n");
+    s.wait_file(60, &format!("{}/private/pid", rel(C1)));
+    s.cli("cancel", &[C1]).expect_ok("smithfs cancel");
+    s.wait_events(30, "run.cancelled", Some(C1), 1);
+    let e = s.wait_events(30, "run.exited", Some(C1), 1)[0].clone();
+    assert_eq!(e["reason"], "cancelled", "{e}");
+    assert_eq!(
+        s.read(&format!("{}/private/term", rel(C1))).as_deref(),
+        Some("TERM\n"),
+        "the cancel's TERM reached the agent on the node"
+    );
+    s.wait_state(10, C1, "cancelled");
+    s.wait_events(60, "run.timed_out", Some(C2), 1);
+    let e = s.wait_events(30, "run.exited", Some(C2), 1)[0].clone();
+    assert_eq!(e["reason"], "timeout", "{e}");
+    assert_eq!(
+        s.read(&format!("{}/private/term", rel(C2))).as_deref(),
+        Some("TERM\n"),
+        "the timeout's TERM reached the agent on the node"
+    );
+    let m = &s.metas(C2)[0];
+    assert_eq!(m["timed_out"], true, "{m}");
+    assert!(m["running"].is_string(), "{m}");
+    s.wait_state(10, C2, "failed");
+}
+
+/// A job scancelled by someone else is Slurm's verdict, not the node's report: `run.exited`
+/// with `reason` `lost`, retried per `agent.retries` (the retry publishes).
+#[test]
+fn a_job_scancelled_by_someone_else_is_lost_and_retried() {
+    let Some(cluster) = cluster() else { return };
+    let s = on_cluster(&cluster, json!({"agent": {"retries": 1}}));
+    s.task("waitterm\n");
+    s.wait_file(60, "smiths/smith-root/private/pid");
+    let job = job_of(&s, ROOT, 0);
+    assert!(cluster.client("scancel", &[&job]).status.success());
+    let e = s.wait_events(60, "run.exited", Some(ROOT), 1)[0].clone();
+    assert_eq!(e["reason"], "lost", "{e}");
+    assert_eq!(e["outcome"], "retry", "{e}");
+    assert!(
+        e["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("cancelled outside smithfs"),
+        "{e}"
+    );
+    assert_eq!(s.wait_file(60, "results/final.md"), "retried\n");
+    assert_eq!(strs(&s.metas(ROOT), "wake"), ["task", "retry"]);
+    assert_ne!(job_of(&s, ROOT, 1), job, "the retry is a job of its own");
+}
+
+/// `sbatch` absent (not on the daemon's PATH): the run fails with the reason in the journal
+/// and its `messages.log`, and the mount stays up.
+#[test]
+fn sbatch_absent_fails_the_run_and_the_mount_stays_up() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let cfg =
+        json!({"launcher": {"kind": "slurm", "listen": "127.0.0.1:0"}, "agent": {"retries": 0}});
+    let s = Sm::with(
+        MountOpts {
+            allow_other: true,
+            unsandboxed: true,
+            env: vec![("PATH", "/nonexistent")],
+            ..MountOpts::default()
+        },
+        cfg,
+    );
+    s.task("ok\n");
+    let e = s.wait_events(30, "run.exited", Some(ROOT), 1)[0].clone();
+    assert_eq!(e["reason"], "spawn_error", "{e}");
+    let error = e["error"].as_str().unwrap_or_default();
+    assert!(error.contains("sbatch"), "{e}");
+    let log = s
+        .read("smiths/smith-root/conversations/run-0001/messages.log")
+        .unwrap_or_default();
+    assert!(log.contains("sbatch"), "{log:?}");
+    s.wait_state(10, ROOT, "failed");
+    // The mount is up: the tree and the control directory answer.
+    assert!(s.read("config.json").is_some());
+    assert_eq!(s.state(ROOT), "failed");
+}

@@ -92,16 +92,20 @@ impl Exec {
             .filter(|n| *n > 0);
         let oom = oom_kills.is_some() && reason.is_none() && code != Some(0);
         let end = time::now();
-        let why = if oom {
-            "oom"
-        } else {
-            run_reason(reason, signal, error.is_some())
+        // Slurm's word on a job that it, not the run, ended (docs/SPEC.md §13); the
+        // scheduler's own stop (cancel, timeout, unmount) still says why first.
+        let verdict = l.verdict.take().filter(|_| reason.is_none());
+        let why = match &verdict {
+            Some(v) => v.reason,
+            None if oom => "oom",
+            None => run_reason(reason, signal, error.is_some()),
         };
+        let slurm_timeout = verdict.as_ref().is_some_and(|v| v.reason == "timeout");
         l.meta.end = Some(end.clone());
         l.meta.oom_kills = oom_kills;
         l.meta.exit_code = code;
         l.meta.signal = signal;
-        l.meta.timed_out = reason == Some(StopReason::Timeout);
+        l.meta.timed_out = reason == Some(StopReason::Timeout) || slurm_timeout;
         l.meta.cancelled = reason == Some(StopReason::Cancel);
         l.meta.interrupted = reason == Some(StopReason::Shutdown);
         l.meta.error = error.clone();
@@ -134,6 +138,7 @@ impl Exec {
             self.rescan_task(c);
         }
         let run_end = match reason {
+            None if slurm_timeout => RunEnd::TimedOut,
             None => RunEnd::Exited,
             Some(StopReason::Timeout) => RunEnd::TimedOut,
             Some(StopReason::Cancel) => RunEnd::Cancelled,
@@ -150,6 +155,11 @@ impl Exec {
         set_outcome(&mut ev, outcome);
         self.record(ev);
         match reason {
+            None if slurm_timeout => {
+                let mut ev = self.ev("run.timed_out", s);
+                ev.run_id = Some(l.run_id.clone());
+                self.record(ev);
+            }
             Some(StopReason::Timeout) => {
                 let mut ev = self.ev("run.timed_out", s);
                 ev.run_id = Some(l.run_id.clone());

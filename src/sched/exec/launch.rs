@@ -47,6 +47,18 @@ pub(super) struct RunSpec {
     pub confine: bool,
     /// The sandbox's plan (docs/SPEC.md §12), from the mount-wide config; `None`: no sandbox.
     pub sandbox: Option<crate::sandbox::view::Plan>,
+    /// `agent.timeout_secs` and `agent.kill_grace_secs` of the smith's effective config: a
+    /// cluster job's own time limit.
+    pub time_limit: std::time::Duration,
+}
+
+/// What a launcher started: a local process the scheduler follows, or a cluster job the
+/// launcher follows itself.
+pub(super) enum Submitted {
+    /// A local process (`local`, `loopback`).
+    Process(Started),
+    /// A Slurm job, by id (`slurm`).
+    Job(String),
 }
 
 /// Start `spec`'s process (the local launcher: a child of this daemon, in its own session and
@@ -78,10 +90,15 @@ pub(super) fn start_process(env: &Env, spec: RunSpec) -> Result<Started, String>
 /// Where runs start: one per mount, chosen by `launcher.kind`.
 pub(super) trait Launcher: Send + Sync {
     /// Start `spec`; what is returned is the local process the scheduler follows, signals to
-    /// cancel or time out, and takes the exit status of.
+    /// cancel or time out, and takes the exit status of; or a job the launcher follows itself,
+    /// posting [`Msg::JobRunning`] and [`Msg::Exited`].
     ///
     /// Errors: one sentence naming the program and why it did not start.
-    fn submit(&self, env: &Env, spec: RunSpec) -> Result<Started, String>;
+    fn submit(&self, env: &Env, spec: RunSpec) -> Result<Submitted, String>;
+
+    /// Stop job `job` ([`Submitted::Job`]): `kill` false where a local run's group gets TERM,
+    /// true where it gets KILL.
+    fn stop_job(&self, _job: &str, _kill: bool) {}
 
     /// Run `run_id` of `smith` ended, or cannot be followed (after [`Launcher::submit`]
     /// succeeded). Returns the run's own exit report when the launcher has one that says more
@@ -91,19 +108,17 @@ pub(super) trait Launcher: Send + Sync {
     }
 }
 
-/// The launcher for `kind`: `loopback` needs `remote` (the daemon's listener; the daemon
-/// always has one for that kind); `slurm` is not built yet, so its runs start locally, as
-/// before the seam, and say so in the log.
+/// The launcher for `launcher`'s kind: `loopback` and `slurm` need `remote` (the daemon's
+/// listener; the daemon always has one for those kinds; without it runs are local).
 pub(super) fn for_kind(
-    kind: crate::config::LauncherKind,
+    launcher: &crate::config::LauncherConfig,
     remote: Option<std::sync::Arc<dyn crate::sched::RemoteRuns>>,
 ) -> std::sync::Arc<dyn Launcher> {
     use crate::config::LauncherKind;
-    match (kind, remote) {
+    match (launcher.kind, remote) {
         (LauncherKind::Loopback, Some(remote)) => std::sync::Arc::new(Loopback { remote }),
-        (LauncherKind::Slurm, _) => {
-            tracing::warn!("launcher.kind slurm is not built yet: runs start locally");
-            std::sync::Arc::new(Local)
+        (LauncherKind::Slurm, Some(remote)) => {
+            std::sync::Arc::new(super::slurm::Slurm::new(remote, launcher.slurm.clone()))
         }
         _ => std::sync::Arc::new(Local),
     }
@@ -111,7 +126,7 @@ pub(super) fn for_kind(
 
 /// The listener's name of run `run_id` of `smith`: run ids are per smith (`run-0001` in every
 /// smith), a smith's index is never reused while the mount lives (docs/PROTOCOL-NOTES.md R13).
-fn listener_key(smith: SmithIdx, run_id: &str) -> String {
+pub(super) fn listener_key(smith: SmithIdx, run_id: &str) -> String {
     format!("{}/{run_id}", smith.0)
 }
 
@@ -119,8 +134,8 @@ fn listener_key(smith: SmithIdx, run_id: &str) -> String {
 struct Local;
 
 impl Launcher for Local {
-    fn submit(&self, env: &Env, spec: RunSpec) -> Result<Started, String> {
-        start_process(env, spec)
+    fn submit(&self, env: &Env, spec: RunSpec) -> Result<Submitted, String> {
+        start_process(env, spec).map(Submitted::Process)
     }
 }
 
@@ -135,7 +150,7 @@ struct Loopback {
 }
 
 impl Launcher for Loopback {
-    fn submit(&self, env: &Env, spec: RunSpec) -> Result<Started, String> {
+    fn submit(&self, env: &Env, spec: RunSpec) -> Result<Submitted, String> {
         // The smithfs binary, as named for the sandbox's init: never this process's own
         // executable assumed (a test harness would run its own tests; notes XT17).
         let binary = crate::process::sandbox::init_program()
@@ -213,7 +228,7 @@ impl Launcher for Loopback {
             self.remote.revoke(&key);
             return Err("cannot hand `smithfs attach` its ticket".into());
         }
-        Ok(started)
+        Ok(Submitted::Process(started))
     }
 
     fn ended(&self, smith: SmithIdx, run_id: &str) -> Option<std::process::ExitStatus> {
@@ -250,6 +265,7 @@ pub(super) fn follow(
                 smith,
                 run_id: run,
                 status,
+                verdict: None,
             });
         });
     spawned.map(|_| ()).map_err(|e| {

@@ -22,6 +22,7 @@
 mod finish;
 mod launch;
 mod publish;
+mod slurm;
 mod start;
 mod startup;
 mod stop;
@@ -67,7 +68,14 @@ struct Rec {
 /// A live run.
 struct Live {
     run_id: String,
+    /// Its process group; 0 for a cluster job (no local process).
     pgid: i32,
+    /// Its Slurm job (docs/SPEC.md §13).
+    job: Option<String>,
+    /// The run's time limit (its deadline is set from it once a job runs).
+    timeout: Duration,
+    /// Slurm's word on its end (docs/SPEC.md §13).
+    verdict: Option<crate::sched::Verdict>,
     deadline: Instant,
     grace: Duration,
     retries: u32,
@@ -215,7 +223,7 @@ impl Exec {
                 confiner: Confinement::prepare(),
                 agents: ctx.agents,
                 secrets: ctx.secrets,
-                launcher: launch::for_kind(ctx.config.launcher.kind, ctx.remote),
+                launcher: launch::for_kind(&ctx.config.launcher, ctx.remote),
                 shared,
                 journal,
                 tx,
@@ -297,7 +305,13 @@ impl Exec {
                 smith,
                 run_id,
                 status,
-            } => self.on_exited(smith, &run_id, status),
+                verdict,
+            } => self.on_exited(smith, &run_id, status, verdict),
+            Msg::JobRunning {
+                smith,
+                run_id,
+                node,
+            } => self.on_job_running(smith, &run_id, node),
             Msg::Committed { smith, run_id } => {
                 if self.st.live.get(&smith).is_some_and(|l| l.run_id == run_id) {
                     self.finish(smith);

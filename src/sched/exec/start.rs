@@ -9,7 +9,7 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::launch::{self, RunSpec};
+use super::launch::{self, RunSpec, Submitted};
 use super::writes::run_home;
 use super::{Exec, Live};
 use crate::backing;
@@ -17,10 +17,14 @@ use crate::config::{AgentConfig, SmithConfig};
 use crate::sched::journal::LastRun;
 use crate::sched::output::{self, Sink, StreamId};
 use crate::sched::queue::{RunEnd, Wake};
-use crate::sched::runner::{self, Meta, RunDir, Started};
+use crate::sched::runner::{self, Meta, RunDir};
 use crate::sched::{store_facts, time};
 use crate::tree::model::SmithIdx;
 use crate::tree::registry::SmithInfo;
+
+/// How long a job may wait in Slurm's queue as far as the scheduler's own clock goes: without
+/// bound (a year); the run's time starts when it runs (docs/SPEC.md §13).
+const QUEUE_WAIT_UNBOUNDED: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// One attempt to start a run, as far as it got: the run id and the
 /// retries of the config it got to (the mount-wide one until the smith's is read).
@@ -59,7 +63,7 @@ struct Begun {
     oom_base: Option<u64>,
     /// When the spawn began (the time before it is the preparation's).
     spawning: Instant,
-    started: Started,
+    started: Submitted,
 }
 
 impl Exec {
@@ -99,15 +103,17 @@ impl Exec {
         };
         match begun {
             Ok((dir, begun)) => {
-                tracing::debug!(
-                    smith = %info.full_id,
-                    run = %attempt.run_id,
-                    pid = begun.started.pid,
-                    in_cgroup = begun.started.child.in_cgroup,
-                    prepare_us = (begun.spawning - began).as_micros() as u64,
-                    spawn_us = begun.spawning.elapsed().as_micros() as u64,
-                    "run started (prepare: run dir, config, placeholders; spawn: clone to exec)"
-                );
+                if let Submitted::Process(started) = &begun.started {
+                    tracing::debug!(
+                        smith = %info.full_id,
+                        run = %attempt.run_id,
+                        pid = started.pid,
+                        in_cgroup = started.child.in_cgroup,
+                        prepare_us = (begun.spawning - began).as_micros() as u64,
+                        spawn_us = begun.spawning.elapsed().as_micros() as u64,
+                        "run started (prepare: run dir, config, placeholders; spawn: clone to exec)"
+                    );
+                }
                 self.track(s, wake, t0, attempt.run_id, dir, begun);
             }
             Err((failure, dir)) => self.fail_start(s, wake, attempt, dir, failure),
@@ -203,6 +209,9 @@ impl Exec {
                 .map(|p| self.env.as_agent(p, &info.full_id))
                 .transpose()
                 .map_err(|e| Failure::spawn(format!("sandbox: {e}")))?,
+            time_limit: Duration::from_secs(
+                agent.timeout_secs.saturating_add(agent.kill_grace_secs),
+            ),
         };
         let oom_base = self.env.binder.oom_kills(s);
         let spawning = Instant::now();
@@ -298,18 +307,22 @@ impl Exec {
             started,
             ..
         } = begun;
-        let pid = started.pid;
+        let (pid, job) = match &started {
+            Submitted::Process(p) => (Some(p.pid), None),
+            Submitted::Job(j) => (None, Some(j.clone())),
+        };
         let start = time::format(t0);
-        let cgroup = self.env.binder.cgroup_path(s);
+        let cgroup = pid.and_then(|_| self.env.binder.cgroup_path(s));
         let meta = Meta {
             run_id: run_id.clone(),
             smith: self.full_id(s).map(String::from).unwrap_or_default(),
             command,
             wake: wake.as_str().into(),
-            pid: Some(pid),
-            pgid: Some(pid as i32),
+            pid,
+            pgid: pid.map(|p| p as i32),
             cgroup: cgroup.clone(),
             start: start.clone(),
+            job_id: job.clone(),
             ..Meta::default()
         };
         self.env.writes.meta(s, dir.dir.as_fd(), dir.dir_ino, &meta);
@@ -319,26 +332,48 @@ impl Exec {
                 run_id: run_id.clone(),
                 wake: wake.as_str().into(),
                 started: start,
+                where_: Some(match &job {
+                    Some(j) => format!("slurm:{j}"),
+                    None => "local".into(),
+                }),
                 ..LastRun::default()
             });
         }
         let mut ev = self.ev("run.started", s);
         ev.run_id = Some(run_id.clone());
         ev.wake = Some(wake.as_str().into());
-        ev.pid = Some(pid);
-        ev.pgid = Some(pid as i32);
-        ev.start_ticks = started.start_ticks;
+        ev.pid = pid;
+        ev.pgid = pid.map(|p| p as i32);
         ev.cgroup = cgroup;
-        self.record(ev);
+        ev.job_id = job.clone();
+        let timeout = Duration::from_secs(agent.timeout_secs);
+        // A job waits in Slurm's queue first: its clock starts when it runs (JobRunning).
+        let deadline = match job {
+            Some(_) => Instant::now() + QUEUE_WAIT_UNBOUNDED,
+            None => Instant::now() + timeout,
+        };
         // Without a reaper the run cannot be followed: it was killed, and it ends now.
-        let exit = launch::follow(&self.env, s, &run_id, started)
-            .err()
-            .map(Err);
+        let exit = match started {
+            Submitted::Process(started) => {
+                ev.start_ticks = started.start_ticks;
+                self.record(ev);
+                launch::follow(&self.env, s, &run_id, started)
+                    .err()
+                    .map(Err)
+            }
+            Submitted::Job(_) => {
+                self.record(ev);
+                None
+            }
+        };
         let unfollowed = exit.is_some();
         let live = Live {
             run_id,
-            pgid: pid as i32,
-            deadline: Instant::now() + Duration::from_secs(agent.timeout_secs),
+            pgid: pid.map_or(0, |p| p as i32),
+            job,
+            timeout,
+            verdict: None,
+            deadline,
             grace: Duration::from_secs(agent.kill_grace_secs),
             retries: agent.retries,
             stop: None,

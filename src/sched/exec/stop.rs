@@ -3,6 +3,7 @@
 //! group and the smith's cgroup, KILL after the grace period; a stopped run is finished once
 //! its leader is reaped and its group is gone.
 
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -113,6 +114,9 @@ impl Exec {
                         st.give_up = Some(now + KILL_GIVE_UP);
                         signal_group(l.pgid, libc::SIGKILL);
                         self.env.binder.kill_smith(s, libc::SIGKILL);
+                        if let Some(job) = &l.job {
+                            self.env.launcher.stop_job(job, true);
+                        }
                     }
                     let give_up = st.give_up.is_some_and(|g| now >= g);
                     let pgid = l.pgid;
@@ -134,13 +138,41 @@ impl Exec {
         smith: SmithIdx,
         run_id: &str,
         status: Result<std::process::ExitStatus, String>,
+        verdict: Option<crate::sched::Verdict>,
     ) {
         let Some(l) = self.st.live.get_mut(&smith).filter(|l| l.run_id == run_id) else {
             return;
         };
         l.exit = Some(status);
+        l.verdict = verdict;
         if l.stop.is_none() {
             self.finalize(smith);
+        }
+    }
+
+    /// `smith`'s run `run_id`, a Slurm job, began running on `node` (docs/SPEC.md §13): its
+    /// clock starts now (queue time is not run time), and `meta.json` and `status` say where.
+    pub(super) fn on_job_running(&mut self, smith: SmithIdx, run_id: &str, node: String) {
+        let Some(l) = self.st.live.get_mut(&smith).filter(|l| l.run_id == run_id) else {
+            return;
+        };
+        if l.stop.is_none() {
+            l.deadline = Instant::now() + l.timeout;
+        }
+        let job = l.job.clone().unwrap_or_default();
+        l.meta.node = Some(node.clone());
+        l.meta.running = Some(crate::sched::time::now());
+        self.env
+            .writes
+            .meta(smith, l.dir.dir.as_fd(), l.dir.dir_ino, &l.meta);
+        if let Some(lr) = self
+            .st
+            .recs
+            .get_mut(&smith)
+            .and_then(|r| r.last_run.as_mut())
+            .filter(|lr| lr.run_id == run_id)
+        {
+            lr.where_ = Some(format!("slurm:{job}@{node}"));
         }
     }
 
@@ -154,6 +186,9 @@ impl Exec {
         }
         signal_group(l.pgid, libc::SIGTERM);
         self.env.binder.kill_smith(s, libc::SIGTERM);
+        if let Some(job) = &l.job {
+            self.env.launcher.stop_job(job, false);
+        }
         l.stop = Some(Stop {
             reason,
             kill_at: Instant::now() + l.grace,
@@ -193,6 +228,12 @@ impl Exec {
     /// the leader is still the same process (same start time) or gone (a pid number is never
     /// reused while a process group of that number exists).
     pub(super) fn kill_leftover(&self, s: Option<SmithIdx>, o: &OpenRun) {
+        // A Slurm job a dead daemon left (docs/SPEC.md §13): cancelled, and re-queued by
+        // `--resume` as a local leftover is (docs/PROTOCOL-NOTES.md R21).
+        if let Some(job) = &o.job_id {
+            self.env.launcher.stop_job(job, true);
+            return;
+        }
         let grace = Duration::from_secs(self.st.config.agent.kill_grace_secs);
         let pgid = o.pgid.or(o.pid.map(|p| p as i32)).unwrap_or(0);
         let same = match (o.pid, o.pid.and_then(runner::start_ticks)) {
