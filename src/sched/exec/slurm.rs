@@ -4,7 +4,7 @@
 //! - **Submit**: `sbatch --parsable` with the job name `smithfs:FULL_ID:RUN_ID`, `--time` from the
 //!   run's time limit, `launcher.slurm`'s partition, account and extra arguments, Slurm's own
 //!   output files `/dev/null`, `--export=ALL` with the run's environment set on `sbatch`'s own
-//!   process, and the batch script on `sbatch`'s stdin ([`batch_script`]): the run's ticket
+//!   process (encoded under `SMITHFS_AGENT_ENV_` names: notes XT21), and the batch script on `sbatch`'s stdin ([`batch_script`]): the run's ticket
 //!   reaches `attach` on descriptor 3 through a quoted here-document of the script's body, never
 //!   argv, the environment or the tree.
 //! - **Follow**: one poller thread for the mount's jobs runs `squeue -h -t all -u UID -o
@@ -416,7 +416,20 @@ impl Launcher for Slurm {
         )
         .map_err(fail)?;
         let args = self.sbatch_args(&spec, &full_id);
-        let (status, out, err) = client("sbatch", &args, &spec.env, Some(&script)).map_err(fail)?;
+        // sbatch, the batch shell and `attach` are root: the run's environment (which a parent
+        // may have written in its child's config.json) travels encoded, inert for the loader,
+        // and only COMMAND gets it back by its names (notes XT21).
+        let encoded: BTreeMap<String, String> = spec
+            .env
+            .iter()
+            .map(|(k, v)| {
+                (
+                    format!("{}{k}", crate::process::spawn::AGENT_ENV_PREFIX),
+                    v.clone(),
+                )
+            })
+            .collect();
+        let (status, out, err) = client("sbatch", &args, &encoded, Some(&script)).map_err(fail)?;
         if !status.success() {
             return Err(fail(format!(
                 "sbatch failed ({status}): {}",
