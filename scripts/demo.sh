@@ -10,7 +10,7 @@
 #
 # Usage: scripts/demo.sh [DIR] [--crates N|all] [--split FILES] [--timeout SECS] [--resume]
 #                        [--no-build] [--driver auto|smithfs|operator] [--keep-mounted]
-#                        [--coding | --coding-only] [--ui]
+#                        [--coding | --coding-only] [--ui] [--slurm]
 #   DIR            default ./.agent-smith-demo (a second run starts clean; --resume remounts the
 #                  existing DIR with `smithfs mount --resume` and waits for the same job instead)
 #   --crates N     how many cargo registry crates to add (default 80, sorted by name; `all`)
@@ -29,12 +29,16 @@
 #   --ui           serve the fleet in a browser while the demo runs (`smithfs ui`, docs/SPEC.md
 #                  §14): prints its URL (127.0.0.1, a random token; from another machine use
 #                  `ssh -L PORT:127.0.0.1:PORT`); the page follows the tree live until the demo ends
+#   --slurm        every run a Slurm job (docs/SPEC.md §13: launcher.kind slurm, the listener on
+#                  127.0.0.1): on the cluster SLURM_CONF names, else on a throwaway one-node cluster
+#                  this script starts (scripts/slurm/cluster.sh, needs root) and stops at the end.
+#                  The runs' sandbox is off in this mode (not yet tested on a Slurm node).
 # Exit 0 when results/final.md is there (and its totals match a direct count), 1 otherwise.
 set -euo pipefail
 export LC_ALL=C
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-DIR=./.agent-smith-demo CRATES=80 SPLIT="" TIMEOUT=900 RESUME=0 BUILD=1 DRIVER=auto KEEP=0 CODING=0 UI=0
+DIR=./.agent-smith-demo CRATES=80 SPLIT="" TIMEOUT=900 RESUME=0 BUILD=1 DRIVER=auto KEEP=0 CODING=0 UI=0 SLURM=0
 while [ $# -gt 0 ]; do
     case $1 in
     --crates) CRATES=$2; shift 2 ;;
@@ -47,7 +51,8 @@ while [ $# -gt 0 ]; do
     --coding) CODING=1; shift ;;
     --coding-only) CODING=2; shift ;;
     --ui) UI=1; shift ;;
-    -h | --help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --slurm) SLURM=1; shift ;;
+    -h | --help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "demo.sh: unknown option $1" >&2; exit 2 ;;
     *) DIR=$1; shift ;;
     esac
@@ -112,6 +117,7 @@ stop_runs() { # the operator driver's live runs: TERM their process groups, KILL
     PID2ID=()
 }
 UI_PID=""
+CLUSTER=""
 cleanup() {
     rc=$?
     stop_runs
@@ -119,6 +125,11 @@ cleanup() {
     if [ "$MOUNTED_BY_US" = 1 ] && [ "$KEEP" = 0 ] && is_mounted; then
         cd /
         "$SMITHFS" umount "$DIR" >/dev/null 2>&1 || say "warning: smithfs umount $DIR failed"
+    fi
+    # The throwaway cluster goes after the mount (whose unmount cancels its jobs).
+    if [ -n "$CLUSTER" ] && ! is_mounted; then
+        "$REPO/scripts/slurm/cluster.sh" stop "$CLUSTER" || :
+        rm -rf "$CLUSTER"
     fi
     exit "$rc"
 }
@@ -159,6 +170,29 @@ EOF
         say "initialised; this build has no 'init --agent': installed agents/reference.sh and its config by hand"
     fi
     rm -f "$DIR.init.err"
+fi
+
+# --- 2b. every run a Slurm job (--slurm) -------------------------------------------------------------
+if [ "$SLURM" = 1 ]; then
+    [ "$DRIVER" = smithfs ] || die "--slurm needs the daemon's scheduler (--driver smithfs)"
+    if [ -z "${SLURM_CONF:-}" ]; then
+        bold "== 2b. a throwaway one-node Slurm cluster (scripts/slurm/cluster.sh)"
+        CLUSTER=$DIR.slurm
+        rm -rf "$CLUSTER"
+        env=$("$REPO/scripts/slurm/cluster.sh" start "$CLUSTER" --nodes 1) || die "the cluster did not start"
+        eval "$env"
+        say "cluster up: SLURM_CONF=$SLURM_CONF"
+    else
+        say "Slurm cluster: SLURM_CONF=$SLURM_CONF"
+    fi
+    python3 - "$DIR/config.json" <<'EOF'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["launcher"] = {"kind": "slurm", "listen": "127.0.0.1:0"}
+c.setdefault("sandbox", {})["enabled"] = False
+json.dump(c, open(sys.argv[1], "w"), indent=2); open(sys.argv[1], "a").write("\n")
+EOF
+    say "config.json: launcher.kind slurm, the listener on 127.0.0.1 (sandbox off in this mode)"
 fi
 
 # --- 3. mount ---------------------------------------------------------------------------------------
