@@ -32,7 +32,6 @@
 #   --slurm        every run a Slurm job (docs/SPEC.md §13: launcher.kind slurm, the listener on
 #                  127.0.0.1): on the cluster SLURM_CONF names, else on a throwaway one-node cluster
 #                  this script starts (scripts/slurm/cluster.sh, needs root) and stops at the end.
-#                  The runs' sandbox is off in this mode (not yet tested on a Slurm node).
 # Exit 0 when results/final.md is there (and its totals match a direct count), 1 otherwise.
 set -euo pipefail
 export LC_ALL=C
@@ -189,10 +188,9 @@ if [ "$SLURM" = 1 ]; then
 import json, sys
 c = json.load(open(sys.argv[1]))
 c["launcher"] = {"kind": "slurm", "listen": "127.0.0.1:0"}
-c.setdefault("sandbox", {})["enabled"] = False
 json.dump(c, open(sys.argv[1], "w"), indent=2); open(sys.argv[1], "a").write("\n")
 EOF
-    say "config.json: launcher.kind slurm, the listener on 127.0.0.1 (sandbox off in this mode)"
+    say "config.json: launcher.kind slurm, the listener on 127.0.0.1"
 fi
 
 # --- 3. mount ---------------------------------------------------------------------------------------

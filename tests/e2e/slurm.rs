@@ -105,6 +105,11 @@ if [ "$SMITH_WAKE" != children ] && [ "$first" = waitterm ]; then
   wait $!
   exit 0
 fi
+if [ "$SMITH_WAKE" != children ] && [ "$first" = uid ]; then
+  id -u > private/uid
+  printf 'uid\n' > private/r.md && mv private/r.md outbox/result.md
+  exit 0
+fi
 "#;
 
 fn is_root() -> bool {
@@ -115,6 +120,11 @@ fn is_root() -> bool {
 /// A scheduler mount whose runs are jobs of `cluster` (the daemon reaches it through
 /// `SLURM_CONF`), the sandbox off, `patch` merged into its config.
 fn on_cluster(cluster: &Cluster, patch: serde_json::Value) -> Sm {
+    on_cluster_with(cluster, patch, true)
+}
+
+/// [`on_cluster`], the sandbox on unless `unsandboxed`.
+fn on_cluster_with(cluster: &Cluster, patch: serde_json::Value, unsandboxed: bool) -> Sm {
     let conf: &'static str = Box::leak(
         cluster
             .conf()
@@ -127,7 +137,7 @@ fn on_cluster(cluster: &Cluster, patch: serde_json::Value) -> Sm {
     let s = Sm::with(
         MountOpts {
             allow_other: true,
-            unsandboxed: true,
+            unsandboxed,
             env: vec![("SLURM_CONF", conf)],
             ..MountOpts::default()
         },
@@ -208,6 +218,24 @@ fn a_run_is_a_slurm_job_end_to_end() {
     }
     let out = s.cli("status", &[]);
     assert!(out.stdout.contains("on slurm:"), "{}", out.stdout);
+}
+
+/// With the §12 sandbox on (the default), a job's agent runs in it on the node (`attach` starts
+/// it from the plan in the welcome, notes R30): not root, and its result still flows up.
+#[test]
+fn a_sandboxed_run_is_a_slurm_job() {
+    let Some(cluster) = cluster() else { return };
+    let s = on_cluster_with(&cluster, json!({"agent": {"retries": 0}}), false);
+    s.task("uid\n");
+    assert_eq!(s.wait_file(120, "results/final.md"), "uid\n");
+    let uid = s.read("smiths/smith-root/private/uid").unwrap_or_default();
+    assert_ne!(uid.trim(), "0", "the agent on the node is not root");
+    assert!(!uid.trim().is_empty());
+    let e = s.wait_events(30, "run.exited", Some(ROOT), 1)[0].clone();
+    assert_eq!(e["reason"], "exit", "{e}");
+    let m = &s.metas(ROOT)[0];
+    assert!(m["job_id"].is_string(), "{m}");
+    assert_eq!(m["exit_code"], 0, "{m}");
 }
 
 /// Cancel is an scancel that TERMs the job's processes (the agent's trap writes through its
