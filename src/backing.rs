@@ -1183,9 +1183,34 @@ pub fn remove_tree(dir: BorrowedFd<'_>, name: &CStr) -> SysResult<()> {
 
 /// Read the whole regular file at relative `path` beneath `dir` (never following a symlink).
 pub fn read_file(dir: BorrowedFd<'_>, path: &std::path::Path) -> SysResult<Vec<u8>> {
+    read_file_at_most(dir, path, u64::MAX)
+}
+
+/// [`read_file`] of a file that may be at most `max` bytes long (a smith's `config.json`: a
+/// smith may make it anything). What is not a regular file is `EINVAL` without being read — a
+/// FIFO would block the reader until someone writes it, so the open does not wait
+/// (`O_NONBLOCK`) — and a file longer than `max` is `EFBIG`, its size taken before anything is
+/// read (a sparse file of a terabyte costs its maker no quota).
+pub fn read_file_at_most(
+    dir: BorrowedFd<'_>,
+    path: &std::path::Path,
+    max: u64,
+) -> SysResult<Vec<u8>> {
     let leaf = component(path.file_name().ok_or(Refused::BadName)?)?;
     let parent = open_dir_path(dir, path.parent().unwrap_or(std::path::Path::new("")))?;
-    let f = open_beneath(parent.as_fd(), &leaf, libc::O_RDONLY, 0)?;
+    let f = open_beneath(
+        parent.as_fd(),
+        &leaf,
+        libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
+        0,
+    )?;
+    let st = nix::sys::stat::fstat(f.as_raw_fd())?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(Errno::EINVAL);
+    }
+    if st.st_size as u64 > max {
+        return Err(Errno::EFBIG);
+    }
     let mut out = Vec::new();
     let mut buf = vec![0u8; 64 * 1024];
     loop {

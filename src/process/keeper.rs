@@ -168,7 +168,18 @@ pub fn keep_with(
         .map_err(nul)?;
     let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
     ptrs.push(std::ptr::null());
-    let envs: Vec<CString> = std::env::vars_os()
+    // The sandbox's init gets its run's environment encoded, as from every spawn (it is root
+    // until it drops; notes XT21).
+    let to_init = argv.get(1).is_some_and(|a| a == super::sandbox::INIT_ARG);
+    let env: Vec<(OsString, OsString)> = if to_init {
+        super::spawn::encode_env(std::env::vars_os())
+            .into_iter()
+            .collect()
+    } else {
+        std::env::vars_os().collect()
+    };
+    let envs: Vec<CString> = env
+        .into_iter()
         .filter_map(|(k, v)| {
             let mut kv = k.into_vec();
             kv.push(b'=');

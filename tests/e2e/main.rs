@@ -28,6 +28,7 @@ mod sandbox_layers;
 mod sandbox_run;
 mod sched;
 mod slurm;
+mod smith_config;
 mod tools;
 mod unprivileged;
 mod uring;

@@ -39,6 +39,10 @@ struct Failure {
     error: String,
 }
 
+/// The largest `config.json` of a smith the scheduler reads, in bytes (notes XT22): one holds
+/// an agent's command, environment and three numbers.
+const SMITH_CONFIG_MAX: u64 = 1 << 20;
+
 impl Failure {
     fn spawn(error: String) -> Failure {
         Failure {
@@ -275,8 +279,14 @@ impl Exec {
     /// `config.json`. Errors: a one-line reason naming the file and key.
     fn smith_agent(&self, rel: &str) -> Result<AgentConfig, String> {
         let path = Path::new(rel).join("config.json");
-        match backing::read_file(self.env.root.as_fd(), &path) {
+        match backing::read_file_at_most(self.env.root.as_fd(), &path, SMITH_CONFIG_MAX) {
             Err(nix::errno::Errno::ENOENT) => Ok(self.st.config.agent.clone()),
+            Err(nix::errno::Errno::EINVAL) => {
+                Err(format!("{rel}/config.json is not a regular file"))
+            }
+            Err(nix::errno::Errno::EFBIG) => Err(format!(
+                "{rel}/config.json is larger than {SMITH_CONFIG_MAX} bytes"
+            )),
             Err(e) => Err(format!("cannot read {rel}/config.json: {e}")),
             Ok(bytes) => {
                 let text = String::from_utf8(bytes)

@@ -1,0 +1,62 @@
+//! A smith's `config.json` that is not a small regular file fails that smith's run with the
+//! reason, never the scheduler (docs/SPEC.md §8 "a bad one fails that smith's run", notes XT22):
+//! a parent makes one child's config.json a FIFO (which would block a reader until someone writes
+//! it) and another's a sparse file of 1 GiB (no quota paid, a gigabyte of the daemon's memory if
+//! read); both runs fail at once, naming the file, and the parent's next task still runs.
+
+use crate::common;
+
+use common::*;
+
+const AGENT: &str = r#"
+cd "$SMITH_DIR"
+read -r what < "$SMITH_TASK_FILE"
+case "$what" in
+  parent)
+    mkdir children/smith-001 children/smith-002
+    rm children/smith-001/config.json
+    mkfifo children/smith-001/config.json
+    truncate -s 1G children/smith-002/config.json
+    echo work > children/smith-001/inbox/task-1.md
+    echo work > children/smith-002/inbox/task-1.md
+    ;;
+  again) echo "the scheduler still runs" ;;
+esac
+"#;
+
+fn a_hostile_config(mode: &'static str) {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let config = serde_json::json!({
+        "agent": { "command": ["/bin/bash", "-c", AGENT], "retries": 0 },
+    });
+    let m = TestMount::with_config(&config, mode, Vec::new());
+    let inbox = m.path().join("smiths/smith-root/inbox");
+    std::fs::write(inbox.join("task-1.md"), "parent\n").expect("task");
+    let (log, meta) = ended_run(&m, "smiths/smith-root", 1, 60);
+    assert_eq!(meta["exit_code"], 0, "[{mode}] parent: {meta}\n{log}");
+    let children = "smiths/smith-root/children";
+    for (child, why) in [
+        ("smith-001", "config.json is not a regular file"),
+        ("smith-002", "config.json is larger than"),
+    ] {
+        let (log, meta) = ended_run(&m, &format!("{children}/{child}"), 1, 60);
+        let error = meta["error"].as_str().unwrap_or_default();
+        assert!(error.contains(why), "[{mode}] {child}: {meta}\n{log}");
+    }
+    std::fs::write(inbox.join("task-2.md"), "again\n").expect("task 2");
+    let (log, meta) = ended_run(&m, "smiths/smith-root", 2, 60);
+    assert_eq!(meta["exit_code"], 0, "[{mode}] {meta}\n{log}");
+}
+
+#[test]
+fn a_fifo_or_a_huge_config_fails_only_its_smiths_run_cgroup() {
+    a_hostile_config("cgroup");
+}
+
+#[test]
+fn a_fifo_or_a_huge_config_fails_only_its_smiths_run_ancestry() {
+    a_hostile_config("ancestry");
+}
