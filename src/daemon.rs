@@ -62,7 +62,11 @@ pub fn init_logging(level: Option<&str>, file: Option<File>) {
     use tracing_subscriber::EnvFilter;
     let filter = match level {
         Some(l) => EnvFilter::new(l),
-        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        // fuser's own warnings name each request it has no handler for: callers can make as
+        // many as they like, so only its errors reach the log by default (notes H15).
+        None => {
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,fuser=error"))
+        }
     };
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     let _ = match file {

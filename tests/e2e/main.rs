@@ -14,6 +14,7 @@ mod slurm_cluster;
 
 mod agent_clis;
 mod hardening;
+mod hostile;
 mod kernel_cache;
 mod limits_cgroup;
 mod limits_reload;
@@ -28,7 +29,6 @@ mod sandbox_layers;
 mod sandbox_run;
 mod sched;
 mod slurm;
-mod smith_config;
 mod tools;
 mod unprivileged;
 mod uring;

@@ -1,8 +1,12 @@
-//! A smith's `config.json` that is not a small regular file fails that smith's run with the
-//! reason, never the scheduler (docs/SPEC.md §8 "a bad one fails that smith's run", notes XT22):
-//! a parent makes one child's config.json a FIFO (which would block a reader until someone writes
-//! it) and another's a sparse file of 1 GiB (no quota paid, a gigabyte of the daemon's memory if
-//! read); both runs fail at once, naming the file, and the parent's next task still runs.
+//! What a hostile smith does to the daemon stays its own problem (found by a hostile-agent review,
+//! 2026-12-05):
+//! - a smith's `config.json` that is not a small regular file fails that smith's run with the
+//!   reason, never the scheduler (docs/SPEC.md §8 "a bad one fails that smith's run", notes
+//!   XT22): a parent makes one child's config.json a FIFO (which would block a reader until
+//!   someone writes it) and another's a sparse file of 1 GiB (no quota paid, a gigabyte of the
+//!   daemon's memory if read); both runs fail at once, naming the file, and the parent's next
+//!   task still runs;
+//! - ioctls on the mount, any number, do not grow the daemon's log (notes H15).
 
 use crate::common;
 
@@ -59,4 +63,36 @@ fn a_fifo_or_a_huge_config_fails_only_its_smiths_run_cgroup() {
 #[test]
 fn a_fifo_or_a_huge_config_fails_only_its_smiths_run_ancestry() {
     a_hostile_config("ancestry");
+}
+
+/// 5 000 ioctls of a sandboxed smith on a file of the mount are ENOTTY and add nothing to the
+/// daemon's log (fuser's default handler logged a warning for each).
+#[test]
+fn ioctls_do_not_grow_the_daemons_log() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let m = TestMount::new();
+    let log = m.path().join(".smithfs/daemon.log");
+    let before = std::fs::metadata(&log).map(|md| md.len()).unwrap_or(0);
+    let script = r#"
+import fcntl, os
+f = os.open(os.environ["SMITH_DIR"] + "/smith.md", os.O_RDONLY)
+codes = set()
+for i in range(5000):
+    try:
+        fcntl.ioctl(f, 0x1234 + i % 7)
+    except OSError as e:
+        codes.add(e.errno)
+print("errnos", sorted(codes))
+"#;
+    let out = run_as(m.path(), "smith-root", &["python3", "-c", script]).expect_ok("ioctls");
+    assert_eq!(out.trim(), format!("errnos [{}]", libc::ENOTTY), "{out}");
+    let after = std::fs::metadata(&log).map(|md| md.len()).unwrap_or(0);
+    assert!(
+        after.saturating_sub(before) < 4096,
+        "the daemon's log grew by {} bytes",
+        after - before
+    );
 }
