@@ -91,8 +91,30 @@ impl SmithFs {
     /// (never kept): a trigger is sent before the kernel has the reply of the rename or release
     /// that completed the name, and a run it starts must not meet a negative entry kept from
     /// an earlier miss (docs/PROTOCOL-NOTES.md U13).
-    pub fn lookup_entry(&self, parent: NodeId, name: &OsStr) -> FsResult<(Attr, Cache)> {
+    ///
+    /// A FIFO or a unix socket is found only by a caller that may read and write it where it
+    /// lies (the Operator always), else EACCES with a `why` record: opening a FIFO and connecting
+    /// to a socket never reach the daemon, so its rights on them are decided here, at every
+    /// path walk — such entries are never cached ([`Cache::Never`]), and a walk through a dentry
+    /// another caller looked up asks again (docs/PROTOCOL-NOTES.md XT23).
+    pub fn lookup_entry(
+        &self,
+        caller: &Caller,
+        parent: NodeId,
+        name: &OsStr,
+    ) -> FsResult<(Attr, Cache)> {
         match self.lookup(parent, name) {
+            Ok((a, c)) if is_rendezvous(a.0.st_mode) => {
+                let node = NodeId(a.0.st_ino);
+                match self.check_rendezvous(caller, node) {
+                    Ok(()) => Ok((a, c)),
+                    Err(e) => {
+                        // The kernel never gets this entry: give back the lookup it counted.
+                        self.forget(node, 1);
+                        Err(e)
+                    }
+                }
+            }
             Err(e) if e.errno() == nix::errno::Errno::ENOENT => match self.miss_cache(parent) {
                 Some(c) => Ok((Attr::missing(), c)),
                 None => Err(e),
@@ -134,10 +156,26 @@ impl SmithFs {
         if inode.id == NodeId::ROOT {
             return Cache::Brief;
         }
+        if is_rendezvous(inode.kind) {
+            return Cache::Never;
+        }
         match self.zone(inode) {
             Zone::Smith(z) if z.area == Area::Conversations => Cache::Volatile,
             _ => Cache::Normal,
         }
+    }
+
+    /// May `caller` reach the FIFO or socket `node` (read and write it where it lies)? The
+    /// Operator may.
+    fn check_rendezvous(&self, caller: &Caller, node: NodeId) -> FsResult<()> {
+        let inode = self.inodes.get(node)?;
+        let who = self.identify(caller);
+        if who == Identity::Operator {
+            return Ok(());
+        }
+        let what = "reach a FIFO or socket";
+        self.check_inode(caller, who, Op::Read, what, &inode)?;
+        self.check_inode(caller, who, Op::Write, what, &inode)
     }
 
     pub(super) fn lookup_in(&self, dir: &Inode, cname: &CStr) -> FsResult<(Arc<Inode>, Attr)> {
@@ -300,4 +338,10 @@ impl SmithFs {
         self.check_inode(caller, self.identify(caller), Op::Read, "readlink", &inode)?;
         Ok(backing::readlink(inode.fd()?.as_fd())?)
     }
+}
+
+/// A FIFO or a unix socket (`mode`'s `S_IFMT`): a rendezvous between processes that the daemon
+/// never sees once the path is walked.
+fn is_rendezvous(mode: u32) -> bool {
+    matches!(mode & libc::S_IFMT, libc::S_IFIFO | libc::S_IFSOCK)
 }

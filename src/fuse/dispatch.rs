@@ -264,7 +264,7 @@ impl Dispatcher {
         }
         let fs = &self.fs;
         match req {
-            Request::Lookup { name } => self.entry(fs.lookup_entry(ino, name)),
+            Request::Lookup { name } => self.entry(fs.lookup_entry(&c, ino, name)),
             Request::Forget { nlookup } => {
                 fs.forget(ino, nlookup);
                 Reply::None

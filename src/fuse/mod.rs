@@ -271,8 +271,11 @@ impl Filesystem for FuseFs {
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        reply_entry_cached(reply, self.fs.lookup_entry(node(parent), name));
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        reply_entry_cached(
+            reply,
+            self.fs.lookup_entry(&caller(req), node(parent), name),
+        );
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {

@@ -96,3 +96,105 @@ print("errnos", sorted(codes))
         after - before
     );
 }
+
+/// Opens the FIFO `argv[1]` for writing without blocking and connects to the socket `argv[2]`:
+/// prints what each gave (`ENXIO`: the FIFO was reached, no reader; `ECONNREFUSED`: the socket
+/// was reached, no listener; `EACCES`: refused).
+const PROBE: &str = r#"
+import errno, os, socket, sys
+def fifo(p):
+    try:
+        os.close(os.open(p, os.O_WRONLY | os.O_NONBLOCK))
+        return "opened"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+def sock(p):
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(p)
+        return "connected"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+print(fifo(sys.argv[1]), sock(sys.argv[2]))
+"#;
+
+/// A FIFO and a unix socket in a smith's `private/` and `home/` are its own (docs/SPEC.md §3:
+/// other smiths have no right there, notes XT23): its parent and its child cannot open the FIFO
+/// or connect to the socket (EACCES), though both share its uid and neither reaches the daemon
+/// once the path is walked; the smith itself still can, before and after their attempts.
+fn rendezvous_of_another_smith(mode: &'static str) {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let m = TestMount::with_config(&serde_json::json!({}), mode, Vec::new());
+    let root = m.path().join("smiths/smith-root");
+    run_as(
+        m.path(),
+        "smith-root",
+        &["mkdir", "smiths/smith-root/children/smith-001"],
+    )
+    .expect_ok("mkdir smith-001");
+    let make = |who: &str, dir: &std::path::Path| {
+        let script = format!(
+            "mkfifo {d}/private/fifo && python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind(\"{d}/home/sock\")'",
+            d = dir.display()
+        );
+        run_as(m.path(), who, &["sh", "-c", &script]).expect_ok("mkfifo and bind");
+    };
+    let probe = |who: &str, dir: &std::path::Path| -> String {
+        let (fifo, sock) = (dir.join("private/fifo"), dir.join("home/sock"));
+        let out = run_as(
+            m.path(),
+            who,
+            &[
+                "python3",
+                "-c",
+                PROBE,
+                &fifo.to_string_lossy(),
+                &sock.to_string_lossy(),
+            ],
+        );
+        out.expect_ok("probe").trim().to_string()
+    };
+    let child_dir = root.join("children/smith-001");
+    make("smith-root", &root);
+    make("smith-root/smith-001", &child_dir);
+    let reached = "ENXIO ECONNREFUSED";
+    assert_eq!(probe("smith-root", &root), reached, "[{mode}] its own");
+    assert_eq!(
+        probe("smith-root/smith-001", &child_dir),
+        reached,
+        "[{mode}] its own"
+    );
+    assert_eq!(
+        probe("smith-root/smith-001", &root),
+        "EACCES EACCES",
+        "[{mode}] the child reached its parent's FIFO or socket"
+    );
+    assert_eq!(
+        probe("smith-root", &child_dir),
+        "EACCES EACCES",
+        "[{mode}] the parent reached its child's FIFO or socket"
+    );
+    assert_eq!(
+        probe("smith-root", &root),
+        reached,
+        "[{mode}] its own, after"
+    );
+    assert_eq!(
+        probe("smith-root/smith-001", &child_dir),
+        reached,
+        "[{mode}] its own, after"
+    );
+}
+
+#[test]
+fn a_fifo_or_socket_of_another_smith_is_out_of_reach_cgroup() {
+    rendezvous_of_another_smith("cgroup");
+}
+
+#[test]
+fn a_fifo_or_socket_of_another_smith_is_out_of_reach_ancestry() {
+    rendezvous_of_another_smith("ancestry");
+}
