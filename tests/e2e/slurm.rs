@@ -105,6 +105,16 @@ if [ "$SMITH_WAKE" != children ] && [ "$first" = waitterm ]; then
   wait $!
   exit 0
 fi
+if [ "$SMITH_WAKE" != children ] && [ "$first" = waitonce ]; then
+  if [ -e private/started ]; then
+    printf 'resumed\n' > private/r.md && mv private/r.md outbox/result.md
+    exit 0
+  fi
+  echo started > private/started
+  sleep 1000 &
+  wait $!
+  exit 0
+fi
 if [ "$SMITH_WAKE" != children ] && [ "$first" = uid ]; then
   id -u > private/uid
   printf 'uid\n' > private/r.md && mv private/r.md outbox/result.md
@@ -125,6 +135,16 @@ fn on_cluster(cluster: &Cluster, patch: serde_json::Value) -> Sm {
 
 /// [`on_cluster`], the sandbox on unless `unsandboxed`.
 fn on_cluster_with(cluster: &Cluster, patch: serde_json::Value, unsandboxed: bool) -> Sm {
+    on_cluster_opts(cluster, patch, unsandboxed, Vec::new())
+}
+
+/// [`on_cluster_with`], with more `smithfs mount` arguments.
+fn on_cluster_opts(
+    cluster: &Cluster,
+    patch: serde_json::Value,
+    unsandboxed: bool,
+    extra: Vec<&'static str>,
+) -> Sm {
     let conf: &'static str = Box::leak(
         cluster
             .conf()
@@ -138,6 +158,7 @@ fn on_cluster_with(cluster: &Cluster, patch: serde_json::Value, unsandboxed: boo
         MountOpts {
             allow_other: true,
             unsandboxed,
+            extra,
             env: vec![("SLURM_CONF", conf)],
             ..MountOpts::default()
         },
@@ -331,4 +352,55 @@ fn sbatch_absent_fails_the_run_and_the_mount_stays_up() {
     // The mount is up: the tree and the control directory answer.
     assert!(s.read("config.json").is_some());
     assert_eq!(s.state(ROOT), "failed");
+}
+
+/// notes R21: a daemon killed with a job in flight leaves `run.started` with its `job_id` open;
+/// the job's remote mount fails closed; the next `mount --resume` scancels the job (it does not
+/// reconnect) and re-queues the run, whose new job finishes the work.
+#[test]
+fn a_killed_daemons_job_is_cancelled_at_the_next_mount_and_resume_finishes() {
+    let Some(cluster) = cluster() else { return };
+    let s = on_cluster_opts(
+        &cluster,
+        json!({"agent": {"retries": 0, "kill_grace_secs": 2}}),
+        true,
+        Vec::new(),
+    );
+    s.task("waitonce\n");
+    s.wait_file(60, "smiths/smith-root/private/started");
+    let job = job_of(&s, ROOT, 0);
+    let daemon = crate::common::find_daemon(s.m.path()).expect("daemon");
+    // SAFETY: SIGKILL to the daemon this test's mount started.
+    assert_eq!(unsafe { libc::kill(daemon, libc::SIGKILL) }, 0);
+    poll_until(Duration::from_secs(10), "the daemon to die", || {
+        gone(daemon)
+    });
+    poll_until(
+        Duration::from_secs(10),
+        "the mount point to report the dead mount",
+        || std::fs::metadata(s.m.path()).is_err(),
+    );
+    // The job still runs: nobody cancelled it yet.
+    assert_eq!(job_state(&cluster, &job).as_deref(), Some("RUNNING"));
+    let dir = s.dir();
+    crate::common::smithfs(["umount", dir.as_str()]).expect_ok("umount of a dead mount");
+    let r = crate::common::run(
+        std::process::Command::new(crate::common::SMITHFS)
+            .args(["mount", dir.as_str(), "--allow-other", "--resume"])
+            .env("SLURM_CONF", cluster.conf()),
+    );
+    assert_eq!(r.code, Some(0), "mount --resume: {r:?}");
+    poll_until(
+        Duration::from_secs(30),
+        "the leftover job to be cancelled",
+        || job_state(&cluster, &job).filter(|st| st == "CANCELLED"),
+    );
+    let intr = s.wait_events(20, "run.interrupted", Some(ROOT), 1);
+    assert_eq!(intr[0]["run_id"], "run-0001");
+    assert_eq!(s.wait_file(60, "results/final.md"), "resumed\n");
+    assert_ne!(
+        job_of(&s, ROOT, 1),
+        job,
+        "the resumed run is a job of its own"
+    );
 }
