@@ -145,6 +145,17 @@ fn on_cluster_opts(
     unsandboxed: bool,
     extra: Vec<&'static str>,
 ) -> Sm {
+    on_cluster_env(cluster, patch, unsandboxed, extra, Vec::new())
+}
+
+/// [`on_cluster_opts`], with more environment for the daemon.
+fn on_cluster_env(
+    cluster: &Cluster,
+    patch: serde_json::Value,
+    unsandboxed: bool,
+    extra: Vec<&'static str>,
+    more_env: Vec<(&'static str, &'static str)>,
+) -> Sm {
     let conf: &'static str = Box::leak(
         cluster
             .conf()
@@ -159,7 +170,7 @@ fn on_cluster_opts(
             allow_other: true,
             unsandboxed,
             extra,
-            env: vec![("SLURM_CONF", conf)],
+            env: [("SLURM_CONF", conf)].into_iter().chain(more_env).collect(),
             ..MountOpts::default()
         },
         cfg,
@@ -403,4 +414,52 @@ fn a_killed_daemons_job_is_cancelled_at_the_next_mount_and_resume_finishes() {
         job,
         "the resumed run is a job of its own"
     );
+}
+
+/// A job state smithfs does not know (here `WIBBLE`, from an `squeue` on the daemon's PATH that
+/// renames RUNNING) ends the run as `lost` with the state named in `run.exited`'s `error`, and
+/// the job is cancelled rather than left running unfollowed.
+#[test]
+fn a_job_state_smithfs_does_not_know_ends_the_run_lost_and_cancels_the_job() {
+    let Some(cluster) = cluster() else { return };
+    let bin = tempfile::Builder::new()
+        .prefix("smithfs-fake-squeue-")
+        .tempdir()
+        .expect("tempdir");
+    let squeue = bin.path().join("squeue");
+    std::fs::write(
+        &squeue,
+        "#!/bin/sh\n/usr/bin/squeue \"$@\" | sed 's/|RUNNING|/|WIBBLE|/'\n",
+    )
+    .expect("fake squeue");
+    std::fs::set_permissions(&squeue, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let path: &'static str = Box::leak(
+        format!(
+            "{}:{}",
+            bin.path().display(),
+            std::env::var("PATH").unwrap_or_default()
+        )
+        .into_boxed_str(),
+    );
+    let s = on_cluster_env(
+        &cluster,
+        json!({"agent": {"retries": 0}}),
+        true,
+        Vec::new(),
+        vec![("PATH", path)],
+    );
+    s.task("waitonce\n");
+    let e = s.wait_events(60, "run.exited", Some(ROOT), 1)[0].clone();
+    assert_eq!(e["reason"], "lost", "{e}");
+    let error = e["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("WIBBLE") && error.contains("does not know"),
+        "{e}"
+    );
+    let job = job_of(&s, ROOT, 0);
+    poll_until(Duration::from_secs(30), "the job to be cancelled", || {
+        job_state(&cluster, &job).filter(|st| st == "CANCELLED")
+    });
+    s.wait_state(10, ROOT, "failed");
 }
