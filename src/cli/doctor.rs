@@ -422,6 +422,70 @@ fn check_procfs() -> Check {
     }
 }
 
+/// The Slurm client commands `launcher.kind` `slurm` runs (docs/SPEC.md §13, notes R17–R19),
+/// from `found` (each command and where PATH has it) and `version` (`sbatch --version`'s line).
+/// Only the slurm launcher needs them, so the worst is `warn`. Pure.
+fn check_slurm(found: &[(&str, Option<PathBuf>)], version: Option<&str>) -> Check {
+    let c = |status, detail: String| Check::new("slurm", status, detail);
+    let missing: Vec<&str> = found
+        .iter()
+        .filter(|(_, p)| p.is_none())
+        .map(|(n, _)| *n)
+        .collect();
+    let names = found.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ");
+    if missing.is_empty() && version.is_none() {
+        return c(
+            Status::Warn,
+            format!("{names} found, but `sbatch --version` fails: no Slurm configuration is reachable (set SLURM_CONF, or /etc/slurm/slurm.conf), so launcher.kind slurm cannot submit"),
+        );
+    }
+    if missing.is_empty() {
+        let v = version.map(str::trim).unwrap_or_default();
+        return c(
+            Status::Ok,
+            format!("{names} found ({v}): launcher.kind slurm can submit, follow and cancel jobs"),
+        );
+    }
+    c(
+        Status::Warn,
+        format!(
+            "{} not on PATH: launcher.kind slurm cannot run (scripts/install-deps.sh installs Slurm's client; other kinds do not need it)",
+            missing.join(", ")
+        ),
+    )
+}
+
+/// Where PATH has `program`, if it does.
+fn on_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| {
+                m.is_file()
+                    && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0
+            })
+        })
+}
+
+/// The Slurm commands the slurm launcher runs and `sbatch --version`.
+fn slurm_found() -> (Vec<(&'static str, Option<PathBuf>)>, Option<String>) {
+    let found: Vec<_> = ["sbatch", "squeue", "scancel"]
+        .into_iter()
+        .map(|n| (n, on_path(n)))
+        .collect();
+    let version = found[0].1.as_ref().and_then(|p| {
+        let out = std::process::Command::new(p)
+            .arg("--version")
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    });
+    (found, version)
+}
+
 /// Every check, in the order `doctor` prints them.
 pub fn checks() -> Vec<Check> {
     // SAFETY: geteuid has no preconditions.
@@ -437,6 +501,10 @@ pub fn checks() -> Vec<Check> {
         check_privileges(root),
         check_procfs(),
         check_git(git_version().as_deref()),
+        {
+            let (found, version) = slurm_found();
+            check_slurm(&found, version.as_deref())
+        },
         check_sandbox(root),
     ]
     .into_iter()
@@ -525,6 +593,32 @@ mod tests {
             w.line().starts_with("warn  privileges     x"),
             "{}",
             w.line()
+        );
+    }
+
+    #[test]
+    fn slurm_commands() {
+        use super::{check_slurm, Status};
+        let p = |s: &str| Some(std::path::PathBuf::from(s));
+        let all = [
+            ("sbatch", p("/usr/bin/sbatch")),
+            ("squeue", p("/usr/bin/squeue")),
+            ("scancel", p("/usr/bin/scancel")),
+        ];
+        let c = check_slurm(&all, Some("slurm 22.05.8\n"));
+        assert_eq!(c.status, Status::Ok);
+        assert!(c.detail.contains("slurm 22.05.8") && c.detail.contains("sbatch, squeue, scancel"));
+        let some = [
+            ("sbatch", p("/usr/bin/sbatch")),
+            ("squeue", None),
+            ("scancel", None),
+        ];
+        let c = check_slurm(&some, None);
+        assert_eq!(c.status, Status::Warn);
+        assert!(
+            c.detail.starts_with("squeue, scancel not on PATH"),
+            "{}",
+            c.detail
         );
     }
 
