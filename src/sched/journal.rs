@@ -645,6 +645,11 @@ pub struct History {
     /// The wake reason of its last run if that run was interrupted (`run.interrupted`, by an
     /// unmount or a dead daemon) and nothing ran since: what `--resume` re-queues.
     pub interrupted: Option<String>,
+    /// When its result was last published (`result.published`): a result file newer than the
+    /// start of a run the daemon died under, and not published since, was never completed
+    /// (docs/PROTOCOL-NOTES.md S30).
+    #[serde(default)]
+    pub last_published: Option<SystemTime>,
 }
 
 /// A state that only the journal remembers (§9).
@@ -737,6 +742,7 @@ impl Replay {
                 });
             }
             "task.assigned" if ev.scheduled != Some(false) => h.terminal = None,
+            "result.published" => h.last_published = super::time::parse(&ev.ts),
             "run.exited" | "run.interrupted" => {
                 // An attempt that could not start has no `run.started`; it still consumed the
                 // tasks that were there.

@@ -22,6 +22,7 @@ mod limits_storage;
 mod operator_cli;
 mod ops;
 mod ops_daemon;
+mod remote_faults;
 mod remote_runs;
 mod sandbox;
 mod sandbox_env;

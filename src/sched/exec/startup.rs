@@ -33,9 +33,28 @@ impl Exec {
         for info in &all {
             self.st.queue.add(info.idx, info.parent);
         }
+        // Results written during a run the daemon died under, and never published: the writer's
+        // close never reached a live daemon, so they are not results (notes S30).
+        let half_written: Vec<SmithIdx> = all
+            .iter()
+            .filter(|info| {
+                let Some(h) = hist.get(info.full_id.as_str()) else {
+                    return false;
+                };
+                let died_under = open.iter().any(|o| o.smith == info.full_id);
+                let Some(started) = h.last_start.filter(|_| died_under) else {
+                    return false;
+                };
+                let written = store_facts::result_time(self.env.root.as_fd(), &info.rel_dir());
+                written.is_some_and(|w| w >= started)
+                    && !h.last_published.is_some_and(|p| p >= started)
+            })
+            .map(|info| info.idx)
+            .collect();
         for info in &all {
             let h = hist.get(info.full_id.as_str()).cloned().unwrap_or_default();
-            let has_result = store_facts::has_result(self.env.root.as_fd(), &info.rel_dir());
+            let has_result = store_facts::has_result(self.env.root.as_fd(), &info.rel_dir())
+                && !half_written.contains(&info.idx);
             let base = if has_result {
                 Base::Done
             } else {
@@ -98,7 +117,7 @@ impl Exec {
         }
         if resume {
             for (s, wake) in interrupted {
-                if self.result_is_stale(s) {
+                if half_written.contains(&s) || self.result_is_stale(s) {
                     self.st.queue.request(s, wake);
                 }
             }
