@@ -32,6 +32,16 @@ esac
 "#;
 
 fn loader_variables_of_a_child(mode: &'static str, launcher: &str) {
+    loader_variables_of_a_child_with(mode, serde_json::json!({ "kind": launcher }), Vec::new());
+}
+
+/// [`loader_variables_of_a_child`] with `launcher` as config.json's `launcher` and `env` for the
+/// daemon (the Slurm kind's tests in tests/e2e/slurm.rs: a cluster's `SLURM_CONF`).
+pub(crate) fn loader_variables_of_a_child_with(
+    mode: &'static str,
+    launcher: serde_json::Value,
+    env: Vec<(&'static str, &'static str)>,
+) {
     if !is_root() {
         eprintln!("skipped: the sandbox needs root");
         return;
@@ -44,15 +54,15 @@ fn loader_variables_of_a_child(mode: &'static str, launcher: &str) {
         .expect("tempdir");
     std::fs::set_permissions(trap.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     let config = serde_json::json!({
-        "launcher": { "kind": launcher },
+        "launcher": launcher,
         "agent": {
             "command": ["/bin/bash", "-c", AGENT],
             "env": { "TRAP": trap.path() },
             "retries": 0,
         },
     });
-    let what = format!("{mode}, {launcher}");
-    let m = TestMount::with_config(&config, mode, Vec::new());
+    let what = format!("{mode}, {}", config["launcher"]);
+    let m = TestMount::with_config(&config, mode, env);
     std::fs::write(
         m.path().join("smiths/smith-root/inbox/task-1.md"),
         "parent\n",

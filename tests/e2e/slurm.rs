@@ -463,3 +463,23 @@ fn a_job_state_smithfs_does_not_know_ends_the_run_lost_and_cancels_the_job() {
     });
     s.wait_state(10, ROOT, "failed");
 }
+
+/// notes XT21 through a Slurm job: a parent's loader variables in its child's `agent.env` reach
+/// `sbatch`, the batch shell and `attach` (all root) only encoded, and the agent (sandboxed, not
+/// root) by their names: nothing is written in the root-only trap directory.
+#[test]
+fn a_childs_loader_variables_reach_only_its_agent_through_a_slurm_job() {
+    let Some(cluster) = cluster() else { return };
+    let conf: &'static str = Box::leak(
+        cluster
+            .conf()
+            .to_string_lossy()
+            .into_owned()
+            .into_boxed_str(),
+    );
+    crate::sandbox_env::loader_variables_of_a_child_with(
+        "cgroup",
+        json!({"kind": "slurm", "listen": "127.0.0.1:0"}),
+        vec![("SLURM_CONF", conf)],
+    );
+}
