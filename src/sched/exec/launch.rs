@@ -139,6 +139,30 @@ impl Launcher for Local {
     }
 }
 
+/// The ticket of `spec`'s run under the listener's `key`, for a launcher whose runs reach the
+/// tree through the listener: minted with the run's sandbox plan (its working directory the
+/// smith dir, reporting its exit; `attach` gets it in the welcome, R30) and the run's output
+/// pipe, which what COMMAND prints reaches over the connection (R16).
+///
+/// Errors: the output pipe could not be shared, or the listener refused to mint.
+pub(super) fn remote_ticket(
+    remote: &dyn crate::sched::RemoteRuns,
+    key: &str,
+    spec: &RunSpec,
+) -> Result<String, String> {
+    let plan = spec.sandbox.as_ref().map(|p| {
+        let mut p = p.clone();
+        p.cwd = Some(spec.cwd.clone());
+        p.report = true;
+        p
+    });
+    let output = spec
+        .output
+        .try_clone()
+        .map_err(|e| format!("cannot share the run's output pipe: {e}"))?;
+    remote.ticket(key, spec.smith, plan.as_ref(), Some(output))
+}
+
 /// `launcher.kind` `loopback` (docs/PROTOCOL-NOTES.md R10, R12): every run is `smithfs attach
 /// --ticket-fd 0 --cwd SMITH_DIR -- COMMAND…` on this host, bound to its smith, its ticket
 /// written to its stdin, its stdout and stderr the run's output pipe. `attach` mounts in a
@@ -158,21 +182,9 @@ impl Launcher for Loopback {
             .to_string_lossy()
             .into_owned();
         let key = listener_key(spec.smith, &spec.run_id);
-        let plan = spec.sandbox.as_ref().map(|p| {
-            let mut p = p.clone();
-            p.cwd = Some(spec.cwd.clone());
-            p.report = true;
-            p
-        });
         // COMMAND's output comes over the connection (R16); attach's own messages to its stdout
         // and stderr, the same pipe.
-        let output = spec
-            .output
-            .try_clone()
-            .map_err(|e| format!("cannot share the run's output pipe: {e}"))?;
-        let ticket = self
-            .remote
-            .ticket(&key, spec.smith, plan.as_ref(), Some(output))?;
+        let ticket = remote_ticket(&*self.remote, &key, &spec)?;
         let mut argv: Vec<String> = vec![
             binary,
             "attach".into(),

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::launch::{listener_key, Launcher, RunSpec, Submitted};
+use super::launch::{listener_key, remote_ticket, Launcher, RunSpec, Submitted};
 use super::Env;
 use crate::config::SlurmConfig;
 use crate::sched::{Msg, RemoteRuns, Verdict};
@@ -391,19 +391,7 @@ impl Launcher for Slurm {
             .full_id(spec.smith)
             .map(String::from)
             .unwrap_or_default();
-        let output = spec
-            .output
-            .try_clone()
-            .map_err(|e| format!("cannot share the run's output pipe: {e}"))?;
-        let plan = spec.sandbox.as_ref().map(|p| {
-            let mut p = p.clone();
-            p.cwd = Some(spec.cwd.clone());
-            p.report = true;
-            p
-        });
-        let ticket = self
-            .remote
-            .ticket(&key, spec.smith, plan.as_ref(), Some(output))?;
+        let ticket = remote_ticket(&*self.remote, &key, &spec)?;
         let fail = |why: String| {
             self.remote.revoke(&key);
             why
