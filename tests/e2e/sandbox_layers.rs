@@ -67,6 +67,19 @@ struct Targets {
     open_dir: String,
 }
 
+/// A host directory beneath none of the places a run without its view may write (`/tmp`,
+/// `/var/tmp`, `/dev/shm`: notes SB14): the build's own temporary directory, unless the checkout
+/// itself lies beneath one of them (a clone in `/tmp`), then `/run`.
+fn outside_the_scratch_dirs() -> &'static Path {
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let scratch = ["/tmp", "/var/tmp", "/dev/shm"];
+    if scratch.iter().any(|d| target.starts_with(d)) {
+        Path::new("/run")
+    } else {
+        target
+    }
+}
+
 /// The attack an `ESCAPED`/`MISSING` line of escapes.sh reports, by name; an unknown line as
 /// itself. `DEV` lines (a host device read) carry the device.
 fn attack(line: &str, t: &Targets) -> String {
@@ -233,7 +246,7 @@ fn one_layer_holds(mode: &'static str) {
     let share = scratch.path().join("share");
     let open = tempfile::Builder::new()
         .prefix("smithfs-layers-open-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .tempdir_in(outside_the_scratch_dirs())
         .expect("tempdir outside /tmp");
     for d in [&host_tmp, &share] {
         std::fs::create_dir(d).expect("mkdir");
