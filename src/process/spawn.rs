@@ -594,6 +594,15 @@ where
     out
 }
 
+/// `env` (a run's `agent.env` and §5 variables, as the scheduler prepared them) with every name
+/// under [`AGENT_ENV_PREFIX`]: what a launcher hands a privileged process that passes the run's
+/// environment on (`attach`, `sbatch`), so that only COMMAND gets it back by its names.
+pub fn encoded_names(env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    env.iter()
+        .map(|(k, v)| (format!("{AGENT_ENV_PREFIX}{k}"), v.clone()))
+        .collect()
+}
+
 /// The run's environment out of an encoded one ([`encode_env`]): the names under
 /// [`AGENT_ENV_PREFIX`] without it; a name not under it is dropped when `only_encoded`, else
 /// kept (an encoded name wins over a plain one of the same name).
@@ -1115,6 +1124,9 @@ mod tests {
                 );
             }
         }
+        let run: BTreeMap<String, String> = [("LD_AUDIT".to_string(), "/a.so".to_string())].into();
+        let handed: Vec<(String, String)> = encoded_names(&run).into_iter().collect();
+        assert_eq!(handed, [(format!("{p}LD_AUDIT"), "/a.so".to_string())]);
         // Decoded: only the encoded names (the init), or the encoded over the plain (attach).
         let env = pairs(&[
             (&format!("{p}LD_PRELOAD"), "/x.so"),

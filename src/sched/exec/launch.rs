@@ -198,16 +198,7 @@ impl Launcher for Loopback {
         // `attach` is root outside the sandbox: the run's environment (which a parent may have
         // written in its child's config.json) reaches it encoded, inert for the loader, and
         // only COMMAND gets it back by its names (notes XT21).
-        let encoded: BTreeMap<String, String> = spec
-            .env
-            .iter()
-            .map(|(k, v)| {
-                (
-                    format!("{}{k}", crate::process::spawn::AGENT_ENV_PREFIX),
-                    v.clone(),
-                )
-            })
-            .collect();
+        let encoded = crate::process::spawn::encoded_names(&spec.env);
         let started = runner::launch(
             Launch {
                 program: Program {

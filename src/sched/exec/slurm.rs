@@ -407,16 +407,7 @@ impl Launcher for Slurm {
         // sbatch, the batch shell and `attach` are root: the run's environment (which a parent
         // may have written in its child's config.json) travels encoded, inert for the loader,
         // and only COMMAND gets it back by its names (notes XT21).
-        let encoded: BTreeMap<String, String> = spec
-            .env
-            .iter()
-            .map(|(k, v)| {
-                (
-                    format!("{}{k}", crate::process::spawn::AGENT_ENV_PREFIX),
-                    v.clone(),
-                )
-            })
-            .collect();
+        let encoded = crate::process::spawn::encoded_names(&spec.env);
         let (status, out, err) = client("sbatch", &args, &encoded, Some(&script)).map_err(fail)?;
         if !status.success() {
             return Err(fail(format!(
