@@ -63,9 +63,15 @@ pub struct Init {
 /// # Errors
 /// `unshare` or the remount failed (not root, or no CAP_SYS_ADMIN).
 pub fn private_namespace() -> Result<(), String> {
-    use nix::mount::{mount, MsFlags};
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)
         .map_err(|e| format!("cannot make a mount namespace (root is needed): {e}"))?;
+    mounts_private()
+}
+
+/// Every mount of this process's (new) mount namespace made private: nothing mounted here
+/// propagates to the namespace it came from.
+fn mounts_private() -> Result<(), String> {
+    use nix::mount::{mount, MsFlags};
     mount(
         None::<&str>,
         "/",
@@ -88,7 +94,6 @@ pub fn private_namespace() -> Result<(), String> {
 /// One sentence: the kernel refused the namespace (unprivileged user namespaces off?) or a
 /// map, or `inside` names root.
 pub fn own_user_namespace(inside: Option<(u32, u32)>) -> Result<(), String> {
-    use nix::mount::{mount, MsFlags};
     // SAFETY: geteuid and getegid have no preconditions.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     let (in_uid, in_gid) = inside.unwrap_or((uid, gid));
@@ -109,14 +114,7 @@ pub fn own_user_namespace(inside: Option<(u32, u32)>) -> Result<(), String> {
     ] {
         std::fs::write(file, text).map_err(|e| format!("cannot write {file}: {e}"))?;
     }
-    mount(
-        None::<&str>,
-        "/",
-        None::<&str>,
-        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-        None::<&str>,
-    )
-    .map_err(|e| format!("cannot make the mounts private: {e}"))
+    mounts_private()
 }
 
 /// Mount FUSE at `dir` (made when missing) and answer the kernel's INIT on it.
