@@ -991,13 +991,7 @@ fn random_operations_agree_inside_a_run_of_a_non_root_daemon() {
     .expect_ok("a sandboxed mount as the user");
     m.sh("printf 'compare\\n' > smiths/smith-root/inbox/task-1.md")
         .expect_ok("task");
-    let conv = "smiths/smith-root/conversations/run-0001";
-    let meta = poll_until(900, "the run to end", || {
-        let text = m.sh(&format!("cat {conv}/meta.json")).stdout;
-        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-        (!v["end"].is_null()).then_some(v)
-    });
-    let log = m.sh(&format!("cat {conv}/messages.log")).stdout;
+    let (log, meta) = m.ended_run("smiths/smith-root", 1, 900);
     check_inside(&log, &meta, uid, "non-root daemon");
 }
 

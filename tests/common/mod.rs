@@ -209,6 +209,42 @@ pub fn run(cmd: &mut Command) -> Run {
         .into()
 }
 
+/// A sandboxed probe's identity as tests/fixtures/escapes.sh prints it (`out`): it ran as `uid`,
+/// with no capability in any of its five sets and `no_new_privs` (docs/SPEC.md §12); `what`
+/// labels the failures.
+pub fn check_unprivileged(out: &str, uid: u32, what: &str) {
+    assert!(
+        out.contains(&format!("\nuid: {uid}\n")),
+        "[{what}] not uid {uid}:\n{out}"
+    );
+    for cap in ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"] {
+        assert!(
+            out.contains(&format!("{cap} 0000000000000000")),
+            "[{what}] {cap} not empty:\n{out}"
+        );
+    }
+    assert!(
+        out.contains("NoNewPrivs: 1"),
+        "[{what}] no no_new_privs:\n{out}"
+    );
+}
+
+/// tests/fixtures/escapes.sh's verdict on a sandboxed run (`out`): no route got out (no
+/// `ESCAPED` or `MISSING` line) and the probe was [`check_unprivileged`] as `uid` with one
+/// group only.
+pub fn check_nothing_escaped(out: &str, uid: u32, what: &str) {
+    assert!(
+        !out.contains("ESCAPED") && !out.contains("MISSING"),
+        "[{what}] a sandboxed run got out:\n{out}"
+    );
+    let groups = out
+        .lines()
+        .find_map(|l| l.strip_prefix("groups: "))
+        .unwrap_or_else(|| panic!("[{what}] no groups line:\n{out}"));
+    assert_eq!(groups.split_whitespace().count(), 1, "[{what}] {groups}");
+    check_unprivileged(out, uid, what);
+}
+
 /// `smithfs ARGS…`.
 pub fn smithfs<I, S>(args: I) -> Run
 where

@@ -121,6 +121,31 @@ pub fn rel(full: &str) -> String {
 }
 
 impl Sm {
+    /// What the AGENT's `split` then `sibling` tasks must leave (docs/SPEC.md §3): `c1`'s run was
+    /// `c1` (its `whoami.txt` says a smith and its full id), its write and its read of `c2`'s
+    /// `private/` were both EACCES (`Permission denied` twice in its `sibling.txt`), and nothing
+    /// of it reached `c2`. `how` is added to the failure messages (the path the runs took).
+    pub fn check_sibling_refused(&self, c1: &str, c2: &str, how: &str) {
+        let r1 = rel(c1);
+        let who = self
+            .read(&format!("{r1}/private/whoami.txt"))
+            .unwrap_or_default();
+        assert!(who.contains("identity: smith"), "{how}: {who}");
+        assert!(who.contains(&format!("full id: {c1}")), "{how}: {who}");
+        let sib = self
+            .read(&format!("{r1}/private/sibling.txt"))
+            .unwrap_or_default();
+        assert_eq!(
+            sib.matches("Permission denied").count(),
+            2,
+            "{how}: write and read of a sibling's private/ are EACCES: {sib}"
+        );
+        assert!(
+            !self.p(&format!("{}/private/intrusion", rel(c2))).exists(),
+            "{how}: nothing written into the sibling"
+        );
+    }
+
     /// Init and mount, install `AGENT` as `agents/agent.sh`, set `agent.command` to run it and
     /// merge `patch` into `config.json`, then remount so the scheduler reads it.
     pub fn new(patch: Value) -> Self {

@@ -77,6 +77,19 @@ impl UserMount {
         let parent = self.dir.parent().unwrap();
         sh_as(self.uid, self.gid, parent, &format!("cd m && {script}"))
     }
+
+    /// Run `n` of the smith dir `smith_dir` (`smiths/…`) once it ended, read as the user: its
+    /// `messages.log` and its `meta.json` (waiting up to `secs` seconds for its `end`).
+    pub fn ended_run(&self, smith_dir: &str, n: u32, secs: u64) -> (String, serde_json::Value) {
+        let conv = format!("{smith_dir}/conversations/run-{n:04}");
+        let meta = poll_until(secs, "the run to end", || {
+            let text = self.sh(&format!("cat {conv}/meta.json")).stdout;
+            let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+            (!v["end"].is_null()).then_some(v)
+        });
+        let log = self.sh(&format!("cat {conv}/messages.log")).stdout;
+        (log, meta)
+    }
 }
 
 impl Drop for UserMount {

@@ -160,26 +160,7 @@ fn sandboxed_loopback_runs_let_nothing_escape(mode: &'static str) {
     .expect("task");
     let (log, meta) = common::ended_run(&m, "smiths/smith-root", 1, 90);
     assert!(meta["error"].is_null(), "[{mode}] {meta}");
-    assert!(
-        !log.contains("ESCAPED") && !log.contains("MISSING"),
-        "[{mode}] a sandboxed loopback run got out:\n{log}"
-    );
-    assert!(
-        log.contains("\nuid: 65534\n"),
-        "[{mode}] not the agents' uid:\n{log}"
-    );
-    let groups = log
-        .lines()
-        .find_map(|l| l.strip_prefix("groups: "))
-        .unwrap_or_else(|| panic!("[{mode}] no groups line:\n{log}"));
-    assert_eq!(groups.split_whitespace().count(), 1, "[{mode}] {groups}");
-    for cap in ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"] {
-        assert!(
-            log.contains(&format!("{cap} 0000000000000000")),
-            "[{mode}] {cap} not empty:\n{log}"
-        );
-    }
-    assert!(log.contains("NoNewPrivs: 1"), "[{mode}]\n{log}");
+    common::check_nothing_escaped(&log, 65534, &format!("{mode}, loopback"));
     assert!(
         log.contains("Seccomp: 2"),
         "[{mode}] not under the filter:\n{log}"
@@ -395,20 +376,7 @@ fn runs_reach_the_tree_through_their_own_remote_mount(mode: &'static str) {
             "{full}'s run worked in the daemon's own mount, not its remote one"
         );
     }
-    let c1 = rel(C1);
-    let who = s.read(&format!("{c1}/private/whoami.txt")).unwrap();
-    assert!(who.contains("identity: smith"), "{who}");
-    assert!(who.contains(&format!("full id: {C1}")), "{who}");
-    let sib = s.read(&format!("{c1}/private/sibling.txt")).unwrap();
-    assert_eq!(
-        sib.matches("Permission denied").count(),
-        2,
-        "write and read of a sibling's private/ are EACCES over the remote mount: {sib}"
-    );
-    assert!(
-        !s.p(&format!("{}/private/intrusion", rel(C2))).exists(),
-        "nothing written into the sibling"
-    );
+    s.check_sibling_refused(C1, C2, "over the remote mount");
     let denied = s.of("access.denied", Some(C1));
     assert!(denied.len() >= 2, "{denied:?}");
     let exited = |full: &str| s.wait_events(20, "run.exited", Some(full), 1)[0].clone();
@@ -593,27 +561,15 @@ fn a_non_root_attach_mounts_in_a_user_namespace_and_sandboxes_its_run() {
     let in_mount = |script: &str| m.sh(script);
     let daemon_dev = in_mount("stat -c %d smiths/smith-root").expect_ok("stat");
     in_mount("printf 'escape\\n' > smiths/smith-root/inbox/task-1.md").expect_ok("task");
-    let conv = "smiths/smith-root/conversations/run-0001";
-    let meta = poll_until(90, "the run to end", || {
-        let text = in_mount(&format!("cat {conv}/meta.json")).stdout;
-        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-        (!v["end"].is_null()).then_some(v)
-    });
-    let log = in_mount(&format!("cat {conv}/messages.log")).stdout;
+    let (log, meta) = m.ended_run("smiths/smith-root", 1, 90);
     assert!(meta["error"].is_null(), "{meta}\n{log}");
     assert_eq!(meta["exit_code"], 0, "{meta}\n{log}");
     assert!(
         !log.contains("ESCAPED") && !log.contains("MISSING"),
         "a run of a non-root attach got out:\n{log}"
     );
-    assert!(log.contains(&format!("\nuid: {uid}\n")), "uid:\n{log}");
-    for cap in ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"] {
-        assert!(
-            log.contains(&format!("{cap} 0000000000000000")),
-            "{cap}:\n{log}"
-        );
-    }
-    for line in ["NoNewPrivs: 1", "Seccomp: 2", "full id: smith-root\n"] {
+    common::check_unprivileged(&log, uid, "non-root attach");
+    for line in ["Seccomp: 2", "full id: smith-root\n"] {
         assert!(log.contains(line), "no {line:?}:\n{log}");
     }
     let dev = log

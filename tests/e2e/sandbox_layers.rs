@@ -150,20 +150,7 @@ fn check(out: &str, without: &str, what: &str, t: &Targets, must: &[&str], may: 
             "[{what}, without {without}] {g:?} got through, another layer should stop it:\n{out}"
         );
     }
-    assert!(
-        out.contains(&format!("\nuid: {AGENTS_UID}\n")),
-        "[{what}, without {without}] uid:\n{out}"
-    );
-    for cap in ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"] {
-        assert!(
-            out.contains(&format!("{cap} 0000000000000000")),
-            "[{what}, without {without}] {cap}:\n{out}"
-        );
-    }
-    assert!(
-        out.contains("NoNewPrivs: 1"),
-        "[{what}, without {without}]\n{out}"
-    );
+    check_unprivileged(out, AGENTS_UID, &format!("{what}, without {without}"));
     assert!(
         out.contains("full id: smith-root\n"),
         "[{what}, without {without}]\n{out}"
@@ -432,14 +419,7 @@ awk '$1 == "Seccomp:" { print $1 " " $2 }' /proc/self/status
             "require": ["namespaces", "landlock", "seccomp"],
         },
     });
-    let mut m = TestMount::with(MountOpts {
-        allow_other: true,
-        extra: vec!["--identity", "cgroup"],
-        ..MountOpts::default()
-    });
-    m.umount();
-    std::fs::write(m.path().join("config.json"), config.to_string()).expect("config.json");
-    m.mount();
+    let m = TestMount::with_config(&config, "cgroup", Vec::new());
     let started = std::time::Instant::now();
     std::fs::write(m.path().join("smiths/smith-root/inbox/task-1.md"), "go\n").expect("task");
     let (log, meta) = ended_run(&m, "smiths/smith-root", 1, 120);
@@ -495,14 +475,7 @@ echo done"#,
         },
         "sandbox": { "uid": AGENTS_UID },
     });
-    let mut m = TestMount::with(MountOpts {
-        allow_other: true,
-        extra: vec!["--identity", "cgroup"],
-        ..MountOpts::default()
-    });
-    m.umount();
-    std::fs::write(m.path().join("config.json"), config.to_string()).expect("config.json");
-    m.mount();
+    let m = TestMount::with_config(&config, "cgroup", Vec::new());
     std::fs::write(m.path().join("smiths/smith-root/inbox/task-1.md"), "go\n").expect("task");
     let (log, meta) = ended_run(&m, "smiths/smith-root", 1, 120);
     assert!(meta["error"].is_null(), "{meta}\n{log}");

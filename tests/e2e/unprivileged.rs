@@ -306,26 +306,8 @@ impl Drop for UserProcess {
 /// `SANDBOXED=1 LAYERS=1`): nothing got out, it is the daemon's uid (not 0) with one group, no
 /// capability, `no_new_privs`, under the seccomp filter, bound as smith-root.
 fn check_rootless(out: &str, uid: u32, what: &str) {
-    assert!(
-        !out.contains("ESCAPED") && !out.contains("MISSING"),
-        "[{what}] a run of a non-root daemon got out:\n{out}"
-    );
-    assert!(
-        out.contains(&format!("\nuid: {uid}\n")),
-        "[{what}] uid:\n{out}"
-    );
-    let groups = out
-        .lines()
-        .find_map(|l| l.strip_prefix("groups: "))
-        .unwrap_or_else(|| panic!("[{what}] no groups line:\n{out}"));
-    assert_eq!(groups.split_whitespace().count(), 1, "[{what}] {groups}");
-    for cap in ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"] {
-        assert!(
-            out.contains(&format!("{cap} 0000000000000000")),
-            "[{what}] {cap} not empty:\n{out}"
-        );
-    }
-    for line in ["NoNewPrivs: 1", "Seccomp: 2", "full id: smith-root\n"] {
+    check_nothing_escaped(out, uid, what);
+    for line in ["Seccomp: 2", "full id: smith-root\n"] {
         assert!(out.contains(line), "[{what}] no {line:?}:\n{out}");
     }
 }
@@ -444,13 +426,7 @@ fn a_non_root_daemon_sandboxes_its_runs() {
         sibling.0.id()
     ))
     .expect_ok("task");
-    let conv = "smiths/smith-root/conversations/run-0001";
-    let meta = poll_until(90, "the run to end", || {
-        let text = in_mount(&format!("cat {conv}/meta.json")).stdout;
-        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-        (!v["end"].is_null()).then_some(v)
-    });
-    let log = in_mount(&format!("cat {conv}/messages.log")).stdout;
+    let (log, meta) = mounted.ended_run("smiths/smith-root", 1, 90);
     assert!(meta["error"].is_null(), "{meta}\n{log}");
     check_rootless(&log, uid, "non-root daemon, scheduler");
 
