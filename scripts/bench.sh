@@ -24,6 +24,9 @@
 #   Hook latency alone, e.g.: scripts/bench.sh --only hook --fs native --hook-identity ancestry
 #
 # Workloads: create stat read untar rm rmcold seqwrite seqread git gitst par rm30k cp pip hook rss
+#            latency
+#   latency  request latency: N x statx(AT_STATX_FORCE_SYNC) of one file, each timed (on FUSE one
+#            GETATTR round trip each: the kernel's attribute cache is bypassed); p50/p99/max µs
 # Filesystems: native op smith nopt bindfs pll phd phu opu smithu
 #   native  a plain directory on the root ext4 filesystem
 #   op      smithfs (kernel passthrough on, --transport dev-fuse), workloads run as the operator
@@ -57,7 +60,7 @@ set -euo pipefail
 
 me="bench.sh"
 usage() {
-    sed -n '4,47p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '4,50p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 die() {
@@ -69,7 +72,7 @@ log() { echo "$me: $*" >&2; }
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 helpers="$repo_root/scripts/bench"
 bench_dir="$repo_root/target/bench"
-all_workloads=(create stat read untar rm rmcold seqwrite seqread git gitst par rm30k cp pip hook rss)
+all_workloads=(create stat read untar rm rmcold seqwrite seqread git gitst par rm30k cp pip hook rss latency)
 all_fs=(native op smith nopt bindfs pll opb phd phu opu smithu smithub remote)
 
 quick=0
@@ -127,9 +130,11 @@ selected() { [[ " ${only[*]} " == *" $1 "* ]]; }
 # Sizes: full run, then --quick.
 if [ $quick = 1 ]; then
     reps="${reps:-1}" n_small=2000 seq_mib=256 git_files=1000 par_n=500 rm_files=6000 cp_n=100 hook_n=10
+    lat_n=5000
     tree_files=2000 tree_dirs=350
 else
     reps="${reps:-3}" n_small=10000 seq_mib=1024 git_files=3000 par_n=2500 rm_files=30000 cp_n=500 hook_n=40
+    lat_n=20000
     tree_files=8500 tree_dirs=1500
 fi
 [[ "$reps" =~ ^[1-9][0-9]*$ ]] || die "--reps needs a positive number"
@@ -456,6 +461,24 @@ measure() {
     fi
 }
 
+# measure_latency FS REP FILE: `fsops latency` on FS; its total time as the latency workload's
+# time, its p50/p99/max as a lat record.
+measure_latency() {
+    local fs=$1 rep=$2 o secs l
+    if o="$(as_fs "$fs" "$fsops" latency "$3" "$lat_n" 2>"$T/err")" && secs="$(tail -n1 <<<"$o")" \
+        && [[ "$secs" =~ ^[0-9]+\.[0-9]+$ ]] && l="$(grep -m1 '^latency_us ' <<<"$o")"; then
+        rec time latency "$fs" "$rep" "$secs"
+        read -r _ p50 p99 max <<<"$l"
+        rec lat "$fs" "$rep" "$p50" "$p99" "$max"
+        printf '%s: rep %d/%d  latency %-7s p50 %s µs, p99 %s µs\n' "$me" "$rep" "$reps" "$fs" "$p50" "$p99" >&2
+    else
+        local why
+        why="$(tr '\n\t' '  ' <"$T/err" | cut -c1-300)"
+        rec fail latency "$fs" "$rep" "${why:-no latency printed}"
+        log "rep $rep/$reps  latency on $fs FAILED: ${why:-no latency printed}"
+    fi
+}
+
 git_env=(env GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_AUTHOR_NAME=bench
     GIT_AUTHOR_EMAIL=bench@example.invalid GIT_COMMITTER_NAME=bench
     GIT_COMMITTER_EMAIL=bench@example.invalid)
@@ -538,6 +561,10 @@ run_group() { # group fs rep
                     'for i in 1 2 3 4 5 6 7 8 9 10; do git -C "$1" status --porcelain; done' sh "$w/git-$r"
             fi
             ;;
+        lat)
+            printf 'x' >"$w/lat-$r"
+            measure_latency "$fs" "$r" "$w/lat-$r"
+            ;;
         par)
             measure par "$fs" "$r" "$fsops" par "$w/par-$r" 4 "$par_n" 4096
             ;;
@@ -579,6 +606,7 @@ declare -A wl_label=(
     [rm30k]="rm -rf of a $rm_files-file tree"
     [cp]="${cp_n}× cp of a 1 MiB file"
     [pip]="pip install (${#pip_pkgs[@]} wheels) --target"
+    [latency]="${lat_n}× statx, attributes forced (a GETATTR each)"
 )
 
 rec info date "$(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -601,6 +629,7 @@ selected untar || selected rm || selected rmcold && groups+=(tree)
 selected seqwrite || selected seqread && groups+=(seq)
 selected git || selected gitst && groups+=(git)
 for g in par rm30k cp pip; do selected "$g" && groups+=("$g"); done
+selected latency && groups+=(lat)
 
 
 for ((r = 1; r <= reps; r++)); do

@@ -17,6 +17,10 @@
  *   fsops stamp FILE               write CLOCK_REALTIME in ns to FILE (hook latency probe)
  *   fsops inbox FILE               write a task to FILE, close it, print CLOCK_REALTIME in ns
  *                                  taken right after close() returned
+ *   fsops latency FILE N           N x statx(AT_STATX_FORCE_SYNC) of FILE (opened O_PATH), each
+ *                                  timed: on FUSE one GETATTR round trip each, whatever the
+ *                                  attribute cache holds. Prints "latency_us P50 P99 MAX", then
+ *                                  the total seconds
  *
  * Build: gcc -O2 -o fsops fsops.c
  */
@@ -295,6 +299,43 @@ static int cmd_inbox(char **a)
 	return 0;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static int cmd_latency(char **a)
+{
+	long n = num(a[1]);
+	if (n < 1) {
+		fprintf(stderr, "fsops: latency needs N >= 1\n");
+		return 2;
+	}
+	int fd = open(a[0], O_PATH);
+	if (fd < 0)
+		die("open", a[0]);
+	double *lat = malloc((size_t)n * sizeof *lat);
+	if (!lat)
+		die("malloc", NULL);
+	struct statx stx;
+	double t0 = now();
+	for (long i = 0; i < n; i++) {
+		double t = now();
+		if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_FORCE_SYNC, STATX_BASIC_STATS, &stx) != 0)
+			die("statx", a[0]);
+		lat[i] = now() - t;
+	}
+	double total = now() - t0;
+	close(fd);
+	qsort(lat, (size_t)n, sizeof *lat, cmp_double);
+	printf("latency_us %.1f %.1f %.1f\n", lat[(n - 1) / 2] * 1e6, lat[(long)((n - 1) * 0.99)] * 1e6,
+	       lat[n - 1] * 1e6);
+	printf("%.6f\n", total);
+	free(lat);
+	return 0;
+}
+
 static const struct {
 	const char *name;
 	int args; /* minimum */
@@ -303,7 +344,7 @@ static const struct {
 	{"create", 3, cmd_create},     {"stat", 2, cmd_stat},   {"read", 2, cmd_read},
 	{"par", 4, cmd_par},           {"tree", 4, cmd_tree},   {"seqwrite", 2, cmd_seqwrite},
 	{"seqread", 1, cmd_seqread},   {"time", 1, cmd_time},   {"stamp", 1, cmd_stamp},
-	{"inbox", 1, cmd_inbox},
+	{"inbox", 1, cmd_inbox},       {"latency", 2, cmd_latency},
 };
 
 int main(int argc, char **argv)
@@ -315,6 +356,6 @@ int main(int argc, char **argv)
 					break;
 				return modes[i].run(argv + 2);
 			}
-	fprintf(stderr, "usage: fsops create|stat|read|par|tree|seqwrite|seqread|time|stamp|inbox ARGS (see the source)\n");
+	fprintf(stderr, "usage: fsops create|stat|read|par|tree|seqwrite|seqread|time|stamp|inbox|latency ARGS (see the source)\n");
 	return 2;
 }

@@ -11,6 +11,7 @@ RECORDS.tsv has one tab-separated record a line:
   fail     WL   FS  REP  WHY     a measurement that failed
   extra    KEY  FS  VALUE        rss_kb, hwm_kb per daemon
   hook     KEY  VALUE            hook latency summary
+  lat      FS   REP  P50 P99 MAX request latency of one repetition, µs
   note     TEXT                  a footnote
 The report goes to stdout.
 """
@@ -47,6 +48,7 @@ def main() -> int:
         print(__doc__, file=sys.stderr)
         return 2
     info, fss, wls, notes, hook = [], [], [], [], []
+    lat = defaultdict(list)
     times = defaultdict(list)
     fails = defaultdict(list)
     extra = defaultdict(dict)
@@ -68,6 +70,8 @@ def main() -> int:
                 extra[r[1]][r[2]] = r[3]
             elif kind == "hook":
                 hook.append((r[1], r[2]))
+            elif kind == "lat":
+                lat[r[1]].append(tuple(float(x) for x in r[3:6]))
             elif kind == "note":
                 notes.append(r[1])
 
@@ -141,6 +145,16 @@ def main() -> int:
     if hook:
         out.append("Hook latency (inbox `task-*.md` close() returning → the agent's first instruction):\n")
         out.append(table(["measure", "value"], [[k, v] for k, v in hook]))
+        out.append("")
+
+    if lat:
+        rows = []
+        for fid, label in fss:
+            v = lat.get(fid)
+            if v:
+                rows.append([label] + [f"{statistics.median(x[i] for x in v):.1f}" for i in range(3)])
+        out.append("Request latency (a GETATTR round trip, µs; medians over the repetitions):\n")
+        out.append(table(["filesystem", "p50", "p99", "max"], rows))
         out.append("")
 
     for (wid, fid), why in sorted(fails.items()):
