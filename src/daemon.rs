@@ -91,11 +91,14 @@ pub fn init_logging(level: Option<&str>, file: Option<File>) {
 pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) -> Result<()> {
     // SAFETY: umask and prctl have no memory-safety preconditions. A zero umask lets created
     // modes be exactly what the caller asked (the kernel already applied the caller's umask);
-    // a non-dumpable daemon keeps same-uid processes out of its descriptors (docs/SPEC.md §10).
-    unsafe {
-        libc::umask(0);
+    // what the daemon starts gets the mask it inherited back (notes H16); a non-dumpable daemon
+    // keeps same-uid processes out of its descriptors (docs/SPEC.md §10).
+    let inherited = unsafe {
+        let inherited = libc::umask(0);
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
-    }
+        inherited
+    };
+    crate::process::spawn::set_run_umask(inherited);
     // Before any thread exists, so that every thread inherits the mask and only the signal
     // thread ever takes SIGTERM/SIGINT/SIGHUP.
     let signals = session::block_signals()?;

@@ -46,6 +46,24 @@ use std::process::ExitStatus;
 
 use super::{errno, pidfd};
 
+/// The mask [`run_umask`] gives until [`set_run_umask`] is called: the usual login default.
+const DEFAULT_RUN_UMASK: u32 = 0o022;
+
+static RUN_UMASK: std::sync::atomic::AtomicU32 =
+    std::sync::atomic::AtomicU32::new(DEFAULT_RUN_UMASK);
+
+/// Set the file mode creation mask every process [`spawn`] starts gets (runs, hooks, and the
+/// sandbox's init, which passes it on to the agent): the daemon calls it with the mask it
+/// inherited from `smithfs mount` before clearing its own (docs/PROTOCOL-NOTES.md H16).
+pub fn set_run_umask(mask: u32) {
+    RUN_UMASK.store(mask & 0o777, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The file mode creation mask a started process gets ([`set_run_umask`]; 022 by default).
+pub fn run_umask() -> libc::mode_t {
+    RUN_UMASK.load(std::sync::atomic::Ordering::Relaxed) as libc::mode_t
+}
+
 /// The byte the child writes on the error pipe as its first instruction: a child that dies
 /// without it never ran (killed at birth).
 const ALIVE: u8 = 0xA5;
@@ -274,6 +292,8 @@ struct ChildPlan<'a> {
     /// The write end of the status pipe of a sandboxed child (close-on-exec), or -1.
     status: RawFd,
     nofile: (u64, u64),
+    /// The file mode creation mask the program starts with ([`run_umask`]).
+    umask: libc::mode_t,
     confine: Option<super::confine::Confinement>,
     /// [`Program::user`]: (uid, gid, groups).
     user: Option<(libc::uid_t, libc::gid_t, &'a [libc::gid_t])>,
@@ -315,6 +335,9 @@ unsafe fn child(p: &mut ChildPlan<'_>) -> ! {
         // descendant re-parents to a bound process, not to the daemon, so in ancestry mode it
         // stays the smith while the run lives (docs/SPEC.md §2).
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+        // The daemon serves with umask 0 (the kernel already applied each caller's own); what it
+        // starts gets the mask of whoever mounted (docs/PROTOCOL-NOTES.md H16).
+        libc::umask(p.umask);
         let (soft, hard) = p.nofile;
         if soft != 0 || hard != 0 {
             let mut lim = libc::rlimit {
@@ -941,6 +964,7 @@ fn attempt(
         err: err_wr.as_raw_fd(),
         status: status_wr.as_ref().map_or(-1, |w| w.as_raw_fd()),
         nofile: prep.nofile,
+        umask: run_umask(),
         confine: prep.confine,
         user: prep.user.map(|u| (u.uid, u.gid, u.groups.as_slice())),
         init_argv: if prep.init_argv.is_empty() {

@@ -66,6 +66,9 @@ const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
 /// The init's entry point: `args` are the arguments after [`psb::INIT_ARG`] (`PLAN -- ARGV…`).
 /// Never returns.
 pub fn main(args: &[OsString]) -> ! {
+    // The view is built with the modes it names; the agent gets the mask the init was started
+    // with (the mounter's, or the operator's under `smithfs run`; docs/PROTOCOL-NOTES.md H16).
+    let umask = nix::sys::stat::umask(nix::sys::stat::Mode::empty());
     // Before the plan says, fd 3 is the error pipe if it is a pipe (under `smithfs run` it is
     // closed).
     let report = is_pipe(REPORT_FD);
@@ -117,6 +120,7 @@ pub fn main(args: &[OsString]) -> ! {
     match unsafe { nix::unistd::fork() } {
         Err(e) => fail(report, Stage::Fork, e),
         Ok(nix::unistd::ForkResult::Child) => {
+            nix::sys::stat::umask(umask);
             agent(&plan, &layers, &argv, &env, &candidates, search)
         }
         Ok(nix::unistd::ForkResult::Parent { child }) => {

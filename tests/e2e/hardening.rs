@@ -883,3 +883,44 @@ fn sandbox_require_refuses_a_mount_without_it() {
     let _ = smithfs([std::ffi::OsStr::new("umount"), d.as_os_str()]);
     assert_eq!(ok.code, Some(0), "{ok:?}");
 }
+
+/// A run starts with the umask of whoever mounted, not the daemon's 0 (docs/PROTOCOL-NOTES.md
+/// H16): with the mount made under umask 027, the agent (sandboxed, both identity modes, and
+/// unsandboxed) reports 0027 and creates its files 0640 — a file it makes is not writable by
+/// every other uid on the host.
+fn runs_take_the_mounters_umask(mode: &'static str) {
+    for sandbox in [true, false] {
+        let config = serde_json::json!({
+            "agent": {"command": ["sh", "-c",
+                "umask > private/mask; : > private/f; stat -c %a private/f >> private/mask; \
+                 cp private/mask outbox/result.md"]},
+            "sandbox": {"enabled": sandbox},
+        });
+        let mut m = mount_with(&config.to_string(), mode);
+        m.umount();
+        // SAFETY: umask has no preconditions. Only the mount (the daemon it starts) runs under
+        // 027: the test's directories stay searchable by the agents' uid.
+        let old = unsafe { libc::umask(0o027) };
+        m.mount();
+        // SAFETY: as above.
+        unsafe { libc::umask(old) };
+        std::fs::write(m.path().join("smiths/smith-root/inbox/task-1.md"), "mask\n").expect("task");
+        let result = m.path().join("smiths/smith-root/outbox/result.md");
+        let out = poll_until(60, "the agent's result.md", || {
+            std::fs::read_to_string(&result)
+                .ok()
+                .filter(|t| t.lines().count() == 2)
+        });
+        assert_eq!(out, "0027\n640\n", "[{mode}] sandbox {sandbox}");
+    }
+}
+
+#[test]
+fn runs_take_the_mounters_umask_cgroup() {
+    runs_take_the_mounters_umask("cgroup");
+}
+
+#[test]
+fn runs_take_the_mounters_umask_ancestry() {
+    runs_take_the_mounters_umask("ancestry");
+}
