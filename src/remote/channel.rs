@@ -20,8 +20,11 @@ pub const FILL_LIMIT: usize = 4 << 20;
 pub struct Channel {
     sock: TcpStream,
     tls: rustls::Connection,
-    /// Plaintext received and not yet taken.
+    /// Plaintext received: `inbuf[head..]` is not yet taken.
     inbuf: Vec<u8>,
+    /// Where the bytes not yet taken start in `inbuf` (taking a frame moves it on instead of
+    /// moving what follows: a buffer of many small frames is not copied once per frame).
+    head: usize,
     /// The peer closed (TCP EOF or TLS close_notify).
     eof: bool,
 }
@@ -29,7 +32,7 @@ pub struct Channel {
 impl std::fmt::Debug for Channel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Channel")
-            .field("buffered", &self.inbuf.len())
+            .field("buffered", &self.buffered())
             .field("eof", &self.eof)
             .finish_non_exhaustive()
     }
@@ -46,7 +49,8 @@ pub struct Ready {
 
 impl Channel {
     /// A channel over `sock` (made non-blocking) speaking `tls`. Outgoing plaintext is not
-    /// limited by `rustls`: callers bound it themselves (one reply in flight).
+    /// limited by `rustls`: callers bound it themselves (the listener: one reply per serving
+    /// thread, each flushed before the thread takes another request).
     ///
     /// # Errors
     /// The socket could not be made non-blocking.
@@ -58,6 +62,7 @@ impl Channel {
             sock,
             tls,
             inbuf: Vec::new(),
+            head: 0,
             eof: false,
         })
     }
@@ -69,7 +74,7 @@ impl Channel {
 
     /// Plaintext bytes received and not yet taken.
     pub fn buffered(&self) -> usize {
-        self.inbuf.len()
+        self.inbuf.len() - self.head
     }
 
     /// Output is waiting to be sent.
@@ -125,41 +130,62 @@ impl Channel {
     /// A socket error or a TLS error (the connection is then unusable; the TLS alert, if any,
     /// is queued for [`Channel::flush`]).
     pub fn fill(&mut self) -> io::Result<()> {
-        while self.inbuf.len() < FILL_LIMIT {
-            match self.tls.read_tls(&mut self.sock) {
+        while self.buffered() < FILL_LIMIT {
+            let mut sock = Reading {
+                sock: &self.sock,
+                short: false,
+            };
+            let drained = match self.tls.read_tls(&mut sock) {
                 Ok(0) => {
                     self.eof = true;
                     break;
                 }
-                Ok(_) => {}
+                // A read shorter than asked for took all the socket had: no second read (a
+                // syscall that would only say EAGAIN) until the next wait.
+                Ok(_) => sock.short,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
-            }
+            };
             let state = self
                 .tls
                 .process_new_packets()
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
             if state.plaintext_bytes_to_read() > 0 {
-                self.drain_plaintext()?;
+                self.drain_plaintext(state.plaintext_bytes_to_read())?;
             }
             if state.peer_has_closed() {
                 self.eof = true;
                 break;
             }
+            if drained {
+                break;
+            }
         }
-        self.drain_plaintext()
+        self.drain_plaintext(0)
     }
 
-    fn drain_plaintext(&mut self) -> io::Result<()> {
-        let mut chunk = [0u8; READ_CHUNK];
+    /// Take the decrypted plaintext into the buffer, `hint` bytes expected (0: only to see
+    /// whether the peer closed).
+    fn drain_plaintext(&mut self, hint: usize) -> io::Result<()> {
+        // Straight into the buffer's spare room, sized to what is there: no bounce through a
+        // chunk on the stack, no 64 KiB zeroed for a 100-byte frame.
+        let mut room = hint.clamp(64, READ_CHUNK);
+        let mut left = hint;
         loop {
-            match self.tls.reader().read(&mut chunk) {
+            let start = self.inbuf.len();
+            self.inbuf.resize(start + room, 0);
+            room = READ_CHUNK;
+            let r = self.tls.reader().read(&mut self.inbuf[start..]);
+            let n = *r.as_ref().unwrap_or(&0);
+            self.inbuf.truncate(start + n);
+            match r {
                 Ok(0) => {
                     self.eof = true;
                     return Ok(());
                 }
-                Ok(n) => self.inbuf.extend_from_slice(&chunk[..n]),
+                Ok(n) if hint > 0 && n >= left => return Ok(()),
+                Ok(n) => left = left.saturating_sub(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) => return Err(e),
             }
@@ -168,16 +194,29 @@ impl Channel {
 
     /// The first `n` buffered bytes, if that many are buffered, removed from the buffer.
     pub fn take(&mut self, n: usize) -> Option<Vec<u8>> {
-        if self.inbuf.len() < n {
+        if self.buffered() < n {
             return None;
         }
-        let rest = self.inbuf.split_off(n);
-        Some(std::mem::replace(&mut self.inbuf, rest))
+        if self.head == 0 && self.inbuf.len() == n {
+            // The common case (one frame buffered): the buffer itself, no copy.
+            return Some(std::mem::take(&mut self.inbuf));
+        }
+        let out = self.inbuf[self.head..self.head + n].to_vec();
+        self.head += n;
+        if self.head == self.inbuf.len() {
+            self.inbuf.clear();
+            self.head = 0;
+        } else if self.head >= READ_CHUNK && self.head * 2 >= self.inbuf.len() {
+            // Give back the room taken once it is most of the buffer.
+            self.inbuf.drain(..self.head);
+            self.head = 0;
+        }
+        Some(out)
     }
 
     /// The buffered bytes (not removed).
     pub fn peek(&self) -> &[u8] {
-        &self.inbuf
+        &self.inbuf[self.head..]
     }
 
     /// Queue `bytes` for sending.
@@ -277,5 +316,19 @@ impl Channel {
         self.tls.send_close_notify();
         let _ = self.flush_all(Duration::from_millis(200));
         let _ = self.sock.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// The socket as `rustls` reads it, noting a read shorter than asked for.
+struct Reading<'a> {
+    sock: &'a TcpStream,
+    short: bool,
+}
+
+impl Read for Reading<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.sock.read(buf)?;
+        self.short = n < buf.len();
+        Ok(n)
     }
 }

@@ -13,9 +13,19 @@
 //!
 //! When the connection drops, [`Connection::drop_all`] closes its handles without completing
 //! anything (R6) and gives back every lookup it held.
+//!
+//! Requests of one connection may be served concurrently ([`Connection::serve`] takes `&self`;
+//! docs/PROTOCOL-NOTES.md R41): the tables are under a lock held only to check a request and to
+//! record its reply, never while the filesystem works. A reply's node ids and handles are
+//! recorded before the reply is returned, so the node can name them only afterwards; a handle
+//! released while another request of the same connection still uses it makes that request
+//! EBADF in the filesystem (handle numbers are never reused), a node forgotten meanwhile
+//! ESTALE. [`Connection::drop_all`] must run once no request is being served.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
+
+use parking_lot::Mutex;
 
 use crate::fs::FsError;
 use crate::fs::{NodeId, SmithFs};
@@ -75,12 +85,43 @@ pub struct Served {
 #[derive(Debug)]
 pub struct Connection {
     dispatcher: Dispatcher,
+    tables: Mutex<Tables>,
+}
+
+/// What a connection holds.
+#[derive(Debug, Default)]
+struct Tables {
     /// Node id → lookups this connection holds.
     nodes: HashMap<u64, u64>,
     /// File handle → the node it was opened on.
     files: HashMap<u64, u64>,
     /// Directory handle → the node it was opened on.
     dirs: HashMap<u64, u64>,
+}
+
+impl Tables {
+    fn holds_node(&self, n: u64) -> bool {
+        n == NodeId::ROOT.0 || self.nodes.contains_key(&n)
+    }
+
+    fn take_lookup(&mut self, n: NodeId) {
+        if n.0 != 0 {
+            *self.nodes.entry(n.0).or_insert(0) += 1;
+        }
+    }
+
+    /// Take back up to `n` of the lookups of `node` held: how many were.
+    fn give_back(&mut self, node: NodeId, n: u64) -> u64 {
+        let Some(held) = self.nodes.get_mut(&node.0) else {
+            return 0;
+        };
+        let n = n.min(*held);
+        *held -= n;
+        if *held == 0 {
+            self.nodes.remove(&node.0);
+        }
+        n
+    }
 }
 
 /// The length a frame starting with `head` declares (its first 4 bytes), checked against
@@ -104,9 +145,7 @@ impl Connection {
     pub fn new(dispatcher: Dispatcher) -> Connection {
         Connection {
             dispatcher,
-            nodes: HashMap::new(),
-            files: HashMap::new(),
-            dirs: HashMap::new(),
+            tables: Mutex::new(Tables::default()),
         }
     }
 
@@ -117,24 +156,15 @@ impl Connection {
 
     /// (node ids, file handles, directory handles) held now.
     pub fn held(&self) -> (usize, usize, usize) {
-        (self.nodes.len(), self.files.len(), self.dirs.len())
+        let t = self.tables.lock();
+        (t.nodes.len(), t.files.len(), t.dirs.len())
     }
 
-    fn holds_node(&self, n: u64) -> bool {
-        n == NodeId::ROOT.0 || self.nodes.contains_key(&n)
-    }
-
-    fn take_lookup(&mut self, n: NodeId) {
-        if n.0 != 0 {
-            *self.nodes.entry(n.0).or_insert(0) += 1;
-        }
-    }
-
-    /// Serve one whole frame.
+    /// Serve one whole frame (from any thread: see the module's notes on concurrency).
     ///
     /// # Errors
     /// [`Malformed`]: the connection must be closed.
-    pub fn serve(&mut self, frame: &[u8]) -> Result<Served, Malformed> {
+    pub fn serve(&self, frame: &[u8]) -> Result<Served, Malformed> {
         if frame_len(frame)? != Some(frame.len()) {
             return Err(Malformed::Length(frame.len()));
         }
@@ -172,6 +202,7 @@ impl Connection {
 
     /// The error for a request that names what this connection does not hold, if it does.
     fn refuse(&self, h: &InHeader, req: &Request<'_>) -> Option<FsError> {
+        let t = self.tables.lock();
         if matches!(
             req,
             Request::Other(_)
@@ -188,11 +219,11 @@ impl Connection {
             Request::CopyFileRange { nodeid_out, .. } => nodes.push(*nodeid_out),
             _ => {}
         }
-        if !nodes.iter().all(|&n| self.holds_node(n)) {
+        if !nodes.iter().all(|&n| t.holds_node(n)) {
             return Some(FsError::NodeNotHeld);
         }
-        let file = |fh: u64, node: u64| self.files.get(&fh) == Some(&node);
-        let dir = |fh: u64| self.dirs.get(&fh) == Some(&h.nodeid);
+        let file = |fh: u64, node: u64| t.files.get(&fh) == Some(&node);
+        let dir = |fh: u64| t.dirs.get(&fh) == Some(&h.nodeid);
         let ok = match *req {
             Request::Getattr { fh: Some(fh) } => file(fh, h.nodeid),
             Request::Setattr(s) if s.valid & wire::fattr::FH != 0 => file(s.fh, h.nodeid),
@@ -219,7 +250,7 @@ impl Connection {
     }
 
     /// Dispatch an admitted request and keep the tables in step with its reply.
-    fn forward(&mut self, h: &InHeader, req: Request<'_>, changes: &mut Vec<Change>) -> Reply {
+    fn forward(&self, h: &InHeader, req: Request<'_>, changes: &mut Vec<Change>) -> Reply {
         let node = NodeId(h.nodeid);
         let req = clamp(req);
         match req {
@@ -227,7 +258,7 @@ impl Connection {
                 self.forget(node, nlookup);
                 return Reply::None;
             }
-            // Requests are served in order: nothing is pending to interrupt.
+            // Every request runs to its end (notes R41): the node's kernel takes the reply.
             Request::Interrupt { .. } => return Reply::None,
             _ => {}
         }
@@ -239,28 +270,29 @@ impl Connection {
         };
         let is_opendir = matches!(req, Request::Opendir { .. });
         let reply = self.dispatcher.dispatch(h, req);
+        let mut t = self.tables.lock();
         match (&reply, closing) {
             // A handle is gone once the kernel released it, whatever the answer.
             (_, Some((fh, false))) => {
-                self.files.remove(&fh);
+                t.files.remove(&fh);
             }
             (_, Some((fh, true))) => {
-                self.dirs.remove(&fh);
+                t.dirs.remove(&fh);
             }
-            (Reply::Entry(e), None) => self.take_lookup(NodeId(e.nodeid)),
+            (Reply::Entry(e), None) => t.take_lookup(NodeId(e.nodeid)),
             (Reply::Create(e, fh, ..), None) => {
-                self.take_lookup(NodeId(e.nodeid));
-                self.files.insert(*fh, e.nodeid);
+                t.take_lookup(NodeId(e.nodeid));
+                t.files.insert(*fh, e.nodeid);
             }
             (Reply::Open(fh, ..), None) if is_opendir => {
-                self.dirs.insert(*fh, h.nodeid);
+                t.dirs.insert(*fh, h.nodeid);
             }
             (Reply::Open(fh, ..), None) => {
-                self.files.insert(*fh, h.nodeid);
+                t.files.insert(*fh, h.nodeid);
             }
             (Reply::Listing(_, looked_up), None) => {
                 for &n in looked_up {
-                    self.take_lookup(n);
+                    t.take_lookup(n);
                 }
             }
             _ => {}
@@ -269,15 +301,8 @@ impl Connection {
     }
 
     /// Give back up to `n` of this connection's lookups of `node`.
-    fn forget(&mut self, node: NodeId, n: u64) {
-        let Some(held) = self.nodes.get_mut(&node.0) else {
-            return;
-        };
-        let n = n.min(*held);
-        *held -= n;
-        if *held == 0 {
-            self.nodes.remove(&node.0);
-        }
+    fn forget(&self, node: NodeId, n: u64) {
+        let n = self.tables.lock().give_back(node, n);
         if n > 0 {
             self.dispatcher.fs().forget(node, n);
         }
@@ -285,7 +310,7 @@ impl Connection {
 
     /// `fuse_batch_forget_in` (count, padding) and `count` × `fuse_forget_one` (node id,
     /// lookups), as single FORGETs.
-    fn batch_forget(&mut self, arg: &[u8], payload: &[u8]) -> Result<(), wire::WireError> {
+    fn batch_forget(&self, arg: &[u8], payload: &[u8]) -> Result<(), wire::WireError> {
         // BATCH_FORGET's fixed argument is 8 bytes; the entries follow in the payload.
         let count = arg
             .get(..4)
@@ -308,13 +333,14 @@ impl Connection {
     /// (docs/PROTOCOL-NOTES.md R6) and give back every lookup.
     pub fn drop_all(&mut self) {
         let fs = self.dispatcher.fs().clone();
-        for (fh, node) in self.files.drain() {
+        let t = std::mem::take(self.tables.get_mut());
+        for (fh, node) in t.files {
             let _ = fs.abandon(NodeId(node), crate::fs::Fh(fh));
         }
-        for (fh, node) in self.dirs.drain() {
+        for (fh, node) in t.dirs {
             let _ = fs.releasedir(NodeId(node), crate::fs::Fh(fh));
         }
-        for (node, n) in self.nodes.drain() {
+        for (node, n) in t.nodes {
             fs.forget(NodeId(node), n);
         }
     }

@@ -5,10 +5,11 @@
 //!
 //! Bounds (docs/PROTOCOL-NOTES.md R7): at most [`MAX_CONNECTIONS`] connections at once (more
 //! are closed at accept); a connection that has not completed its hello within
-//! [`HELLO_TIMEOUT`] is closed; one request of a connection is served at a time and the next
-//! is read only once its reply is sent, so a node that floods fills its own socket buffers; a
-//! connection whose pending notifications exceed [`MAX_PENDING`] is closed (its kernel's cache
-//! could no longer be trusted: its mount fails closed).
+//! [`HELLO_TIMEOUT`] is closed; at most [`MAX_WORKERS`] requests of a connection are served at
+//! once (R41) and a thread takes its next request only once its reply is sent, so a node that
+//! floods fills its own socket buffers; a connection whose pending notifications exceed
+//! [`MAX_PENDING`] is closed (its kernel's cache could no longer be trusted: its mount fails
+//! closed).
 
 use std::collections::VecDeque;
 use std::io::{Read, Write};
@@ -21,7 +22,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use parking_lot::{Condvar, Mutex};
 
 use super::channel::Channel;
 use super::conn::{self, Change, Connection, MAX_FRAME, MAX_WRITE};
@@ -359,7 +361,7 @@ fn serve(shared: &Arc<Shared>, sock: TcpStream) -> Result<(), String> {
         sock: cut,
     });
     shared.peers.list.lock().push(peer.clone());
-    let r = pump(shared, &peer, &mut ch, conn, &wake_rx, &slot);
+    let r = pump(shared, &peer, &mut ch, &conn, &wake_rx, &slot);
     shared.peers.remove(peer.id);
     ch.close();
     slot.mark_ended();
@@ -383,63 +385,257 @@ fn take_hello(ch: &mut Channel) -> Result<(String, Vec<u8>), String> {
     Ok((run_id, rest[n..].to_vec()))
 }
 
-/// Serve frames and push notifications until the connection ends.
+/// Serve frames and push notifications until the connection ends, with a pool of up to
+/// [`MAX_WORKERS`] threads (docs/PROTOCOL-NOTES.md R41): one at a time leads (reads the next
+/// frame), hands the lead on and serves the frame itself, so a request is never handed from
+/// thread to thread and one slow request does not hold up the others. Returns once every thread
+/// of the pool has ended.
 fn pump(
     shared: &Shared,
     peer: &Peer,
     ch: &mut Channel,
-    mut conn: Connection,
+    conn: &Connection,
     wake: &UnixStream,
     slot: &RunSlot,
 ) -> Result<(), String> {
-    loop {
-        while !ch.wants_write() {
-            let Some(n) = conn::frame_len(ch.peek()).map_err(|e| e.to_string())? else {
-                break;
-            };
-            let Some(frame) = ch.take(n) else { break };
-            if oob::is_oob(&frame) {
-                out_of_band(slot, &frame)?;
-                continue;
-            }
-            // Changes made before this request was served reach the node before its reply.
-            send_pending(peer, ch)?;
-            let served = conn.serve(&frame).map_err(|e| e.to_string())?;
-            for c in &served.changes {
-                if let Some(local) = &shared.local {
-                    local.changed(c);
+    let sock = ch.socket().try_clone().map_err(|e| e.to_string())?;
+    let pool = Pool {
+        shared,
+        peer,
+        conn,
+        slot,
+        wake,
+        sock,
+        ch: Mutex::new(ch),
+        state: Mutex::new(PoolState {
+            leading: false,
+            idle: 0,
+            threads: 1,
+            ended: None,
+        }),
+        turn: Condvar::new(),
+    };
+    std::thread::scope(|s| pool.work(s));
+    pool.state.into_inner().ended.unwrap_or(Ok(()))
+}
+
+/// Most requests of one connection served at once (the threads of its pool).
+pub const MAX_WORKERS: usize = 4;
+
+/// One connection's serving threads and what they share.
+struct Pool<'a> {
+    shared: &'a Shared,
+    peer: &'a Peer,
+    conn: &'a Connection,
+    slot: &'a RunSlot,
+    /// Readable when notifications were queued for this connection, or when the pool ends.
+    wake: &'a UnixStream,
+    /// The connection's socket, to wait on without holding the channel.
+    sock: TcpStream,
+    /// The channel: the leader reads under it, every thread writes its reply under it.
+    ch: Mutex<&'a mut Channel>,
+    state: Mutex<PoolState>,
+    /// Signalled when the lead is free or the pool ends.
+    turn: Condvar,
+}
+
+struct PoolState {
+    /// A thread leads (reads the next frame).
+    leading: bool,
+    /// Threads waiting for the lead.
+    idle: usize,
+    /// Threads in the pool.
+    threads: usize,
+    /// Why the connection ended, once it has: every thread then leaves.
+    ended: Option<Result<(), String>>,
+}
+
+impl<'a> Pool<'a> {
+    /// One thread of the pool: lead, serve, and again, until the connection ends.
+    fn work<'s>(&'s self, scope: &'s std::thread::Scope<'s, '_>)
+    where
+        'a: 's,
+    {
+        loop {
+            {
+                let mut st = self.state.lock();
+                loop {
+                    if st.ended.is_some() {
+                        return;
+                    }
+                    if !st.leading {
+                        st.leading = true;
+                        break;
+                    }
+                    st.idle += 1;
+                    self.turn.wait(&mut st);
+                    st.idle -= 1;
                 }
-                shared.peers.broadcast(Some(peer.id), c);
             }
-            if let Some(reply) = served.reply {
-                ch.send(&reply).map_err(|e| e.to_string())?;
-            }
-            ch.flush().map_err(|e| e.to_string())?;
-        }
-        send_pending(peer, ch)?;
-        ch.flush().map_err(|e| e.to_string())?;
-        if ch.eof() {
-            return if ch.buffered() > 0 {
-                Err(format!(
-                    "truncated frame ({} bytes) at the end",
-                    ch.buffered()
-                ))
-            } else {
-                Ok(())
+            let frame = match self.next_frame() {
+                Ok(Some(f)) => f,
+                Ok(None) => return self.end(Ok(())),
+                Err(e) => return self.end(Err(e)),
             };
-        }
-        let read = !ch.wants_write() && ch.buffered() < MAX_FRAME;
-        let ready = ch
-            .wait(read, Some(wake.as_fd()), None)
-            .map_err(|e| e.to_string())?;
-        if ready.extra {
-            let mut sink = [0u8; 64];
-            while matches!((&*wake).read(&mut sink), Ok(n) if n > 0) {}
-        }
-        if ready.socket {
-            ch.fill().map_err(|e| e.to_string())?;
+            {
+                let mut st = self.state.lock();
+                st.leading = false;
+                if st.idle > 0 {
+                    self.turn.notify_one();
+                } else if st.threads < MAX_WORKERS {
+                    let spawned = std::thread::Builder::new()
+                        .name("smithfs-remote".into())
+                        .spawn_scoped(scope, move || self.work(scope));
+                    if spawned.is_ok() {
+                        st.threads += 1;
+                    }
+                }
+            }
+            if let Err(e) = self.serve(&frame) {
+                return self.end(Err(e));
+            }
         }
     }
+
+    /// The connection ended (the first reason is kept): every thread leaves once its request
+    /// is answered.
+    fn end(&self, why: Result<(), String>) {
+        let mut st = self.state.lock();
+        if st.ended.is_none() {
+            st.ended = Some(why);
+        }
+        self.turn.notify_all();
+        drop(st);
+        // Wake the leader if it waits on the socket.
+        let _ = (&self.peer.wake).write(&[1]);
+    }
+
+    fn ended(&self) -> bool {
+        self.state.lock().ended.is_some()
+    }
+
+    /// As the leader: the next request frame (out-of-band frames are handled here, in their
+    /// order), sending queued notifications meanwhile; `None` at the peer's clean end.
+    fn next_frame(&self) -> Result<Option<Vec<u8>>, String> {
+        loop {
+            let (read, write) = {
+                let mut ch = self.ch.lock();
+                while let Some(n) = conn::frame_len(ch.peek()).map_err(|e| e.to_string())? {
+                    let Some(frame) = ch.take(n) else { break };
+                    if oob::is_oob(&frame) {
+                        out_of_band(self.slot, &frame)?;
+                        continue;
+                    }
+                    if is_forget(&frame) {
+                        // Applied before any request read after it (no reply; a lock and a
+                        // count): a node id forgotten is not the connection's for the next.
+                        self.conn.serve(&frame).map_err(|e| e.to_string())?;
+                        continue;
+                    }
+                    return Ok(Some(frame));
+                }
+                send_pending(self.peer, &mut ch)?;
+                ch.flush().map_err(|e| e.to_string())?;
+                if ch.eof() {
+                    return if ch.buffered() > 0 {
+                        Err(format!(
+                            "truncated frame ({} bytes) at the end",
+                            ch.buffered()
+                        ))
+                    } else {
+                        Ok(None)
+                    };
+                }
+                (ch.buffered() < MAX_FRAME, ch.wants_write())
+            };
+            if self.ended() {
+                return Ok(None);
+            }
+            let ready = wait_socket(&self.sock, read, write, Some(self.wake), None)?;
+            if ready.extra {
+                let mut sink = [0u8; 64];
+                while matches!({ self.wake }.read(&mut sink), Ok(n) if n > 0) {}
+            }
+            if ready.socket {
+                self.ch.lock().fill().map_err(|e| e.to_string())?;
+            }
+        }
+    }
+
+    /// Serve one request frame and send its reply, after the notifications queued so far
+    /// (docs/PROTOCOL-NOTES.md R9).
+    fn serve(&self, frame: &[u8]) -> Result<(), String> {
+        let served = self.conn.serve(frame).map_err(|e| e.to_string())?;
+        for c in &served.changes {
+            if let Some(local) = &self.shared.local {
+                local.changed(c);
+            }
+            self.shared.peers.broadcast(Some(self.peer.id), c);
+        }
+        let mut ch = self.ch.lock();
+        send_pending(self.peer, &mut ch)?;
+        if let Some(reply) = served.reply {
+            ch.send(&reply).map_err(|e| e.to_string())?;
+        }
+        // Sent before the next request is taken: a node that does not read its replies holds
+        // up at most one request per thread (notes R7).
+        while !ch.flush().map_err(|e| e.to_string())? {
+            drop(ch);
+            if self.ended() {
+                return Ok(());
+            }
+            wait_socket(&self.sock, false, true, None, Some(Duration::from_secs(1)))?;
+            ch = self.ch.lock();
+        }
+        Ok(())
+    }
+}
+
+/// Whether the whole request `frame` is a FORGET or a BATCH_FORGET.
+fn is_forget(frame: &[u8]) -> bool {
+    use crate::fuse::wire::opcode;
+    frame
+        .get(4..8)
+        .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+        .is_some_and(|op| op == opcode::FORGET || op == opcode::BATCH_FORGET)
+}
+
+/// Wait until `sock` is readable (when `read`) or writable (when `write`), or `extra` is
+/// readable, or `timeout` passed (`None`: forever).
+fn wait_socket(
+    sock: &TcpStream,
+    read: bool,
+    write: bool,
+    extra: Option<&UnixStream>,
+    timeout: Option<Duration>,
+) -> Result<super::channel::Ready, String> {
+    let mut want = PollFlags::empty();
+    if read {
+        want |= PollFlags::POLLIN;
+    }
+    if write {
+        want |= PollFlags::POLLOUT;
+    }
+    let mut fds = vec![PollFd::new(sock.as_fd(), want)];
+    if let Some(e) = extra {
+        fds.push(PollFd::new(e.as_fd(), PollFlags::POLLIN));
+    }
+    let t = timeout.map_or(PollTimeout::NONE, |d| {
+        PollTimeout::try_from(d.as_millis().min(i32::MAX as u128) as i32)
+            .unwrap_or(PollTimeout::MAX)
+    });
+    match nix::poll::poll(&mut fds, t) {
+        Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+        Err(e) => return Err(format!("poll: {e}")),
+    }
+    let hit = |f: &PollFd<'_>, bits: PollFlags| {
+        f.revents()
+            .is_some_and(|r| r.intersects(bits | PollFlags::POLLHUP | PollFlags::POLLERR))
+    };
+    Ok(super::channel::Ready {
+        socket: hit(&fds[0], PollFlags::POLLIN | PollFlags::POLLOUT),
+        extra: fds.get(1).is_some_and(|f| hit(f, PollFlags::POLLIN)),
+    })
 }
 
 /// An out-of-band frame (docs/PROTOCOL-NOTES.md R16): output into the run's output pipe, the

@@ -344,18 +344,12 @@ impl Forwarder {
             } else {
                 PollFlags::POLLIN
             };
-            let out_fd = self.output.as_ref().map(|o| o.try_clone());
-            let out_fd = match out_fd {
-                Some(Ok(fd)) => Some(fd),
-                Some(Err(e)) => break Ended::Dropped(format!("the output pipe: {e}")),
-                None => None,
-            };
             let mut fds = vec![
                 PollFd::new(self.ch.socket().as_fd(), want_sock),
                 PollFd::new(self.dev.as_fd(), PollFlags::POLLIN),
                 PollFd::new(stop, PollFlags::POLLIN),
             ];
-            if let Some(fd) = &out_fd {
+            if let Some(fd) = &self.output {
                 fds.push(PollFd::new(fd.as_fd(), out_flags));
             }
             let timeout = if stopping.is_some() {
@@ -373,7 +367,6 @@ impl Forwarder {
             let (sock, dev, stop_now) = (hit(&fds[0], any), hit(&fds[1], any), hit(&fds[2], any));
             let out = fds.get(3).is_some_and(|f| hit(f, any));
             drop(fds);
-            drop(out_fd);
             if stop_now && stopping.is_none() {
                 stopping = Some(Instant::now());
                 report = read_report(stop);
@@ -412,6 +405,9 @@ impl Forwarder {
             let _ = self.ch.flush_all(Duration::from_secs(5));
         }
         self.ch.close();
+        if matches!(ended, Ended::Dropped(_)) {
+            self.fail_pending();
+        }
         let relay = match &ended {
             Ended::Dropped(_) => self.output.take(),
             _ => None,
@@ -423,6 +419,41 @@ impl Forwarder {
             relay_locally(&out, stop, stopping, grace);
         }
         ended
+    }
+
+    /// The connection dropped: answer ENOTCONN to every request forwarded and not answered,
+    /// and to every request the kernel has queued meanwhile, before `/dev/fuse` is closed. The
+    /// kernel would otherwise end them with ECONNABORTED at the close, so that what a process
+    /// sees at the drop would depend on whether its request was read before it (the mount
+    /// fails closed with one error: ENOTCONN, as every request after the close gets).
+    fn fail_pending(&mut self) {
+        let fail = |dev: &OwnedFd, unique: u64| {
+            let _ = write_dev(dev, &wire::out_header(unique, -libc::ENOTCONN, 0));
+        };
+        for (unique, _) in self.inflight.drain() {
+            fail(&self.dev, unique);
+        }
+        loop {
+            let mut fds = [PollFd::new(self.dev.as_fd(), PollFlags::POLLIN)];
+            match nix::poll::poll(&mut fds, PollTimeout::ZERO) {
+                Ok(1..) => {}
+                Ok(_) | Err(_) => return,
+            }
+            let n = match nix::unistd::read(self.dev.as_raw_fd(), &mut self.buf) {
+                Ok(n) if n >= IN_HEADER_LEN => n,
+                Err(nix::errno::Errno::EINTR | nix::errno::Errno::ENOENT) => continue,
+                _ => return,
+            };
+            let frame = &self.buf[..n];
+            let op = u32::from_ne_bytes([frame[4], frame[5], frame[6], frame[7]]);
+            let unique = u64::from_ne_bytes(frame[8..16].try_into().unwrap_or([0; 8]));
+            if !matches!(
+                op,
+                opcode::FORGET | opcode::BATCH_FORGET | opcode::INTERRUPT
+            ) {
+                fail(&self.dev, unique);
+            }
+        }
     }
 
     /// Send one read of COMMAND's output (at most [`oob::MAX_OUTPUT`] bytes); its end of file
@@ -465,7 +496,7 @@ impl Forwarder {
         let op = u32::from_ne_bytes([frame[4], frame[5], frame[6], frame[7]]);
         let unique = u64::from_ne_bytes(frame[8..16].try_into().unwrap_or([0; 8]));
         match op {
-            // Served in order on the daemon: nothing to interrupt; the kernel gets the reply.
+            // Every request runs to its end on the daemon (notes R41): the kernel gets the reply.
             opcode::INTERRUPT => return Ok(true),
             opcode::FORGET | opcode::BATCH_FORGET => {}
             _ => {

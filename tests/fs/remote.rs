@@ -854,3 +854,103 @@ fn a_node_caches_entries_and_attributes_for_at_most_a_second() {
     assert_eq!(e, 0);
     assert_eq!(u64_at(&body, 0), 1, "GETATTR: attr_valid");
 }
+
+/// Requests sent without waiting are served concurrently (notes R41), and the connection's
+/// lookup counts stay exact: N pipelined LOOKUPs of one name are N lookups held, whatever order
+/// they were served in.
+#[test]
+fn pipelined_requests_are_all_answered_and_counted() {
+    let w = World::new();
+    let l = listener(&w);
+    let mut n = Node::new(&l.ticket("run-1", w.child).unwrap());
+    let smith = n.walk(CHILD_DIR);
+    const N: u64 = 200;
+    let mut wanted = std::collections::HashSet::new();
+    for _ in 0..N {
+        let f = n.frame(LOOKUP, smith, &[], &cstr("private"));
+        wanted.insert(n.unique);
+        n.ch.send(&f).unwrap();
+    }
+    n.ch.flush_all(T).unwrap();
+    let mut node = None;
+    while !wanted.is_empty() {
+        let (error, unique, body) = n.read_frame().expect("a reply");
+        if unique == 0 {
+            continue;
+        }
+        assert!(
+            wanted.remove(&unique),
+            "one reply to each request: {unique}"
+        );
+        assert_eq!(error, 0);
+        let id = u64_at(&body, 0);
+        assert_eq!(*node.get_or_insert(id), id);
+    }
+    let node = node.unwrap();
+    // All but one given back: still held; the last one: no longer the connection's.
+    let f = n.frame(FORGET, node, &(N - 1).to_ne_bytes(), &[]);
+    n.ch.send(&f).unwrap();
+    assert_eq!(
+        n.getattr(node),
+        0,
+        "{N} lookups were counted, {} given back",
+        N - 1
+    );
+    let f = n.frame(FORGET, node, &1u64.to_ne_bytes(), &[]);
+    n.ch.send(&f).unwrap();
+    assert_eq!(n.getattr(node), -libc::ESTALE);
+}
+
+/// A node that sends requests and never reads the replies (notes R7): the daemon stops reading
+/// once its serving threads wait to send (the flood stays in the socket buffers, not in the
+/// daemon's memory), another connection is served meanwhile, and every reply comes once the
+/// node reads.
+#[test]
+fn a_node_that_floods_without_reading_is_held_to_its_socket_buffers() {
+    let w = World::new();
+    let l = listener(&w);
+    let mut n = Node::new(&l.ticket("run-flood", w.child).unwrap());
+    let mut sent = 0usize;
+    let mut frames = 0u64;
+    'flood: loop {
+        let f = n.frame(GETATTR, 1, &[0u8; 16], &[]);
+        n.ch.send(&f).unwrap();
+        sent += f.len();
+        frames += 1;
+        assert!(
+            sent < 256 << 20,
+            "the daemon read {sent} bytes of requests without its replies being read"
+        );
+        if n.ch.flush().unwrap() {
+            continue;
+        }
+        // The daemon reads on only while it has room: a second without progress is the bound.
+        let stalled = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < stalled {
+            n.ch.wait(false, None, Some(Duration::from_millis(50)))
+                .unwrap();
+            if n.ch.flush().unwrap() {
+                continue 'flood;
+            }
+        }
+        break;
+    }
+    // The daemon's 4 MiB of buffered requests and the two ends' socket buffers (a few MiB each
+    // on loopback): far below what was offered.
+    assert!(sent < 64 << 20, "{sent} bytes taken in");
+    let mut other = Node::new(&l.ticket("run-other", w.child).unwrap());
+    assert_eq!(
+        other.getattr(1),
+        0,
+        "another connection is served meanwhile"
+    );
+    let mut answered = 0u64;
+    while answered < frames {
+        n.ch.flush().unwrap();
+        let (error, unique, _) = n.read_frame().expect("every reply, once read");
+        if unique != 0 {
+            assert_eq!(error, 0);
+            answered += 1;
+        }
+    }
+}
