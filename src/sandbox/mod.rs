@@ -119,9 +119,20 @@ pub fn probe(cfg: &SandboxConfig) -> Result<String, String> {
         });
     }
     let (uid, gid) = agents_ids(cfg);
+    let sudo = std::env::var("SUDO_UID")
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .is_some_and(|n| n != 0);
     Ok(if userns {
         format!(
             "a user namespace per run (uid {uid} and gid {gid} mapped to themselves), mount and pid namespaces in it; runs as uid {uid}, no capability"
+        )
+    } else if cfg.uid == SandboxUid::Auto && !sudo {
+        // What `AgentUser::resolve` does at mount: a uid of its own for each tree.
+        format!(
+            "mount and pid namespaces; runs as a uid allocated for each tree at its first mount (from {}, recorded in {}; set sandbox.uid to choose one), no capability",
+            user::AUTO_FIRST,
+            user::HOST_REGISTRY
         )
     } else {
         format!("mount and pid namespaces; runs as uid {uid}, gid {gid}, no capability")
