@@ -42,6 +42,8 @@
 #   remote  smithfs (--transport dev-fuse) with launcher.kind loopback: each workload is a run of
 #           smith-root, i.e. `smithfs attach` on this host, reaching the tree through its own
 #           remote mount over TLS on 127.0.0.1 (docs/SPEC.md §13; not in the default set)
+#   remoteb like remote, with the binary $SMITHFS_B (A/B a remote-mount change side by side, the
+#           daemon and its attach both B's; not in the default set)
 #   opb     like op, with the binary $SMITHFS_B (A/B a change side by side; not in the default set)
 #   smithub like smithu, with the binary $SMITHFS_B (A/B over io_uring; not in the default set)
 #   bindfs  bindfs (Debian package), plain, as root
@@ -60,7 +62,7 @@ set -euo pipefail
 
 me="bench.sh"
 usage() {
-    sed -n '4,50p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '4,51p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 die() {
@@ -73,7 +75,7 @@ repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 helpers="$repo_root/scripts/bench"
 bench_dir="$repo_root/target/bench"
 all_workloads=(create stat read untar rm rmcold seqwrite seqread git gitst par rm30k cp pip hook rss latency)
-all_fs=(native op smith nopt bindfs pll opb phd phu opu smithu smithub remote)
+all_fs=(native op smith nopt bindfs pll opb phd phu opu smithu smithub remote remoteb)
 
 quick=0
 reps=""
@@ -161,8 +163,8 @@ if [ $build = 1 ]; then
 fi
 SMITHFS="${SMITHFS:-${CARGO_TARGET_DIR:-$repo_root/target}/release/smithfs}"
 [ -x "$SMITHFS" ] || die "no smithfs binary at $SMITHFS (build it or set SMITHFS)"
-if [[ " ${fses[*]} " =~ \ (opb|smithub)\  ]]; then
-    [ -x "${SMITHFS_B:-}" ] || die "--fs opb/smithub needs SMITHFS_B=<another smithfs binary>"
+if [[ " ${fses[*]} " =~ \ (opb|smithub|remoteb)\  ]]; then
+    [ -x "${SMITHFS_B:-}" ] || die "--fs opb/smithub/remoteb needs SMITHFS_B=<another smithfs binary>"
 fi
 have_run=0
 "$SMITHFS" run --help >/dev/null 2>&1 && have_run=1
@@ -265,10 +267,12 @@ json.dump(c, open(sys.argv[1], "w"), indent=2)
 EOF
 }
 
-# remote_run CMD...: CMD as the next run of smith-root on the remote column: its output (stdout
-# and stderr, from messages.log) on stdout once it ended; fails unless it exited 0.
+# remote_run FS CMD...: CMD as the next run of smith-root on the remote column FS (remote or
+# remoteb): its output (stdout and stderr, from messages.log) on stdout once it ended; fails
+# unless it exited 0.
 remote_run() {
-    local m="${base[remote]}/remote" conv i remote_n
+    local m="${base[$1]}/$1" conv i remote_n
+    shift
     # The runs so far, each ended (a count in this shell would be lost: measure runs this in a
     # command substitution).
     remote_n=$(($(find "$m/smiths/smith-root/conversations" -maxdepth 1 -name 'run-*' | wc -l) + 1))
@@ -343,10 +347,10 @@ for fs in "${fses[@]}"; do
     B="${base[$fs]}"
     case $fs in
         native) mkdir -p "$B/native/w"; backing[$fs]="$B/native/w"; work[$fs]="$B/native/w" ;;
-        op | smith | nopt | opb | opu | smithu | smithub | remote)
+        op | smith | nopt | opb | opu | smithu | smithub | remote | remoteb)
             "$SMITHFS" init "$B/$fs" >/dev/null
             sandbox_reads "$B/$fs/config.json"
-            [ "$fs" = remote ] && remote_config "$B/$fs/config.json"
+            [[ "$fs" == remote* ]] && remote_config "$B/$fs/config.json"
             mkdir -p "$B/$fs/smiths/smith-root/private/w"
             backing[$fs]="$B/$fs/smiths/smith-root/private/w"
             work[$fs]="$B/$fs/smiths/smith-root/private/w"
@@ -375,12 +379,12 @@ for fs in "${fses[@]}"; do
     B="${base[$fs]}"
     case $fs in
         native) continue ;;
-        op | smith | nopt | opb | opu | smithu | smithub | remote)
+        op | smith | nopt | opb | opu | smithu | smithub | remote | remoteb)
             mounts+=("smithfs:$B/$fs")
             opts=()
             [ "$fs" = nopt ] && opts=(--no-passthrough)
             bin="$SMITHFS"
-            { [ "$fs" = opb ] || [ "$fs" = smithub ]; } && bin="$SMITHFS_B"
+            { [ "$fs" = opb ] || [ "$fs" = smithub ] || [ "$fs" = remoteb ]; } && bin="$SMITHFS_B"
             if [ "$fs" = opu ] || [ "$fs" = smithu ] || [ "$fs" = smithub ]; then
                 uring_on
                 "$bin" mount "$B/$fs" "${opts[@]}" --transport io-uring || { uring_off; die "smithfs mount $B/$fs failed"; }
@@ -421,7 +425,8 @@ declare -A fs_label=([native]="native ext4" [op]="smithfs operator" [smith]="smi
     [nopt]="smithfs no-passthrough" [bindfs]="bindfs" [pll]="passthrough_ll"
     [opb]="smithfs B operator" [phd]="passthrough_hp" [phu]="passthrough_hp io_uring"
     [opu]="smithfs operator io_uring" [smithu]="smithfs smith io_uring"
-    [smithub]="smithfs B smith io_uring" [remote]="smithfs remote (loopback)")
+    [smithub]="smithfs B smith io_uring" [remote]="smithfs remote (loopback)"
+    [remoteb]="smithfs B remote (loopback)")
 [ $have_run = 1 ] || fs_label[smith]="smithfs smith*"
 
 # Run CMD on FS: bound to smith-root on the smith column (when `smithfs run` exists); a run of
@@ -429,8 +434,8 @@ declare -A fs_label=([native]="native ext4" [op]="smithfs operator" [smith]="smi
 as_fs() {
     local fs=$1
     shift
-    if [ "$fs" = remote ]; then
-        remote_run "$@"
+    if [ "$fs" = remote ] || [ "$fs" = remoteb ]; then
+        remote_run "$fs" "$@"
     elif { [ "$fs" = smith ] || [ "$fs" = smithu ] || [ "$fs" = smithub ]; } && [ $have_run = 1 ]; then
         "$SMITHFS" run --mount "${base[$fs]}/$fs" --smith smith-root -- "$@"
     else

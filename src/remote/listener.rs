@@ -411,6 +411,7 @@ fn pump(
             leading: false,
             idle: 0,
             threads: 1,
+            serving: 0,
             ended: None,
         }),
         turn: Condvar::new(),
@@ -446,6 +447,8 @@ struct PoolState {
     idle: usize,
     /// Threads in the pool.
     threads: usize,
+    /// Requests being served.
+    serving: usize,
     /// Why the connection ended, once it has: every thread then leaves.
     ended: Option<Result<(), String>>,
 }
@@ -477,12 +480,18 @@ impl<'a> Pool<'a> {
                 Ok(None) => return self.end(Ok(())),
                 Err(e) => return self.end(Err(e)),
             };
+            // Handing the lead on costs a wakeup of another thread per request: worth it when
+            // requests overlap (more are waiting, another is being served) or this one may
+            // take long; a cheap one alone is served before the lead is taken up again.
+            let more = conn::frame_len(self.ch.lock().peek()).is_ok_and(|n| n.is_some());
             {
                 let mut st = self.state.lock();
                 st.leading = false;
-                if st.idle > 0 {
+                let hand_on = more || st.serving > 0 || !is_cheap(&frame);
+                st.serving += 1;
+                if hand_on && st.idle > 0 {
                     self.turn.notify_one();
-                } else if st.threads < MAX_WORKERS {
+                } else if hand_on && st.threads < MAX_WORKERS {
                     let spawned = std::thread::Builder::new()
                         .name("smithfs-remote".into())
                         .spawn_scoped(scope, move || self.work(scope));
@@ -491,7 +500,9 @@ impl<'a> Pool<'a> {
                     }
                 }
             }
-            if let Err(e) = self.serve(&frame) {
+            let served = self.serve(&frame);
+            self.state.lock().serving -= 1;
+            if let Err(e) = served {
                 return self.end(Err(e));
             }
         }
@@ -598,6 +609,27 @@ fn is_forget(frame: &[u8]) -> bool {
         .get(4..8)
         .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
         .is_some_and(|op| op == opcode::FORGET || op == opcode::BATCH_FORGET)
+}
+
+/// Whether the request `frame` is one the filesystem answers from what it holds, in a few
+/// microseconds (metadata reads): not worth another thread's wakeup unless others wait.
+fn is_cheap(frame: &[u8]) -> bool {
+    use crate::fuse::wire::opcode;
+    frame
+        .get(4..8)
+        .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+        .is_some_and(|op| {
+            matches!(
+                op,
+                opcode::LOOKUP
+                    | opcode::GETATTR
+                    | opcode::GETXATTR
+                    | opcode::LISTXATTR
+                    | opcode::ACCESS
+                    | opcode::READLINK
+                    | opcode::STATFS
+            )
+        })
 }
 
 /// Wait until `sock` is readable (when `read`) or writable (when `write`), or `extra` is
