@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 const EXCEPTIONS: &[(&str, &str, &str)] = &[];
 
 /// Names a "May import" cell may give that are not modules of the crate: external crates.
-const EXTERNAL: &[&str] = &["libc", "nix", "rustix", "fuser", "std"];
+const EXTERNAL: &[&str] = &["libc", "nix", "rustix", "std"];
 
 /// A path into the crate, as segments (`["fs", "Scheduling"]`).
 type CratePath = Vec<String>;

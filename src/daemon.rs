@@ -62,11 +62,9 @@ pub fn init_logging(level: Option<&str>, file: Option<File>) {
     use tracing_subscriber::EnvFilter;
     let filter = match level {
         Some(l) => EnvFilter::new(l),
-        // fuser's own warnings name each request it has no handler for: callers can make as
-        // many as they like, so only its errors reach the log by default (notes H15).
-        None => {
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,fuser=error"))
-        }
+        // Nothing a caller can repeat at will logs above debug (a request we do not serve is
+        // answered ENOSYS silently, notes H15).
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
     };
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     let _ = match file {
@@ -74,7 +72,7 @@ pub fn init_logging(level: Option<&str>, file: Option<File>) {
             .with_ansi(false)
             .with_writer(std::sync::Mutex::new(f))
             .try_init(),
-        // Colour only on a terminal: a pipe or a file gets plain text (fuser's own warnings too).
+        // Colour only on a terminal: a pipe or a file gets plain text.
         None => builder
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .with_writer(std::io::stderr)

@@ -59,7 +59,7 @@ pub enum FsError {
     #[error("no such extended attribute")]
     NoSuchXattr,
     /// A request from a uid other than the mount's owner, on a mount that lets only its owner
-    /// in (fuser's `SessionACL::Owner`, which the io_uring transport applies itself): EACCES.
+    /// in (what `allow_other` leaves to the daemon; libfuse's default), on every transport: EACCES.
     #[error("only the mount's owner may use it")]
     NotOwner,
     /// A FUSE operation smithfs does not implement: ENOSYS (the kernel then stops sending it).

@@ -55,7 +55,7 @@ pub struct Inode {
     pub passthrough: Mutex<Passthrough>,
 }
 
-/// An opaque kernel backing-file registration (the glue's `fuser::BackingId`), dropped — and
+/// An opaque kernel backing-file registration (the FUSE layer's `FUSE_DEV_IOC_BACKING_OPEN`), dropped — and
 /// thereby closed in the kernel — when its last user goes.
 pub type BackingRef = Arc<dyn std::any::Any + Send + Sync>;
 

@@ -1,11 +1,12 @@
-//! One dispatcher from decoded FUSE requests ([`wire::Request`]) to [`SmithFs`] operations,
-//! for the transports that smithfs drives itself (io_uring, [`super::uring`], and the remote
-//! mount's connections, `crate::remote`, docs/SPEC.md §13). It makes the same `SmithFs` calls
-//! with the same arguments, cache lifetimes and open flags as the fuser adapter in
-//! [`super::FuseFs`] (which keeps serving `/dev/fuse`), so identity, policy and passthrough
-//! behave alike on every transport.
+//! One dispatcher from decoded FUSE requests ([`wire::Request`]) to [`SmithFs`] operations, the
+//! one mapping of the operations that every framing uses: `/dev/fuse` ([`super::devfuse`]),
+//! io_uring ([`super::uring`]) and the remote mount's connections (`crate::remote`,
+//! docs/SPEC.md §13). A framing decodes, calls [`Dispatcher::dispatch`], and encodes the
+//! [`Reply`], which carries everything the kernel needs (entry and attribute validity, open
+//! flags, the passthrough backing of the local framings), so identity, policy, caching and
+//! passthrough behave alike on every transport.
 
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
@@ -42,7 +43,7 @@ pub enum Reply {
     Lseek(i64),
     /// `fuse_statfs_out`.
     Statfs(Box<libc::statvfs>),
-    /// No reply is sent (FORGET, INTERRUPT).
+    /// No reply is sent (FORGET).
     None,
 }
 
@@ -132,30 +133,15 @@ pub fn fopen_bits(cache: Cache) -> u32 {
 /// A passthrough registration made on the FUSE device (`FUSE_DEV_IOC_BACKING_OPEN`), closed
 /// when the last handle sharing it is released.
 #[derive(Debug)]
-struct RingBacking {
+struct DevBacking {
     dev: Arc<OwnedFd>,
     id: u32,
 }
 
-/// `FUSE_DEV_IOC_BACKING_CLOSE` = `_IOW(229, 2, uint32_t)` (`include/uapi/linux/fuse.h`).
-const FUSE_DEV_IOC_BACKING_CLOSE: libc::c_ulong = (1 << 30) | (4 << 16) | (229 << 8) | 2;
-
-impl Drop for RingBacking {
+impl Drop for DevBacking {
     fn drop(&mut self) {
-        // SAFETY: the ioctl reads one u32 from a valid pointer; `dev` is an open /dev/fuse fd.
-        let r = unsafe {
-            libc::ioctl(
-                self.dev.as_raw_fd(),
-                FUSE_DEV_IOC_BACKING_CLOSE,
-                &self.id as *const u32,
-            )
-        };
-        if r < 0 {
-            tracing::debug!(
-                "FUSE_DEV_IOC_BACKING_CLOSE {}: {}",
-                self.id,
-                std::io::Error::last_os_error()
-            );
+        if let Err(e) = super::devfuse::backing_close(self.dev.as_fd(), self.id) {
+            tracing::debug!("FUSE_DEV_IOC_BACKING_CLOSE {}: {e}", self.id);
         }
     }
 }
@@ -167,7 +153,8 @@ pub struct Dispatcher {
     /// Passthrough was granted at INIT (never over a remote connection).
     passthrough: bool,
     /// `Some(uid)`: only this uid (the daemon's) may issue requests other than the ones the
-    /// kernel sends without a caller (fuser's `SessionACL::Owner`, which `/dev/fuse` applies).
+    /// kernel sends without a caller (what the kernel's `allow_other` leaves to the daemon;
+    /// libfuse's and fuser's default).
     owner: Option<u32>,
     /// The FUSE device, for passthrough registrations; `None` for a remote connection.
     dev: Option<Arc<OwnedFd>>,
@@ -180,13 +167,13 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
-    /// A dispatcher into `fs` for the connection on `dev`.
-    pub fn new(fs: Arc<SmithFs>, passthrough: bool, owner: Option<u32>, dev: OwnedFd) -> Self {
+    /// A dispatcher into `fs` for the daemon's own mount, whose connection is `dev`.
+    pub fn new(fs: Arc<SmithFs>, passthrough: bool, owner: Option<u32>, dev: Arc<OwnedFd>) -> Self {
         Dispatcher {
             fs,
             passthrough,
             owner,
-            dev: Some(Arc::new(dev)),
+            dev: Some(dev),
             vouched: None,
             ttl_cap: u64::MAX,
         }
@@ -228,10 +215,10 @@ impl Dispatcher {
             return 0;
         };
         let made = self.fs.passthrough(fh, |fd: BorrowedFd<'_>| {
-            let id = fuser::BackingId::create_raw(dev.as_ref(), fd)?;
-            Ok(Arc::new(RingBacking { dev, id }) as crate::fs::BackingRef)
+            let id = super::devfuse::backing_open(dev.as_fd(), fd)?;
+            Ok(Arc::new(DevBacking { dev, id }) as crate::fs::BackingRef)
         });
-        made.and_then(|b| b.downcast::<RingBacking>().ok())
+        made.and_then(|b| b.downcast::<DevBacking>().ok())
             .map_or(0, |b| b.id)
     }
 
@@ -391,7 +378,8 @@ impl Dispatcher {
                 }
                 Err(e) => err(&e),
             },
-            Request::Interrupt { .. } => Reply::None,
+            // Requests run to their end: ENOSYS tells the kernel to send no more INTERRUPTs.
+            Request::Interrupt { .. } => err(&FsError::Unimplemented),
             Request::Fallocate {
                 fh,
                 offset,

@@ -1,17 +1,19 @@
-//! The FUSE session: mount options, worker threads, `clone_fd`, passthrough, kernel cache
-//! invalidation, and the signal thread that stops the daemon (docs/SPEC.md §6, §9). The daemon
-//! (`crate::daemon`) composes it; nothing outside `fuse/` names fuser.
+//! The FUSE session: the mount, INIT ([`super::init`]), the `/dev/fuse` worker threads
+//! ([`super::devfuse`]) or the io_uring queues ([`super::uring`]) around the one
+//! [`Dispatcher`], passthrough, kernel cache invalidation, and the signal thread that stops the
+//! daemon (docs/SPEC.md §6, §9). The daemon (`crate::daemon`) composes it.
 
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock, Weak};
 
 use anyhow::{anyhow, bail, Context, Result};
-use fuser::{Session, SessionACL};
 
+use super::devfuse::{self, Workers};
 use super::dispatch::Dispatcher;
-use super::transport::{self, Negotiated, Transport};
+use super::init::{self, Offer, Settled};
+use super::transport::{self, Transport};
 use super::uring::{self, Rings};
-use super::FuseFs;
 use crate::backing::BackingIno;
 use crate::fs::{AttrCache, NodeId, SmithFs};
 use crate::sched::Invalidate;
@@ -31,14 +33,14 @@ pub struct SessionOptions {
     pub default_permissions: bool,
 }
 
-/// Kernel cache invalidation through the session's notifier: attributes only from the
+/// Kernel cache invalidation, written to the session's `/dev/fuse`: attributes only from the
 /// filesystem (safe from a FUSE thread: no inode lock, no waiting), entries and inodes for the
 /// scheduler's own writes (from the scheduler's threads, never a FUSE thread: the kernel may
 /// wait on us). Made before the filesystem and connected to the session by [`mount`]; until
 /// then (and without a mount) it does nothing.
 #[derive(Debug, Default)]
 pub struct KernelCache {
-    notifier: OnceLock<fuser::Notifier>,
+    dev: OnceLock<Arc<OwnedFd>>,
     fs: OnceLock<Weak<SmithFs>>,
 }
 
@@ -54,71 +56,85 @@ impl KernelCache {
         Arc::new(KernelCache::default())
     }
 
-    /// Node `node`'s attributes changed elsewhere (over a remote connection), and its cached
-    /// contents when `data`. Not from a FUSE thread of this mount (the kernel may wait on us).
-    pub fn node_changed(&self, node: NodeId, data: bool) {
-        if let Some(n) = self.notifier.get() {
-            let off = if data { 0 } else { -1 };
-            if let Err(e) = n.inval_inode(fuser::INodeNo(node.0), off, 0) {
+    /// `FUSE_NOTIFY_INVAL_INODE` of `node` (`data`: its cached pages too).
+    fn inval_inode(&self, node: NodeId, data: bool) {
+        if let Some(dev) = self.dev.get() {
+            if let Err(e) = devfuse::notify(dev.as_fd(), &devfuse::inval_inode(node, data)) {
                 tracing::debug!("inval_inode: {e}");
             }
         }
     }
 
-    /// The name `name` in directory `parent` changed elsewhere (over a remote connection). Not
-    /// from a FUSE thread of this mount.
-    pub fn entry_changed(&self, parent: NodeId, name: &std::ffi::OsStr) {
-        if let Some(n) = self.notifier.get() {
-            let _ = n.inval_inode(fuser::INodeNo(parent.0), -1, 0);
-            if let Err(e) = n.inval_entry(fuser::INodeNo(parent.0), name) {
+    /// `FUSE_NOTIFY_INVAL_ENTRY` of `name` in `parent`, after its attributes (the directory's
+    /// mtime and nlink changed too; the kernel invalidates them with the entry only when it
+    /// holds a dentry for the name).
+    fn inval_entry(&self, parent: NodeId, name: &std::ffi::OsStr) {
+        use std::os::unix::ffi::OsStrExt;
+        if let Some(dev) = self.dev.get() {
+            let _ = devfuse::notify(dev.as_fd(), &devfuse::inval_inode(parent, false));
+            if let Err(e) =
+                devfuse::notify(dev.as_fd(), &devfuse::inval_entry(parent, name.as_bytes()))
+            {
                 tracing::debug!("inval_entry: {e}");
             }
         }
     }
 
-    fn node_id(&self, backing_ino: BackingIno) -> Option<fuser::INodeNo> {
+    /// Node `node`'s attributes changed elsewhere (over a remote connection), and its cached
+    /// contents when `data`. Not from a FUSE thread of this mount (the kernel may wait on us).
+    pub fn node_changed(&self, node: NodeId, data: bool) {
+        self.inval_inode(node, data);
+    }
+
+    /// The name `name` in directory `parent` changed elsewhere (over a remote connection). Not
+    /// from a FUSE thread of this mount.
+    pub fn entry_changed(&self, parent: NodeId, name: &std::ffi::OsStr) {
+        self.inval_entry(parent, name);
+    }
+
+    fn node_id(&self, backing_ino: BackingIno) -> Option<NodeId> {
         let fs = self.fs.get()?.upgrade()?;
-        Some(fuser::INodeNo(fs.node_id(backing_ino).0))
+        Some(fs.node_id(backing_ino))
     }
 }
 
 impl AttrCache for KernelCache {
     fn attrs_changed(&self, node: NodeId) {
-        if let Some(n) = self.notifier.get() {
-            // Attributes only (negative offset): takes no inode lock, safe from a FUSE thread.
-            let _ = n.inval_inode(fuser::INodeNo(node.0), -1, 0);
+        // Attributes only (negative offset): takes no inode lock, safe from a FUSE thread.
+        if let Some(dev) = self.dev.get() {
+            let _ = devfuse::notify(dev.as_fd(), &devfuse::inval_inode(node, false));
         }
     }
 }
 
 impl Invalidate for KernelCache {
     fn entry(&self, parent_backing_ino: BackingIno, name: &std::ffi::OsStr) {
-        let (Some(n), Some(parent)) = (self.notifier.get(), self.node_id(parent_backing_ino))
-        else {
+        if self.dev.get().is_none() {
             return;
-        };
-        // The directory's own attributes (mtime, nlink) changed too; the kernel invalidates them
-        // with the entry only when it holds a dentry for the name.
-        let _ = n.inval_inode(parent, -1, 0);
-        if let Err(e) = n.inval_entry(parent, name) {
-            tracing::debug!("inval_entry: {e}");
+        }
+        if let Some(parent) = self.node_id(parent_backing_ino) {
+            self.inval_entry(parent, name);
         }
     }
 
     fn inode(&self, backing_ino: BackingIno) {
-        let (Some(n), Some(ino)) = (self.notifier.get(), self.node_id(backing_ino)) else {
+        if self.dev.get().is_none() {
             return;
-        };
-        if let Err(e) = n.inval_inode(ino, 0, 0) {
-            tracing::debug!("inval_inode: {e}");
+        }
+        if let Some(ino) = self.node_id(backing_ino) {
+            self.inval_inode(ino, true);
         }
     }
 }
 
-/// A mounted FUSE session, not yet serving.
+/// A mounted FUSE session whose INIT is answered, not yet serving `/dev/fuse`.
 pub struct MountedSession {
-    session: Session<FuseFs>,
-    negotiated: Arc<Negotiated>,
+    /// The connection.
+    dev: Arc<OwnedFd>,
+    /// The one dispatcher of the `/dev/fuse` threads and the io_uring queues.
+    disp: Arc<Dispatcher>,
+    /// What INIT settled.
+    settled: Settled,
     /// The io_uring queues, when INIT negotiated FUSE over io_uring (already serving).
     rings: Option<Rings>,
     /// The mount point, for the [`Unmounter`].
@@ -158,8 +174,9 @@ impl Unmounter {
     }
 }
 
-/// Mount `fs` at `dir` over itself and connect `kernel` to the session. The mount is live (and
-/// requests queue) when this returns; [`MountedSession::run`] serves them.
+/// Mount `fs` at `dir` over itself, answer the kernel's INIT, start the io_uring queues when
+/// INIT negotiated them, and connect `kernel` to the session. The mount is live (and requests
+/// queue) when this returns; [`MountedSession::run`] serves them.
 ///
 /// # Errors
 /// The mount failed (`cannot mount DIR: …`).
@@ -169,14 +186,6 @@ pub fn mount(
     opts: SessionOptions,
     kernel: &KernelCache,
 ) -> Result<MountedSession> {
-    let mut config = fuser::Config::default();
-    config.acl = if opts.allow_other {
-        SessionACL::All
-    } else {
-        SessionACL::Owner
-    };
-    config.n_threads = Some(worker_threads());
-    config.clone_fd = true;
     if opts.transport == Transport::IoUring && transport::enable_uring() != Some(true) {
         bail!(
             "--transport io-uring: FUSE over io_uring is off; turn it on with `echo 1 > {}` (root, machine-wide) or mount with --transport auto",
@@ -184,76 +193,78 @@ pub fn mount(
         );
     }
     let _ = kernel.fs.set(Arc::downgrade(&fs));
-    let negotiated = Arc::new(Negotiated::default());
-    // Type `fuse.smithfs` whoever mounts (docs/SPEC.md §6): our own mount, then fuser serves the
-    // connection.
+    // Type `fuse.smithfs` whoever mounts (docs/SPEC.md §6): our own mount, INIT and loop.
     let (dev, via) = super::mount::mount(dir, opts.allow_other, opts.default_permissions)?;
     let guard = MountGuard {
         dir: dir.to_path_buf(),
         armed: true,
     };
-    let acl = config.acl;
-    let session = Session::from_fd(
-        FuseFs::new(fs.clone(), opts.passthrough && is_root())
-            .with_transport(opts.transport, negotiated.clone()),
-        dev,
-        acl,
-        config,
-    )
-    .map_err(|e| anyhow!("cannot mount {}: {e}", dir.display()))?;
+    let offer = Offer {
+        passthrough: opts.passthrough && is_root(),
+        io_uring: opts.transport,
+        max_write: init::MAX_WRITE,
+    };
+    let settled = init::answer(dev.as_fd(), &offer).map_err(|e| {
+        tracing::error!("{e}");
+        anyhow!("cannot mount {}: {e}", dir.display())
+    })?;
     tracing::debug!(?via, "mounted");
-    let _ = kernel.notifier.set(session.notifier());
-    let rings = negotiated
+    tracing::info!(
+        flags = format_args!("{:#x}", settled.flags),
+        minor = settled.minor,
+        passthrough = settled.passthrough(),
+        transport = transport_name(&settled),
+        "FUSE session initialised"
+    );
+    let dev = Arc::new(dev);
+    let _ = kernel.dev.set(dev.clone());
+    // Without --allow-other only the daemon's own uid may make requests (the kernel lets root
+    // and, with `allow_other`, everyone reach the mount; libfuse's and fuser's default).
+    // SAFETY: geteuid has no preconditions.
+    let owner = (!opts.allow_other).then(|| unsafe { libc::geteuid() });
+    let disp = Arc::new(Dispatcher::new(
+        fs,
+        settled.passthrough(),
+        owner,
+        dev.clone(),
+    ));
+    let rings = settled
         .io_uring()
-        .then(|| start_rings(&session, fs, &negotiated, opts.allow_other));
+        .then(|| start_rings(&dev, &disp, &settled));
     Ok(MountedSession {
-        session,
-        negotiated,
+        dev,
+        disp,
+        settled,
         rings,
         dir: dir.to_path_buf(),
         guard,
     })
 }
 
+fn transport_name(settled: &Settled) -> &'static str {
+    if settled.io_uring() {
+        "io-uring"
+    } else {
+        "dev-fuse"
+    }
+}
+
 /// Register the io_uring queues of a session whose INIT negotiated FUSE over io_uring. The
 /// kernel holds every request until all queues are registered, so a failure ends the daemon at
 /// once: the connection is aborted and the mount fails closed (ENOTCONN) instead of hanging.
-fn start_rings(
-    session: &Session<FuseFs>,
-    fs: Arc<SmithFs>,
-    negotiated: &Negotiated,
-    allow_other: bool,
-) -> Rings {
-    use std::os::fd::AsFd;
-    use std::sync::atomic::Ordering::Relaxed;
+fn start_rings(dev: &OwnedFd, disp: &Arc<Dispatcher>, settled: &Settled) -> Rings {
     let fail = |e: &dyn std::fmt::Display| -> ! {
         tracing::error!("cannot serve FUSE over io_uring: {e}");
         eprintln!("smithfs: cannot serve FUSE over io_uring: {e}");
         std::process::exit(1);
     };
-    let dev = session
-        .as_fd()
-        .try_clone_to_owned()
-        .unwrap_or_else(|e| fail(&e));
-    // fuser's SessionACL::Owner, which /dev/fuse requests get, is the daemon's euid.
-    // SAFETY: geteuid has no preconditions.
-    let owner = (!allow_other).then(|| unsafe { libc::geteuid() });
-    let disp = Arc::new(Dispatcher::new(
-        fs,
-        negotiated.passthrough.load(Relaxed),
-        owner,
-        dev,
-    ));
-    let payload = uring::payload_size(
-        negotiated.max_write.load(Relaxed),
-        negotiated.max_pages.load(Relaxed),
-    );
+    let payload = uring::payload_size(settled.max_write, settled.max_pages);
     let depth = std::env::var("SMITHFS_URING_DEPTH")
         .ok()
         .and_then(|v| v.parse().ok())
         .filter(|d| (1..=64).contains(d))
         .unwrap_or(uring::DEPTH);
-    uring::start(session.as_fd(), disp, payload, depth).unwrap_or_else(|e| fail(&e))
+    uring::start(dev.as_fd(), disp.clone(), payload, depth).unwrap_or_else(|e| fail(&e))
 }
 
 impl MountedSession {
@@ -262,18 +273,28 @@ impl MountedSession {
         Unmounter(self.dir.clone())
     }
 
-    /// Serve requests until the filesystem is unmounted.
+    /// Serve requests on `/dev/fuse` ([`worker_threads`] threads) until the filesystem is
+    /// unmounted.
     ///
     /// # Errors
     /// The session failed (`FUSE session failed: …`).
     pub fn run(self) -> Result<()> {
         let MountedSession {
-            session,
+            dev,
+            disp,
+            settled,
             rings,
             mut guard,
             ..
         } = self;
-        let served = session.run().context("FUSE session failed");
+        // The largest request: a WRITE of max_write (or max_pages) with its header and argument.
+        let max_request =
+            (settled.max_write as usize).max(settled.max_pages as usize * 4096) + 4096;
+        let workers: Workers =
+            devfuse::start(&dev, &disp, worker_threads(), max_request, rings.is_some())
+                .context("FUSE session failed")?;
+        tracing::debug!(threads = workers.len(), "serving /dev/fuse");
+        let served = workers.join().context("FUSE session failed");
         guard.armed = false;
         if let Some(r) = rings {
             if !r.join(std::time::Duration::from_secs(5)) {
@@ -285,7 +306,7 @@ impl MountedSession {
 
     /// The transport serving requests: `io-uring` or `dev-fuse`.
     pub fn transport(&self) -> &'static str {
-        self.negotiated.transport_name()
+        transport_name(&self.settled)
     }
 
     /// Number of io_uring queues (0 on `/dev/fuse`).
@@ -299,6 +320,7 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Threads serving `/dev/fuse`: twice the CPUs, 4 to 16.
 fn worker_threads() -> usize {
     let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
     (cpus * 2).clamp(4, 16)

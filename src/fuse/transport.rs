@@ -1,6 +1,4 @@
-//! Which transport carries FUSE requests, and what INIT settled (`mount --transport`).
-
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+//! Which transport carries FUSE requests (`mount --transport`).
 
 /// `/sys/module/fuse/parameters/enable_uring`: machine-wide; while it is `Y` the kernel offers
 /// `FUSE_OVER_IO_URING` at INIT.
@@ -16,36 +14,6 @@ pub enum Transport {
     IoUring,
     /// `/dev/fuse` reads and writes only.
     DevFuse,
-}
-
-/// What INIT settled, written by the INIT handler and read by the mount once the session is
-/// set up.
-#[derive(Debug, Default)]
-pub struct Negotiated {
-    /// `FUSE_OVER_IO_URING` was granted: queues must be registered at once.
-    pub io_uring: AtomicBool,
-    /// `FUSE_PASSTHROUGH` was granted.
-    pub passthrough: AtomicBool,
-    /// The granted max_write, bytes.
-    pub max_write: AtomicU32,
-    /// The granted max_pages (4 KiB pages per request).
-    pub max_pages: AtomicU32,
-}
-
-impl Negotiated {
-    /// Whether the connection runs over io_uring.
-    pub fn io_uring(&self) -> bool {
-        self.io_uring.load(Ordering::Relaxed)
-    }
-
-    /// Name of the transport in use, as the mount log and `doctor` print it.
-    pub fn transport_name(&self) -> &'static str {
-        if self.io_uring() {
-            "io-uring"
-        } else {
-            "dev-fuse"
-        }
-    }
 }
 
 /// The value of `enable_uring`: `Some(true)` for `Y`, `None` when the kernel has no such

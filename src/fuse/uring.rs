@@ -126,7 +126,7 @@ thread_local! {
 }
 
 /// Put the calling thread on the policy [`Headroom`] asks for now, if that changed: a queue
-/// thread when it starts (the watcher sets it on every later change), and fuser's `/dev/fuse`
+/// thread when it starts (the watcher sets it on every later change), and the `/dev/fuse`
 /// threads when they take a FORGET over io_uring (their work can wait; at the normal policy it
 /// would run ahead of the queue threads' replies). One `sched_setscheduler` per change; nothing
 /// while no queue serves (`/dev/fuse` transport).

@@ -1,5 +1,5 @@
 //! The FUSE wire codec: request decoding and reply encoding for every operation smithfs serves,
-//! independent of the transport (`include/uapi/linux/fuse.h`, protocol 7.40 as fuser negotiates
+//! independent of the transport (`include/uapi/linux/fuse.h`, protocol 7.40 as `super::init` negotiates
 //! it at INIT).
 //!
 //! A request is an `fuse_in_header`, the operation's fixed argument struct (`arg`) and its
@@ -188,6 +188,28 @@ pub fn arg_len(opcode: u32) -> usize {
         COPY_FILE_RANGE => 56,
         _ => 0,
     }
+}
+
+/// Smallest read buffer the kernel accepts on `/dev/fuse` (`FUSE_MIN_READ_BUFFER`).
+pub const MIN_READ_BUFFER: usize = 8192;
+
+/// The (node id, lookups) pairs of a BATCH_FORGET: `fuse_batch_forget_in` (count, padding) as
+/// its fixed argument, then `count` × `fuse_forget_one` (node id, lookups) in the payload.
+///
+/// # Errors
+/// [`WireError::Short`]: the argument or the entries are cut short.
+pub fn batch_forgets<'a>(
+    arg: &[u8],
+    payload: &'a [u8],
+) -> Result<impl Iterator<Item = (u64, u64)> + 'a, WireError> {
+    let count = Reader(arg).u32()? as usize;
+    if payload.len() < count.saturating_mul(16) {
+        return Err(WireError::Short);
+    }
+    Ok(payload.chunks_exact(16).take(count).map(|one| {
+        let mut r = Reader(one);
+        (r.u64().unwrap_or(0), r.u64().unwrap_or(0))
+    }))
 }
 
 /// Cut a whole `/dev/fuse` request into header, fixed argument and payload, as io_uring

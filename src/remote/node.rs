@@ -14,36 +14,11 @@ use nix::poll::{PollFd, PollFlags, PollTimeout};
 
 use super::channel::Channel;
 use super::oob;
-use crate::fuse::wire::{self, opcode, IN_HEADER_LEN, OUT_HEADER_LEN};
+use crate::fuse::wire::{opcode, IN_HEADER_LEN, OUT_HEADER_LEN};
 
-/// The newest protocol minor the node agrees to: what the daemon's codec decodes (the local
-/// mount negotiates the same through fuser).
-pub const MAX_MINOR: u32 = 40;
-/// Bytes of `fuse_init_out` from minor 23 on.
-const INIT_OUT_LEN: usize = 64;
-/// Bytes of `fuse_init_out` before minor 23.
-const INIT_OUT_COMPAT_LEN: usize = 24;
-
-// `fuse_init_in.flags` bits the node asks for: those the daemon's own mount asks for (see
-// `fuse::FuseFs::init`), without passthrough and io_uring (nothing local to pass through).
-const FUSE_ASYNC_READ: u32 = 1 << 0;
-const FUSE_ATOMIC_O_TRUNC: u32 = 1 << 3;
-const FUSE_BIG_WRITES: u32 = 1 << 5;
-const FUSE_AUTO_INVAL_DATA: u32 = 1 << 12;
-const FUSE_DO_READDIRPLUS: u32 = 1 << 13;
-const FUSE_READDIRPLUS_AUTO: u32 = 1 << 14;
-const FUSE_PARALLEL_DIROPS: u32 = 1 << 18;
-const FUSE_MAX_PAGES: u32 = 1 << 22;
-const FUSE_HANDLE_KILLPRIV_V2: u32 = 1 << 28;
-const WANTED: u32 = FUSE_ASYNC_READ
-    | FUSE_ATOMIC_O_TRUNC
-    | FUSE_BIG_WRITES
-    | FUSE_AUTO_INVAL_DATA
-    | FUSE_DO_READDIRPLUS
-    | FUSE_READDIRPLUS_AUTO
-    | FUSE_PARALLEL_DIROPS
-    | FUSE_MAX_PAGES
-    | FUSE_HANDLE_KILLPRIV_V2;
+/// The newest protocol minor the node agrees to: what the daemon's codec decodes (INIT is
+/// answered by the one negotiation of `crate::fuse::init`, as the daemon's own mount does).
+pub const MAX_MINOR: u32 = crate::fuse::init::MAX_MINOR;
 
 /// What INIT settled with the node's kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,56 +104,19 @@ pub fn mount(dir: &Path, allow_other: bool, max_write: u32) -> Result<(OwnedFd, 
     Ok((dev, init))
 }
 
-/// Read the kernel's INIT from `dev` and reply to it.
+/// Read the kernel's INIT from `dev` and reply to it with the flags the daemon's own mount asks
+/// for, without passthrough and io_uring (nothing local to pass through; `crate::fuse::init`).
 fn answer_init(dev: &OwnedFd, max_write: u32) -> Result<Init, String> {
-    let mut buf = vec![0u8; 64 * 1024];
-    let n = loop {
-        match nix::unistd::read(dev.as_raw_fd(), &mut buf) {
-            Ok(n) => break n,
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(format!("reading INIT from /dev/fuse: {e}")),
-        }
-    };
-    let (h, _, _) =
-        wire::split_dev_fuse(&buf[..n]).map_err(|e| format!("the kernel's INIT: {e}"))?;
-    // The codec does not decode INIT (it never crosses): `fuse_init_in` follows the header.
-    let arg = &buf[IN_HEADER_LEN.min(n)..n];
-    if h.opcode != opcode::INIT || arg.len() < 16 {
-        return Err(format!(
-            "the kernel's first request was opcode {}, not INIT",
-            h.opcode
-        ));
-    }
-    let word = |i: usize| u32::from_ne_bytes([arg[i], arg[i + 1], arg[i + 2], arg[i + 3]]);
-    let (major, kernel_minor, readahead, flags) = (word(0), word(4), word(8), word(12));
-    if major != 7 {
-        let _ = write_dev(dev, &wire::out_header(h.unique, -libc::EPROTO, 0));
-        return Err(format!("the kernel speaks FUSE {major}, not 7"));
-    }
-    let minor = kernel_minor.min(MAX_MINOR);
-    let max_write = max_write.clamp(4096, 1 << 20);
-    let granted = flags & WANTED;
-    let mut out = Vec::with_capacity(INIT_OUT_LEN);
-    out.extend_from_slice(&7u32.to_ne_bytes());
-    out.extend_from_slice(&minor.to_ne_bytes());
-    out.extend_from_slice(&readahead.min(max_write).to_ne_bytes());
-    out.extend_from_slice(&granted.to_ne_bytes());
-    out.extend_from_slice(&64u16.to_ne_bytes()); // max_background
-    out.extend_from_slice(&48u16.to_ne_bytes()); // congestion_threshold
-    out.extend_from_slice(&max_write.to_ne_bytes());
-    out.extend_from_slice(&1u32.to_ne_bytes()); // time_gran: 1 ns
-    out.extend_from_slice(&(max_write.div_ceil(4096) as u16).to_ne_bytes()); // max_pages
-    out.resize(INIT_OUT_LEN, 0);
-    if minor < 23 {
-        out.truncate(INIT_OUT_COMPAT_LEN);
-    }
-    let mut frame = wire::out_header(h.unique, 0, out.len()).to_vec();
-    frame.extend_from_slice(&out);
-    write_dev(dev, &frame).map_err(|e| format!("answering INIT: {e}"))?;
-    Ok(Init {
-        kernel_minor,
-        minor,
+    let offer = crate::fuse::init::Offer {
+        passthrough: false,
+        io_uring: crate::fuse::transport::Transport::DevFuse,
         max_write,
+    };
+    let s = crate::fuse::init::answer(dev.as_fd(), &offer)?;
+    Ok(Init {
+        kernel_minor: s.kernel_minor,
+        minor: s.minor,
+        max_write: s.max_write,
     })
 }
 

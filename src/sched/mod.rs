@@ -54,7 +54,7 @@ pub const QUEUE_CAPACITY: usize = 4096;
 const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Kernel cache invalidation after the daemon's own writes, implemented by the FUSE layer with
-/// fuser's `Notifier` (called from the scheduler's threads, never from a FUSE thread). Inode
+/// notifications written to `/dev/fuse` (called from the scheduler's threads, never from a FUSE thread). Inode
 /// numbers are backing-store inode numbers.
 pub trait Invalidate: Send + Sync {
     /// The name `name` in the directory with backing inode `parent_backing_ino` was created or

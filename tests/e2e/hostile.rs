@@ -66,7 +66,7 @@ fn a_fifo_or_a_huge_config_fails_only_its_smiths_run_ancestry() {
 }
 
 /// 5 000 ioctls of a sandboxed smith on a file of the mount are ENOTTY and add nothing to the
-/// daemon's log (fuser's default handler logged a warning for each).
+/// daemon's log (the fuser adapter's default handler, before our own loop, logged a warning for each).
 #[test]
 fn ioctls_do_not_grow_the_daemons_log() {
     if !is_root() {

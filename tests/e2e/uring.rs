@@ -101,14 +101,14 @@ fn io_uring_serves_every_queue_and_the_switch_is_restored() {
         thread_names(pid)
     );
     // Requests go through the rings: the queue threads wake for them, /dev/fuse readers don't.
-    let dev_before = switches(pid, "fuser-");
+    let dev_before = switches(pid, "smithfs-fuse-");
     let ring_before = switches(pid, "smithfs-uring-");
     m.sh_ok(
         "mkdir -p results/d && for i in $(seq 1 200); do echo $i > results/d/f$i; done; \
          ls results/d | wc -l; cat results/d/f7; rm -r results/d",
     );
     let ring = switches(pid, "smithfs-uring-") - ring_before;
-    let dev = switches(pid, "fuser-") - dev_before;
+    let dev = switches(pid, "smithfs-fuse-") - dev_before;
     assert!(ring >= 200, "ring threads woke {ring} times");
     // FORGETs still come on /dev/fuse; nothing else does.
     assert!(
@@ -308,4 +308,133 @@ fn io_uring_asked_while_switched_off_fails_the_mount_clearly() {
         ..MountOpts::default()
     });
     assert_eq!(uring_threads(m.daemon_pid().expect("daemon")), 0);
+}
+
+/// Every operation, each with what it answered: the errno of a failure, else the stat fields
+/// that are not times or inode numbers, data, listings and xattrs (one JSON line per step).
+const EVERY_OPERATION: &str = r#"
+import ctypes, errno, fcntl, hashlib, json, os, stat, sys
+libc = ctypes.CDLL(None, use_errno=True)
+out = []
+def step(name, f):
+    try:
+        r = f()
+    except OSError as e:
+        r = "errno " + errno.errorcode.get(e.errno, str(e.errno))
+    out.append([name, r])
+def st(p, follow=True):
+    s = os.stat(p) if follow else os.lstat(p)
+    return [oct(s.st_mode), s.st_nlink, s.st_size, s.st_uid, s.st_gid, s.st_blocks]
+def renameat2(a, b, flags):
+    if libc.renameat2(-100, a.encode(), -100, b.encode(), flags) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    return "ok"
+def write_new(p, data):
+    fd = os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o640)
+    n = os.write(fd, data); os.fsync(fd); os.close(fd); return n
+def read_all(p):
+    fd = os.open(p, os.O_RDONLY)
+    d = os.read(fd, 1 << 20); end = os.lseek(fd, 0, os.SEEK_END); mid = os.pread(fd, 7, 100)
+    os.close(fd); return [len(d), hashlib.sha256(d).hexdigest()[:16], end, mid.hex()]
+def fd_ops(p):
+    fd = os.open(p, os.O_RDWR)
+    try:
+        r = [os.fstat(fd).st_size, os.lseek(fd, 0, os.SEEK_DATA), os.lseek(fd, 0, os.SEEK_HOLE)]
+        fd2 = os.dup(fd); os.close(fd2)  # a FLUSH
+        os.fdatasync(fd)
+        return r
+    finally:
+        os.close(fd)
+def ioctl(p):
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        return fcntl.ioctl(fd, 0x80086601, b"\0" * 8).hex()  # FS_IOC_GETFLAGS
+    finally:
+        os.close(fd)
+def fsyncdir(p):
+    fd = os.open(p, os.O_RDONLY | os.O_DIRECTORY); os.fsync(fd); os.close(fd); return "ok"
+def copy(a, b):
+    i = os.open(a, os.O_RDONLY); o = os.open(b, os.O_CREAT | os.O_WRONLY, 0o644)
+    try:
+        return os.copy_file_range(i, o, 1 << 20)
+    finally:
+        os.close(i); os.close(o)
+def plus(d):
+    return sorted([e.name, e.is_dir(follow_symlinks=False), e.is_symlink(), e.stat(follow_symlinks=False).st_size] for e in os.scandir(d))
+os.chdir(sys.argv[1])
+D = "results/ops"
+step("mkdir", lambda: os.mkdir(D, 0o755) or st(D))
+step("mkdir exists", lambda: os.mkdir(D))
+step("create+write", lambda: write_new(D + "/f", b"smith" * 2000))
+step("create exists", lambda: write_new(D + "/f", b"x"))
+step("stat", lambda: st(D + "/f"))
+step("read", lambda: read_all(D + "/f"))
+step("open missing", lambda: os.open(D + "/nothing", os.O_RDONLY))
+step("chmod", lambda: os.chmod(D + "/f", 0o600) or st(D + "/f"))
+step("chown", lambda: os.chown(D + "/f", 0, 0) or st(D + "/f"))
+step("utime", lambda: os.utime(D + "/f", ns=(1_000_000_123, 2_000_000_456)) or [os.stat(D + "/f").st_mtime_ns, os.stat(D + "/f").st_atime_ns])
+step("truncate", lambda: os.truncate(D + "/f", 100) or st(D + "/f"))
+step("fallocate", lambda: os.posix_fallocate(os.open(D + "/f", os.O_WRONLY), 0, 65536) or st(D + "/f"))
+step("fd ops", lambda: fd_ops(D + "/f"))
+step("ioctl", lambda: ioctl(D + "/f"))
+step("copy_file_range", lambda: copy(D + "/f", D + "/g"))
+step("read copy", lambda: read_all(D + "/g"))
+step("symlink", lambda: os.symlink("f", D + "/l") or st(D + "/l", False))
+step("readlink", lambda: os.readlink(D + "/l"))
+step("link", lambda: os.link(D + "/f", D + "/f2") or st(D + "/f"))
+step("mkfifo", lambda: os.mkfifo(D + "/p", 0o644) or st(D + "/p", False))
+step("mknod chr", lambda: os.mknod(D + "/c", 0o644 | stat.S_IFCHR, os.makedev(1, 3)) or st(D + "/c", False))
+step("rename", lambda: os.rename(D + "/f2", D + "/f3") or st(D + "/f3"))
+step("rename noreplace", lambda: renameat2(D + "/f3", D + "/g", 1))
+step("rename exchange", lambda: renameat2(D + "/f3", D + "/g", 2) or [st(D + "/f3"), st(D + "/g")])
+step("setxattr", lambda: os.setxattr(D + "/f", "user.smith", b"agent") or "ok")
+step("getxattr", lambda: os.getxattr(D + "/f", "user.smith").hex())
+step("listxattr", lambda: sorted(os.listxattr(D + "/f")))
+step("removexattr", lambda: os.removexattr(D + "/f", "user.smith") or "ok")
+step("getxattr gone", lambda: os.getxattr(D + "/f", "user.smith"))
+step("readdir", lambda: sorted(os.listdir(D)))
+step("readdirplus", lambda: plus(D))
+step("statfs", lambda: [os.statvfs(D).f_bsize, os.statvfs(D).f_namemax])
+step("access", lambda: [os.access(D + "/f", m) for m in (os.R_OK, os.W_OK, os.X_OK)])
+step("fsyncdir", lambda: fsyncdir(D))
+step("rmdir non-empty", lambda: os.rmdir(D))
+step("unlink a dir", lambda: os.unlink(D))
+step("rmdir a file", lambda: os.rmdir(D + "/f"))
+step("control area", lambda: os.open(".smithfs/made-up", os.O_CREAT | os.O_WRONLY, 0o644))
+step("config.json", lambda: read_all("config.json"))
+for n in ["f", "f3", "g", "l", "p", "c"]:
+    step("unlink " + n, lambda n=n: os.unlink(D + "/" + n) or "ok")
+step("unlink missing", lambda: os.unlink(D + "/f"))
+step("rmdir", lambda: os.rmdir(D) or "ok")
+for s in out:
+    print(json.dumps(s))
+"#;
+
+/// The issue's test (docs/PROTOCOL-NOTES.md U14): the same operations through both local
+/// framings, `/dev/fuse` and io_uring, each served by the one dispatcher, answer alike — every
+/// errno, attribute, byte of data, listing and xattr.
+#[test]
+fn every_operation_answers_alike_over_dev_fuse_and_io_uring() {
+    let Some(uring) = uring_mount() else { return };
+    let dev = TestMount::with(MountOpts {
+        allow_other: true,
+        extra: vec!["--transport", "dev-fuse"],
+        ..MountOpts::default()
+    });
+    let on = |m: &TestMount| {
+        let root = m.path().to_string_lossy().into_owned();
+        m.py_ok(EVERY_OPERATION, &[&root])
+    };
+    assert_eq!(uring_threads(dev.daemon_pid().expect("daemon")), 0);
+    assert!(uring_threads(uring.daemon_pid().expect("daemon")) > 0);
+    let (a, b) = (on(&dev), on(&uring));
+    assert!(a.lines().count() > 40, "{a}");
+    for (x, y) in a.lines().zip(b.lines()) {
+        assert_eq!(
+            x, y,
+            "/dev/fuse (left) and io_uring (right) answered differently"
+        );
+    }
+    assert_eq!(a, b);
 }
