@@ -14,7 +14,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout};
 
 use super::channel::Channel;
 use super::oob;
-use crate::fuse::wire::{opcode, IN_HEADER_LEN, OUT_HEADER_LEN};
+use crate::fuse::wire::{self, opcode, IN_HEADER_LEN, OUT_HEADER_LEN};
 
 /// The newest protocol minor the node agrees to: what the daemon's codec decodes (INIT is
 /// answered by the one negotiation of `crate::fuse::init`, as the daemon's own mount does).
