@@ -48,6 +48,23 @@ impl SmithFs {
     }
 }
 
+impl SmithFs {
+    /// The credentials a chmod or chown is made with: none for root (the operator, or a root
+    /// daemon's own request), else the caller's — a sandboxed smith's without supplementary
+    /// groups (§12), as [`SmithFs::create_creds`] — so that the store refuses what the kernel
+    /// refuses an unprivileged process: a mode change of a file it does not own, a chown to
+    /// another uid, a chgrp to a group it is not in (notes XT24).
+    pub(super) fn attr_creds(&self, caller: &Caller, who: Identity) -> FsResult<Option<CredGuard>> {
+        if caller.uid == 0 {
+            return Ok(None);
+        }
+        if self.opts.agents.is_some() && matches!(who, Identity::Smith(_)) {
+            return switch_to(caller, &[], self.modes_decide()).map(Some);
+        }
+        as_caller(caller, self.modes_decide()).map(Some)
+    }
+}
+
 /// Switch this thread's filesystem credentials to the caller's for a create. With
 /// `modes_decide: false` (`sandbox.uid_per_smith`: docs/SPEC.md §3, the rules alone decide
 /// between smiths) the store's mode bits do not stop it — a parent's task in its child's

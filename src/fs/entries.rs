@@ -287,15 +287,22 @@ impl SmithFs {
         if by_caller {
             self.check_inode(caller, who, Op::Write, "setattr", &inode)?;
         }
-        if let Some(mode) = set.mode {
-            backing::chmod(inode.fd()?.as_fd(), mode & 0o7777)?;
-        }
-        if set.uid.is_some() || set.gid.is_some() {
-            backing::chown(
-                inode.fd()?.as_fd(),
-                set.uid.unwrap_or(u32::MAX),
-                set.gid.unwrap_or(u32::MAX),
-            )?;
+        if set.mode.is_some() || set.uid.is_some() || set.gid.is_some() {
+            // As the caller: the store applies chmod's and chown's own rules (only the owner
+            // changes a mode, only root gives a file away, the set-group-ID bit of a group the
+            // caller is not in is dropped) — without `default_permissions` (a uid per smith)
+            // nothing else would (notes XT24).
+            let _cred = self.attr_creds(caller, who)?;
+            if let Some(mode) = set.mode {
+                backing::chmod(inode.fd()?.as_fd(), mode & 0o7777)?;
+            }
+            if set.uid.is_some() || set.gid.is_some() {
+                backing::chown(
+                    inode.fd()?.as_fd(),
+                    set.uid.unwrap_or(u32::MAX),
+                    set.gid.unwrap_or(u32::MAX),
+                )?;
+            }
         }
         if let Some(size) = set.size {
             match &handle {

@@ -198,3 +198,46 @@ fn a_fifo_or_socket_of_another_smith_is_out_of_reach_cgroup() {
 fn a_fifo_or_socket_of_another_smith_is_out_of_reach_ancestry() {
     rendezvous_of_another_smith("ancestry");
 }
+
+/// A smith cannot give its file away or make it set-user-ID root (notes XT24): with
+/// `sandbox.uid_per_smith` the mount has no `default_permissions`, and chown/chmod were made by
+/// the daemon as root with only the §3 rules checked — an agent chowned a copy of `/bin/sh` to
+/// 0:0 and made it 6755, a set-user-ID root shell in the store for any local user after
+/// umount. Now, in both identity modes, with and without a uid per smith: chown and chgrp to
+/// root are EPERM, the file stays the smith's, a mode change of its own file still works.
+fn no_file_given_away(mode: &'static str) {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    const TRY: &str = "cp /bin/true private/t; \
+        chown 0:0 private/t 2>/dev/null && echo chown-ok || echo chown-refused; \
+        chgrp 0 private/t 2>/dev/null && echo chgrp-ok || echo chgrp-refused; \
+        chmod 4755 private/t && echo chmod-ok; \
+        [ \"$(stat -c %u private/t)\" = \"$(id -u)\" ] && echo still-mine";
+    for per_smith in [false, true] {
+        let config = serde_json::json!({"sandbox": {"uid_per_smith": per_smith}});
+        let m = TestMount::with_config(&config, mode, Vec::new());
+        let out = run_as(
+            &m.path().join("smiths/smith-root"),
+            "smith-root",
+            &["sh", "-c", TRY],
+        );
+        let out = out.expect_ok("the attempts");
+        assert_eq!(
+            out.split_whitespace().collect::<Vec<_>>(),
+            ["chown-refused", "chgrp-refused", "chmod-ok", "still-mine"],
+            "[{mode}] uid_per_smith {per_smith}"
+        );
+    }
+}
+
+#[test]
+fn a_smith_cannot_give_its_file_to_root_cgroup() {
+    no_file_given_away("cgroup");
+}
+
+#[test]
+fn a_smith_cannot_give_its_file_to_root_ancestry() {
+    no_file_given_away("ancestry");
+}
