@@ -2,8 +2,8 @@
 //! this process's own mount namespace, whose INIT the node answers itself at its kernel's minor
 //! (docs/PROTOCOL-NOTES.md R5), and whose every other request is forwarded over the run's
 //! [`Channel`] as it is, with the daemon's replies and notifications written back to the
-//! kernel as they are. The connection dropping ends the forwarding and closes `/dev/fuse`:
-//! the kernel then fails every access to the mount with ENOTCONN (fail closed).
+//! kernel as they are. The connection dropping ends the forwarding: from then on every request
+//! to the mount is answered ENOTCONN (fail closed; docs/PROTOCOL-NOTES.md R42).
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -350,8 +350,9 @@ impl Forwarder {
             Ended::Dropped(_) => self.output.take(),
             _ => None,
         };
-        // Closes /dev/fuse (and ends the notification thread, which holds the other copy):
-        // the mount fails closed from here on.
+        // Closes this copy of /dev/fuse (and ends the notification thread, which holds
+        // another): the mount fails closed from here on (after a drop, ENOTCONN from
+        // `fail_pending`'s thread, which holds the last copy).
         drop(self);
         if let Some(out) = relay {
             relay_locally(&out, stop, stopping, grace);
@@ -359,38 +360,54 @@ impl Forwarder {
         ended
     }
 
-    /// The connection dropped: answer ENOTCONN to every request forwarded and not answered,
-    /// and to every request the kernel has queued meanwhile, before `/dev/fuse` is closed. The
-    /// kernel would otherwise end them with ECONNABORTED at the close, so that what a process
-    /// sees at the drop would depend on whether its request was read before it (the mount
-    /// fails closed with one error: ENOTCONN, as every request after the close gets).
+    /// The connection dropped: from now on a thread of its own answers ENOTCONN to every
+    /// request the kernel sends, first to those forwarded and not answered, until the mount
+    /// ends or `attach` exits (docs/PROTOCOL-NOTES.md R42). Were `/dev/fuse` closed instead, the
+    /// kernel would end the requests waiting at that moment with ECONNABORTED and only later ones
+    /// with ENOTCONN: what a process saw would depend on when its request was read.
     fn fail_pending(&mut self) {
+        let unanswered: Vec<u64> = self.inflight.drain().map(|(unique, _)| unique).collect();
         let fail = |dev: &OwnedFd, unique: u64| {
             let _ = write_dev(dev, &wire::out_header(unique, -libc::ENOTCONN, 0));
         };
-        for (unique, _) in self.inflight.drain() {
-            fail(&self.dev, unique);
-        }
-        loop {
-            let mut fds = [PollFd::new(self.dev.as_fd(), PollFlags::POLLIN)];
-            match nix::poll::poll(&mut fds, PollTimeout::ZERO) {
-                Ok(1..) => {}
-                Ok(_) | Err(_) => return,
-            }
-            let n = match nix::unistd::read(self.dev.as_raw_fd(), &mut self.buf) {
-                Ok(n) if n >= IN_HEADER_LEN => n,
-                Err(nix::errno::Errno::EINTR | nix::errno::Errno::ENOENT) => continue,
-                _ => return,
-            };
-            let frame = &self.buf[..n];
-            let op = u32::from_ne_bytes([frame[4], frame[5], frame[6], frame[7]]);
-            let unique = u64::from_ne_bytes(frame[8..16].try_into().unwrap_or([0; 8]));
-            if !matches!(
-                op,
-                opcode::FORGET | opcode::BATCH_FORGET | opcode::INTERRUPT
-            ) {
+        let Ok(dev) = self.dev.try_clone() else {
+            for unique in unanswered {
                 fail(&self.dev, unique);
             }
+            return;
+        };
+        let mut buf = std::mem::take(&mut self.buf);
+        let spawned = std::thread::Builder::new()
+            .name("smithfs-failed".into())
+            .spawn(move || {
+                for unique in unanswered {
+                    fail(&dev, unique);
+                }
+                loop {
+                    let n = match nix::unistd::read(dev.as_raw_fd(), &mut buf) {
+                        Ok(n) if n >= IN_HEADER_LEN => n,
+                        Ok(_) => return,
+                        Err(
+                            nix::errno::Errno::EINTR
+                            | nix::errno::Errno::EAGAIN
+                            | nix::errno::Errno::ENOENT,
+                        ) => continue,
+                        // ENODEV: unmounted.
+                        Err(_) => return,
+                    };
+                    let frame = &buf[..n];
+                    let op = u32::from_ne_bytes([frame[4], frame[5], frame[6], frame[7]]);
+                    let unique = u64::from_ne_bytes(frame[8..16].try_into().unwrap_or([0; 8]));
+                    if !matches!(
+                        op,
+                        opcode::FORGET | opcode::BATCH_FORGET | opcode::INTERRUPT
+                    ) {
+                        fail(&dev, unique);
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::debug!("cannot start the thread that fails the mount's requests: {e}");
         }
     }
 
