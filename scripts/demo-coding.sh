@@ -12,17 +12,22 @@
 #      directly to the same commit by this script (exit 1 if not)
 #
 # Usage: scripts/demo-coding.sh [--no-build] [--keep] [--timeout SECS] [--split FILES] [--repo PATH]
+#                                [--slurm]
 #   --no-build     use the existing release binary
 #   --keep         keep the temporary directory (and the mount) for a look; prints its path
 #   --timeout S    give up waiting after S seconds (default 600)
 #   --split N      a smith splits its scope when it holds more source files than this (default 20)
 #   --repo PATH    the repository to clone (default: this one); its HEAD is used, never its work tree
+#   --slurm        every run a Slurm job (docs/SPEC.md §13: launcher.kind slurm, the listener on
+#                  127.0.0.1; each agent edits and commits in its workspace through its job's remote
+#                  mount): on the cluster SLURM_CONF names, else on a throwaway one-node cluster this
+#                  script starts (scripts/slurm/cluster.sh) and stops at the end
 # Needs root (workspaces need a root daemon, docs/PROTOCOL-NOTES.md W1) and git >= 2.45.1.
 set -euo pipefail
 export LC_ALL=C
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-SRC=$REPO BUILD=1 KEEP=0 TIMEOUT=600 SPLIT=20
+SRC=$REPO BUILD=1 KEEP=0 TIMEOUT=600 SPLIT=20 SLURM=0
 while [ $# -gt 0 ]; do
     case $1 in
     --no-build) BUILD=0; shift ;;
@@ -30,7 +35,8 @@ while [ $# -gt 0 ]; do
     --timeout) TIMEOUT=$2; shift 2 ;;
     --split) SPLIT=$2; shift 2 ;;
     --repo) SRC=$2; shift 2 ;;
-    -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --slurm) SLURM=1; shift ;;
+    -h | --help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "demo-coding.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -52,13 +58,21 @@ fi
 command -v git >/dev/null || die "git is missing"
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/smithfs-coding.XXXXXX")
+# The store lies below TMP, and a child's workspace is made by a git of the child's uid whose
+# ownership check resolves the parent's repository's real path from / (docs/PROTOCOL-NOTES.md
+# W19): every smith's uid must be able to search TMP (mktemp makes it 0700).
+chmod 0755 "$TMP"
 PROJECT=$TMP/project
 DIR=$PROJECT/.agent-smith
 MOUNTED=0
+CLUSTER=""
 cleanup() {
     rc=$?
     cd /
     if [ "$MOUNTED" = 1 ] && [ "$KEEP" = 0 ]; then "$SMITHFS" umount "$DIR" >/dev/null 2>&1 || say "warning: smithfs umount $DIR failed"; fi
+    # The throwaway cluster goes after the mount (whose unmount cancels its jobs); --keep keeps
+    # the mount, so the cluster too.
+    if [ -n "$CLUSTER" ] && [ "$KEEP" = 0 ]; then "$REPO/scripts/slurm/cluster.sh" stop "$CLUSTER" || :; fi
     if [ "$KEEP" = 0 ]; then rm -rf "$TMP"; else say "kept $TMP"; fi
     exit "$rc"
 }
@@ -76,6 +90,23 @@ say "$PROJECT at $(git -C "$PROJECT" log -1 --format='%h %s' | cut -c1-70)"
 # --- 2. init, mount, the root task ---------------------------------------------------------------
 bold "== coding 2. smithfs init $DIR --repo $PROJECT --agent coder; mount"
 "$SMITHFS" init "$DIR" --repo "$PROJECT" --agent coder | sed 's/^/  /'
+if [ "$SLURM" = 1 ]; then
+    if [ -z "${SLURM_CONF:-}" ]; then
+        CLUSTER=$TMP/slurm
+        env=$("$REPO/scripts/slurm/cluster.sh" start "$CLUSTER" --nodes 1) || die "the Slurm cluster did not start"
+        eval "$env"
+        say "a throwaway one-node Slurm cluster (scripts/slurm/cluster.sh): SLURM_CONF=$SLURM_CONF"
+    else
+        say "Slurm cluster: SLURM_CONF=$SLURM_CONF"
+    fi
+    python3 - "$DIR/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["launcher"] = {"kind": "slurm", "listen": "127.0.0.1:0"}
+json.dump(c, open(sys.argv[1], "w"), indent=2); open(sys.argv[1], "a").write("\n")
+PY
+    say "config.json: launcher.kind slurm (every run a Slurm job), the listener on 127.0.0.1"
+fi
 "$SMITHFS" mount "$DIR"
 MOUNTED=1
 ROOT=$DIR/smiths/smith-root
@@ -159,7 +190,19 @@ CHANGED=$(git -C "$PROJECT" diff --name-only "$BASE" "$BR" | wc -l)
 SMITHS=$(awk -F '\t' '$1 == "smiths" { s += $2 } END { print s + 0 }' <(awk '/^```coder-tsv/ { on = 1; next } on && /^```/ { exit } on' "$DIR/results/final.md"))
 bold "== coding summary"
 say "wall time:  $WALL s (root task to final result)"
+RUNS=$("$SMITHFS" events "$DIR" --json | grep -c '"run.started"' || :)
+JOBS=$("$SMITHFS" events "$DIR" --json | grep '"run.started"' | grep -c '"job_id":"[0-9]' || :)
+if [ "$SLURM" = 1 ]; then
+    say "runs:       $RUNS, $JOBS of them Slurm jobs"
+    [ "$JOBS" = "$RUNS" ] && [ "$RUNS" -gt 0 ] || die "not every run was a Slurm job ($JOBS of $RUNS)"
+else
+    say "runs:       $RUNS"
+fi
 say "smiths:     $SMITHS edited; $CHANGED files changed on $BR"
+# a tree, not one smith: the project holds more files than --split, so the root must have split
+if [ "$n" -gt "$SPLIT" ] && [ "$SMITHS" -lt 2 ]; then
+    die "one smith edited all $n files: no child was created (smithfs events $DIR: access.denied)"
+fi
 if [ "$GOT" = "$WANT" ]; then
     say "check:      the accepted tree = the same edit applied directly ($n files; tree ${WANT:0:12})"
 else

@@ -31,7 +31,9 @@
 #                  `ssh -L PORT:127.0.0.1:PORT`); the page follows the tree live until the demo ends
 #   --slurm        every run a Slurm job (docs/SPEC.md §13: launcher.kind slurm, the listener on
 #                  127.0.0.1): on the cluster SLURM_CONF names, else on a throwaway one-node cluster
-#                  this script starts (scripts/slurm/cluster.sh, needs root) and stops at the end.
+#                  this script starts (scripts/slurm/cluster.sh, needs root) and stops at the end;
+#                  with --coding or --coding-only the coding edition's runs are Slurm jobs too
+#                  (scripts/demo-coding.sh --slurm).
 # Exit 0 when results/final.md is there (and its totals match a direct count), 1 otherwise.
 set -euo pipefail
 export LC_ALL=C
@@ -51,7 +53,7 @@ while [ $# -gt 0 ]; do
     --coding-only) CODING=2; shift ;;
     --ui) UI=1; shift ;;
     --slurm) SLURM=1; shift ;;
-    -h | --help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "demo.sh: unknown option $1" >&2; exit 2 ;;
     *) DIR=$1; shift ;;
     esac
@@ -96,7 +98,9 @@ if [ "$DRIVER" = operator ]; then
     say "itself, as the operator, through the mount (--driver operator)"
 fi
 
-if [ "$CODING" = 2 ]; then exec "$REPO/scripts/demo-coding.sh" --no-build --timeout "$TIMEOUT"; fi
+CODING_ARGS=(--no-build --timeout "$TIMEOUT")
+if [ "$SLURM" = 1 ]; then CODING_ARGS+=(--slurm); fi
+if [ "$CODING" = 2 ]; then exec "$REPO/scripts/demo-coding.sh" "${CODING_ARGS[@]}"; fi
 
 MOUNTED_BY_US=0
 declare -A PID2ID
@@ -457,6 +461,6 @@ else
 fi
 if [ "$CODING" = 1 ]; then
     echo
-    "$REPO/scripts/demo-coding.sh" --no-build --timeout "$TIMEOUT" || RC=$?
+    "$REPO/scripts/demo-coding.sh" "${CODING_ARGS[@]}" || RC=$?
 fi
 exit "$RC"

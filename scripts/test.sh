@@ -19,8 +19,9 @@
 #              while those mounts start, and put back as found
 #   demos      (root) both demos exactly as a user runs them, from the checkout: `scripts/demo.sh`
 #              (the census; its tree stays in ./.agent-smith-demo, as for a user) and
-#              `scripts/demo.sh --coding-only`, and `scripts/demo.sh --slurm` (the census with every run
-#              a Slurm job on a throwaway cluster); each one's output goes to target/test-sh/demo*.log
+#              `scripts/demo.sh --coding-only`, and `scripts/demo.sh --slurm --coding` (the census,
+#              then the coding edition, with every run a Slurm job on one throwaway cluster); each
+#              one's output goes to target/test-sh/demo*.log
 #              and its exit status is the verdict (the end of the log is shown on a failure)
 # Ends with one line, `test.sh: PASS — ...` or `test.sh: FAIL — <stage(s)>`, and exits 0 or 1.
 # fmt, clippy and tests failing do not stop the later stages; deps or build failing does.
@@ -145,8 +146,9 @@ stage_demos() {
         case $name in
             demo) scripts/demo.sh >"$log" 2>&1 </dev/null || r=$? ;;
             demo-coding) scripts/demo.sh --coding-only >"$log" 2>&1 </dev/null || r=$? ;;
-            # every run a Slurm job on a throwaway one-node cluster the demo starts and stops
-            demo-slurm) env -u SLURM_CONF scripts/demo.sh --slurm >"$log" 2>&1 </dev/null || r=$? ;;
+            # every run a Slurm job on a throwaway one-node cluster the demo starts and stops:
+            # the census, then the coding edition on the same cluster
+            demo-slurm) env -u SLURM_CONF scripts/demo.sh --slurm --coding >"$log" 2>&1 </dev/null || r=$? ;;
         esac
         # the demo's own summary: its wall time and its check
         summary="$(grep -E '^demo(-coding)?: (wall time|check):' "$log" | sed -E 's/^demo(-coding)?: +//; s/ +/ /g' |

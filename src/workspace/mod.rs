@@ -250,6 +250,10 @@ impl GitRun<'_> {
 /// worker per CPU (`0`), used from git's default threshold of 100 files (docs/PROTOCOL-NOTES.md W12).
 pub const PARALLEL_CHECKOUT: &str = "checkout.workers=0";
 
+/// The scaffold's `git fetch` runs its upload-pack (a shell command line, as git runs a local
+/// transport's) with [`git::TRUST_ANY_OWNER`] of its own: the fetch's `-c` settings do not reach it.
+const UPLOAD_PACK: &str = "--upload-pack=git -c 'safe.directory=*' upload-pack";
+
 /// What a new workspace starts from (docs/SPEC.md §11).
 #[derive(Clone, Copy, Debug)]
 pub enum Base<'a> {
@@ -299,6 +303,12 @@ pub fn populate(
                     os("--no-write-fetch-head"),
                     os("--update-head-ok"),
                     os("--no-recurse-submodules"),
+                    // The upload-pack half reads the parent's repository, of another uid: git
+                    // clears `-c` settings (GIT_CONFIG_PARAMETERS) for a local transport's
+                    // upload-pack, so TRUST_ANY_OWNER goes on its own command line, or it
+                    // refuses the "dubious ownership" and the fetch fails with "expected flush
+                    // after ref listing" (docs/PROTOCOL-NOTES.md W19).
+                    os(UPLOAD_PACK),
                     src,
                     os(&format!("+HEAD:{branch_ref}")),
                 ],

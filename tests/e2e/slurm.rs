@@ -91,7 +91,9 @@ const C2: &str = "smith-root/smith-002";
 
 /// Run before the test agent's own directives: `waitterm` records its pid, then waits; a TERM
 /// makes it write `private/term` (through its remote mount) and exit 7; a run that finds
-/// `private/term` from an earlier attempt publishes `retried` instead.
+/// `private/term` from an earlier attempt publishes `retried` instead. `holdwrite`'s first run
+/// opens `outbox/result.md`, writes to it, says so (`private/holding`) and keeps writing until
+/// its mount fails; a later run writes `retried` into the same file.
 const PROLOGUE: &str = r#"
 read -r first _ < "$SMITH_TASK_FILE"
 if [ "$SMITH_WAKE" != children ] && [ "$first" = waitterm ]; then
@@ -114,6 +116,18 @@ if [ "$SMITH_WAKE" != children ] && [ "$first" = waitonce ]; then
   sleep 1000 &
   wait $!
   exit 0
+fi
+if [ "$SMITH_WAKE" != children ] && [ "$first" = holdwrite ]; then
+  if [ -e private/tried ]; then
+    printf 'retried\n' > outbox/result.md
+    exit 0
+  fi
+  touch private/tried
+  exec 3>outbox/result.md
+  echo partial >&3
+  touch private/holding
+  while echo more >&3; do sleep 0.05; done
+  exit 3
 fi
 if [ "$SMITH_WAKE" != children ] && [ "$first" = uid ]; then
   id -u > private/uid
@@ -482,4 +496,92 @@ fn a_childs_loader_variables_reach_only_its_agent_through_a_slurm_job() {
         json!({"kind": "slurm", "listen": "127.0.0.1:0"}),
         vec![("SLURM_CONF", conf)],
     );
+}
+
+/// The `smithfs attach` of Slurm job `job` on this host's node: the process named `smithfs`
+/// whose environment holds `SLURM_JOB_ID=JOB` (its host pid: the cluster's processes live in a
+/// pid namespace of their own).
+fn attach_of_job(job: &str) -> Option<i32> {
+    let want = format!("SLURM_JOB_ID={job}");
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+        if comm.trim() != "smithfs" {
+            return None;
+        }
+        let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+        env.split(|b| *b == 0)
+            .any(|v| v == want.as_bytes())
+            .then_some(pid)
+    })
+}
+
+/// How the node's job dies under its writing agent.
+#[derive(Clone, Copy, Debug)]
+enum Kill {
+    /// `scancel JOB` by someone other than smithfs.
+    Scancel,
+    /// SIGKILL to the job's `smithfs attach` (the batch script's exec), by its host pid.
+    Attach,
+}
+
+/// docs/SPEC.md §13 (notes R42): a job killed while its agent holds `outbox/result.md` open and
+/// is writing it: the connection drops with the handle never released, so nothing is published
+/// — no `result.published`, no `results/final.md` — and Slurm's verdict (CANCELLED outside
+/// smithfs, or a job that ended without its run's exit report) makes the run `lost`; its retry,
+/// a job of its own, writes the same file and that result is published.
+fn a_job_killed_mid_write(kill: Kill) {
+    let Some(cluster) = cluster() else { return };
+    let s = on_cluster(&cluster, json!({"agent": {"retries": 1}}));
+    s.task("holdwrite\n");
+    s.wait_file(60, "smiths/smith-root/private/holding");
+    let job = job_of(&s, ROOT, 0);
+    match kill {
+        Kill::Scancel => assert!(cluster.client("scancel", &[&job]).status.success()),
+        Kill::Attach => {
+            let pid = poll_until(Duration::from_secs(10), "the job's attach", || {
+                attach_of_job(&job)
+            });
+            // SAFETY: SIGKILL to the attach process of the job this test submitted.
+            assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+        }
+    }
+    let e = s.wait_events(60, "run.exited", Some(ROOT), 1)[0].clone();
+    assert_eq!(e["reason"], "lost", "[{kill:?}] {e}");
+    assert_eq!(e["outcome"], "retry", "[{kill:?}] {e}");
+    // Until the retry ran, nothing of the killed write was published.
+    let first_published = s
+        .events()
+        .iter()
+        .position(|v| v["event"] == "result.published");
+    let retry_started = s
+        .events()
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v["event"] == "run.started" && v["smith"] == ROOT)
+        .nth(1)
+        .map(|(i, _)| i);
+    if let Some(p) = first_published {
+        let r = retry_started.expect("a result published before any retry started");
+        assert!(p > r, "[{kill:?}] the killed write was published");
+    }
+    assert_eq!(
+        s.wait_file(60, "results/final.md"),
+        "retried\n",
+        "[{kill:?}]"
+    );
+    assert_eq!(s.of("result.published", Some(ROOT)).len(), 1, "[{kill:?}]");
+    assert_eq!(strs(&s.metas(ROOT), "wake"), ["task", "retry"]);
+    assert_ne!(job_of(&s, ROOT, 1), job, "the retry is a job of its own");
+    s.wait_state(10, ROOT, "done");
+}
+
+#[test]
+fn a_job_scancelled_mid_write_publishes_nothing_and_its_retry_publishes() {
+    a_job_killed_mid_write(Kill::Scancel);
+}
+
+#[test]
+fn a_jobs_attach_killed_mid_write_publishes_nothing_and_its_retry_publishes() {
+    a_job_killed_mid_write(Kill::Attach);
 }
