@@ -119,6 +119,7 @@ if [ "$SMITH_WAKE" != children ] && [ "$first" = waitonce ]; then
 fi
 if [ "$SMITH_WAKE" != children ] && [ "$first" = holdwrite ]; then
   if [ -e private/tried ]; then
+    if [ -e outbox/result.md ]; then echo yes > private/saw-partial; fi
     printf 'retried\n' > outbox/result.md
     exit 0
   fi
@@ -498,11 +499,13 @@ fn a_childs_loader_variables_reach_only_its_agent_through_a_slurm_job() {
     );
 }
 
-/// The `smithfs attach` of Slurm job `job` on this host's node: the process named `smithfs`
-/// whose environment holds `SLURM_JOB_ID=JOB` (its host pid: the cluster's processes live in a
-/// pid namespace of their own).
-fn attach_of_job(job: &str) -> Option<i32> {
+/// The `smithfs attach` of `cluster`'s Slurm job `job` on this host's node: the process named
+/// `smithfs` whose environment holds `SLURM_JOB_ID=JOB` and the cluster's `SLURM_CONF` (job ids
+/// start at 1 on every throwaway cluster of tests that run at once); its host pid (the cluster's
+/// processes live in a pid namespace of their own).
+fn attach_of_job(cluster: &Cluster, job: &str) -> Option<i32> {
     let want = format!("SLURM_JOB_ID={job}");
+    let conf = format!("SLURM_CONF={}", cluster.conf().display());
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
         let pid: i32 = e.file_name().to_str()?.parse().ok()?;
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
@@ -510,8 +513,8 @@ fn attach_of_job(job: &str) -> Option<i32> {
             return None;
         }
         let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-        env.split(|b| *b == 0)
-            .any(|v| v == want.as_bytes())
+        let mut vars = env.split(|b| *b == 0);
+        (vars.clone().any(|v| v == want.as_bytes()) && vars.any(|v| v == conf.as_bytes()))
             .then_some(pid)
     })
 }
@@ -525,22 +528,32 @@ enum Kill {
     Attach,
 }
 
-/// docs/SPEC.md §13 (notes R42): a job killed while its agent holds `outbox/result.md` open and
-/// is writing it: the connection drops with the handle never released, so nothing is published
-/// — no `result.published`, no `results/final.md` — and Slurm's verdict (CANCELLED outside
-/// smithfs, or a job that ended without its run's exit report) makes the run `lost`; its retry,
-/// a job of its own, writes the same file and that result is published.
+/// docs/SPEC.md §13 (notes R43): a job killed while its agent holds `outbox/result.md` open and
+/// is writing it — by an `scancel` (whose TERM kills the agent, so its close reaches the daemon)
+/// or by a SIGKILL of its `attach` (the connection drops, the write never completes) — is `lost`
+/// by Slurm's verdict, and what it wrote is no result: no `results/final.md`, the file moved out
+/// of the outbox into the run's directory (`result.md.unpublished`), so the retry, a job of its
+/// own, starts without it; the retry's result is the final one.
 fn a_job_killed_mid_write(kill: Kill) {
     let Some(cluster) = cluster() else { return };
     let s = on_cluster(&cluster, json!({"agent": {"retries": 1}}));
     s.task("holdwrite\n");
-    s.wait_file(60, "smiths/smith-root/private/holding");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while s.read("smiths/smith-root/private/holding").is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "[{kill:?}] the run never held its result open; events: {:?}\nlog: {:?}",
+            s.events(),
+            s.read("smiths/smith-root/conversations/run-0001/messages.log")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let job = job_of(&s, ROOT, 0);
     match kill {
         Kill::Scancel => assert!(cluster.client("scancel", &[&job]).status.success()),
         Kill::Attach => {
             let pid = poll_until(Duration::from_secs(10), "the job's attach", || {
-                attach_of_job(&job)
+                attach_of_job(&cluster, &job)
             });
             // SAFETY: SIGKILL to the attach process of the job this test submitted.
             assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
@@ -549,28 +562,28 @@ fn a_job_killed_mid_write(kill: Kill) {
     let e = s.wait_events(60, "run.exited", Some(ROOT), 1)[0].clone();
     assert_eq!(e["reason"], "lost", "[{kill:?}] {e}");
     assert_eq!(e["outcome"], "retry", "[{kill:?}] {e}");
-    // Until the retry ran, nothing of the killed write was published.
-    let first_published = s
-        .events()
-        .iter()
-        .position(|v| v["event"] == "result.published");
-    let retry_started = s
-        .events()
-        .iter()
-        .enumerate()
-        .filter(|(_, v)| v["event"] == "run.started" && v["smith"] == ROOT)
-        .nth(1)
-        .map(|(i, _)| i);
-    if let Some(p) = first_published {
-        let r = retry_started.expect("a result published before any retry started");
-        assert!(p > r, "[{kill:?}] the killed write was published");
-    }
+    // The lost run's write is no result: not the final one, not in the outbox for the retry.
+    assert_eq!(s.read("results/final.md"), None, "[{kill:?}]");
+    let error = e["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("result.md.unpublished"),
+        "[{kill:?}] the half-written result is said to be set aside: {e}"
+    );
     assert_eq!(
         s.wait_file(60, "results/final.md"),
         "retried\n",
         "[{kill:?}]"
     );
-    assert_eq!(s.of("result.published", Some(ROOT)).len(), 1, "[{kill:?}]");
+    // The half-written file is kept in the lost run's directory, never in the outbox.
+    let aside = s
+        .read("smiths/smith-root/conversations/run-0001/result.md.unpublished")
+        .unwrap_or_default();
+    assert!(aside.starts_with("partial\n"), "[{kill:?}] {aside:?}");
+    assert_eq!(
+        s.read("smiths/smith-root/private/saw-partial"),
+        None,
+        "[{kill:?}] the retry found the lost run's write in its outbox"
+    );
     assert_eq!(strs(&s.metas(ROOT), "wake"), ["task", "retry"]);
     assert_ne!(job_of(&s, ROOT, 1), job, "the retry is a job of its own");
     s.wait_state(10, ROOT, "done");

@@ -114,7 +114,47 @@ impl Exec {
             .meta(s, l.dir.dir.as_fd(), l.dir.dir_ino, &l.meta);
         self.env.writes.changed(l.dir.log_ino);
         let rel = self.rel_dir(s);
-        let result = store_facts::result_file(self.env.root.as_fd(), &rel);
+        let mut result = store_facts::result_file(self.env.root.as_fd(), &rel);
+        // A lost run (Slurm's verdict: its job ended without the node's report, or Slurm ended
+        // it, notes R43) did not finish: an `outbox/result.md` it changed is no result, whether
+        // its writer was still holding it (the connection dropped, nothing completed) or was
+        // killed and so closed it. Set aside in the run's directory, so that neither the parent
+        // nor the retry takes it for one.
+        let mut error = error;
+        if why == "lost"
+            && result == store_facts::ResultFile::Regular
+            && store_facts::result_time(self.env.root.as_fd(), &rel) != l.result_before
+        {
+            let name = c"result.md.unpublished";
+            match self.env.writes.set_aside_result(
+                self.env.root.as_fd(),
+                &rel,
+                s,
+                l.dir.dir.as_fd(),
+                l.dir.dir_ino,
+                name,
+            ) {
+                Ok(()) => {
+                    result = store_facts::ResultFile::Absent;
+                    let note = format!(
+                        "the outbox/result.md this run changed is no result ({}): moved to conversations/{}/result.md.unpublished",
+                        if l.published {
+                            "its writer closed it as the job was being killed"
+                        } else {
+                            "still open when the job was lost, never completed"
+                        },
+                        l.run_id
+                    );
+                    error = Some(match error {
+                        Some(e) => format!("{e}; {note}"),
+                        None => note,
+                    });
+                }
+                Err(e) => {
+                    tracing::error!(run = %l.run_id, "cannot set a lost run's half-written result aside: {e}")
+                }
+            }
+        }
         let has_result = result == store_facts::ResultFile::Regular;
         // A result.md that is not a regular file (a symlink, a directory) is no result: the
         // run ends as one without a result, and says why (docs/PROTOCOL-NOTES.md S28).

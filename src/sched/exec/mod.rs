@@ -90,6 +90,11 @@ struct Live {
     committing: bool,
     /// Its stdout and stderr in the output pump.
     output: Option<StreamId>,
+    /// Its smith's result was published (`result.published`) while it was live.
+    published: bool,
+    /// When `outbox/result.md` last changed as the run started (`None`: there was none): what
+    /// a `lost` run changed since is no result (docs/PROTOCOL-NOTES.md R43).
+    result_before: Option<std::time::SystemTime>,
 }
 
 /// What never changes after the scheduler thread starts: the store, the mount, the ports to

@@ -377,6 +377,7 @@ impl Exec {
             }
         };
         let unfollowed = exit.is_some();
+        let result_before = store_facts::result_time(self.env.root.as_fd(), &self.rel_dir(s));
         let live = Live {
             run_id,
             pgid: pid.map_or(0, |p| p as i32),
@@ -393,6 +394,8 @@ impl Exec {
             oom_base,
             committing: false,
             output: Some(stream),
+            published: false,
+            result_before,
         };
         self.st.live.insert(s, live);
         if unfollowed {

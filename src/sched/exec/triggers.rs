@@ -68,12 +68,19 @@ impl Exec {
                 let mut ev = self.ev("result.published", smith);
                 ev.path = Some(format!("{rel}/outbox/result.md"));
                 self.record(ev);
+                // A Slurm job's result is the root's final one only once Slurm's verdict on the
+                // job is in (finish copies it then; a lost job's is set aside, notes R43).
+                let mut job_live = false;
+                if let Some(l) = self.st.live.get_mut(&smith) {
+                    l.published = true;
+                    job_live = l.job.is_some();
+                }
                 if let Some(r) = self.st.recs.get_mut(&smith) {
                     r.has_result = true;
                 }
                 self.st.queue.result_published(smith);
                 self.drain_notes();
-                if info.parent.is_none() {
+                if info.parent.is_none() && !job_live {
                     self.update_final();
                 }
             }

@@ -5,7 +5,7 @@
 //! forget one.
 
 use std::ffi::{CStr, OsStr};
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
@@ -92,6 +92,30 @@ impl Writes {
 }
 
 impl Writes {
+    /// Move `<rel>/outbox/result.md` (smith `s`'s, from the store's root `root`) to `name` in
+    /// its run directory `run_dir` (backing inode `run_dir_ino`): charged there as the run's
+    /// ([`run_home`]), both names told to the kernel. For a `lost` run's half-written result
+    /// (docs/PROTOCOL-NOTES.md R43). Errors: the open or the rename's errno (nothing moved).
+    pub(super) fn set_aside_result(
+        &self,
+        root: BorrowedFd<'_>,
+        rel: &str,
+        s: SmithIdx,
+        run_dir: BorrowedFd<'_>,
+        run_dir_ino: BackingIno,
+        name: &CStr,
+    ) -> SysResult<()> {
+        let outbox = backing::open_dir_path(root, &std::path::Path::new(rel).join("outbox"))?;
+        let outbox_ino = BackingIno::of(&backing::stat(outbox.as_fd())?);
+        backing::rename(outbox.as_fd(), c"result.md", run_dir, name, 0)?;
+        self.storage
+            .charge_entry(run_dir, name, Some(run_home(s)), None);
+        self.invalidate.entry(outbox_ino, OsStr::new("result.md"));
+        self.invalidate
+            .entry(run_dir_ino, OsStr::from_bytes(name.to_bytes()));
+        Ok(())
+    }
+
     /// Write `meta.json` of smith `s`'s run directory `dir` (backing inode `dir_ino`), charged
     /// to the smith ([`run_home`]). A failed write is logged and otherwise ignored: the journal
     /// says the same.
