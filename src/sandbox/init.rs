@@ -3,7 +3,8 @@
 //! `CLONE_NEWPID`, bound, that `execve`d `/proc/self/exe`) or by `smithfs run`'s keeper (after
 //! `unshare(CLONE_NEWPID)`). In this order, bubblewrap's:
 //!
-//! 1. a mount namespace of its own, a recursive slave of the host's (nothing propagates back);
+//! 1. a mount namespace of its own, a recursive slave of the host's (nothing propagates back), and an
+//!    IPC namespace of its own (no SysV IPC shared with the host or another run);
 //! 2. every host path of the view captured as a detached copy (`open_tree(OPEN_TREE_CLONE)`):
 //!    the [`super::view::Plan`]'s visible paths (read-only, `nosuid`, `nodev`, recursively, with
 //!    `mount_setattr`; `writable` ones read-write), `/sys` (read-only), the devices `null zero
@@ -374,7 +375,10 @@ struct Captured {
 fn build(plan: &Plan) -> Result<(), Failure> {
     use nix::sched::{unshare, CloneFlags};
     let ns = Stage::MountNamespace;
-    unshare(CloneFlags::CLONE_NEWNS).map_err(|e| (ns, e))?;
+    // With an IPC namespace of its own: the host's SysV shared memory, semaphores and message
+    // queues (and every other run's) are out of reach, and what the run makes ends with it
+    // (notes XT25).
+    unshare(CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWIPC).map_err(|e| (ns, e))?;
     mount(
         None::<&str>,
         "/",

@@ -241,3 +241,54 @@ fn a_smith_cannot_give_its_file_to_root_cgroup() {
 fn a_smith_cannot_give_its_file_to_root_ancestry() {
     no_file_given_away("ancestry");
 }
+
+/// A run shares no SysV IPC with the host or another run (notes XT25): a sandboxed smith's
+/// shared memory segment (a fixed key) is made in an IPC namespace of its own — not the test's,
+/// and gone from the host once the run ends; two smiths of one tree do not see each other's.
+fn no_ipc_shared(mode: &'static str) {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    const MAKE: &str = r#"use IPC::SysV qw(IPC_CREAT); my $id = shmget(0x5a1f5a1f, 4096, IPC_CREAT|0666) // die "shmget: $!"; shmwrite($id, "secret", 0, 6) or die; print readlink("/proc/self/ns/ipc"), "\n""#;
+    const PEEK: &str = r#"use IPC::SysV; my $id = shmget(0x5a1f5a1f, 4096, 0); print defined $id ? "seen" : "unseen", "\n""#;
+    let m = TestMount::with_config(&serde_json::json!({}), mode, Vec::new());
+    run_as(
+        m.path(),
+        "smith-root",
+        &["mkdir", "smiths/smith-root/children/smith-001"],
+    )
+    .expect_ok("mkdir smith-001");
+    let ns = run_as(m.path(), "smith-root", &["perl", "-e", MAKE]).expect_ok("shmget");
+    let host = std::fs::read_link("/proc/self/ns/ipc").expect("our ipc namespace");
+    assert_ne!(
+        ns.trim(),
+        host.to_string_lossy(),
+        "[{mode}] the run is in the host's IPC namespace"
+    );
+    let listed = std::process::Command::new("ipcs")
+        .args(["-m"])
+        .output()
+        .expect("ipcs");
+    let listed = String::from_utf8_lossy(&listed.stdout).to_lowercase();
+    assert!(
+        !listed.contains("0x5a1f5a1f"),
+        "[{mode}] the run's segment is on the host:\n{listed}"
+    );
+    let peek = run_as(m.path(), "smith-root/smith-001", &["perl", "-e", PEEK]).expect_ok("peek");
+    assert_eq!(
+        peek.trim(),
+        "unseen",
+        "[{mode}] another smith's run saw the segment"
+    );
+}
+
+#[test]
+fn runs_share_no_ipc_with_the_host_cgroup() {
+    no_ipc_shared("cgroup");
+}
+
+#[test]
+fn runs_share_no_ipc_with_the_host_ancestry() {
+    no_ipc_shared("ancestry");
+}
