@@ -199,8 +199,7 @@ fn error_line(stderr: &[u8]) -> String {
         .find(|l| l.starts_with("fatal:") || l.starts_with("error:"))
         .or(lines.last())
         .copied()
-        .unwrap_or("failed")
-        .to_string()
+        .map_or_else(|| "failed".to_string(), |l| super::util::inline_safe(l))
 }
 
 /// The driver overrides for the smith's repository (see `workspace::git::overrides`), listed by
@@ -242,7 +241,8 @@ pub fn run(args: DiffArgs) -> Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    print!("{}", diff(&l, args.stat)?);
+    // The smith's files, printed for the operator: inert on a terminal (notes O51).
+    super::util::print_untrusted(diff(&l, args.stat)?.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -8,7 +8,6 @@
 //! `meta.json` has an `end`) and the last bytes are printed — unless it follows the latest run
 //! and the smith runs again at once (a retry): then it goes on with that run.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -88,40 +87,8 @@ fn print_from(path: &Path, offset: u64) -> Result<u64> {
     let mut buf = Vec::new();
     f.read_to_end(&mut buf)?;
     drop(f);
-    let mut out = std::io::stdout().lock();
-    if std::io::IsTerminal::is_terminal(&out) {
-        out.write_all(&terminal_safe(&buf))?;
-    } else {
-        out.write_all(&buf)?;
-    }
-    out.flush()?;
+    super::util::print_untrusted(&buf)?;
     Ok(offset + buf.len() as u64)
-}
-
-/// `bytes` as a terminal may show them: a run's output is the agent's to choose, and an escape
-/// sequence in it would act on the operator's terminal (set its title, write its clipboard with
-/// OSC 52, answer queries into its input). Control characters other than newline, tab and
-/// carriage return are shown as `cat -v` shows them (`^[` for ESC, `^?` for DEL), and the C1
-/// controls (U+0080–U+009F, which some terminals obey too) as `\u{9b}`-style escapes;
-/// everything else is passed through unchanged (notes O50).
-fn terminal_safe(bytes: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let b = bytes[i];
-        match b {
-            b'\n' | b'\t' | b'\r' => out.push(b),
-            0..=0x1f => out.extend_from_slice(&[b'^', b + 0x40]),
-            0x7f => out.extend_from_slice(b"^?"),
-            0xc2 if matches!(bytes.get(i + 1), Some(0x80..=0x9f)) => {
-                out.extend_from_slice(format!("\\u{{{:02x}}}", bytes[i + 1]).as_bytes());
-                i += 1;
-            }
-            _ => out.push(b),
-        }
-        i += 1;
-    }
-    out
 }
 
 /// The daemon log of `src`: the mount's `.smithfs/daemon.log`, or the store's.
@@ -254,31 +221,6 @@ fn next_run(src: &store::Source, full: &str, ended: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn escape_sequences_reach_a_terminal_as_text() {
-        let cases: &[(&[u8], &[u8])] = &[
-            (b"plain text\n", b"plain text\n"),
-            (b"tab\tcr\r\n", b"tab\tcr\r\n"),
-            (b"A\x1b]0;TITLE\x07B", b"A^[]0;TITLE^GB"),
-            (b"\x1b]52;c;ZWNobw==\x07", b"^[]52;c;ZWNobw==^G"),
-            (b"\x1b[31mred\x1b[0m", b"^[[31mred^[[0m"),
-            (b"del\x7f", b"del^?"),
-            ("csi \u{9b}31m".as_bytes(), b"csi \\u{9b}31m"),
-            (
-                "caf\u{e9} \u{2713}".as_bytes(),
-                "caf\u{e9} \u{2713}".as_bytes(),
-            ),
-        ];
-        for (input, want) in cases {
-            assert_eq!(
-                terminal_safe(input),
-                want.to_vec(),
-                "{}",
-                String::from_utf8_lossy(input)
-            );
-        }
-    }
 
     #[test]
     fn run_ids() {

@@ -69,7 +69,9 @@ fn failure_detail(row: &SmithRow) -> Option<String> {
     if let Some(e) = &lr.error {
         out.push_str(&format!(": {e}"));
     }
-    Some(out)
+    // A run's error quotes what a smith chose (a command a parent wrote into its child's
+    // config.json): shown inert, on this one line (notes O51).
+    Some(super::util::inline_safe(&out))
 }
 
 /// The status tree: one line per smith (tree drawing and full id, state, time in that state,
@@ -138,7 +140,7 @@ pub fn render_tree(doc: &StatusDoc, now: SystemTime, color: bool) -> String {
             .filter(|w| *w != "local")
         {
             line.push_str("  on ");
-            line.push_str(w);
+            line.push_str(&super::util::inline_safe(w));
         }
         out.push_str(line.trim_end());
         out.push('\n');
@@ -291,6 +293,22 @@ mod tests {
         let mut d = doc(["idle"; 3]);
         d.agent_configured = false;
         assert!(render_tree(&d, SystemTime::now(), false).contains("no agent configured"));
+    }
+
+    #[test]
+    fn a_smiths_error_and_node_stay_inert_on_one_line() {
+        let mut d = doc(["waiting", "done", "failed"]);
+        let lr = d.smiths[2].last_run.as_mut().expect("a last run");
+        lr.error = Some("cannot start `\u{1b}]52;c;eA==\u{7}`\nsmith-root  done".into());
+        lr.where_ = Some("slurm:1@\u{1b}[2Jn1".into());
+        let out = render_tree(&d, SystemTime::now(), false);
+        assert!(!out.contains('\x1b') && !out.contains('\x07'), "{out}");
+        assert!(
+            out.contains("cannot start `^[]52;c;eA==^G`^Jsmith-root  done"),
+            "{out}"
+        );
+        assert!(out.contains("on slurm:1@^[[2Jn1"), "{out}");
+        assert_eq!(out.lines().count(), 4, "{out}");
     }
 
     /// The text without ANSI escapes (`ESC [ … m`).

@@ -8,6 +8,67 @@ use crate::policy::CtlAnswer;
 use crate::sys::mount::{mounted_fs_type, mounts, FS_TYPE};
 use crate::sys::procfs::MountInfo;
 
+/// `bytes` as a terminal may show them: a run's output is the agent's to choose, and an escape
+/// sequence in it would act on the operator's terminal (set its title, write its clipboard with
+/// OSC 52, answer queries into its input). Control characters other than newline, tab and
+/// carriage return are shown as `cat -v` shows them (`^[` for ESC, `^?` for DEL), and the C1
+/// controls (U+0080–U+009F, which some terminals obey too) as `\u{9b}`-style escapes;
+/// everything else is passed through unchanged (notes O50).
+pub(crate) fn terminal_safe(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        match b {
+            b'\n' | b'\t' | b'\r' => out.push(b),
+            0..=0x1f => out.extend_from_slice(&[b'^', b + 0x40]),
+            0x7f => out.extend_from_slice(b"^?"),
+            0xc2 if matches!(bytes.get(i + 1), Some(0x80..=0x9f)) => {
+                out.extend_from_slice(format!("\\u{{{:02x}}}", bytes[i + 1]).as_bytes());
+                i += 1;
+            }
+            _ => out.push(b),
+        }
+        i += 1;
+    }
+    out
+}
+
+/// `s` on one line of a terminal: as [`terminal_safe`], and newline, tab and carriage return
+/// shown as `^J`, `^I`, `^M` too — for a value a smith chose that the operator's command prints
+/// inside a line of its own (a run's error in `status`, git's error line in `diff`; notes O51).
+pub(crate) fn inline_safe(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\0'..='\u{1f}' => {
+                out.push('^');
+                out.push(char::from(c as u8 + 0x40));
+            }
+            '\u{7f}' => out.push_str("^?"),
+            '\u{80}'..='\u{9f}' => out.push_str(&format!("\\u{{{:02x}}}", c as u32)),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// Write `bytes` to standard output, [`terminal_safe`] when it is a terminal (what a smith wrote,
+/// printed for the operator: `logs`, `diff`).
+///
+/// # Errors
+/// The write's.
+pub(crate) fn print_untrusted(bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if std::io::IsTerminal::is_terminal(&out) {
+        out.write_all(&terminal_safe(bytes))?;
+    } else {
+        out.write_all(bytes)?;
+    }
+    out.flush()
+}
+
 /// What is mounted at a directory, as far as smithfs cares.
 #[derive(Debug, PartialEq, Eq)]
 pub enum MountState {
@@ -219,6 +280,45 @@ fn check_live(dir: &Path) -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn escape_sequences_reach_a_terminal_as_text() {
+        let cases: &[(&[u8], &[u8])] = &[
+            (b"plain text\n", b"plain text\n"),
+            (b"tab\tcr\r\n", b"tab\tcr\r\n"),
+            (b"A\x1b]0;TITLE\x07B", b"A^[]0;TITLE^GB"),
+            (b"\x1b]52;c;ZWNobw==\x07", b"^[]52;c;ZWNobw==^G"),
+            (b"\x1b[31mred\x1b[0m", b"^[[31mred^[[0m"),
+            (b"del\x7f", b"del^?"),
+            ("csi \u{9b}31m".as_bytes(), b"csi \\u{9b}31m"),
+            (
+                "caf\u{e9} \u{2713}".as_bytes(),
+                "caf\u{e9} \u{2713}".as_bytes(),
+            ),
+        ];
+        for (input, want) in cases {
+            assert_eq!(
+                terminal_safe(input),
+                want.to_vec(),
+                "{}",
+                String::from_utf8_lossy(input)
+            );
+        }
+    }
+
+    #[test]
+    fn inline_values_stay_on_their_line() {
+        for (input, want) in [
+            ("exit 1", "exit 1"),
+            ("a\nT run.exited\tb\r", "a^JT run.exited^Ib^M"),
+            ("\u{1b}]52;c;eA==\u{7}", "^[]52;c;eA==^G"),
+            ("del\u{7f} csi \u{9b}", "del^? csi \\u{9b}"),
+            ("caf\u{e9}", "caf\u{e9}"),
+        ] {
+            assert_eq!(inline_safe(input), want, "{input:?}");
+        }
+    }
+
     use crate::sys::procfs::parse_mountinfo;
 
     #[test]
