@@ -199,7 +199,7 @@ fn error_line(stderr: &[u8]) -> String {
         .find(|l| l.starts_with("fatal:") || l.starts_with("error:"))
         .or(lines.last())
         .copied()
-        .map_or_else(|| "failed".to_string(), |l| super::util::inline_safe(l))
+        .map_or_else(|| "failed".to_string(), super::util::inline_safe)
 }
 
 /// The driver overrides for the smith's repository (see `workspace::git::overrides`), listed by
