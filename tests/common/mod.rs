@@ -480,6 +480,11 @@ impl TestMount {
             || self.opts.extra.contains(&"--transport=io-uring")
     }
 
+    /// Replace the environment the next [`TestMount::mount`] gives `smithfs mount`.
+    pub fn set_env(&mut self, env: Vec<(&'static str, &'static str)>) {
+        self.opts.env = env;
+    }
+
     /// Mount (again). Daemon mode returns once the mount is live; foreground mode polls for it.
     pub fn mount(&mut self) {
         assert!(!is_smithfs_mounted(&self.dir), "already mounted");

@@ -100,10 +100,22 @@ fn sandboxed_loopback(mode: &'static str, patch: serde_json::Value) -> Sm {
 /// agents' uid (not root) with one group, no capability and `no_new_privs`, under the seccomp
 /// filter, it sees only its own processes — and it still works in its own remote mount: its result is published.
 fn sandboxed_loopback_runs_let_nothing_escape(mode: &'static str) {
+    sandboxed_remote_runs_let_nothing_escape(mode, json!({"kind": "loopback"}), Vec::new());
+}
+
+/// [`sandboxed_loopback_runs_let_nothing_escape`] with the launcher `launcher` (`launcher` in
+/// config.json) and `env` in the daemon's environment: also the check of a sandboxed run as a
+/// Slurm job (tests/e2e/slurm.rs).
+pub(crate) fn sandboxed_remote_runs_let_nothing_escape(
+    mode: &'static str,
+    launcher: serde_json::Value,
+    env: Vec<(&'static str, &'static str)>,
+) {
     if !is_root() {
         eprintln!("skipped: the sandbox and smithfs attach need root here");
         return;
     }
+    let kind = launcher["kind"].as_str().unwrap_or("?").to_string();
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/escapes.sh");
     let scratch = tempfile::Builder::new()
         .prefix("smithfs-loopback-sb-")
@@ -129,7 +141,7 @@ fn sandboxed_loopback_runs_let_nothing_escape(mode: &'static str) {
     let wrapper =
         r#"/bin/bash "$0"; echo "dev: $(stat -c %d .)"; printf 'sandboxed\n' > outbox/result.md"#;
     let config = json!({
-        "launcher": {"kind": "loopback"},
+        "launcher": launcher,
         "agent": {
             "command": ["/bin/bash", "-c", wrapper, script],
             // The run's environment is attach's: a layer named here must not come off (the
@@ -149,7 +161,7 @@ fn sandboxed_loopback_runs_let_nothing_escape(mode: &'static str) {
         "sandbox": {"uid": 65534},
         "hooks": {"run.started": [[hook]]},
     });
-    let m = common::TestMount::with_config(&config, mode, Vec::new());
+    let m = common::TestMount::with_config(&config, mode, env);
     let daemon_dev = std::fs::metadata(m.path().join("smiths/smith-root"))
         .expect("stat")
         .dev();
@@ -160,7 +172,7 @@ fn sandboxed_loopback_runs_let_nothing_escape(mode: &'static str) {
     .expect("task");
     let (log, meta) = common::ended_run(&m, "smiths/smith-root", 1, 90);
     assert!(meta["error"].is_null(), "[{mode}] {meta}");
-    common::check_nothing_escaped(&log, 65534, &format!("{mode}, loopback"));
+    common::check_nothing_escaped(&log, 65534, &format!("{mode}, {kind}"));
     assert!(
         log.contains("Seccomp: 2"),
         "[{mode}] not under the filter:\n{log}"

@@ -598,3 +598,33 @@ fn a_job_scancelled_mid_write_publishes_nothing_and_its_retry_publishes() {
 fn a_jobs_attach_killed_mid_write_publishes_nothing_and_its_retry_publishes() {
     a_job_killed_mid_write(Kill::Attach);
 }
+
+/// docs/SPEC.md §12, §13 (notes R30): tests/fixtures/escapes.sh as the sandboxed agent of a Slurm
+/// job — every route fails exactly as in a loopback run (the same check,
+/// `remote_runs::sandboxed_remote_runs_let_nothing_escape`), its result still published through
+/// the job's remote mount. Both identity modes.
+fn a_slurm_jobs_sandboxed_agent_escapes_nothing(mode: &'static str) {
+    let Some(cluster) = cluster() else { return };
+    let conf: &'static str = Box::leak(
+        cluster
+            .conf()
+            .to_string_lossy()
+            .into_owned()
+            .into_boxed_str(),
+    );
+    crate::remote_runs::sandboxed_remote_runs_let_nothing_escape(
+        mode,
+        json!({"kind": "slurm", "listen": "127.0.0.1:0"}),
+        vec![("SLURM_CONF", conf)],
+    );
+}
+
+#[test]
+fn a_slurm_jobs_sandboxed_agent_escapes_nothing_cgroup() {
+    a_slurm_jobs_sandboxed_agent_escapes_nothing("cgroup");
+}
+
+#[test]
+fn a_slurm_jobs_sandboxed_agent_escapes_nothing_ancestry() {
+    a_slurm_jobs_sandboxed_agent_escapes_nothing("ancestry");
+}

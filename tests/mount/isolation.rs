@@ -2557,12 +2557,17 @@ fn remote_battery() -> (String, Vec<(String, &'static str)>) {
     (code, cases)
 }
 
-/// A loopback run of `A` (its agent `attach`'s command, through the run's own remote mount) and
-/// a local `smithfs run --smith A` run the same battery ([`remote_battery`]) on one tree, the
-/// §12 sandbox on or off (`sandboxed`): every outcome is the same errno, nothing of the sibling
-/// changed, no attempt on another smith's area got through where the table says EACCES, the
-/// remote run is `A` and worked on another device (its own mount).
-fn remote_runs_meet_the_same_rules(mode: Mode, sandboxed: bool) {
+/// A loopback run of `A` (its agent `attach`'s command, through the run's own remote mount) — or,
+/// with `cluster`, a Slurm job of that cluster (`attach` on its node) — and a local `smithfs run
+/// --smith A` run the same battery ([`remote_battery`]) on one tree, the §12 sandbox on or off
+/// (`sandboxed`): every outcome is the same errno, nothing of the sibling changed, no attempt on
+/// another smith's area got through where the table says EACCES, the remote run is `A` and
+/// worked on another device (its own mount).
+fn remote_runs_meet_the_same_rules(
+    mode: Mode,
+    sandboxed: bool,
+    cluster: Option<&crate::slurm_cluster::Cluster>,
+) {
     let mut t = if sandboxed {
         Tree::new(mode)
     } else {
@@ -2576,7 +2581,15 @@ fn remote_runs_meet_the_same_rules(mode: Mode, sandboxed: bool) {
     let mut cfg: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&cfg_path).expect("config.json"))
             .expect("config.json is JSON");
-    cfg["launcher"] = serde_json::json!({"kind": "loopback"});
+    cfg["launcher"] = match cluster {
+        None => serde_json::json!({"kind": "loopback"}),
+        Some(c) => {
+            let conf: &'static str =
+                Box::leak(c.conf().to_string_lossy().into_owned().into_boxed_str());
+            t.m.set_env(vec![("SLURM_CONF", conf)]);
+            serde_json::json!({"kind": "slurm", "listen": "127.0.0.1:0"})
+        }
+    };
     cfg["agent"]["command"] = serde_json::json!([py, "{mount}/agents/battery.py", "R"]);
     cfg["agent"]["retries"] = serde_json::json!(0);
     std::fs::write(&cfg_path, cfg.to_string()).expect("config.json");
@@ -2591,6 +2604,11 @@ fn remote_runs_meet_the_same_rules(mode: Mode, sandboxed: bool) {
     assert!(
         meta["error"].is_null() && meta["exit_code"] == 0,
         "[{mode:?}] {meta}\n{remote}"
+    );
+    assert_eq!(
+        meta["job_id"].is_string(),
+        cluster.is_some(),
+        "[{mode:?}] a Slurm job exactly when a cluster is given: {meta}"
     );
     let lines = |s: &str| -> Vec<String> { s.lines().map(str::to_owned).collect() };
     let (l, r) = (lines(&local), lines(&remote));
@@ -2647,9 +2665,34 @@ fn remote_runs_meet_the_same_rules(mode: Mode, sandboxed: bool) {
 }
 
 both_modes!(remote_runs_meet_the_same_rules_sandboxed, |mode| {
-    remote_runs_meet_the_same_rules(mode, true);
+    remote_runs_meet_the_same_rules(mode, true, None);
 });
 
 both_modes!(remote_runs_meet_the_same_rules_unsandboxed, |mode| {
-    remote_runs_meet_the_same_rules(mode, false);
+    remote_runs_meet_the_same_rules(mode, false, None);
+});
+
+/// The one-node cluster the Slurm variants run on (root only: the cluster and `attach` need it;
+/// Slurm missing is a failure, as in tests/e2e/slurm.rs).
+fn slurm_cluster() -> Option<crate::slurm_cluster::Cluster> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: the throwaway cluster and smithfs attach need root");
+        return None;
+    }
+    Some(crate::slurm_cluster::Cluster::start(1).expect(
+        "Slurm is not installed (scripts/install-deps.sh installs munge, slurmctld, slurmd)",
+    ))
+}
+
+both_modes!(slurm_jobs_meet_the_same_rules_sandboxed, |mode| {
+    if let Some(c) = slurm_cluster() {
+        remote_runs_meet_the_same_rules(mode, true, Some(&c));
+    }
+});
+
+both_modes!(slurm_jobs_meet_the_same_rules_unsandboxed, |mode| {
+    if let Some(c) = slurm_cluster() {
+        remote_runs_meet_the_same_rules(mode, false, Some(&c));
+    }
 });

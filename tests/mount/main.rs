@@ -6,6 +6,10 @@
 #[macro_use]
 #[path = "../common/mod.rs"]
 mod common;
+// Only `start` and `conf` here: the Slurm variants of the remote battery (isolation.rs).
+#[allow(dead_code)]
+#[path = "../common/slurm.rs"]
+mod slurm_cluster;
 
 mod core_fs;
 mod isolation;
