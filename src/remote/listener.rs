@@ -529,6 +529,11 @@ impl<'a> Pool<'a> {
     /// order), sending queued notifications meanwhile; `None` at the peer's clean end.
     fn next_frame(&self) -> Result<Option<Vec<u8>>, String> {
         loop {
+            // Once another thread ended the connection (a malformed frame), nothing more is
+            // taken from it.
+            if self.ended() {
+                return Ok(None);
+            }
             let (read, write) = {
                 let mut ch = self.ch.lock();
                 while let Some(n) = conn::frame_len(ch.peek()).map_err(|e| e.to_string())? {
@@ -559,9 +564,6 @@ impl<'a> Pool<'a> {
                 }
                 (ch.buffered() < MAX_FRAME, ch.wants_write())
             };
-            if self.ended() {
-                return Ok(None);
-            }
             let ready = wait_socket(&self.sock, read, write, Some(self.wake), None)?;
             if ready.extra {
                 let mut sink = [0u8; 64];
