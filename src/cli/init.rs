@@ -464,6 +464,7 @@ fn lay_out(
         detach: None,
         creds: None,
         sandbox: None,
+        deadline: None,
     };
     let mut finish = |tmp: &std::ffi::CStr| {
         let ws = Path::new(std::ffi::OsStr::from_bytes(tmp.to_bytes())).join(workspace::AREA);

@@ -245,6 +245,7 @@ impl SmithFs {
                 detach: (!mount_point.as_os_str().is_empty()).then_some(mount_point.as_path()),
                 creds: Some(owner),
                 sandbox: Some(&sandbox),
+                deadline: Some(crate::workspace::scaffold_git_deadline()),
             };
             match crate::workspace::populate(&run, &ws, &full_id, base) {
                 Ok(commit) => {

@@ -18,6 +18,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use crate::tree::scaffold_plan::{smith_dir_rel, PlanEntry, DIR_MODE, FILE_MODE};
 
@@ -116,6 +117,26 @@ pub struct GitRun<'a> {
     /// Enter this Landlock domain last before exec (a child's workspace: git reads only what the
     /// parent may read, docs/PROTOCOL-NOTES.md W16).
     pub sandbox: Option<&'a sandbox::Sandbox>,
+    /// Kill git (its whole process group: the upload-pack of a local fetch too) and fail when it
+    /// has not ended after this long. The scaffold's git runs inside a FUSE mkdir, holding the
+    /// kernel's lock of the parent's `children/`, on a repository the parent controls (a FIFO
+    /// in it would block git forever): [`scaffold_git_deadline`] (notes W20). `None`: no limit
+    /// (`init`, the operator's own repository).
+    pub deadline: Option<Duration>,
+}
+
+/// How long the scaffold's git may take to make a child's workspace ([`GitRun::deadline`]):
+/// 120 s, or `SMITHFS_SCAFFOLD_GIT_DEADLINE` seconds (1–3600) from the daemon's environment
+/// (a test knob: the tests of the deadline do not wait two minutes).
+pub fn scaffold_git_deadline() -> Duration {
+    static SECS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    Duration::from_secs(*SECS.get_or_init(|| {
+        std::env::var("SMITHFS_SCAFFOLD_GIT_DEADLINE")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .filter(|s| (1..=3600).contains(s))
+            .unwrap_or(120)
+    }))
 }
 
 impl GitRun<'_> {
@@ -184,6 +205,10 @@ impl GitRun<'_> {
                 }
                 // Files git makes get 0644/0755, whatever the daemon's own umask.
                 libc::umask(0o022);
+                // A process group of its own, which the deadline kills whole.
+                if libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
                 if let Some((uid, gid)) = creds {
                     if libc::setgroups(0, std::ptr::null()) != 0
                         || libc::setgid(gid) != 0
@@ -199,9 +224,15 @@ impl GitRun<'_> {
                 Ok(())
             })
         };
-        let out = cmd
-            .output()
+        let out = output_within(&mut cmd, self.deadline)
             .map_err(|e| fail(format!("cannot run git: {e}")))?;
+        let Some(out) = out else {
+            return Err(fail(format!(
+                "killed after {} s (a repository that blocks git: a FIFO or a device where git \
+                 reads?)",
+                self.deadline.map_or(0, |d| d.as_secs())
+            )));
+        };
         if !out.status.success() {
             let stderr = String::from_utf8_lossy(&out.stderr);
             let line = stderr
@@ -244,6 +275,59 @@ impl GitRun<'_> {
             })?;
         Ok(git::overrides(&names))
     }
+}
+
+/// `cmd`'s output, as [`Command::output`], or `None` when it has not ended within `deadline`:
+/// its process group (the child made itself a session leader) is then killed and reaped. Its
+/// output is read by two threads, so a full pipe never stalls it.
+///
+/// # Errors
+/// `spawn`'s or `wait`'s.
+fn output_within(
+    cmd: &mut Command,
+    deadline: Option<Duration>,
+) -> std::io::Result<Option<std::process::Output>> {
+    let Some(deadline) = deadline else {
+        return cmd.output().map(Some);
+    };
+    let mut child = cmd.spawn()?;
+    let pid = child.id();
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let err = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let status = child.wait();
+        let _ = tx.send(());
+        status
+    });
+    let timed_out = rx.recv_timeout(deadline).is_err();
+    if timed_out {
+        // The group leader is not reaped until `waiter`'s wait returns, so its pid (the group's
+        // id) is still ours.
+        if let Ok(pgid) = libc::pid_t::try_from(pid) {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        }
+    }
+    let status = waiter
+        .join()
+        .map_err(|_| std::io::Error::other("git's waiter panicked"))??;
+    let stdout = out.join().unwrap_or_default();
+    let stderr = err.join().unwrap_or_default();
+    Ok((!timed_out).then_some(std::process::Output {
+        status,
+        stdout,
+        stderr,
+    }))
 }
 
 /// The `-c` setting of the checkout that writes a workspace's files: git's parallel checkout, one

@@ -89,9 +89,14 @@ struct Ws {
 
 impl Ws {
     fn new(mode: Mode) -> Ws {
+        Ws::with_env(mode, Vec::new())
+    }
+
+    /// [`Ws::new`] with `env` in the daemon's environment.
+    fn with_env(mode: Mode, env: Vec<(&'static str, &'static str)>) -> Ws {
         let mut base = String::new();
         let mut repo = PathBuf::new();
-        let m = TestMount::with_init(mode.opts(), |tmp| {
+        let m = TestMount::with_init(MountOpts { env, ..mode.opts() }, |tmp| {
             repo = tmp.join("repo");
             base = make_repo(&repo);
             vec![OsString::from("--repo"), repo.clone().into_os_string()]
@@ -1148,4 +1153,41 @@ fn a_failed_workspace_is_eio_with_a_why() {
         git(&w.abs(CHILD_WS), &["symbolic-ref", "HEAD"]),
         "refs/heads/smith/smith-root.smith-001"
     );
+}
+
+/// A parent cannot freeze its subtree with a repository that blocks git (notes W20): its
+/// workspace's `.git/HEAD` made a FIFO, the scaffold's fetch would wait on it forever inside the
+/// FUSE mkdir, holding the kernel's lock of `children/` (every lookup there, the operator's too,
+/// then sleeps uninterruptibly). The scaffold's git is killed at its deadline (3 s here, by the
+/// test knob): the mkdir fails with EIO and a `why` saying so, the existing child is still
+/// there, and once HEAD is a file again the same mkdir succeeds.
+#[test]
+fn a_fifo_in_the_parents_repository_does_not_freeze_its_children() {
+    let w = Ws::with_env(Mode::Cgroup, vec![("SMITHFS_SCAFFOLD_GIT_DEADLINE", "3")]);
+    w.as_smith_ok(
+        "smith-root",
+        "smiths/smith-root",
+        "mkdir children/smith-001 && cd workspace/.git && cp HEAD private-head && rm HEAD && mkfifo HEAD",
+    );
+    let started = Instant::now();
+    let r = w.as_smith(
+        "smith-root",
+        "smiths/smith-root",
+        "mkdir children/smith-002; echo \"rc=$?\"; cat $SMITH_MOUNT/.smithfs/why",
+    );
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(60), "the mkdir took {took:?}");
+    assert!(r.stdout.contains("rc=1"), "{r:?}");
+    assert!(r.stdout.contains("scaffold-workspace"), "{r:?}");
+    assert!(r.stdout.contains("killed after 3 s"), "{r:?}");
+    assert!(!w.abs("smiths/smith-root/children/smith-002").exists());
+    assert!(w.abs(CHILD).join("inbox").is_dir(), "the existing child");
+    w.as_smith_ok(
+        "smith-root",
+        "smiths/smith-root",
+        "cd workspace/.git && rm HEAD && mv private-head HEAD && cd ../.. && mkdir children/smith-002",
+    );
+    assert!(w
+        .abs("smiths/smith-root/children/smith-002/workspace/.git")
+        .exists());
 }
