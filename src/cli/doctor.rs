@@ -1,11 +1,12 @@
-//! `smithfs doctor [--json]`: what this machine offers smithfs (docs/SPEC.md §6): `/dev/fuse`,
+//! `smithfs doctor [DIR] [--json]`: what this machine offers smithfs (docs/SPEC.md §6): `/dev/fuse`,
 //! `fusermount3`, the kernel and FUSE passthrough (Linux ≥ 6.9), FUSE over io_uring, the cgroup2
 //! hierarchy and whether we may create cgroups (identity `auto` → `cgroup`), the cgroup limits
 //! backend, privileges, the git version workspaces need, and the sandbox's kernel-enforced
 //! layers (Landlock, its scoping, seccomp, namespaces: docs/SPEC.md §12). Every check is a
 //! [`Check`]; the text form prints one line each, the JSON form the list
 //! `[{"check","status","detail"}]`; exit 1 when a check failed, that is when `smithfs mount` by
-//! this user would fail (docs/PROTOCOL-NOTES.md O43).
+//! this user would fail (docs/PROTOCOL-NOTES.md O43). Given a directory, also its `launcher`:
+//! `launcher.advertise` and, while it is mounted, its listener (docs/PROTOCOL-NOTES.md R44).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -19,6 +20,10 @@ pub struct DoctorArgs {
     /// Print the checks as JSON: `[{"check","status","detail"}]`, status ok, warn or fail.
     #[arg(long)]
     pub json: bool,
+    /// A smithfs directory (mounted or not): also check its `launcher` (docs/SPEC.md §13) —
+    /// whether `launcher.advertise` resolves and, while it is mounted, whether its listener
+    /// accepts a TLS connection with the certificate it pins.
+    pub dir: Option<PathBuf>,
 }
 
 /// How a check came out: `fail` means `smithfs mount` cannot work here as this user; `warn`
@@ -486,6 +491,180 @@ fn slurm_found() -> (Vec<(&'static str, Option<PathBuf>)>, Option<String>) {
     (found, version)
 }
 
+/// How long the listener check waits for the connection and the TLS handshake.
+const LISTENER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// `launcher.advertise`, the address the nodes dial (docs/SPEC.md §13): `fail` when it does
+/// not resolve (every job's `attach` would fail to connect); `warn` for the slurm kind when
+/// neither it nor `launcher.listen` names an address other nodes can reach (a loopback or
+/// wildcard host). `resolve` is `ToSocketAddrs` (a parameter for the tests).
+fn check_advertise(
+    launcher: &crate::config::LauncherConfig,
+    resolve: impl Fn(&str) -> std::io::Result<Vec<std::net::SocketAddr>>,
+) -> Option<Check> {
+    use crate::config::LauncherKind;
+    let c = |status, detail: String| Check::new("advertise", status, detail);
+    let listen = launcher.listen_addr()?;
+    if let Some(a) = &launcher.advertise {
+        return Some(match resolve(a) {
+            Ok(addrs) if !addrs.is_empty() => c(
+                Status::Ok,
+                format!("launcher.advertise {a} resolves ({}): the nodes dial it", addrs[0]),
+            ),
+            Ok(_) => c(Status::Fail, format!("launcher.advertise {a} resolves to no address: every job's attach would fail to connect")),
+            Err(e) => c(Status::Fail, format!("launcher.advertise {a} does not resolve ({e}): every job's attach would fail to connect; fix the name or give an IP address")),
+        });
+    }
+    let host = listen.rsplit_once(':').map_or(listen.as_str(), |(h, _)| h);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let local_only = matches!(host, "127.0.0.1" | "::1" | "localhost" | "0.0.0.0" | "::")
+        || host.starts_with("127.");
+    Some(if launcher.kind == LauncherKind::Slurm && local_only {
+        c(
+            Status::Warn,
+            format!("no launcher.advertise, and the nodes would dial launcher.listen {listen}: only jobs on this host can reach it (set launcher.advertise to this host's address on the nodes' network, docs/SCALE.md)"),
+        )
+    } else {
+        c(
+            Status::Ok,
+            format!("no launcher.advertise: the nodes dial launcher.listen {listen}"),
+        )
+    })
+}
+
+/// `.smithfs-state/listener` of the mount `dir` (`ADDRESS PIN`, written by the daemon at
+/// mount): read through the daemon's own descriptor of the store (the mount covers the
+/// directory), found by the daemon's pid in `.smithfs/whoami`. Errors: one sentence.
+fn listener_of(dir: &Path) -> std::result::Result<(String, [u8; 32]), String> {
+    let whoami = std::fs::read_to_string(dir.join(".smithfs/whoami"))
+        .map_err(|e| format!("cannot read .smithfs/whoami: {e}"))?;
+    let pid: u32 = super::whoami::lookup(&whoami, "daemon pid")
+        .and_then(|p| p.trim().parse().ok())
+        .ok_or("no daemon pid in .smithfs/whoami")?;
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map_err(|e| format!("cannot list the daemon's descriptors (pid {pid}): {e}"))?;
+    let text = fds
+        .flatten()
+        .filter(|e| std::fs::read_link(e.path()).is_ok_and(|t| t == dir))
+        .find_map(|e| {
+            std::fs::read_to_string(
+                e.path()
+                    .join(crate::tree::layout::STATE_DIR)
+                    .join("listener"),
+            )
+            .ok()
+        })
+        .ok_or("the daemon describes no listener (.smithfs-state/listener)")?;
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let [addr, pin] = words[..] else {
+        return Err(format!(
+            ".smithfs-state/listener holds {text:?}, not ADDRESS PIN"
+        ));
+    };
+    let pin = unhex32(pin).ok_or(".smithfs-state/listener's pin is not 64 hex digits")?;
+    Ok((addr.to_string(), pin))
+}
+
+/// 64 hex digits → 32 bytes.
+fn unhex32(s: &str) -> Option<[u8; 32]> {
+    let b = s.as_bytes();
+    if b.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, pair) in b.chunks(2).enumerate() {
+        let pair = std::str::from_utf8(pair).ok()?;
+        out[i] = u8::from_str_radix(pair, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// Connect to the listener at `addr` and finish a TLS handshake that pins `pin`, without a
+/// ticket (no hello is sent: the listener drops the connection, no run is involved). Errors:
+/// one sentence (unreachable, refused, the handshake failed or timed out).
+fn probe_listener(addr: &str, pin: [u8; 32]) -> std::result::Result<(), String> {
+    use std::net::ToSocketAddrs;
+    let sa = addr
+        .to_socket_addrs()
+        .map_err(|e| format!("{addr} does not resolve: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{addr} resolves to no address"))?;
+    let sock = std::net::TcpStream::connect_timeout(&sa, LISTENER_TIMEOUT)
+        .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
+    let cfg = crate::remote::tls::client_config(pin)?;
+    let tls = rustls::ClientConnection::new(cfg, crate::remote::tls::server_name())
+        .map_err(|e| e.to_string())?;
+    let mut ch =
+        crate::remote::channel::Channel::new(sock, tls.into()).map_err(|e| e.to_string())?;
+    let r = ch
+        .handshake(LISTENER_TIMEOUT)
+        .map_err(|e| format!("the TLS handshake with {addr} failed: {e}"));
+    ch.close();
+    r
+}
+
+/// The `launcher` checks of the smithfs directory `dir` (docs/SPEC.md §13): its kind, whether
+/// `launcher.advertise` resolves, and — while it is mounted with a kind that has a listener —
+/// whether the listener accepts a TLS connection with the pinned certificate (`fail` if not: no
+/// run can reach the tree). A `local` launcher needs none of it.
+fn check_launcher(dir: &Path) -> Vec<Check> {
+    let c = |check, status, detail: String| Check::new(check, status, detail);
+    let text = match std::fs::read_to_string(dir.join("config.json")) {
+        Ok(t) => t,
+        Err(e) => {
+            return vec![c(
+                "launcher",
+                Status::Fail,
+                format!("cannot read {}/config.json: {e}", dir.display()),
+            )]
+        }
+    };
+    let launcher = match crate::config::Config::parse(&text) {
+        Ok(cfg) => cfg.launcher,
+        Err(e) => return vec![c("launcher", Status::Fail, format!("config.json: {e}"))],
+    };
+    let kind = launcher.kind.as_str();
+    let Some(listen) = launcher.listen_addr() else {
+        return vec![c(
+            "launcher",
+            Status::Ok,
+            format!("{kind}: runs start on this host, no listener"),
+        )];
+    };
+    let mut out = vec![c(
+        "launcher",
+        Status::Ok,
+        format!("{kind}: runs reach the tree through the listener (launcher.listen {listen})"),
+    )];
+    out.extend(check_advertise(&launcher, |a| {
+        std::net::ToSocketAddrs::to_socket_addrs(a).map(Iterator::collect)
+    }));
+    out.push(if !dir.join(".smithfs").is_dir() {
+        c(
+            "listener",
+            Status::Warn,
+            format!(
+                "{} is not mounted: the listener runs only while it is",
+                dir.display()
+            ),
+        )
+    } else {
+        match listener_of(dir).and_then(|(addr, pin)| probe_listener(&addr, pin).map(|()| addr)) {
+            Ok(addr) => c(
+                "listener",
+                Status::Ok,
+                format!("{addr} accepts TLS with the certificate it pins"),
+            ),
+            Err(e) => c(
+                "listener",
+                Status::Fail,
+                format!("{e}: no run can reach the tree"),
+            ),
+        }
+    });
+    out
+}
+
 /// Every check, in the order `doctor` prints them.
 pub fn checks() -> Vec<Check> {
     // SAFETY: geteuid has no preconditions.
@@ -515,7 +694,11 @@ pub fn checks() -> Vec<Check> {
 
 /// Run `smithfs doctor`: exit 1 when a check failed (docs/SPEC.md §6).
 pub fn run(args: DoctorArgs) -> Result<ExitCode> {
-    let checks = checks();
+    let mut checks = checks();
+    if let Some(dir) = &args.dir {
+        let dir = super::util::absolute(dir)?;
+        checks.extend(check_launcher(&dir));
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&checks)?);
     } else {
@@ -620,6 +803,45 @@ mod tests {
             "{}",
             c.detail
         );
+    }
+
+    #[test]
+    fn the_advertised_address() {
+        use super::{check_advertise, Status};
+        use crate::config::{LauncherConfig, LauncherKind};
+        let l = |kind, listen: Option<&str>, advertise: Option<&str>| LauncherConfig {
+            kind,
+            listen: listen.map(String::from),
+            advertise: advertise.map(String::from),
+            ..LauncherConfig::default()
+        };
+        let resolves = |_: &str| Ok(vec!["10.0.0.5:7000".parse().unwrap()]);
+        let fails = |_: &str| Err(std::io::Error::other("no such host"));
+        assert!(check_advertise(&l(LauncherKind::Local, None, None), resolves).is_none());
+        let c = check_advertise(
+            &l(LauncherKind::Slurm, Some("0.0.0.0:7000"), Some("head:7000")),
+            resolves,
+        )
+        .unwrap();
+        assert_eq!(c.status, Status::Ok, "{c:?}");
+        assert!(c.detail.contains("10.0.0.5:7000"), "{c:?}");
+        let c = check_advertise(
+            &l(LauncherKind::Slurm, Some("0.0.0.0:7000"), Some("nope:7000")),
+            fails,
+        )
+        .unwrap();
+        assert_eq!(c.status, Status::Fail, "{c:?}");
+        assert!(c.detail.contains("does not resolve"), "{c:?}");
+        // The nodes would dial a loopback or wildcard listen address: only this host's jobs.
+        for listen in ["127.0.0.1:0", "0.0.0.0:7000", "[::1]:7000"] {
+            let c = check_advertise(&l(LauncherKind::Slurm, Some(listen), None), fails).unwrap();
+            assert_eq!(c.status, Status::Warn, "{listen}: {c:?}");
+        }
+        let c = check_advertise(&l(LauncherKind::Slurm, Some("10.0.0.5:7000"), None), fails);
+        assert_eq!(c.unwrap().status, Status::Ok);
+        // loopback runs are this host's by definition.
+        let c = check_advertise(&l(LauncherKind::Loopback, None, None), fails).unwrap();
+        assert_eq!(c.status, Status::Ok, "{c:?}");
     }
 
     #[test]

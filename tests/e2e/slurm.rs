@@ -628,3 +628,78 @@ fn a_slurm_jobs_sandboxed_agent_escapes_nothing_cgroup() {
 fn a_slurm_jobs_sandboxed_agent_escapes_nothing_ancestry() {
     a_slurm_jobs_sandboxed_agent_escapes_nothing("ancestry");
 }
+
+/// The `launcher` checks of `smithfs doctor DIR --json`, by name: (status, detail).
+fn doctor_launcher(
+    s: &Sm,
+) -> (
+    Option<i32>,
+    std::collections::BTreeMap<String, (String, String)>,
+) {
+    let out = s.cli("doctor", &["--json"]);
+    let checks: serde_json::Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("doctor --json: {e}\n{}", out.stdout));
+    let by_name = checks
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter(|c| {
+            matches!(
+                c["check"].as_str(),
+                Some("launcher" | "advertise" | "listener")
+            )
+        })
+        .map(|c| {
+            (
+                c["check"].as_str().unwrap_or_default().to_string(),
+                (
+                    c["status"].as_str().unwrap_or_default().to_string(),
+                    c["detail"].as_str().unwrap_or_default().to_string(),
+                ),
+            )
+        })
+        .collect();
+    (out.code, by_name)
+}
+
+/// `smithfs doctor DIR` checks the listener (issue 28, docs/SPEC.md §6, §13, notes R44): on a
+/// live slurm mount it finds the listener the daemon runs and finishes a TLS handshake pinning
+/// its certificate at the address the nodes dial (no ticket, no run), and warns that nodes other
+/// than this host cannot dial `127.0.0.1`; a `launcher.advertise` that does not resolve fails
+/// both checks (exit 1); unmounted, the listener is reported as not running.
+#[test]
+fn doctor_checks_the_listener_and_the_advertised_address() {
+    let Some(cluster) = cluster() else { return };
+    let s = on_cluster(&cluster, json!({}));
+    let (_, c) = doctor_launcher(&s);
+    assert_eq!(c["launcher"].0, "ok", "{c:?}");
+    assert!(c["launcher"].1.starts_with("slurm:"), "{c:?}");
+    assert_eq!(c["listener"].0, "ok", "{c:?}");
+    assert!(c["listener"].1.contains("accepts TLS"), "{c:?}");
+    assert_eq!(c["advertise"].0, "warn", "{c:?}");
+    assert!(c["advertise"].1.contains("only jobs on this host"), "{c:?}");
+    // The handshake is no run: nothing was journaled for it.
+    assert!(s.of("run.started", None).is_empty());
+    drop(s);
+
+    // An advertised name that does not resolve: every job's attach would fail to connect.
+    let s = on_cluster(
+        &cluster,
+        json!({"launcher": {"advertise": "no-such-host.invalid:7000"}}),
+    );
+    let (code, c) = doctor_launcher(&s);
+    assert_eq!(c["advertise"].0, "fail", "{c:?}");
+    assert!(c["advertise"].1.contains("does not resolve"), "{c:?}");
+    // The listener is probed where the nodes dial it: there is no such place.
+    assert_eq!(c["listener"].0, "fail", "{c:?}");
+    assert_eq!(code, Some(1), "a failed check is exit 1");
+    let dir = s.dir();
+    crate::common::smithfs(["umount", dir.as_str()]).expect_ok("umount");
+    let out = crate::common::smithfs(["doctor", dir.as_str(), "--json"]);
+    assert!(
+        out.stdout
+            .contains("is not mounted: the listener runs only while it is"),
+        "{}",
+        out.stdout
+    );
+}
