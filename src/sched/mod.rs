@@ -156,6 +156,9 @@ pub(crate) enum Msg {
         run_id: String,
     },
     Cancel(SmithIdx),
+    /// The copier thread wrote `results/final.md` (a wake-up: what it wrote is taken from the
+    /// copier; notes H20).
+    FinalCopied,
     /// Journal an event found off the scheduler thread (with its hooks): `run.output_dropped`
     /// from the output pump.
     Journal(Box<Event>),

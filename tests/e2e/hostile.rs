@@ -292,3 +292,58 @@ fn runs_share_no_ipc_with_the_host_cgroup() {
 fn runs_share_no_ipc_with_the_host_ancestry() {
     no_ipc_shared("ancestry");
 }
+
+/// The root's result never stalls the scheduler (notes H20): the root writes a large result
+/// once, then opens and closes it many times, appending a byte each time — every close is a
+/// completion, `result.published`, and a new `results/final.md` to make. The copy is made off
+/// the scheduler thread and coalesced, so a sibling's task given meanwhile runs at once (it
+/// waited tens of seconds when the scheduler compared and copied the result per completion),
+/// and `final.md` ends up the newest result.
+fn root_result_stalls_nothing(mode: &'static str) {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    const BIG: &str = r#"chdir "smiths/smith-root" or die; mkdir "children/smith-001" or die; open(my $h, ">", "outbox/result.md") or die; my $b = "r" x (1 << 20); print $h $b for 1..256; close $h or die"#;
+    const LOOP: &str = r#"chdir "smiths/smith-root" or die; for (1..200) { open(my $h, ">>", "outbox/result.md") or die $!; print $h "x"; close $h or die }"#;
+    let config = serde_json::json!({
+        "agent": { "command": ["/bin/sh", "-c", "[ \"$SMITH_FULL_ID\" = smith-root ] || echo done > \"$SMITH_DIR/outbox/result.md\""], "retries": 0 },
+    });
+    let m = TestMount::with_config(&config, mode, Vec::new());
+    let result = m.path().join("smiths/smith-root/outbox/result.md");
+    let fin = m.path().join("results/final.md");
+    run_as(m.path(), "smith-root", &["perl", "-e", BIG]).expect_ok("the big result");
+    poll_until(60, "the first final.md", || {
+        std::fs::metadata(&fin).is_ok_and(|md| md.len() == 256 << 20)
+    });
+    run_as(m.path(), "smith-root", &["perl", "-e", LOOP]).expect_ok("the completions");
+    let started = std::time::Instant::now();
+    std::fs::write(
+        m.path()
+            .join("smiths/smith-root/children/smith-001/inbox/task-v.md"),
+        "t\n",
+    )
+    .expect("the sibling's task");
+    let (log, meta) = ended_run(&m, "smiths/smith-root/children/smith-001", 1, 120);
+    let took = started.elapsed();
+    assert_eq!(meta["exit_code"], 0, "[{mode}] {meta}\n{log}");
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "[{mode}] the sibling's task waited {took:?} behind the root's completions"
+    );
+    let want = std::fs::metadata(&result).expect("result").len();
+    assert_eq!(want, (256 << 20) + 200);
+    poll_until(120, "final.md to be the newest result", || {
+        std::fs::metadata(&fin).is_ok_and(|md| md.len() == want)
+    });
+}
+
+#[test]
+fn the_roots_completions_do_not_stall_the_scheduler_cgroup() {
+    root_result_stalls_nothing("cgroup");
+}
+
+#[test]
+fn the_roots_completions_do_not_stall_the_scheduler_ancestry() {
+    root_result_stalls_nothing("ancestry");
+}

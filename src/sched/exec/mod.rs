@@ -19,6 +19,7 @@
 //! - `publish`: `status.json`, `results/final.md`, `fleet.done`;
 //! - `writes`: the daemon's own writes into the store, each charged and announced in one call.
 
+mod final_copy;
 mod finish;
 mod launch;
 mod publish;
@@ -126,6 +127,8 @@ struct Env {
     journal: Arc<Journal>,
     /// The scheduler's own queue (reapers and commits post into it).
     tx: SyncSender<Msg>,
+    /// Copies the root's result to `results/final.md` off this thread (notes H20).
+    final_copier: final_copy::FinalCopier,
 }
 
 impl Env {
@@ -215,6 +218,7 @@ impl Exec {
             pump.clone(),
             ctx.hook_user.clone(),
         );
+        let final_copier = final_copy::FinalCopier::start(ctx.root.try_clone()?, tx.clone())?;
         Ok(Exec {
             env: Env {
                 root: ctx.root,
@@ -232,6 +236,7 @@ impl Exec {
                 shared,
                 journal,
                 tx,
+                final_copier,
             },
             st: State {
                 queue: Queue::new(ctx.config.scheduler.max_concurrent as usize),
@@ -256,6 +261,7 @@ impl Exec {
         self.startup(resume);
         loop {
             self.dispatch();
+            self.take_final();
             self.fleet_done();
             self.publish();
             if self.stopped_all() {
@@ -269,6 +275,9 @@ impl Exec {
             self.tick();
             self.rescan_after_overflow();
         }
+        self.env.final_copier.finish();
+        self.take_final();
+        self.fleet_done();
         self.publish();
     }
 
@@ -323,6 +332,8 @@ impl Exec {
                 }
             }
             Msg::Cancel(s) => self.on_cancel(s),
+            // Taken at the top of the loop.
+            Msg::FinalCopied => {}
             Msg::Journal(ev) => self.record(*ev),
             Msg::Reload { config, changed } => self.reload(*config, changed),
             Msg::Pause(ack) => {

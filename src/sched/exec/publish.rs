@@ -10,11 +10,12 @@ use serde_json::json;
 
 use super::Exec;
 use crate::backing::{self, BackingIno};
-use crate::sched::{store_facts, time, State};
+use crate::sched::{time, State};
 use crate::tree::model::SmithIdx;
 
 impl Exec {
-    /// The root smith has a result: copy it to `results/final.md` (announced) if it changed.
+    /// The root smith has a result: ask the copier thread to bring `results/final.md` up to
+    /// date (it copies only when the content changed; notes H20). Never reads the result here.
     pub(super) fn update_final(&mut self) {
         if !self
             .env
@@ -25,24 +26,27 @@ impl Exec {
         {
             return;
         }
-        match store_facts::copy_final(self.env.root.as_fd()) {
-            Ok(Some(copied)) => {
-                let writes = &self.env.writes;
-                writes.made(copied.results_ino, OsStr::new("final.md"), &[], None);
-                // `results/` made now at the mount root: its name (a lookup before may have left
-                // a negative entry, U13) and the root's attributes changed.
-                if copied.results_made {
-                    if let Ok(st) = backing::stat(self.env.root.as_fd()) {
-                        let root = BackingIno::of(&st);
-                        writes.made(root, OsStr::new("results"), &[], None);
-                        writes.changed(root);
-                    }
-                }
-                self.st.final_pending = true;
+        self.env.final_copier.request();
+    }
+
+    /// What the copier thread wrote since the last look: announced to the kernel's caches,
+    /// and `fleet.done` owed for it.
+    pub(super) fn take_final(&mut self) {
+        let Some(copied) = self.env.final_copier.take() else {
+            return;
+        };
+        let writes = &self.env.writes;
+        writes.made(copied.results_ino, OsStr::new("final.md"), &[], None);
+        // `results/` made now at the mount root: its name (a lookup before may have left a
+        // negative entry, U13) and the root's attributes changed.
+        if copied.results_made {
+            if let Ok(st) = backing::stat(self.env.root.as_fd()) {
+                let root = BackingIno::of(&st);
+                writes.made(root, OsStr::new("results"), &[], None);
+                writes.changed(root);
             }
-            Ok(None) => {}
-            Err(e) => tracing::error!("cannot copy the root's result to results/final.md: {e}"),
         }
+        self.st.final_pending = true;
     }
 
     /// `results/final.md` was written and no run of the tree is live or queued (now, or once
