@@ -337,7 +337,9 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
             fs.settle_passthrough_writers();
         }
     });
-    let mut mounted = session::mount(fs.clone(), dir, session_opts, &kernel)?;
+    // Changes made through this mount are pushed to every remote connection (notes R9, R40).
+    let changes: Arc<dyn crate::fuse::dispatch::Changes> = kernels.clone();
+    let mut mounted = session::mount(fs.clone(), dir, session_opts, &kernel, Some(changes))?;
     // The remote mount's listener (docs/SPEC.md §13), stopped when this returns (at unmount).
     let mut listener = start_listener(
         &config.launcher,
@@ -744,7 +746,8 @@ pub fn load_templates(root: BorrowedFd<'_>) -> Result<Templates> {
 /// The kernels that cache the tree (docs/SPEC.md §13): the daemon's own mount and, once the
 /// listener runs, every remote connection. What the filesystem and the scheduler change is told
 /// to all of them; what a connection changes, the listener tells the others and this mount
-/// ([`crate::remote::listener::LocalKernel`]).
+/// ([`crate::remote::listener::LocalKernel`]); what a request through this mount changes, its
+/// dispatcher tells every connection ([`crate::fuse::dispatch::Changes`]).
 struct Kernels {
     local: Arc<KernelCache>,
     peers: std::sync::OnceLock<Arc<crate::remote::listener::Peers>>,
@@ -768,6 +771,24 @@ impl Kernels {
 
     fn node_of(&self, backing_ino: backing::BackingIno) -> Option<crate::fs::NodeId> {
         Some(self.fs.get()?.upgrade()?.node_id(backing_ino))
+    }
+}
+
+impl std::fmt::Debug for Kernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kernels").finish_non_exhaustive()
+    }
+}
+
+/// Requests through the daemon's own mount: what they changed is queued for every remote
+/// connection (never written on the FUSE thread: `Peers::broadcast` only queues).
+impl crate::fuse::dispatch::Changes for Kernels {
+    fn listening(&self) -> bool {
+        self.peers.get().is_some_and(|p| !p.is_empty())
+    }
+
+    fn changed(&self, change: &crate::remote::conn::Change) {
+        self.push(change);
     }
 }
 

@@ -77,6 +77,97 @@ impl Reply {
     }
 }
 
+/// A cache invalidation for the other kernels (docs/SPEC.md §13): what a request changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// The node's attributes changed (`data`: and its contents).
+    Node {
+        /// The node.
+        node: NodeId,
+        /// Its contents changed too.
+        data: bool,
+    },
+    /// A name in directory `parent` appeared, went or changed.
+    Entry {
+        /// The directory.
+        parent: NodeId,
+        /// The name.
+        name: Vec<u8>,
+    },
+}
+
+impl Change {
+    /// The notification that tells a kernel of it (`FUSE_NOTIFY_INVAL_INODE`, or
+    /// `FUSE_NOTIFY_INVAL_ENTRY`), as a `/dev/fuse` frame.
+    pub fn frame(&self) -> Vec<u8> {
+        match self {
+            Change::Node { node, data } => super::devfuse::inval_inode(*node, *data),
+            Change::Entry { parent, name } => super::devfuse::inval_entry(*parent, name),
+        }
+    }
+}
+
+/// What `req`, sent with header `h`, changes if it succeeds, for the other kernels' caches
+/// (docs/PROTOCOL-NOTES.md R9, R40): the entries made, removed or renamed and their
+/// directories, and the nodes whose attributes or data changed — data written through the
+/// daemon at each WRITE, a truncating OPEN, and at the RELEASE of a handle opened for writing,
+/// which is when a writer's passthrough writes (which never reach the daemon) are told.
+pub fn changes_of(h: &InHeader, req: &Request<'_>) -> Vec<Change> {
+    let node = |n: u64, data: bool| Change::Node {
+        node: NodeId(n),
+        data,
+    };
+    let entry = |parent: u64, name: &std::ffi::OsStr| Change::Entry {
+        parent: NodeId(parent),
+        name: name.as_bytes().to_vec(),
+    };
+    let dir = h.nodeid;
+    let writes = |flags: u32| flags & libc::O_ACCMODE as u32 != libc::O_RDONLY as u32;
+    match req {
+        Request::Setattr(s) => vec![node(dir, s.valid & wire::fattr::SIZE != 0)],
+        Request::Write { .. } | Request::Fallocate { .. } => vec![node(dir, true)],
+        Request::Open { flags } if flags & libc::O_TRUNC as u32 != 0 => vec![node(dir, true)],
+        Request::Release { flags, .. } if writes(*flags) => vec![node(dir, true)],
+        Request::Setxattr { .. } | Request::Removexattr { .. } => vec![node(dir, false)],
+        Request::CopyFileRange { nodeid_out, .. } => vec![node(*nodeid_out, true)],
+        Request::Create { name, .. }
+        | Request::Mknod { name, .. }
+        | Request::Mkdir { name, .. }
+        | Request::Symlink { name, .. }
+        | Request::Unlink { name }
+        | Request::Rmdir { name } => vec![entry(dir, name), node(dir, false)],
+        Request::Link {
+            oldnodeid, newname, ..
+        } => vec![
+            entry(dir, newname),
+            node(dir, false),
+            node(*oldnodeid, false),
+        ],
+        Request::Rename {
+            newdir,
+            name,
+            newname,
+            ..
+        } => vec![
+            entry(dir, name),
+            entry(*newdir, newname),
+            node(dir, false),
+            node(*newdir, false),
+        ],
+        _ => Vec::new(),
+    }
+}
+
+/// Where a dispatcher tells what its requests changed ([`Dispatcher::with_changes`]): the
+/// daemon's own mount tells every remote connection (the daemon's `Kernels`).
+pub trait Changes: Send + Sync + std::fmt::Debug {
+    /// Whether anyone is told now; while not, nothing is computed.
+    fn listening(&self) -> bool;
+    /// A request this dispatcher served made `change`. Called on the serving thread: queue it,
+    /// never wait for a network write.
+    fn changed(&self, change: &Change);
+}
+
 /// Validity, in the kernel's caches, of entries and attributes of ordinary backing-store inodes
 /// (seconds; one day, as libfuse's passthrough_hp): every change that does not come through the
 /// kernel's own requests is invalidated by the daemon (docs/PROTOCOL-NOTES.md C4, U4).
@@ -101,11 +192,12 @@ pub fn cached(fs: &SmithFs, r: Result<Attr, FsError>) -> Result<(Attr, Cache), F
 }
 
 /// The longest a node's kernel may keep an entry or attributes it got over a remote connection,
-/// in seconds (docs/SPEC.md §13, notes R40). A change made over a connection, by the scheduler or
-/// by the filesystem itself is pushed to every node at once; one made through the daemon's own
-/// mount by a local process is not pushed, so a node's view of it is at most this old (close-to-
-/// open for data: no open of a node keeps its page cache, [`fopen_bits`]).
-pub const REMOTE_TTL_SECS: u64 = 1;
+/// in seconds (docs/SPEC.md §13, notes R40): as long as the daemon's own kernel ([`TTL_SECS`]).
+/// Every change reaches a node as it happens: one made over another connection, by the
+/// scheduler, by the filesystem itself, or through the daemon's own mount by a local process
+/// ([`Changes`]; a local writer's passthrough writes at its close: close-to-open). Data is
+/// close-to-open anyway (no open of a node keeps its page cache, [`fopen_bits`]).
+pub const REMOTE_TTL_SECS: u64 = TTL_SECS;
 
 /// `FOPEN_*` flags for an opendir of a directory whose entries may be cached as `cache`: a
 /// directory cached like its entries (`Cache::Normal`) keeps its listing in the kernel
@@ -164,6 +256,8 @@ pub struct Dispatcher {
     /// The longest entry and attribute validity a reply gives, in seconds ([`REMOTE_TTL_SECS`]
     /// for a remote connection, else unbounded).
     ttl_cap: u64,
+    /// Where what a request changed is told (the daemon's own mount: every remote connection).
+    changes: Option<Arc<dyn Changes>>,
 }
 
 impl Dispatcher {
@@ -176,6 +270,7 @@ impl Dispatcher {
             dev: Some(dev),
             vouched: None,
             ttl_cap: u64::MAX,
+            changes: None,
         }
     }
 
@@ -190,7 +285,14 @@ impl Dispatcher {
             dev: None,
             vouched: Some(caller),
             ttl_cap: REMOTE_TTL_SECS,
+            changes: None,
         }
+    }
+
+    /// Tell `sink` what each request changes once it succeeded ([`changes_of`]).
+    pub fn with_changes(mut self, sink: Arc<dyn Changes>) -> Self {
+        self.changes = Some(sink);
+        self
     }
 
     /// The filesystem requests are routed to.
@@ -222,8 +324,24 @@ impl Dispatcher {
             .map_or(0, |b| b.id)
     }
 
-    /// Serve one request from `h` with body `req`.
+    /// Serve one request from `h` with body `req`; what it changed, once it succeeded, is told
+    /// to the dispatcher's [`Changes`].
     pub fn dispatch(&self, h: &InHeader, req: Request<'_>) -> Reply {
+        let Some(sink) = self.changes.as_ref().filter(|s| s.listening()) else {
+            return self.serve(h, req);
+        };
+        let changes = changes_of(h, &req);
+        let reply = self.serve(h, req);
+        if !matches!(reply, Reply::Error(_)) {
+            for c in &changes {
+                sink.changed(c);
+            }
+        }
+        reply
+    }
+
+    /// Serve one request from `h` with body `req`.
+    fn serve(&self, h: &InHeader, req: Request<'_>) -> Reply {
         let c = self.vouched.unwrap_or(Caller {
             pid: h.pid,
             uid: h.uid,

@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use anyhow::{anyhow, bail, Context, Result};
 
 use super::devfuse::{self, Workers};
-use super::dispatch::Dispatcher;
+use super::dispatch::{Changes, Dispatcher};
 use super::init::{self, Offer, Settled};
 use super::transport::{self, Transport};
 use super::uring::{self, Rings};
@@ -175,7 +175,8 @@ impl Unmounter {
 }
 
 /// Mount `fs` at `dir` over itself, answer the kernel's INIT, start the io_uring queues when
-/// INIT negotiated them, and connect `kernel` to the session. The mount is live (and requests
+/// INIT negotiated them, and connect `kernel` to the session; what a request changes is told to
+/// `changes` (the other kernels: every remote connection). The mount is live (and requests
 /// queue) when this returns; [`MountedSession::run`] serves them.
 ///
 /// # Errors
@@ -185,6 +186,7 @@ pub fn mount(
     dir: &Path,
     opts: SessionOptions,
     kernel: &KernelCache,
+    changes: Option<Arc<dyn Changes>>,
 ) -> Result<MountedSession> {
     if opts.transport == Transport::IoUring && transport::enable_uring() != Some(true) {
         bail!(
@@ -222,12 +224,11 @@ pub fn mount(
     // and, with `allow_other`, everyone reach the mount; libfuse's and fuser's default).
     // SAFETY: geteuid has no preconditions.
     let owner = (!opts.allow_other).then(|| unsafe { libc::geteuid() });
-    let disp = Arc::new(Dispatcher::new(
-        fs,
-        settled.passthrough(),
-        owner,
-        dev.clone(),
-    ));
+    let mut disp = Dispatcher::new(fs, settled.passthrough(), owner, dev.clone());
+    if let Some(c) = changes {
+        disp = disp.with_changes(c);
+    }
+    let disp = Arc::new(disp);
     let rings = settled
         .io_uring()
         .then(|| start_rings(&dev, &disp, &settled));

@@ -23,7 +23,6 @@
 //! ESTALE. [`Connection::drop_all`] must run once no request is being served.
 
 use std::collections::HashMap;
-use std::ffi::OsStr;
 
 use parking_lot::Mutex;
 
@@ -53,24 +52,9 @@ pub enum Malformed {
     Undecodable(u32, wire::WireError),
 }
 
-/// A cache invalidation for the other kernels (docs/SPEC.md §13): what a request changed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Change {
-    /// The node's attributes changed (`data`: and its contents).
-    Node {
-        /// The node.
-        node: NodeId,
-        /// Its contents changed too.
-        data: bool,
-    },
-    /// A name in directory `parent` appeared, went or changed.
-    Entry {
-        /// The directory.
-        parent: NodeId,
-        /// The name.
-        name: Vec<u8>,
-    },
-}
+/// What a request changed, for the other kernels' caches: the one computation every framing
+/// shares, in [`crate::fuse::dispatch`].
+pub use crate::fuse::dispatch::Change;
 
 /// What a frame gave.
 #[derive(Debug, Default)]
@@ -262,7 +246,7 @@ impl Connection {
             Request::Interrupt { .. } => return Reply::None,
             _ => {}
         }
-        changes.extend(changes_of(h, &req));
+        changes.extend(crate::fuse::dispatch::changes_of(h, &req));
         let closing = match req {
             Request::Release { fh, .. } => Some((fh, false)),
             Request::Releasedir { fh } => Some((fh, true)),
@@ -386,49 +370,5 @@ fn reply_room(reply: &Reply) -> usize {
     match reply {
         Reply::Data(d) | Reply::Listing(d, _) => d.len(),
         _ => 256,
-    }
-}
-
-/// What `req` changes if it succeeds, for the other kernels' caches.
-fn changes_of(h: &InHeader, req: &Request<'_>) -> Vec<Change> {
-    let node = |n: u64, data: bool| Change::Node {
-        node: NodeId(n),
-        data,
-    };
-    let entry = |parent: u64, name: &OsStr| Change::Entry {
-        parent: NodeId(parent),
-        name: std::os::unix::ffi::OsStrExt::as_bytes(name).to_vec(),
-    };
-    let dir = h.nodeid;
-    match req {
-        Request::Setattr(s) => vec![node(dir, s.valid & wire::fattr::SIZE != 0)],
-        Request::Write { .. } | Request::Fallocate { .. } => vec![node(dir, true)],
-        Request::Setxattr { .. } | Request::Removexattr { .. } => vec![node(dir, false)],
-        Request::CopyFileRange { nodeid_out, .. } => vec![node(*nodeid_out, true)],
-        Request::Create { name, .. }
-        | Request::Mknod { name, .. }
-        | Request::Mkdir { name, .. }
-        | Request::Symlink { name, .. }
-        | Request::Unlink { name }
-        | Request::Rmdir { name } => vec![entry(dir, name), node(dir, false)],
-        Request::Link {
-            oldnodeid, newname, ..
-        } => vec![
-            entry(dir, newname),
-            node(dir, false),
-            node(*oldnodeid, false),
-        ],
-        Request::Rename {
-            newdir,
-            name,
-            newname,
-            ..
-        } => vec![
-            entry(dir, name),
-            entry(*newdir, newname),
-            node(dir, false),
-            node(*newdir, false),
-        ],
-        _ => Vec::new(),
     }
 }

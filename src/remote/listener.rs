@@ -101,6 +101,11 @@ impl Peers {
         let frame = super::notification(change);
         for p in list.iter().filter(|p| Some(p.id) != except) {
             let mut q = p.queue.lock();
+            // The same change twice in a row (a writer's successive writes) is told once.
+            if q.back() == Some(&frame) {
+                drop(q);
+                continue;
+            }
             if q.len() >= MAX_PENDING {
                 p.overflowed.store(true, Ordering::Relaxed);
             } else {

@@ -92,26 +92,5 @@ pub const NOTIFY_INVAL_ENTRY: i32 = 3;
 /// The notification frame for `change` (`fuse_out_header` with `unique` 0 and the code in
 /// `error`, then `fuse_notify_inval_inode_out` or `fuse_notify_inval_entry_out` and the name).
 pub fn notification(change: &conn::Change) -> Vec<u8> {
-    let mut body = Vec::new();
-    let code = match change {
-        conn::Change::Node { node, data } => {
-            body.extend_from_slice(&node.0.to_ne_bytes());
-            // Offset -1: attributes only; 0 with length 0: attributes and all cached data.
-            let off: i64 = if *data { 0 } else { -1 };
-            body.extend_from_slice(&off.to_ne_bytes());
-            body.extend_from_slice(&0i64.to_ne_bytes());
-            NOTIFY_INVAL_INODE
-        }
-        conn::Change::Entry { parent, name } => {
-            body.extend_from_slice(&parent.0.to_ne_bytes());
-            body.extend_from_slice(&(name.len() as u32).to_ne_bytes());
-            body.extend_from_slice(&0u32.to_ne_bytes());
-            body.extend_from_slice(name);
-            body.push(0);
-            NOTIFY_INVAL_ENTRY
-        }
-    };
-    let mut frame = crate::fuse::wire::out_header(0, code, body.len()).to_vec();
-    frame.extend_from_slice(&body);
-    frame
+    change.frame()
 }

@@ -176,3 +176,57 @@ fn names_made_by_the_daemon_replace_negative_entries_over_io_uring() {
     }
     names_made_by_the_daemon_replace_negative_entries("io-uring");
 }
+
+/// The agent of [`a_local_change_reaches_a_remote_mounts_cache_at_once`]: on its remote mount it
+/// stats `private/data` and looks up the missing `private/new` (its kernel now caches both, for
+/// a day), says `private/ready`, then polls for 10 s (`stat`, answered from the cache while it is
+/// valid) until it sees the operator's changes.
+const WATCHER: &str = r#"
+stat -c %s private/data > /dev/null
+test -e private/new && { echo early > private/seen; exit 0; }
+echo ready > private/ready
+start=$(date +%s%N)
+for i in $(seq 1 200); do
+  if [ "$(stat -c %s private/data)" = 8 ] && [ -e private/new ]; then
+    echo "seen $(( ($(date +%s%N) - start) / 1000000 ))" > private/seen
+    exit 0
+  fi
+  sleep 0.05
+done
+echo "stale: size $(stat -c %s private/data), new $(test -e private/new && echo found || echo missing)" > private/seen
+"#;
+
+/// docs/PROTOCOL-NOTES.md R40: what a local process changes through the daemon's own mount is
+/// pushed to every remote connection, so a node's kernel, which keeps entries and attributes as
+/// long as the daemon's own (a day), sees it at once: a file rewritten in place (a truncating
+/// open, passthrough writes, the close) and a name made where a lookup had found nothing. Without
+/// the pushes the node would go on reading the old size and the cached miss.
+#[test]
+fn a_local_change_reaches_a_remote_mounts_cache_at_once() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: smithfs attach mounts as root only (notes R11)");
+        return;
+    }
+    let s = Sm::with(
+        MountOpts {
+            allow_other: true,
+            unsandboxed: true,
+            ..MountOpts::default()
+        },
+        json!({"launcher": {"kind": "loopback"}, "agent": {"retries": 0}}),
+    );
+    s.write("agents/agent.sh", WATCHER);
+    s.write("smiths/smith-root/private/data", "one\n");
+    s.task("watch\n");
+    s.wait_file(60, "smiths/smith-root/private/ready");
+    let t = Instant::now();
+    s.write("smiths/smith-root/private/data", "two two\n");
+    s.write("smiths/smith-root/private/new", "");
+    let seen = s.wait_file(30, "smiths/smith-root/private/seen");
+    assert!(seen.starts_with("seen "), "{seen:?}");
+    eprintln!(
+        "the node saw the local changes {seen} ms after its start ({:?} after the writes began)",
+        t.elapsed()
+    );
+}
