@@ -703,3 +703,28 @@ fn doctor_checks_the_listener_and_the_advertised_address() {
         out.stdout
     );
 }
+
+/// `last_run.where` keeps the job's node across a daemon restart (notes R22): the journal gives
+/// `slurm:JOBID` only, the run's `meta.json` the node, and the status after a remount is
+/// `slurm:JOBID@n1` as before it.
+#[test]
+fn the_jobs_node_is_kept_across_a_remount() {
+    let Some(cluster) = cluster() else { return };
+    let mut s = on_cluster(&cluster, json!({"agent": {"retries": 0}}));
+    s.task("uid\n");
+    s.wait_file(120, "results/final.md");
+    s.wait_state(30, ROOT, "done");
+    let job = job_of(&s, ROOT, 0);
+    let want = format!("slurm:{job}@n1");
+    let where_now = || smith_of(&s.status(), ROOT)["last_run"]["where"].clone();
+    poll_until(Duration::from_secs(10), "the node in the status", || {
+        (where_now() == want.as_str()).then_some(())
+    });
+    s.m.umount();
+    s.m.mount();
+    let lr = smith_of(&s.status(), ROOT)["last_run"].clone();
+    assert_eq!(lr["where"], want.as_str(), "after the remount: {lr}");
+    assert_eq!(lr["run_id"], "run-0001", "{lr}");
+    let out = s.cli("status", &[]);
+    assert!(out.stdout.contains(&format!("on {want}")), "{}", out.stdout);
+}

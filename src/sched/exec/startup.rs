@@ -52,7 +52,12 @@ impl Exec {
             .map(|info| info.idx)
             .collect();
         for info in &all {
-            let h = hist.get(info.full_id.as_str()).cloned().unwrap_or_default();
+            let mut h = hist.get(info.full_id.as_str()).cloned().unwrap_or_default();
+            // A Slurm job's node is not journaled: the journal gives `slurm:JOBID`, the run's
+            // `meta.json` the node it ran on (notes R22).
+            if let Some(lr) = h.last_run.as_mut() {
+                self.regain_node(&info.rel_dir(), lr);
+            }
             let has_result = store_facts::has_result(self.env.root.as_fd(), &info.rel_dir())
                 && !half_written.contains(&info.idx);
             let base = if has_result {
@@ -132,6 +137,32 @@ impl Exec {
         }
         self.drain_notes();
         self.update_final();
+    }
+
+    /// `lr`'s `where` `slurm:JOBID` completed to `slurm:JOBID@NODE` from the `node` its run's
+    /// `meta.json` (in the smith dir `rel`) recorded when the job ran; left as it is when the
+    /// run is not a job, the node is known already, or `meta.json` names none.
+    fn regain_node(&self, rel: &str, lr: &mut crate::sched::journal::LastRun) {
+        let Some(job) = lr
+            .where_
+            .as_deref()
+            .and_then(|w| w.strip_prefix("slurm:"))
+            .filter(|j| !j.contains('@'))
+        else {
+            return;
+        };
+        let path = Path::new(rel)
+            .join("conversations")
+            .join(&lr.run_id)
+            .join("meta.json");
+        let node = backing::read_file_at_most(self.env.root.as_fd(), &path, 1 << 20)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Meta>(&b).ok())
+            .and_then(|m| m.node)
+            .filter(|n| !n.is_empty());
+        if let Some(node) = node {
+            lr.where_ = Some(format!("slurm:{job}@{node}"));
+        }
     }
 
     pub(super) fn mark_meta_interrupted(&self, s: SmithIdx, run_id: &str) {
