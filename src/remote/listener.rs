@@ -3,8 +3,9 @@
 //! ([`conn::Connection`]), pushing every other kernel's changes down to it as FUSE
 //! notifications.
 //!
-//! Bounds (docs/PROTOCOL-NOTES.md R7): at most [`MAX_CONNECTIONS`] connections at once (more
-//! are closed at accept); a connection that has not completed its hello within
+//! Bounds (docs/PROTOCOL-NOTES.md R7): at most [`MAX_CONNECTIONS`] connections that proved a run
+//! (more are refused after their hello) and [`MAX_UNPROVEN`] still proving one (a new one closes
+//! the oldest, R50); a connection that has not completed its hello within
 //! [`HELLO_TIMEOUT`] is closed; at most [`MAX_WORKERS`] requests of a connection are served at
 //! once (R41) and a thread takes its next request only once its reply is sent, so a node that
 //! floods fills its own socket buffers; a connection whose pending notifications exceed
@@ -36,8 +37,12 @@ use crate::tree::model::SmithIdx;
 
 /// Most connections served at once.
 pub const MAX_CONNECTIONS: usize = 256;
+/// Most connections at once that have not yet proved a run (TLS handshake and hello under way):
+/// a new one beyond them closes the oldest of them, so connections without a ticket can never
+/// keep a run's `attach` out (notes R50).
+pub const MAX_UNPROVEN: usize = 32;
 /// Time a connection has for its TLS handshake and its hello.
-pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most notifications waiting for one connection.
 pub const MAX_PENDING: usize = 4096;
 
@@ -144,9 +149,45 @@ struct Shared {
     peers: Arc<Peers>,
     opts: ListenerOptions,
     local: Option<Arc<dyn LocalKernel>>,
+    /// Connections that proved a run, being served.
     live: AtomicUsize,
+    /// Connections still in their handshake or hello, oldest first (id, a handle to cut it).
+    unproven: Mutex<VecDeque<(u64, TcpStream)>>,
+    /// Unproven connections closed to make room, and when that was last logged.
+    evicted: Mutex<(u64, Option<std::time::Instant>)>,
     next_id: AtomicU64,
     stop: AtomicBool,
+}
+
+impl Shared {
+    /// Admit a new connection among the unproven ones, closing the oldest when they are
+    /// [`MAX_UNPROVEN`] already (logged at most every 10 s, with the count). Returns its id.
+    fn admit(&self, sock: &TcpStream) -> Option<u64> {
+        let cut = sock.try_clone().ok()?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut q = self.unproven.lock();
+        if q.len() >= MAX_UNPROVEN {
+            if let Some((_, oldest)) = q.pop_front() {
+                let _ = oldest.shutdown(std::net::Shutdown::Both);
+                let mut ev = self.evicted.lock();
+                ev.0 += 1;
+                if !ev.1.is_some_and(|t| t.elapsed() < Duration::from_secs(10)) {
+                    tracing::warn!(
+                        closed = ev.0,
+                        "remote mount: more than {MAX_UNPROVEN} connections without a hello; the oldest closed"
+                    );
+                    *ev = (0, Some(std::time::Instant::now()));
+                }
+            }
+        }
+        q.push_back((id, cut));
+        Some(id)
+    }
+
+    /// Connection `id` has proved a run or failed to: it is no longer unproven.
+    fn proven(&self, id: u64) {
+        self.unproven.lock().retain(|(i, _)| *i != id);
+    }
 }
 
 /// The listener: accepting on a thread of its own until dropped.
@@ -188,6 +229,8 @@ impl Listener {
             opts,
             local,
             live: AtomicUsize::new(0),
+            unproven: Mutex::new(VecDeque::new()),
+            evicted: Mutex::new((0, None)),
             next_id: AtomicU64::new(1),
             stop: AtomicBool::new(false),
         });
@@ -286,29 +329,27 @@ fn accept_loop(shared: &Arc<Shared>, sock: &TcpListener) {
             return;
         }
         let Ok(stream) = stream else { continue };
-        if shared.live.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
-            shared.live.fetch_sub(1, Ordering::SeqCst);
-            tracing::warn!("remote mount: too many connections, one closed at accept");
+        let Some(id) = shared.admit(&stream) else {
             continue;
-        }
+        };
         let s = shared.clone();
         let spawned = std::thread::Builder::new()
             .name("smithfs-remote".into())
             .spawn(move || {
                 let peer = stream.peer_addr().ok();
-                if let Err(e) = serve(&s, stream) {
+                if let Err(e) = serve(&s, stream, id) {
                     tracing::info!(?peer, "remote connection closed: {e}");
                 }
-                s.live.fetch_sub(1, Ordering::SeqCst);
+                s.proven(id);
             });
         if spawned.is_err() {
-            shared.live.fetch_sub(1, Ordering::SeqCst);
+            shared.proven(id);
         }
     }
 }
 
 /// Serve one connection to its end; the error says why it ended early.
-fn serve(shared: &Arc<Shared>, sock: TcpStream) -> Result<(), String> {
+fn serve(shared: &Arc<Shared>, sock: TcpStream, id: u64) -> Result<(), String> {
     let cut = sock.try_clone().map_err(|e| e.to_string())?;
     let tls = rustls::ServerConnection::new(shared.tls.clone()).map_err(|e| e.to_string())?;
     let mut ch = Channel::new(sock, tls.into()).map_err(|e| e.to_string())?;
@@ -321,6 +362,7 @@ fn serve(shared: &Arc<Shared>, sock: TcpStream) -> Result<(), String> {
             cut.try_clone().map_err(|e| e.to_string())?,
         ) {
             Ok(claimed) => {
+                shared.proven(id);
                 tracing::info!(run_id, "remote connection accepted");
                 claimed
             }
@@ -336,6 +378,33 @@ fn serve(shared: &Arc<Shared>, sock: TcpStream) -> Result<(), String> {
             return Err(e);
         }
     };
+    // Only connections that proved a run count here (and only they are ever served).
+    if shared.live.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+        shared.live.fetch_sub(1, Ordering::SeqCst);
+        let _ = ch.send(&super::welcome(
+            Status::Refused,
+            0,
+            "too many connections",
+            &[],
+        ));
+        ch.close();
+        slot.mark_ended();
+        return Err(format!("more than {MAX_CONNECTIONS} runs connected"));
+    }
+    let r = serve_proven(shared, ch, cut, smith, &grant, &slot);
+    shared.live.fetch_sub(1, Ordering::SeqCst);
+    r
+}
+
+/// Serve a connection that proved run `slot` of `smith` to its end.
+fn serve_proven(
+    shared: &Arc<Shared>,
+    mut ch: Channel,
+    cut: TcpStream,
+    smith: SmithIdx,
+    grant: &Grant,
+    slot: &RunSlot,
+) -> Result<(), String> {
     let mount = shared.opts.mount_point.to_string_lossy().into_owned();
     let sandbox = grant.sandbox.as_deref().unwrap_or_default().as_bytes();
     ch.send(&super::welcome(
@@ -366,7 +435,7 @@ fn serve(shared: &Arc<Shared>, sock: TcpStream) -> Result<(), String> {
         sock: cut,
     });
     shared.peers.list.lock().push(peer.clone());
-    let r = pump(shared, &peer, &mut ch, &conn, &wake_rx, &slot);
+    let r = pump(shared, &peer, &mut ch, &conn, &wake_rx, slot);
     shared.peers.remove(peer.id);
     ch.close();
     slot.mark_ended();

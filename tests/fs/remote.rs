@@ -973,3 +973,37 @@ fn a_node_that_floods_without_reading_is_held_to_its_socket_buffers() {
         }
     }
 }
+
+/// Connections without a ticket cannot keep a run out (notes R50): 300 idle TCP connections to
+/// the listener (a smith's flood found by a hostile-agent review closed every `attach` at accept
+/// once 256 were open) — a run's connection made while they are still open is accepted and
+/// served, and so is another after them; the idle ones beyond `MAX_UNPROVEN` were closed.
+#[test]
+fn connections_without_a_hello_cannot_keep_a_run_out() {
+    let w = World::new();
+    let l = listener(&w);
+    let idle: Vec<std::net::TcpStream> = (0..300)
+        .map(|_| std::net::TcpStream::connect(l.addr()).expect("connect"))
+        .collect();
+    let mut n = Node::new(&l.ticket("run-1", w.child).unwrap());
+    assert!(
+        n.lookup(1, "smiths").is_ok(),
+        "the run's connection is served"
+    );
+    let mut again = Node::new(&l.ticket("run-2", w.child).unwrap());
+    assert!(again.lookup(1, "smiths").is_ok());
+    // The oldest idle ones were closed to make room: a read on them ends (EOF or reset).
+    let mut first = &idle[0];
+    first
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut b = [0u8; 1];
+    let r = std::io::Read::read(&mut first, &mut b);
+    assert!(
+        matches!(r, Ok(0))
+            || r.as_ref()
+                .is_err_and(|e| e.kind() != std::io::ErrorKind::WouldBlock
+                    && e.kind() != std::io::ErrorKind::TimedOut),
+        "the oldest idle connection is still open: {r:?}"
+    );
+}
