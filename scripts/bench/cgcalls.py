@@ -4,8 +4,9 @@
 Usage: cgcalls.py CALLGRIND.OUT [REGEX]
 
 Sums, over all callers, the calls made to and the inclusive instructions spent in every function
-whose name matches REGEX (default: the operations of smithfs's `fuser::Filesystem` impl, fuser's
-request dispatch, and libfuse's lowlevel op handlers `lo_*`), and prints calls, inclusive
+whose name matches REGEX (default: smithfs's one dispatcher, `fuse::dispatch::Dispatcher::dispatch`,
+called once per request since fuser's adapter went (notes U14), and libfuse's lowlevel op
+handlers `lo_*`), and prints calls, inclusive
 instructions and instructions per call, biggest first.
 """
 
@@ -13,7 +14,7 @@ import re
 import sys
 from collections import defaultdict
 
-DEFAULT = r"as fuser::Filesystem>::|fuser::request::Request::dispatch|^lo_[a-z_]+$|^fuse_session_process_buf_int$"
+DEFAULT = r"smithfs::fuse::dispatch::Dispatcher::dispatch|^lo_[a-z_]+$|^fuse_session_process_buf_int$"
 
 
 def main() -> int:

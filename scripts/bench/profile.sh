@@ -16,7 +16,8 @@
 # callgrind_annotate prints the functions by inclusive and exclusive instruction counts.
 # The number of FUSE requests is counted with strace-free means: the kernel's per-connection
 # counter is not exported, so the script reads the daemon's dispatch calls from callgrind
-# (calls to fuser's request dispatcher or libfuse's fuse_session_process_buf).
+# (calls to smithfs's dispatcher, `fuse::dispatch::Dispatcher::dispatch`, or libfuse's
+# fuse_session_process_buf).
 # Must run as root. Needs the binaries built by scripts/bench.sh (fsops, passthrough_ll).
 set -euo pipefail
 
@@ -149,7 +150,7 @@ callgrind_annotate --inclusive=yes "$f" >"$out/inclusive.txt" 2>/dev/null
 callgrind_annotate "$f" >"$out/exclusive.txt" 2>/dev/null
 total="$(awk '/^summary:|^events:/ {} /PROGRAM TOTALS/ {gsub(",", "", $1); print $1; exit}' "$out/exclusive.txt")"
 # Requests: calls of the per-request dispatcher.
-reqs="$(grep -E "fuser::request::Request::dispatch_req|fuser::request::Request::dispatch|fuse_session_process_buf_int" "$out/inclusive.txt" |
+reqs="$(grep -E "smithfs::fuse::dispatch::Dispatcher::dispatch|fuse_session_process_buf_int" "$out/inclusive.txt" |
     head -1 || true)"
 echo "$me: total instructions: $total"
 echo "$me: dispatcher line (inclusive): ${reqs:-not found}"
