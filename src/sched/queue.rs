@@ -607,17 +607,25 @@ impl Queue {
         Some(outcome)
     }
 
-    /// Cancel `s` and its subtree: every smith of it that is not done (with nothing running or
-    /// pending) becomes cancelled and loses its pending run. Returns the cancelled smiths, each
-    /// with whether it has a live run the executor must stop (its [`Queue::exited`] then
-    /// answers [`Outcome::Cancelled`]).
+    /// Cancel `s` and its subtree: `s` itself, whatever its state, and every smith of the
+    /// subtree that is not done with a quiet subtree (nothing running, pending or waiting in it)
+    /// become cancelled and lose their pending runs — so no smith of it is left done above the
+    /// runs the cancel stops, to be woken by their settling and start them again
+    /// (docs/PROTOCOL-NOTES.md H21). Returns the cancelled smiths, each with whether it has a
+    /// live run the executor must stop (its [`Queue::exited`] then answers
+    /// [`Outcome::Cancelled`]).
     pub fn cancel(&mut self, s: SmithIdx) -> Vec<(SmithIdx, bool)> {
         let mut out = Vec::new();
         for x in self.subtree(s) {
+            let quiet = x != s
+                && self
+                    .subtree(x)
+                    .iter()
+                    .all(|y| !self.slot(*y).is_some_and(Slot::has_pending_work));
             let Some(slot) = self.slot_mut(x) else {
                 continue;
             };
-            if slot.state() == State::Done {
+            if slot.state() == State::Done && quiet {
                 continue;
             }
             slot.base = Base::Cancelled;
@@ -1237,6 +1245,39 @@ mod tests {
         assert_eq!(q.state(A1), State::Done);
         assert_eq!(q.fifo(), vec![]);
         assert_eq!(q.next(), None);
+    }
+
+    /// A done smith above live runs is cancelled with them: their settling must not wake it to
+    /// start them again (notes H21). Named, a done smith is cancelled whatever its subtree.
+    #[test]
+    fn cancel_leaves_no_done_smith_to_be_woken() {
+        let mut q = tree(4);
+        q.set_base(A, Base::Done);
+        q.request(A1, Wake::Task);
+        assert_eq!(start_all(&mut q), vec![(A1, Wake::Task)]);
+        assert_eq!(q.cancel(A), vec![(A, false), (A1, true)]);
+        assert_eq!(
+            q.exited(A1, RunEnd::Cancelled, false, 1),
+            Some(Outcome::Cancelled)
+        );
+        assert_eq!(q.state(A), State::Cancelled);
+        assert_eq!(q.next(), None, "nothing woke A");
+        // From above: the done smith between the named one and the live run is cancelled too.
+        let mut q = tree(4);
+        q.set_base(A, Base::Done);
+        q.set_base(B, Base::Done);
+        q.request(A1, Wake::Task);
+        assert_eq!(start_all(&mut q), vec![(A1, Wake::Task)]);
+        assert_eq!(q.cancel(R), vec![(R, false), (A, false), (A1, true)]);
+        assert_eq!(
+            q.state(B),
+            State::Done,
+            "a done smith with a quiet subtree stays done"
+        );
+        q.exited(A1, RunEnd::Cancelled, false, 1);
+        assert_eq!(q.state(A), State::Cancelled);
+        assert_eq!(q.next(), None);
+        check_invariants(&q);
     }
 
     #[test]

@@ -347,3 +347,98 @@ fn the_roots_completions_do_not_stall_the_scheduler_cgroup() {
 fn the_roots_completions_do_not_stall_the_scheduler_ancestry() {
     root_result_stalls_nothing("ancestry");
 }
+
+const MONOPOLY: &str = r#"
+cd "$SMITH_DIR"
+hang='{"agent": {"command": ["/bin/sh", "-c", "trap \"\" TERM; while :; do sleep 1; done"], "timeout_secs": 315360000, "kill_grace_secs": 315360000}}'
+case "$SMITH_FULL_ID" in
+  smith-root)
+    mkdir children/smith-001 children/smith-002
+    printf '%s' "$hang" > children/smith-002/config.json
+    echo t > children/smith-002/inbox/task-1.md
+    echo t > children/smith-001/inbox/task-1.md ;;
+  smith-root/smith-001)
+    mkdir children/smith-001
+    echo t > children/smith-001/inbox/task-1.md
+    echo done > outbox/result.md ;;
+  smith-root/smith-001/smith-001) exec sleep 1000 ;;
+esac
+"#;
+
+/// A parent cannot give its subtree more than the operator allowed, and a cancel sticks (notes
+/// H21): a child's `config.json` with a ten-year `timeout_secs` and `kill_grace_secs` and an
+/// agent that ignores TERM is still stopped at the mount-wide timeout, then KILLed after the
+/// mount-wide grace; and `cancel smith-root/smith-001` — done, its own child running — leaves it
+/// `cancelled`, so the grandchild's settling does not wake it to start the grandchild again.
+fn no_slot_monopoly(mode: &'static str) {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let config = serde_json::json!({
+        "agent": { "command": ["/bin/sh", "-c", MONOPOLY], "retries": 0, "timeout_secs": 10, "kill_grace_secs": 1 },
+    });
+    let m = TestMount::with_config(&config, mode, Vec::new());
+    std::fs::write(m.path().join("smiths/smith-root/inbox/task-1.md"), "t\n").expect("task");
+    let mid = "smiths/smith-root/children/smith-001";
+    let (log, meta) = ended_run(&m, mid, 1, 60);
+    assert_eq!(meta["exit_code"], 0, "[{mode}] {meta}\n{log}");
+    let grandchild = format!("{mid}/children/smith-001/conversations/run-0001/meta.json");
+    poll_until(60, "the grandchild's run", || {
+        m.path().join(&grandchild).exists()
+    });
+    let cancel = smithfs([
+        std::ffi::OsStr::new("cancel"),
+        m.path().as_os_str(),
+        std::ffi::OsStr::new("smith-root/smith-001"),
+    ]);
+    cancel.expect_ok("cancel smith-root/smith-001");
+    let status = smithfs([
+        std::ffi::OsStr::new("status"),
+        m.path().as_os_str(),
+        std::ffi::OsStr::new("--json"),
+    ])
+    .expect_ok("status");
+    let status: serde_json::Value = serde_json::from_str(&status).expect("status JSON");
+    let state = |full: &str| {
+        status["smiths"]
+            .as_array()
+            .and_then(|a| a.iter().find(|s| s["full_id"] == full))
+            .map(|s| s["state"].as_str().unwrap_or_default().to_owned())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        state("smith-root/smith-001"),
+        "cancelled",
+        "[{mode}] {status}"
+    );
+    assert_eq!(
+        state("smith-root/smith-001/smith-001"),
+        "cancelled",
+        "[{mode}] {status}"
+    );
+    assert!(
+        !m.path()
+            .join(format!("{mid}/conversations/run-0002"))
+            .exists(),
+        "[{mode}] the cancelled smith was woken and ran again"
+    );
+    // The ten-year timeout and grace were the mount-wide 10 s and 1 s.
+    let started = std::time::Instant::now();
+    let (log, meta) = ended_run(&m, "smiths/smith-root/children/smith-002", 1, 60);
+    assert_eq!(meta["timed_out"], true, "[{mode}] {meta}\n{log}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "[{mode}] {meta}"
+    );
+}
+
+#[test]
+fn a_parent_cannot_monopolise_the_slots_cgroup() {
+    no_slot_monopoly("cgroup");
+}
+
+#[test]
+fn a_parent_cannot_monopolise_the_slots_ancestry() {
+    no_slot_monopoly("ancestry");
+}
