@@ -1,8 +1,9 @@
 //! The remote mount's listener (docs/SPEC.md §13) on loopback, without a kernel: the test plays
 //! the node's kernel, sending FUSE frames it encodes itself over a real TLS connection to a
-//! real listener, and attacks it: forged, replayed and expired secrets, a certificate other
-//! than the pinned one, garbage, truncated and undecodable frames, an unknown opcode, node ids
-//! never looked up, another connection's handle.
+//! real listener, and attacks it: forged, replayed and expired secrets (also an ended run's
+//! ticket replayed), a certificate other than the pinned one, garbage, truncated and
+//! undecodable frames (also 60 connections fuzzed with random ones beside a bystander), an
+//! unknown opcode, node ids never looked up, another connection's handle.
 
 use std::io::Write;
 use std::net::TcpStream;
@@ -1006,4 +1007,135 @@ fn connections_without_a_hello_cannot_keep_a_run_out() {
                     && e.kind() != std::io::ErrorKind::TimedOut),
         "the oldest idle connection is still open: {r:?}"
     );
+}
+
+/// A ticket used by a run that has ended, replayed (its hello sent again, word for word), is
+/// refused: the secret was spent by the first connection and revoked with the run; and the
+/// listener goes on serving a live run.
+#[test]
+fn a_used_ticket_replayed_after_its_run_ended_is_refused() {
+    let w = World::new();
+    let l = listener(&w);
+    let used = l.ticket("run-1", w.child).unwrap();
+    let mut n = Node::new(&used);
+    assert!(n.lookup(1, "smiths").is_ok());
+    drop(n);
+    l.keys().revoke("run-1", Duration::ZERO);
+    for _ in 0..3 {
+        assert!(
+            matches!(attach(&used), Err(AttachError::Refused(_))),
+            "a replayed ticket of an ended run was accepted"
+        );
+    }
+    let mut live = Node::new(&l.ticket("run-2", w.child).unwrap());
+    assert!(live.lookup(1, "smiths").is_ok());
+}
+
+/// xorshift64*: the fuzz test's deterministic bytes (its seed printed on failure).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+/// The listener fuzzed after valid hellos (docs/SPEC.md §13: "a malformed frame closes the
+/// connection"): 60 connections each send one of random bytes, a frame with a valid length and
+/// a random opcode, node id and arguments, or a valid frame cut short — then, for the
+/// well-framed ones, a GETATTR. Each connection answers or is closed, never hangs; the
+/// listener stays up; and a bystander connection opened before them, holding a file open,
+/// still writes, reads and releases through its own handle afterwards, its node ids intact.
+#[test]
+fn random_frames_after_a_valid_hello_close_only_their_connection() {
+    let w = World::new();
+    let l = listener(&w);
+    let mut by = Node::new(&l.ticket("run-by", w.child).unwrap());
+    let private = by.walk(&format!("{CHILD_DIR}/private"));
+    let (file, fh) = by.create(private, "bystander").unwrap();
+    assert_eq!(by.write(file, fh, b"before"), 0);
+    let seed = 0x5eed_0000_0000_0028u64;
+    let mut rng = Rng(seed);
+    for i in 0..60u32 {
+        let mut n = Node::new(&l.ticket(&format!("run-f{i}"), w.child).unwrap());
+        assert!(n.lookup(1, "smiths").is_ok());
+        match rng.below(3) {
+            0 => {
+                // Random bytes: their first word is read as a length, then the stream ends.
+                let len = 1 + rng.below(300) as usize;
+                let junk = rng.bytes(len);
+                let _ = n.ch.send(&junk);
+                let _ = n.ch.flush_all(T);
+                n.ch.close();
+            }
+            1 => {
+                // A well-framed request with anything in it, then a GETATTR: the connection
+                // answers that (it lived) or closes (the frame was malformed); it never hangs.
+                let opcode = rng.below(64) as u32;
+                let nodeid = match rng.below(3) {
+                    0 => 1,
+                    1 => file,
+                    _ => rng.next(),
+                };
+                let arg_len = rng.below(120) as usize;
+                let arg = rng.bytes(arg_len);
+                let f = n.frame(opcode, nodeid, &arg, &[]);
+                let probe = n.frame(GETATTR, 1, &[0u8; 16], &[]);
+                let want = n.unique;
+                let sent = n.ch.send(&f).and_then(|()| n.ch.send(&probe));
+                if sent.is_ok() && n.ch.flush_all(T).is_ok() {
+                    loop {
+                        match n.read_frame() {
+                            Ok((_, unique, _)) if unique == want => break,
+                            Ok(_) => {}
+                            Err(e) => {
+                                assert_ne!(
+                                    e.kind(),
+                                    std::io::ErrorKind::TimedOut,
+                                    "seed {seed:#x}, connection {i}: opcode {opcode} hung the connection"
+                                );
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+            _ => {
+                // A valid WRITE frame cut short by the end of the stream.
+                let data = rng.bytes(64);
+                let mut f = n.frame(WRITE, file, &[0u8; 40], &data);
+                let cut = 1 + rng.below(f.len() as u64 - 1) as usize;
+                f.truncate(cut);
+                let _ = n.ch.send(&f);
+                let _ = n.ch.flush_all(T);
+                n.ch.close();
+            }
+        }
+        drop(n);
+    }
+    // The listener serves: a new run, and the bystander with what it held.
+    let mut fresh = Node::new(&l.ticket("run-fresh", w.child).unwrap());
+    assert!(fresh.lookup(1, "smiths").is_ok());
+    drop(fresh);
+    assert_eq!(
+        by.getattr(file),
+        0,
+        "seed {seed:#x}: the bystander's node id"
+    );
+    assert_eq!(by.write(file, fh, b"after"), 0, "seed {seed:#x}");
+    assert_eq!(by.release(file, fh), 0, "seed {seed:#x}");
+    let fh = by.open(file, libc::O_RDONLY).unwrap();
+    assert_eq!(by.read(file, fh).unwrap(), b"aftere", "seed {seed:#x}");
+    eventually("only the bystander is left", || l.peers().len() == 1);
 }
