@@ -65,6 +65,9 @@ pub enum Trigger {
     /// Denials of one identity and second beyond the rate limit (docs/SPEC.md §7); journaled
     /// as `access.denied.suppressed` with `count`.
     DenialsSuppressed(Suppressed),
+    /// Ignored task names of one inbox and second beyond the rate limit (docs/SPEC.md §5,
+    /// notes H22); journaled as one `task.ignored` with `count` (its `smith` the inbox's).
+    IgnoredSuppressed(Suppressed),
     /// `cancel <full-id>` was written to `ctl` by an authorised identity (docs/SPEC.md §6): the
     /// smith and its subtree are cancelled (journaled by the scheduler as `run.cancelled`).
     Cancel {
@@ -90,6 +93,7 @@ impl Trigger {
             Trigger::SmithRemoved { .. } => "smith.removed",
             Trigger::AccessDenied { .. } => "access.denied",
             Trigger::DenialsSuppressed(_) => "access.denied.suppressed",
+            Trigger::IgnoredSuppressed(_) => "task.ignored",
             Trigger::Cancel { .. } => "cancel",
             Trigger::Retry { .. } => "retry",
         }

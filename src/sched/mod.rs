@@ -196,6 +196,8 @@ pub(crate) struct Shared {
     /// The `access.denied` rate limit (docs/SPEC.md §7), applied before the bounded queue,
     /// which a denial storm would otherwise fill.
     denials: Mutex<denials::DenialLimiter>,
+    /// The same rate limit for `task.ignored`, per inbox (notes H22).
+    ignored: Mutex<denials::DenialLimiter>,
     /// Smiths with a live run. Leaf lock; written by the scheduler thread when a run starts or
     /// ends.
     live: Mutex<std::collections::HashSet<SmithIdx>>,
@@ -236,6 +238,7 @@ impl SchedulerPort {
             overflow: AtomicBool::new(false),
             journal,
             denials: Mutex::new(denials::DenialLimiter::default()),
+            ignored: Mutex::new(denials::DenialLimiter::default()),
             live: Mutex::new(Default::default()),
             registry: OnceLock::new(),
             started: AtomicBool::new(false),
@@ -267,6 +270,19 @@ impl SchedulerPort {
                 .admit(*smith, denials::now_second());
             if let Some(done) = done {
                 self.send(Trigger::DenialsSuppressed(done));
+            }
+            if !admit {
+                return;
+            }
+        }
+        if let Trigger::TaskIgnored { smith, .. } = &t {
+            let (admit, done) = self
+                .shared
+                .ignored
+                .lock()
+                .admit(Some(*smith), denials::now_second());
+            if let Some(done) = done {
+                self.send(Trigger::IgnoredSuppressed(done));
             }
             if !admit {
                 return;

@@ -442,3 +442,92 @@ fn a_parent_cannot_monopolise_the_slots_cgroup() {
 fn a_parent_cannot_monopolise_the_slots_ancestry() {
     no_slot_monopoly("ancestry");
 }
+
+const FLOOD: &str = r#"
+cd "$SMITH_DIR"
+case "$SMITH_FULL_ID" in
+  smith-root)
+    touch inbox/evidence 2>/dev/null
+    mkdir children/smith-001
+    perl -e 'for my $i (1..2000) { my $f = "children/smith-001/inbox/task-x$i \$.md"; open(my $h, ">", $f) or die "$f: $!"; close $h; unlink $f }
+             for (1..300) { open(my $h, ">", "children/smith-001/inbox/task-1.md") or die $!; print $h "t\n"; close $h }' || exit 7
+    echo done > outbox/result.md ;;
+  *) echo done > outbox/result.md ;;
+esac
+"#;
+
+/// Inbox names cannot flood the journal or the daemon's memory (notes H22): a parent creates
+/// and removes 2 000 distinct malformed task names in its child's inbox, then rewrites one
+/// valid task 300 times while the child's run is queued. `task.ignored` is journaled at most 20
+/// a second per inbox in full, the rest as one line a second with `count` (every name counted);
+/// the rewrites are one or two `task.assigned` (was 300); the parent's earlier `access.denied` is still in the
+/// journal.
+fn no_ignored_flood(mode: &'static str) {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let config = serde_json::json!({
+        "agent": { "command": ["/bin/sh", "-c", FLOOD], "retries": 0 },
+        "scheduler": { "max_concurrent": 1 },
+    });
+    let m = TestMount::with_config(&config, mode, Vec::new());
+    std::fs::write(m.path().join("smiths/smith-root/inbox/task-1.md"), "t\n").expect("task");
+    let (log, meta) = ended_run(&m, "smiths/smith-root", 1, 120);
+    assert_eq!(meta["exit_code"], 0, "[{mode}] {meta}\n{log}");
+    let child = "smiths/smith-root/children/smith-001";
+    let (log, meta) = ended_run(&m, child, 1, 60);
+    assert_eq!(meta["exit_code"], 0, "[{mode}] {meta}\n{log}");
+    let events = || -> Vec<serde_json::Value> {
+        let text =
+            std::fs::read_to_string(m.path().join(".smithfs/events.jsonl")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    let evs = poll_until(30, "every ignored name counted", || {
+        let evs = events();
+        let counted: u64 = evs
+            .iter()
+            .filter(|e| e["event"] == "task.ignored")
+            .map(|e| e["count"].as_u64().unwrap_or(1))
+            .sum();
+        (counted >= 2000).then_some(evs)
+    });
+    let ignored: Vec<_> = evs
+        .iter()
+        .filter(|e| e["event"] == "task.ignored")
+        .collect();
+    let full = ignored.iter().filter(|e| e["count"].is_null()).count();
+    assert!(
+        ignored.len() < 300 && full < 250,
+        "[{mode}] {} task.ignored lines ({full} in full) for 2 000 names",
+        ignored.len()
+    );
+    let assigned: Vec<_> = evs
+        .iter()
+        .filter(|e| e["event"] == "task.assigned" && e["smith"] == "smith-root/smith-001")
+        .collect();
+    // One for the run the rewrites merge into; a second when the child's run started before
+    // the last rewrites' completions were handled (a rewrite after a run start is new work).
+    assert!(
+        (1..=2).contains(&assigned.len()),
+        "[{mode}] {} task.assigned for 300 rewrites: {assigned:#?}",
+        assigned.len()
+    );
+    assert!(
+        evs.iter()
+            .any(|e| e["event"] == "access.denied" && e["smith"] == "smith-root"),
+        "[{mode}] the parent's access.denied is gone"
+    );
+}
+
+#[test]
+fn inbox_names_do_not_flood_the_journal_cgroup() {
+    no_ignored_flood("cgroup");
+}
+
+#[test]
+fn inbox_names_do_not_flood_the_journal_ancestry() {
+    no_ignored_flood("ancestry");
+}

@@ -64,6 +64,9 @@ struct Rec {
     /// The task file (name, modification time) the rescan last journaled as `task.assigned`,
     /// until its trigger arrives: the rescan and the trigger of one write are one assignment.
     announced: Option<(String, SystemTime)>,
+    /// The task file last journaled as `task.assigned` with a run scheduled: while that run is
+    /// pending, a rewrite of the same file is not journaled again (notes H22).
+    pending_task: Option<String>,
 }
 
 /// A live run.

@@ -80,6 +80,7 @@ impl Exec {
                     has_result,
                     next_run: h.runs + 1,
                     announced: None,
+                    pending_task: None,
                 },
             );
         }

@@ -78,7 +78,7 @@ impl Exec {
                 }
             }
         }
-        if self.env.shared.denials.lock().pending() {
+        if self.env.shared.denials.lock().pending() || self.env.shared.ignored.lock().pending() {
             // A suppressed count is journaled soon after its second ends.
             consider(now + Duration::from_millis(250));
         }
@@ -91,6 +91,10 @@ impl Exec {
         let done = (self.env.shared.denials.lock()).flush(crate::sched::denials::now_second());
         for d in done {
             self.record_suppressed(d);
+        }
+        let done = (self.env.shared.ignored.lock()).flush(crate::sched::denials::now_second());
+        for d in done {
+            self.record_ignored_suppressed(d);
         }
         let now = Instant::now();
         let smiths: Vec<SmithIdx> = self.st.live.keys().copied().collect();

@@ -14,6 +14,9 @@ use crate::sched::{denials, store_facts, Trigger};
 use crate::tree::model::SmithIdx;
 use crate::tree::registry::SmithInfo;
 
+/// How many ignored inbox paths the scheduler remembers as journaled (notes H22).
+const MAX_IGNORED_REMEMBERED: usize = 4096;
+
 impl Exec {
     /// Make sure `s` (and its ancestors) are in the model, from the registry.
     pub(super) fn ensure_known(&mut self, s: SmithIdx) -> Option<SmithInfo> {
@@ -52,6 +55,15 @@ impl Exec {
                     (Some(_), None) => true,
                     (None, _) => false,
                 };
+                // A rewrite of the task that already made the pending run says nothing new
+                // (notes H22): one valid task rewritten in a loop is not a line per write.
+                let pending = self.st.queue.is_pending(smith);
+                if schedule && pending && rec.pending_task.as_deref() == Some(file.as_str()) {
+                    return;
+                }
+                if schedule {
+                    rec.pending_task = Some(file.clone());
+                }
                 let mut ev = self.ev("task.assigned", smith);
                 ev.path = Some(format!("{rel}/inbox/{file}"));
                 ev.scheduled = Some(schedule);
@@ -124,6 +136,7 @@ impl Exec {
                 self.record(ev);
             }
             Trigger::DenialsSuppressed(d) => self.record_suppressed(d),
+            Trigger::IgnoredSuppressed(d) => self.record_ignored_suppressed(d),
             Trigger::TaskIgnored {
                 smith,
                 file,
@@ -133,7 +146,12 @@ impl Exec {
                     return;
                 };
                 let path = format!("{}/inbox/{file}", info.rel_dir());
-                // Once per name (docs/SPEC.md §5): rewriting it says nothing new.
+                // Once per name (docs/SPEC.md §5): rewriting it says nothing new. The names
+                // remembered are bounded (notes H22): past the bound they are forgotten, and a
+                // name may be journaled again (within the rate limit).
+                if self.st.ignored.len() >= MAX_IGNORED_REMEMBERED {
+                    self.st.ignored.clear();
+                }
                 if !self.st.ignored.insert(path.clone()) {
                     return;
                 }
@@ -149,6 +167,18 @@ impl Exec {
                 }
             }
         }
+    }
+
+    /// Journal one `task.ignored` line for the names of one inbox beyond the rate limit in one
+    /// second: `count`, no `path` (docs/SPEC.md §5, notes H22).
+    pub(super) fn record_ignored_suppressed(&self, d: denials::Suppressed) {
+        let mut ev = Event::new("task.ignored", d.smith.and_then(|s| self.full_id(s)));
+        ev.count = Some(d.count);
+        ev.reason = Some(format!(
+            "more names ignored that second than the {} journaled",
+            denials::FULL_PER_SECOND
+        ));
+        self.record(ev);
     }
 
     /// Journal one `access.denied.suppressed` line (docs/SPEC.md §7).
