@@ -484,9 +484,12 @@ measure_latency() {
     fi
 }
 
+# safe.directory: the operator's column runs git in smith-root's private/, which the sandbox's
+# user owns (git's ownership check would refuse it); a command-scope setting, as git requires.
 git_env=(env GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_AUTHOR_NAME=bench
     GIT_AUTHOR_EMAIL=bench@example.invalid GIT_COMMITTER_NAME=bench
-    GIT_COMMITTER_EMAIL=bench@example.invalid)
+    GIT_COMMITTER_EMAIL=bench@example.invalid
+    GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0='*')
 
 run_group() { # group fs rep
     local g=$1 fs=$2 r=$3 w="${work[$2]}"
@@ -548,7 +551,7 @@ run_group() { # group fs rep
         git)
             git --version >/dev/null
             mkdir -p "$w/git-$r"
-            git -C "$w/git-$r" init -q
+            "${git_env[@]}" git -C "$w/git-$r" init -q
             "$fsops" tree "$w/git-$r/src" "$git_files" 100 2048 >/dev/null
             # shellcheck disable=SC2016
             commit=(sh -c 'git -C "$1" add -A && git -C "$1" commit -q -m bench' sh "$w/git-$r")
@@ -560,7 +563,7 @@ run_group() { # group fs rep
             if selected gitst; then
                 # Hot: one untimed status first, then the timed ones find every cache warm; ten
                 # of them, as one status takes only ~10 ms.
-                as_fs "$fs" git -C "$w/git-$r" status --porcelain >/dev/null
+                as_fs "$fs" "${git_env[@]}" git -C "$w/git-$r" status --porcelain >/dev/null
                 # shellcheck disable=SC2016
                 measure gitst "$fs" "$r" "$fsops" time "${git_env[@]}" sh -c \
                     'for i in 1 2 3 4 5 6 7 8 9 10; do git -C "$1" status --porcelain; done' sh "$w/git-$r"
