@@ -108,6 +108,7 @@ pub fn run(mut args: MountArgs) -> Result<ExitCode> {
     let dir = util::absolute(&args.dir)?;
     preflight(&dir, args.force)?;
     warn_about_users(&dir);
+    warn_about_ancestors(&dir);
     if args.foreground {
         crate::daemon::init_logging(args.log_level.as_deref(), None);
         crate::daemon::serve(&dir, &args.daemon_options(), None)?;
@@ -177,6 +178,36 @@ fn preflight(dir: &Path, force: bool) -> Result<()> {
         Err(e) => bail!("/dev/fuse: {e}"),
     }
     Ok(())
+}
+
+/// Warn when a tree with workspaces lies below a directory other users cannot search (a 0700
+/// `/root`, a 0750 home, a `mktemp -d`): with the sandbox, the scaffold's git runs as the
+/// smiths' uids on the store, and git's ownership check walks the repository's path from `/`,
+/// so every child's workspace would fail with EIO (docs/PROTOCOL-NOTES.md W19).
+fn warn_about_ancestors(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || !dir.join(crate::workspace::PROJECT_GIT).exists() {
+        return;
+    }
+    let sandboxed = std::fs::read(dir.join("config.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .map_or(true, |c| c["sandbox"]["enabled"].as_bool() != Some(false));
+    if !sandboxed {
+        return;
+    }
+    if let Some((a, mode)) = dir.ancestors().skip(1).find_map(|a| {
+        let mode = std::fs::metadata(a).ok()?.permissions().mode() & 0o7777;
+        (mode & 0o001 == 0).then(|| (a.to_path_buf(), mode))
+    }) {
+        eprintln!(
+            "smithfs: warning: {} (mode {mode:04o}) is not searchable by other users: the smiths' git cannot reach {}'s repository there, and every child's workspace will fail (EIO); `chmod o+x {}` or keep the tree elsewhere",
+            a.display(),
+            dir.display(),
+            a.display()
+        );
+    }
 }
 
 /// Warn about processes whose working directory or open files are inside `dir`: after the

@@ -1191,3 +1191,37 @@ fn a_fifo_in_the_parents_repository_does_not_freeze_its_children() {
         .abs("smiths/smith-root/children/smith-002/workspace/.git")
         .exists());
 }
+
+/// A tree with workspaces below a directory other users cannot search gets a warning at mount
+/// naming the directory (notes W19: every child's workspace would fail with EIO); below a
+/// searchable one, none.
+#[test]
+fn mount_warns_of_an_unsearchable_ancestor() {
+    if !common::is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    make_repo(&repo);
+    for (mode, warned) in [(0o700, true), (0o755, false)] {
+        let parent = tmp.path().join(format!("p{mode:o}"));
+        std::fs::create_dir(&parent).unwrap();
+        let d = parent.join("tree");
+        let r = smithfs([
+            OsStr::new("init"),
+            d.as_os_str(),
+            OsStr::new("--repo"),
+            repo.as_os_str(),
+        ]);
+        assert!(r.ok(), "{}", r.stderr);
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(mode)).unwrap();
+        let r = smithfs([OsStr::new("mount"), d.as_os_str()]);
+        let _ = smithfs([OsStr::new("umount"), d.as_os_str()]);
+        assert!(r.ok(), "{}", r.stderr);
+        let line = format!("{} (mode {mode:04o}) is not searchable", parent.display());
+        assert_eq!(r.stderr.contains(&line), warned, "{mode:o}: {}", r.stderr);
+    }
+}
