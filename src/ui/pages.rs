@@ -291,9 +291,20 @@ fn tree_fragment(app: &App, doc: &StatusDoc) -> String {
 
 // ---- a smith ---------------------------------------------------------------------------------
 
-/// A file's first [`FILE_SHOWN`] bytes as safe text, or `None` when it cannot be read.
+/// A file's first [`FILE_SHOWN`] bytes as safe text, or `None` when it cannot be read. Only a
+/// regular file is read, and never through a symlink: the files are a smith's to make, and a
+/// FIFO would park the worker thread in its open, a symlink point the operator's read anywhere
+/// (`O_NONBLOCK | O_NOFOLLOW`, then `fstat`; notes H23).
 fn file_text(path: &Path) -> Option<String> {
-    let f = std::fs::File::open(path).ok()?;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(path)
+        .ok()?;
+    if !f.metadata().ok()?.file_type().is_file() {
+        return None;
+    }
     let mut buf = Vec::new();
     f.take(FILE_SHOWN).read_to_end(&mut buf).ok()?;
     let mut s = log_text(&buf);

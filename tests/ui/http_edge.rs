@@ -187,3 +187,34 @@ fn a_taken_port_is_one_clear_line() {
     assert!(r.stdout.is_empty(), "no URL printed: {}", r.stdout);
     drop(l);
 }
+
+/// A smith's page reads only regular files of the smith's (notes H23): an `outbox/result.md`
+/// that is a FIFO parked a worker thread per view in its open (eight views and the ui answered
+/// nothing), one that is a symlink was followed as the operator. Now the page answers at once
+/// with no result, every time, and never shows the symlink's target.
+#[test]
+fn a_fifo_or_symlink_result_neither_hangs_nor_leaks() {
+    let m = TestMount::new();
+    let result = "smiths/smith-root/outbox/result.md";
+    crate::common::run_as(m.path(), "smith-root", &["mkfifo", result]).expect_ok("mkfifo");
+    let ui = UiServer::start(m.path(), &[]);
+    let cookie = format!("smithfs_ui={}", ui.token);
+    for i in 0..12 {
+        let (s, _, body) = get(&ui, "/smith?id=smith-root", &[("Cookie", &cookie)]);
+        assert_eq!(s, 200, "view {i}");
+        assert!(body.contains("no result yet"), "view {i}");
+    }
+    assert_eq!(get(&ui, "/", &[("Cookie", &cookie)]).0, 200);
+    let secret = m.scratch().join("secret.txt");
+    std::fs::write(&secret, "the operator's secret\n").expect("secret");
+    crate::common::run_as(m.path(), "smith-root", &["rm", result]).expect_ok("rm");
+    crate::common::run_as(
+        m.path(),
+        "smith-root",
+        &["ln", "-s", &secret.to_string_lossy(), result],
+    )
+    .expect_ok("ln -s");
+    let (s, _, body) = get(&ui, "/smith?id=smith-root", &[("Cookie", &cookie)]);
+    assert_eq!(s, 200);
+    assert!(!body.contains("the operator's secret"), "{body}");
+}
