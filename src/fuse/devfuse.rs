@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use super::dispatch::{Dispatcher, Reply};
-use super::wire::{self, opcode, Out, Request};
-use crate::fs::{FsError, NodeId};
+use super::wire::{self, opcode, Out};
+use crate::fs::NodeId;
 
 /// `FUSE_DEV_IOC_CLONE` = `_IOR(229, 0, uint32_t)` (`include/uapi/linux/fuse.h`).
 const FUSE_DEV_IOC_CLONE: libc::c_ulong = (2 << 30) | (4 << 16) | (229 << 8);
@@ -264,25 +264,11 @@ fn serve_one(
                 }
                 return true;
             }
-            let reply = match Request::decode(h.opcode, arg, payload) {
-                Ok(req) => {
-                    if uring && matches!(req, Request::Forget { .. }) {
-                        // Deferrable work, which follows the queue threads' policy (U8).
-                        super::uring::follow_headroom();
-                    }
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        disp.dispatch(&h, req)
-                    }))
-                    .unwrap_or_else(|_| {
-                        tracing::error!(opcode = h.opcode, "request handler panicked");
-                        Reply::Error(FsError::ReplyFailed.raw())
-                    })
-                }
-                Err(err) => {
-                    tracing::warn!(opcode = h.opcode, "undecodable FUSE request: {err}");
-                    Reply::Error(FsError::BadRequest.raw())
-                }
-            };
+            if uring && h.opcode == opcode::FORGET {
+                // Deferrable work, which follows the queue threads' policy (U8).
+                super::uring::follow_headroom();
+            }
+            let reply = disp.serve_framed(&h, arg, payload);
             (h, reply)
         }
         Err(err) => {

@@ -340,6 +340,25 @@ impl Dispatcher {
         reply
     }
 
+    /// Serve one request as the kernel framed it (`h`, the operation's fixed argument `arg`,
+    /// its `payload`): decoded, dispatched, a panic of its handler caught and answered EIO, an
+    /// undecodable one answered EINVAL (logged) — what every framing of the local mount does.
+    pub fn serve_framed(&self, h: &InHeader, arg: &[u8], payload: &[u8]) -> Reply {
+        match Request::decode(h.opcode, arg, payload) {
+            Ok(req) => {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.dispatch(h, req)))
+                    .unwrap_or_else(|_| {
+                        tracing::error!(opcode = h.opcode, "request handler panicked");
+                        Reply::Error(FsError::ReplyFailed.raw())
+                    })
+            }
+            Err(err) => {
+                tracing::warn!(opcode = h.opcode, "undecodable FUSE request: {err}");
+                Reply::Error(FsError::BadRequest.raw())
+            }
+        }
+    }
+
     /// Serve one request from `h` with body `req`.
     fn serve(&self, h: &InHeader, req: Request<'_>) -> Reply {
         let c = self.vouched.unwrap_or(Caller {

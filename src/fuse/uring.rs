@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use io_uring::{opcode, squeue, types, IoUring};
 
 use super::dispatch::{Dispatcher, Reply};
-use super::wire::{self, InHeader, Out, Request};
+use super::wire::{self, InHeader, Out};
 use crate::fs::FsError;
 
 /// Ring entries per queue. Requests on one queue are served in order by its thread; a second
@@ -530,19 +530,7 @@ fn serve_entry(disp: &Dispatcher, e: &mut Entry) -> u64 {
             let arg_end = OP_IN + wire::arg_len(h.opcode).min(ENT_IN_OUT - OP_IN);
             let arg = &hdr[OP_IN..arg_end];
             let body = &e.payload[..payload_sz.min(e.payload.len())];
-            let reply = match Request::decode(h.opcode, arg, body) {
-                Ok(req) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    disp.dispatch(&h, req)
-                }))
-                .unwrap_or_else(|_| {
-                    tracing::error!(opcode = h.opcode, "request handler panicked");
-                    Reply::Error(FsError::ReplyFailed.raw())
-                }),
-                Err(err) => {
-                    tracing::warn!(opcode = h.opcode, "undecodable FUSE request: {err}");
-                    Reply::Error(FsError::BadRequest.raw())
-                }
-            };
+            let reply = disp.serve_framed(&h, arg, body);
             (h.unique, reply)
         }
         Err(_) => (commit_id, Reply::Error(FsError::BadRequest.raw())),
