@@ -1,7 +1,7 @@
 //! The `/dev/fuse` framing: worker threads that each read one request at a time from their own
 //! clone of the connection's descriptor (`FUSE_DEV_IOC_CLONE`, so the kernel hands requests to
 //! the threads in parallel, as libfuse's `clone_fd`), decode it with the codec
-//! ([`wire::split_dev_fuse`], [`Request::decode`]), serve it with the one [`Dispatcher`] every
+//! ([`wire::split_dev_fuse`], [`Dispatcher::serve_framed`]), serve it with the one [`Dispatcher`] every
 //! framing shares, and write the reply (`fuse_out_header` and the body) back. With FUSE over
 //! io_uring they still serve what the kernel sends on `/dev/fuse` (FORGET, BATCH_FORGET,
 //! INTERRUPT). Also here: the device's ioctls (clone, passthrough backing registrations) and

@@ -274,7 +274,7 @@ impl MountedSession {
         Unmounter(self.dir.clone())
     }
 
-    /// Serve requests on `/dev/fuse` ([`worker_threads`] threads) until the filesystem is
+    /// Serve requests on `/dev/fuse` (`worker_threads()` threads) until the filesystem is
     /// unmounted.
     ///
     /// # Errors
