@@ -178,12 +178,66 @@ pub(crate) fn as_smith(l: &Located, script: &str, args: &[&str]) -> Result<Vec<u
         .arg("sh")
         .args(args)
         .current_dir(&l.ws)
-        .stdin(Stdio::null());
-    let out = cmd.output().map_err(|e| format!("cannot run git: {e}"))?;
-    if !out.status.success() {
-        return Err(error_line(&out.stderr));
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let mut child = cmd.spawn().map_err(|e| format!("cannot run git: {e}"))?;
+    let drain = |r: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out = drain(child.stdout.take().map(|o| Box::new(o) as _));
+    let err = drain(child.stderr.take().map(|e| Box::new(e) as _));
+    // The smith's files may hang git (a FIFO where git reads a file): past the deadline its
+    // whole process group is killed and the command fails (notes H23).
+    let deadline = smith_git_deadline();
+    let end = std::time::Instant::now() + deadline;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break st,
+            Ok(None) if std::time::Instant::now() < end => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Ok(None) | Err(_) => {
+                if let Ok(pgid) = i32::try_from(child.id()) {
+                    // SAFETY: kill(2) on the process group this function made (process_group(0)).
+                    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "git, run as {}, did not finish within {} s and was stopped: a file in its workspace may be a FIFO or hang (look at {}/.git)",
+                    l.full_id,
+                    deadline.as_secs(),
+                    l.ws.display()
+                ));
+            }
+        }
+    };
+    let stdout = out.join().unwrap_or_default();
+    let stderr = err.join().unwrap_or_default();
+    if !status.success() {
+        return Err(error_line(&stderr));
     }
-    Ok(out.stdout)
+    Ok(stdout)
+}
+
+/// How long the smith-side git of `diff` and `accept` may take: 60 s, or
+/// `SMITHFS_SMITH_GIT_DEADLINE` seconds (1–3600; a test knob, notes H23).
+fn smith_git_deadline() -> std::time::Duration {
+    std::time::Duration::from_secs(
+        std::env::var("SMITHFS_SMITH_GIT_DEADLINE")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .filter(|s| (1..=3600).contains(s))
+            .unwrap_or(60),
+    )
 }
 
 /// Git's error in `stderr`: the first `fatal:`/`error:` line, else the last line, else `failed`.

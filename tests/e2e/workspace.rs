@@ -8,6 +8,7 @@
 use crate::common;
 
 use std::ffi::{OsStr, OsString};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -1224,4 +1225,56 @@ fn mount_warns_of_an_unsearchable_ancestor() {
         let line = format!("{} (mode {mode:04o}) is not searchable", parent.display());
         assert_eq!(r.stderr.contains(&line), warned, "{mode:o}: {}", r.stderr);
     }
+}
+
+/// `diff` and `accept` run git as the smith on the smith's files, and a smith can make one of
+/// them a FIFO (notes H23): `workspace/.git/info/exclude` as a FIFO held both for ever. Now the
+/// smith-side git has a deadline (here `SMITHFS_SMITH_GIT_DEADLINE=3`): both fail in time,
+/// saying so.
+fn smith_fifo_git(mode: Mode) {
+    let w = Ws::new(mode);
+    w.as_smith_ok(
+        "smith-root",
+        "smiths/smith-root/workspace/.git/info",
+        "rm -f exclude && mkfifo exclude",
+    );
+    let dir = w.m.path().as_os_str().to_owned();
+    for sub in ["diff", "accept"] {
+        let started = std::time::Instant::now();
+        let r = run(Command::new(SMITHFS)
+            .env("SMITHFS_SMITH_GIT_DEADLINE", "3")
+            .arg(sub)
+            .arg(&dir)
+            .arg("smith-root"));
+        let took = started.elapsed();
+        assert!(!r.ok(), "[{mode:?}] {sub} succeeded: {}", r.stdout);
+        assert!(
+            r.stderr.contains("did not finish within 3 s"),
+            "[{mode:?}] {sub}: {}",
+            r.stderr
+        );
+        assert!(
+            took < Duration::from_secs(30),
+            "[{mode:?}] {sub} took {took:?}"
+        );
+    }
+    // Release any reader still blocked in the FIFO's open, then remove it.
+    let fifo = w.abs("smiths/smith-root/workspace/.git/info/exclude");
+    for _ in 0..3 {
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo);
+    }
+    let _ = std::fs::remove_file(&fifo);
+}
+
+#[test]
+fn a_fifo_in_the_smiths_git_fails_diff_and_accept_in_time_cgroup() {
+    smith_fifo_git(Mode::Cgroup);
+}
+
+#[test]
+fn a_fifo_in_the_smiths_git_fails_diff_and_accept_in_time_ancestry() {
+    smith_fifo_git(Mode::Ancestry);
 }
