@@ -530,8 +530,10 @@ run_group() { # group fs rep
             if selected rmcold; then
                 # Cold: the tree written out and every cache dropped, so rm's LOOKUPs and
                 # READDIRs reach the filesystem (the kernel knows none of the tree's inodes).
-                mkdir -p "$w/treec-$r"
-                tar -xf "$tarball" -C "$w/treec-$r"
+                # Made as whoever then removes it (the smith on the smith column): rm needs
+                # the write right in each directory it empties.
+                as_fs "$fs" mkdir -p "$w/treec-$r"
+                as_fs "$fs" tar -xf "$tarball" -C "$w/treec-$r"
                 settle "$(command -v rm)"
                 measure rmcold "$fs" "$r" "$fsops" time rm -rf "$w/treec-$r"
             fi
