@@ -51,6 +51,12 @@ impl Cluster {
         self.dir.path().join("slurm.conf")
     }
 
+    /// [`Cluster::conf`] as the `&'static str` a mount's environment takes (`SLURM_CONF`); leaked,
+    /// once per test.
+    pub fn conf_env(&self) -> &'static str {
+        Box::leak(self.conf().to_string_lossy().into_owned().into_boxed_str())
+    }
+
     /// Runs a Slurm client command (`sbatch`, `squeue`, `scontrol`, `scancel`, `sinfo`) against
     /// this cluster.
     pub fn client(&self, program: &str, args: &[&str]) -> Output {

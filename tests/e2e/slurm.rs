@@ -171,13 +171,7 @@ fn on_cluster_env(
     extra: Vec<&'static str>,
     more_env: Vec<(&'static str, &'static str)>,
 ) -> Sm {
-    let conf: &'static str = Box::leak(
-        cluster
-            .conf()
-            .to_string_lossy()
-            .into_owned()
-            .into_boxed_str(),
-    );
+    let conf = cluster.conf_env();
     let mut cfg = json!({"launcher": {"kind": "slurm", "listen": "127.0.0.1:0"}});
     merge(&mut cfg, &patch);
     let s = Sm::with(
@@ -485,13 +479,7 @@ fn a_job_state_smithfs_does_not_know_ends_the_run_lost_and_cancels_the_job() {
 #[test]
 fn a_childs_loader_variables_reach_only_its_agent_through_a_slurm_job() {
     let Some(cluster) = cluster() else { return };
-    let conf: &'static str = Box::leak(
-        cluster
-            .conf()
-            .to_string_lossy()
-            .into_owned()
-            .into_boxed_str(),
-    );
+    let conf = cluster.conf_env();
     crate::sandbox_env::loader_variables_of_a_child_with(
         "cgroup",
         json!({"kind": "slurm", "listen": "127.0.0.1:0"}),
@@ -605,13 +593,7 @@ fn a_jobs_attach_killed_mid_write_publishes_nothing_and_its_retry_publishes() {
 /// the job's remote mount. Both identity modes.
 fn a_slurm_jobs_sandboxed_agent_escapes_nothing(mode: &'static str) {
     let Some(cluster) = cluster() else { return };
-    let conf: &'static str = Box::leak(
-        cluster
-            .conf()
-            .to_string_lossy()
-            .into_owned()
-            .into_boxed_str(),
-    );
+    let conf = cluster.conf_env();
     crate::remote_runs::sandboxed_remote_runs_let_nothing_escape(
         mode,
         json!({"kind": "slurm", "listen": "127.0.0.1:0"}),
