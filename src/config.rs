@@ -787,9 +787,9 @@ impl SmithConfig {
 
     /// The effective agent config of this smith: each key of `agent` present here replaces the
     /// mount-wide one; `env` is merged variable by variable, this file's values winning (docs/SPEC.md §8).
-    /// `timeout_secs`, `kill_grace_secs` and `retries` may only lower the mount-wide value: a
-    /// parent cannot give a subtree runs that hold the mount's slots, or outlive a cancel or an
-    /// unmount, longer than the operator allowed (docs/PROTOCOL-NOTES.md H21).
+    /// `kill_grace_secs` may only lower the mount-wide value: a parent cannot give a subtree runs
+    /// that outlive a cancel or an unmount longer than the operator allowed
+    /// (docs/PROTOCOL-NOTES.md H21).
     pub fn merged(&self, base: &AgentConfig) -> AgentConfig {
         let o = &self.agent;
         let mut env = base.env.clone();
@@ -800,10 +800,8 @@ impl SmithConfig {
             command: o.command.clone().or_else(|| base.command.clone()),
             env,
             secrets_file: base.secrets_file.clone(),
-            timeout_secs: o
-                .timeout_secs
-                .map_or(base.timeout_secs, |t| t.min(base.timeout_secs)),
-            retries: o.retries.map_or(base.retries, |r| r.min(base.retries)),
+            timeout_secs: o.timeout_secs.unwrap_or(base.timeout_secs),
+            retries: o.retries.unwrap_or(base.retries),
             kill_grace_secs: o
                 .kill_grace_secs
                 .map_or(base.kill_grace_secs, |g| g.min(base.kill_grace_secs)),
@@ -1575,13 +1573,17 @@ mod tests {
         .merged(&AgentConfig::default());
         assert_eq!(m.command, Some(vec!["x".to_owned()]));
         assert_eq!((m.timeout_secs, m.kill_grace_secs), (9, 0));
-        // Only lower: a larger value is the mount-wide one (notes H21).
+        // Key by key (§8), but the grace only lowers: a larger one is the mount-wide one (notes
+        // H21).
         let m = SmithConfig::parse(
             r#"{"agent": {"timeout_secs": 315360000, "kill_grace_secs": 315360000, "retries": 9}}"#,
         )
         .unwrap()
         .merged(&base);
-        assert_eq!((m.timeout_secs, m.kill_grace_secs, m.retries), (100, 7, 2));
+        assert_eq!(
+            (m.timeout_secs, m.kill_grace_secs, m.retries),
+            (315360000, 7, 9)
+        );
     }
 
     /// `as_str`, serde (config.json) and clap (`--operator`, `--identity`, `-o`) spell each mode
