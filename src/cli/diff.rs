@@ -180,52 +180,24 @@ pub(crate) fn as_smith(l: &Located, script: &str, args: &[&str]) -> Result<Vec<u
         .current_dir(&l.ws)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let mut child = cmd.spawn().map_err(|e| format!("cannot run git: {e}"))?;
-    let drain = |r: Option<Box<dyn std::io::Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut r) = r {
-                let _ = r.read_to_end(&mut buf);
-            }
-            buf
-        })
-    };
-    let out = drain(child.stdout.take().map(|o| Box::new(o) as _));
-    let err = drain(child.stderr.take().map(|e| Box::new(e) as _));
+        .stderr(Stdio::piped());
     // The smith's files may hang git (a FIFO where git reads a file): past the deadline its
     // whole process group is killed and the command fails (notes H23).
     let deadline = smith_git_deadline();
-    let end = std::time::Instant::now() + deadline;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(st)) => break st,
-            Ok(None) if std::time::Instant::now() < end => {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            Ok(None) | Err(_) => {
-                if let Ok(pgid) = i32::try_from(child.id()) {
-                    // SAFETY: kill(2) on the process group this function made (process_group(0)).
-                    unsafe { libc::kill(-pgid, libc::SIGKILL) };
-                }
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "git, run as {}, did not finish within {} s and was stopped: a file in its workspace may be a FIFO or hang (look at {}/.git)",
-                    l.full_id,
-                    deadline.as_secs(),
-                    l.ws.display()
-                ));
-            }
-        }
+    let out = crate::process::output_within(&mut cmd, Some(deadline))
+        .map_err(|e| format!("cannot run git: {e}"))?;
+    let Some(out) = out else {
+        return Err(format!(
+            "git, run as {}, did not finish within {} s and was stopped: a file in its workspace may be a FIFO or hang (look at {}/.git)",
+            l.full_id,
+            deadline.as_secs(),
+            l.ws.display()
+        ));
     };
-    let stdout = out.join().unwrap_or_default();
-    let stderr = err.join().unwrap_or_default();
-    if !status.success() {
-        return Err(error_line(&stderr));
+    if !out.status.success() {
+        return Err(error_line(&out.stderr));
     }
-    Ok(stdout)
+    Ok(out.stdout)
 }
 
 /// How long the smith-side git of `diff` and `accept` may take: 60 s, or

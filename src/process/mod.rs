@@ -29,6 +29,7 @@ pub mod sandbox;
 pub mod spawn;
 
 use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::unix::process::CommandExt;
 use std::time::Instant;
 
 /// An input the process primitives refuse before any system call (a pid or descriptor out of
@@ -81,6 +82,62 @@ pub fn become_subreaper() -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// `cmd`'s output, as [`Command::output`], or `None` when it has not ended within `deadline`:
+/// with a deadline it runs in a process group of its own, which is then killed whole
+/// (`SIGKILL`: what it started too, e.g. the upload-pack of a local `git fetch`) and reaped.
+/// Its output is read by two threads, so a full pipe never stalls it. For programs that read
+/// files someone else controls (a FIFO there blocks them for ever): the scaffold's git
+/// (docs/PROTOCOL-NOTES.md W20), the smith-side git of `diff` and `accept` (H23).
+///
+/// # Errors
+/// `spawn`'s or `wait`'s.
+pub fn output_within(
+    cmd: &mut std::process::Command,
+    deadline: Option<std::time::Duration>,
+) -> std::io::Result<Option<std::process::Output>> {
+    let Some(deadline) = deadline else {
+        return cmd.output().map(Some);
+    };
+    let mut child = cmd.process_group(0).spawn()?;
+    let pid = child.id();
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let err = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let status = child.wait();
+        let _ = tx.send(());
+        status
+    });
+    let timed_out = rx.recv_timeout(deadline).is_err();
+    if timed_out {
+        // The group leader is not reaped until `waiter`'s wait returns, so its pid (the group's
+        // id) is still ours.
+        if let Ok(pgid) = libc::pid_t::try_from(pid) {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        }
+    }
+    let status = waiter
+        .join()
+        .map_err(|_| std::io::Error::other("git's waiter panicked"))??;
+    let stdout = out.join().unwrap_or_default();
+    let stderr = err.join().unwrap_or_default();
+    Ok((!timed_out).then_some(std::process::Output {
+        status,
+        stdout,
+        stderr,
+    }))
 }
 
 /// Wait until the process of pidfd `fd` exits or `deadline` passes, without reaping it.

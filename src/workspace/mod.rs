@@ -205,10 +205,6 @@ impl GitRun<'_> {
                 }
                 // Files git makes get 0644/0755, whatever the daemon's own umask.
                 libc::umask(0o022);
-                // A process group of its own, which the deadline kills whole.
-                if libc::setsid() < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
                 if let Some((uid, gid)) = creds {
                     if libc::setgroups(0, std::ptr::null()) != 0
                         || libc::setgid(gid) != 0
@@ -224,7 +220,7 @@ impl GitRun<'_> {
                 Ok(())
             })
         };
-        let out = output_within(&mut cmd, self.deadline)
+        let out = crate::process::output_within(&mut cmd, self.deadline)
             .map_err(|e| fail(format!("cannot run git: {e}")))?;
         let Some(out) = out else {
             return Err(fail(format!(
@@ -275,59 +271,6 @@ impl GitRun<'_> {
             })?;
         Ok(git::overrides(&names))
     }
-}
-
-/// `cmd`'s output, as [`Command::output`], or `None` when it has not ended within `deadline`:
-/// its process group (the child made itself a session leader) is then killed and reaped. Its
-/// output is read by two threads, so a full pipe never stalls it.
-///
-/// # Errors
-/// `spawn`'s or `wait`'s.
-fn output_within(
-    cmd: &mut Command,
-    deadline: Option<Duration>,
-) -> std::io::Result<Option<std::process::Output>> {
-    let Some(deadline) = deadline else {
-        return cmd.output().map(Some);
-    };
-    let mut child = cmd.spawn()?;
-    let pid = child.id();
-    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut p) = pipe {
-                let _ = p.read_to_end(&mut buf);
-            }
-            buf
-        })
-    };
-    let out = drain(child.stdout.take().map(|p| Box::new(p) as _));
-    let err = drain(child.stderr.take().map(|p| Box::new(p) as _));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let waiter = std::thread::spawn(move || {
-        let status = child.wait();
-        let _ = tx.send(());
-        status
-    });
-    let timed_out = rx.recv_timeout(deadline).is_err();
-    if timed_out {
-        // The group leader is not reaped until `waiter`'s wait returns, so its pid (the group's
-        // id) is still ours.
-        if let Ok(pgid) = libc::pid_t::try_from(pid) {
-            // SAFETY: kill has no memory-safety preconditions.
-            unsafe { libc::kill(-pgid, libc::SIGKILL) };
-        }
-    }
-    let status = waiter
-        .join()
-        .map_err(|_| std::io::Error::other("git's waiter panicked"))??;
-    let stdout = out.join().unwrap_or_default();
-    let stderr = err.join().unwrap_or_default();
-    Ok((!timed_out).then_some(std::process::Output {
-        status,
-        stdout,
-        stderr,
-    }))
 }
 
 /// The `-c` setting of the checkout that writes a workspace's files: git's parallel checkout, one
