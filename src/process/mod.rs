@@ -84,7 +84,7 @@ pub fn become_subreaper() -> std::io::Result<()> {
     Ok(())
 }
 
-/// `cmd`'s output, as [`Command::output`], or `None` when it has not ended within `deadline`:
+/// `cmd`'s output, as [`std::process::Command::output`], or `None` when it has not ended within `deadline`:
 /// with a deadline it runs in a process group of its own, which is then killed whole
 /// (`SIGKILL`: what it started too, e.g. the upload-pack of a local `git fetch`) and reaped.
 /// Its output is read by two threads, so a full pipe never stalls it. For programs that read
