@@ -561,22 +561,9 @@ fn listener_of(dir: &Path) -> std::result::Result<(String, [u8; 32]), String> {
             ".smithfs-state/listener holds {text:?}, not ADDRESS PIN"
         ));
     };
-    let pin = unhex32(pin).ok_or(".smithfs-state/listener's pin is not 64 hex digits")?;
+    let pin = crate::remote::keys::unhex::<32>(pin)
+        .ok_or(".smithfs-state/listener's pin is not 64 hex digits")?;
     Ok((addr.to_string(), pin))
-}
-
-/// 64 hex digits → 32 bytes.
-fn unhex32(s: &str) -> Option<[u8; 32]> {
-    let b = s.as_bytes();
-    if b.len() != 64 {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, pair) in b.chunks(2).enumerate() {
-        let pair = std::str::from_utf8(pair).ok()?;
-        out[i] = u8::from_str_radix(pair, 16).ok()?;
-    }
-    Some(out)
 }
 
 /// Connect to the listener at `addr` and finish a TLS handshake that pins `pin`, without a

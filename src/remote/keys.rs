@@ -132,7 +132,8 @@ pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-fn unhex<const N: usize>(s: &str) -> Option<[u8; N]> {
+/// `2 × N` hex digits (either case) → `N` bytes; `None` for any other length or a non-hex digit.
+pub fn unhex<const N: usize>(s: &str) -> Option<[u8; N]> {
     if s.len() != 2 * N || !s.is_ascii() {
         return None;
     }
