@@ -19,6 +19,7 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use crate::backing;
 use crate::fs::{BindError, FsOptions, Identities, Ports, SmithFs};
+use crate::fuse::dispatch::Origin;
 use crate::fuse::session::{self, KernelCache, SessionOptions};
 use crate::identity::resolve::Resolver;
 use crate::sched::runner::BindTo;
@@ -745,9 +746,9 @@ pub fn load_templates(root: BorrowedFd<'_>) -> Result<Templates> {
 
 /// The kernels that cache the tree (docs/SPEC.md §13): the daemon's own mount and, once the
 /// listener runs, every remote connection. What the filesystem and the scheduler change is told
-/// to all of them; what a connection changes, the listener tells the others and this mount
-/// ([`crate::remote::listener::LocalKernel`]); what a request through this mount changes, its
-/// dispatcher tells every connection ([`crate::fuse::dispatch::Changes`]).
+/// to all of them; what a request changes, through this mount or over a connection, its
+/// dispatcher tells here, and every kernel but the one it came from is told
+/// ([`crate::fuse::dispatch::Changes`], the one sink of every framing).
 struct Kernels {
     local: Arc<KernelCache>,
     peers: std::sync::OnceLock<Arc<crate::remote::listener::Peers>>,
@@ -780,15 +781,32 @@ impl std::fmt::Debug for Kernels {
     }
 }
 
-/// Requests through the daemon's own mount: what they changed is queued for every remote
-/// connection (never written on the FUSE thread: `Peers::broadcast` only queues).
+/// Requests through the daemon's own mount or over a remote connection: what they changed is
+/// told to this mount's kernel (unless it came from it) and queued for every connection but the
+/// one it came from (never written on the serving thread: `Peers::broadcast` only queues).
 impl crate::fuse::dispatch::Changes for Kernels {
-    fn listening(&self) -> bool {
-        self.peers.get().is_some_and(|p| !p.is_empty())
+    fn listening(&self, from: Origin) -> bool {
+        match from {
+            Origin::Local => self.peers.get().is_some_and(|p| !p.is_empty()),
+            // This mount's kernel is always told.
+            Origin::Remote(_) => true,
+        }
     }
 
-    fn changed(&self, change: &crate::remote::conn::Change) {
-        self.push(change);
+    fn changed(&self, from: Origin, change: &crate::remote::conn::Change) {
+        if from != Origin::Local {
+            match change {
+                crate::remote::conn::Change::Node { node, data } => {
+                    self.local.node_changed(*node, *data)
+                }
+                crate::remote::conn::Change::Entry { parent, name } => {
+                    self.local.entry_changed(*parent, OsStr::from_bytes(name))
+                }
+            }
+        }
+        if let Some(p) = self.peers.get() {
+            crate::fuse::dispatch::Changes::changed(&**p, from, change);
+        }
     }
 }
 
@@ -826,19 +844,6 @@ impl crate::sched::Invalidate for Kernels {
     }
 }
 
-impl crate::remote::listener::LocalKernel for Kernels {
-    fn changed(&self, change: &crate::remote::conn::Change) {
-        match change {
-            crate::remote::conn::Change::Node { node, data } => {
-                self.local.node_changed(*node, *data)
-            }
-            crate::remote::conn::Change::Entry { parent, name } => {
-                self.local.entry_changed(*parent, OsStr::from_bytes(name))
-            }
-        }
-    }
-}
-
 /// The file in `.smithfs-state/` where a running listener is described for `doctor`: its
 /// address (as tickets name it) and its certificate's SHA-256, one line.
 pub const LISTENER_FILE: &CStr = c"listener";
@@ -869,7 +874,7 @@ fn start_listener(
     let (me_uid, me_gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     let (run_uid, run_gid) = agents.map_or((me_uid, me_gid), |a| (a.uid(), a.gid()));
     let _ = kernels.fs.set(Arc::downgrade(fs));
-    let local: Arc<dyn listener::LocalKernel> = kernels.clone();
+    let changes: Arc<dyn crate::fuse::dispatch::Changes> = kernels.clone();
     let l = listener::Listener::start(
         fs.clone(),
         listener::ListenerOptions {
@@ -880,7 +885,7 @@ fn start_listener(
             run_gid,
         },
         &identity,
-        Some(local),
+        Some(changes),
     )
     .map_err(|e| anyhow!("{e}"))?;
     let _ = kernels.peers.set(l.peers().clone());

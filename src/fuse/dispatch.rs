@@ -158,14 +158,26 @@ pub fn changes_of(h: &InHeader, req: &Request<'_>) -> Vec<Change> {
     }
 }
 
-/// Where a dispatcher tells what its requests changed ([`Dispatcher::with_changes`]): the
-/// daemon's own mount tells every remote connection (the daemon's `Kernels`).
+/// Which kernel a request came from: what it changed is told to every kernel but this one,
+/// which changed it through its own requests and knows (docs/PROTOCOL-NOTES.md R9, R40).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// The daemon's own mount, whatever its framing (`/dev/fuse` or io_uring).
+    Local,
+    /// The remote connection with this id (the listener's, `remote::listener::Peers`).
+    Remote(u64),
+}
+
+/// Where a dispatcher tells what its requests changed ([`Dispatcher::with_changes`]): the one
+/// sink of every framing, which tells every kernel caching the tree but the one the request
+/// came from (the daemon's `Kernels`: its own mount and every remote connection; a listener
+/// without a daemon: its connections, `remote::listener::Peers`).
 pub trait Changes: Send + Sync + std::fmt::Debug {
-    /// Whether anyone is told now; while not, nothing is computed.
-    fn listening(&self) -> bool;
-    /// A request this dispatcher served made `change`. Called on the serving thread: queue it,
-    /// never wait for a network write.
-    fn changed(&self, change: &Change);
+    /// Whether a kernel other than `from` may be told now; while not, nothing is computed.
+    fn listening(&self, from: Origin) -> bool;
+    /// A request from `from` made `change`: tell every kernel but `from`. Called on the
+    /// serving thread: queue it, never wait for a network write.
+    fn changed(&self, from: Origin, change: &Change);
 }
 
 /// Validity, in the kernel's caches, of entries and attributes of ordinary backing-store inodes
@@ -256,8 +268,8 @@ pub struct Dispatcher {
     /// The longest entry and attribute validity a reply gives, in seconds ([`REMOTE_TTL_SECS`]
     /// for a remote connection, else unbounded).
     ttl_cap: u64,
-    /// Where what a request changed is told (the daemon's own mount: every remote connection).
-    changes: Option<Arc<dyn Changes>>,
+    /// Where what a request changed is told, and which kernel this dispatcher serves.
+    changes: Option<(Arc<dyn Changes>, Origin)>,
 }
 
 impl Dispatcher {
@@ -289,9 +301,10 @@ impl Dispatcher {
         }
     }
 
-    /// Tell `sink` what each request changes once it succeeded ([`changes_of`]).
-    pub fn with_changes(mut self, sink: Arc<dyn Changes>) -> Self {
-        self.changes = Some(sink);
+    /// Tell `sink` what each request changes once it succeeded ([`changes_of`]), as a request
+    /// of the kernel `from` (whom `sink` does not tell).
+    pub fn with_changes(mut self, sink: Arc<dyn Changes>, from: Origin) -> Self {
+        self.changes = Some((sink, from));
         self
     }
 
@@ -327,14 +340,14 @@ impl Dispatcher {
     /// Serve one request from `h` with body `req`; what it changed, once it succeeded, is told
     /// to the dispatcher's [`Changes`].
     pub fn dispatch(&self, h: &InHeader, req: Request<'_>) -> Reply {
-        let Some(sink) = self.changes.as_ref().filter(|s| s.listening()) else {
+        let Some((sink, from)) = self.changes.as_ref().filter(|(s, f)| s.listening(*f)) else {
             return self.serve(h, req);
         };
         let changes = changes_of(h, &req);
         let reply = self.serve(h, req);
         if !matches!(reply, Reply::Error(_)) {
             for c in &changes {
-                sink.changed(c);
+                sink.changed(*from, c);
             }
         }
         reply

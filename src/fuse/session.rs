@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use anyhow::{anyhow, bail, Context, Result};
 
 use super::devfuse::{self, Workers};
-use super::dispatch::{Changes, Dispatcher};
+use super::dispatch::{Changes, Dispatcher, Origin};
 use super::init::{self, Offer, Settled};
 use super::transport::{self, Transport};
 use super::uring::{self, Rings};
@@ -226,7 +226,7 @@ pub fn mount(
     let owner = (!opts.allow_other).then(|| unsafe { libc::geteuid() });
     let mut disp = Dispatcher::new(fs, settled.passthrough(), owner, dev.clone());
     if let Some(c) = changes {
-        disp = disp.with_changes(c);
+        disp = disp.with_changes(c, Origin::Local);
     }
     let disp = Arc::new(disp);
     let rings = settled

@@ -56,15 +56,6 @@ pub enum Malformed {
 /// shares, in [`crate::fuse::dispatch`].
 pub use crate::fuse::dispatch::Change;
 
-/// What a frame gave.
-#[derive(Debug, Default)]
-pub struct Served {
-    /// The reply frame (`fuse_out_header` and body); `None` for FORGET and INTERRUPT.
-    pub reply: Option<Vec<u8>>,
-    /// What the request changed, for the other kernels' caches.
-    pub changes: Vec<Change>,
-}
-
 /// A remote connection's requests and tables.
 #[derive(Debug)]
 pub struct Connection {
@@ -144,11 +135,13 @@ impl Connection {
         (t.nodes.len(), t.files.len(), t.dirs.len())
     }
 
-    /// Serve one whole frame (from any thread: see the module's notes on concurrency).
+    /// Serve one whole frame (from any thread: see the module's notes on concurrency): the
+    /// reply frame (`fuse_out_header` and body), `None` for FORGET and INTERRUPT. What the
+    /// request changed is told by the dispatcher ([`Dispatcher::with_changes`]).
     ///
     /// # Errors
     /// [`Malformed`]: the connection must be closed.
-    pub fn serve(&self, frame: &[u8]) -> Result<Served, Malformed> {
+    pub fn serve(&self, frame: &[u8]) -> Result<Option<Vec<u8>>, Malformed> {
         if frame_len(frame)? != Some(frame.len()) {
             return Err(Malformed::Length(frame.len()));
         }
@@ -157,17 +150,16 @@ impl Connection {
         if h.opcode == opcode::BATCH_FORGET {
             self.batch_forget(arg, payload)
                 .map_err(|e| Malformed::Undecodable(h.opcode, e))?;
-            return Ok(Served::default());
+            return Ok(None);
         }
         let req = Request::decode(h.opcode, arg, payload)
             .map_err(|e| Malformed::Undecodable(h.opcode, e))?;
-        let mut changes = Vec::new();
         let reply = match self.refuse(&h, &req) {
             Some(e) => Reply::Error(e.raw()),
-            None => self.forward(&h, req, &mut changes),
+            None => self.forward(&h, req),
         };
         if matches!(reply, Reply::None) {
-            return Ok(Served::default());
+            return Ok(None);
         }
         let mut body = vec![0u8; reply_room(&reply)];
         let mut out = Out::new(&mut body);
@@ -175,13 +167,7 @@ impl Connection {
         let n = out.len();
         let mut frame = wire::out_header(h.unique, error, n).to_vec();
         frame.extend_from_slice(&body[..n]);
-        if error != 0 {
-            changes.clear();
-        }
-        Ok(Served {
-            reply: Some(frame),
-            changes,
-        })
+        Ok(Some(frame))
     }
 
     /// The error for a request that names what this connection does not hold, if it does.
@@ -234,7 +220,7 @@ impl Connection {
     }
 
     /// Dispatch an admitted request and keep the tables in step with its reply.
-    fn forward(&self, h: &InHeader, req: Request<'_>, changes: &mut Vec<Change>) -> Reply {
+    fn forward(&self, h: &InHeader, req: Request<'_>) -> Reply {
         let node = NodeId(h.nodeid);
         let req = clamp(req);
         match req {
@@ -246,7 +232,6 @@ impl Connection {
             Request::Interrupt { .. } => return Reply::None,
             _ => {}
         }
-        changes.extend(crate::fuse::dispatch::changes_of(h, &req));
         let closing = match req {
             Request::Release { fh, .. } => Some((fh, false)),
             Request::Releasedir { fh } => Some((fh, true)),

@@ -32,7 +32,7 @@ use super::keys::{Grant, RunKeys, RunSlot, Ticket, MAX_RUN_ID, PIN_LEN, SECRET_L
 use super::oob;
 use super::{tls, Status, HELLO_HEAD, MAGIC, VERSION};
 use crate::fs::{Caller, SmithFs};
-use crate::fuse::dispatch::Dispatcher;
+use crate::fuse::dispatch::{Changes, Dispatcher, Origin};
 use crate::tree::model::SmithIdx;
 
 /// Most connections served at once.
@@ -62,13 +62,6 @@ pub struct ListenerOptions {
     pub run_gid: u32,
 }
 
-/// Where changes made over a connection are told besides the other connections: the daemon's
-/// own mount (its kernel's caches).
-pub trait LocalKernel: Send + Sync {
-    /// `change` happened through a remote connection.
-    fn changed(&self, change: &Change);
-}
-
 /// One served connection, as the others see it.
 struct Peer {
     id: u64,
@@ -82,7 +75,9 @@ struct Peer {
     sock: TcpStream,
 }
 
-/// Every served connection: where changes are pushed.
+/// Every served connection: where changes are pushed. As a [`Changes`] sink it tells every
+/// connection but the one a request came from (a listener's own sink when no daemon gives it
+/// one, [`Listener::start`]).
 #[derive(Default)]
 pub struct Peers {
     list: Mutex<Vec<Arc<Peer>>>,
@@ -142,13 +137,28 @@ impl Peers {
     }
 }
 
+impl Changes for Peers {
+    fn listening(&self, _from: Origin) -> bool {
+        true
+    }
+
+    fn changed(&self, from: Origin, change: &Change) {
+        let except = match from {
+            Origin::Local => None,
+            Origin::Remote(id) => Some(id),
+        };
+        self.broadcast(except, change);
+    }
+}
+
 struct Shared {
     fs: Arc<SmithFs>,
     tls: Arc<rustls::ServerConfig>,
     keys: Arc<RunKeys>,
     peers: Arc<Peers>,
     opts: ListenerOptions,
-    local: Option<Arc<dyn LocalKernel>>,
+    /// Where what a connection's requests changed is told (with the connection's [`Origin`]).
+    changes: Arc<dyn Changes>,
     /// Connections that proved a run, being served.
     live: AtomicUsize,
     /// Connections still in their handshake or hello, oldest first (id, a handle to cut it).
@@ -207,8 +217,10 @@ impl std::fmt::Debug for Listener {
 }
 
 impl Listener {
-    /// Listen on `opts.listen` with the certificate `identity`, serving `fs`; changes made over
-    /// a connection are told to `local` too.
+    /// Listen on `opts.listen` with the certificate `identity`, serving `fs`; what a
+    /// connection's requests change is told to `changes`, which must tell this listener's other
+    /// connections ([`Listener::peers`]) and may tell more (the daemon's `Kernels`: its own
+    /// mount too); `None`: to the other connections only.
     ///
     /// # Errors
     /// One sentence: the address does not bind, or TLS refused the certificate.
@@ -216,18 +228,19 @@ impl Listener {
         fs: Arc<SmithFs>,
         opts: ListenerOptions,
         identity: &tls::Identity,
-        local: Option<Arc<dyn LocalKernel>>,
+        changes: Option<Arc<dyn Changes>>,
     ) -> Result<Listener, String> {
         let sock = TcpListener::bind(&opts.listen)
             .map_err(|e| format!("launcher.listen {}: cannot listen: {e}", opts.listen))?;
         let addr = sock.local_addr().map_err(|e| e.to_string())?;
+        let peers = Arc::new(Peers::default());
         let shared = Arc::new(Shared {
             fs,
             tls: identity.server_config()?,
             keys: Arc::new(RunKeys::default()),
-            peers: Arc::new(Peers::default()),
+            changes: changes.unwrap_or_else(|| peers.clone()),
+            peers,
             opts,
-            local,
             live: AtomicUsize::new(0),
             unproven: Mutex::new(VecDeque::new()),
             evicted: Mutex::new((0, None)),
@@ -423,7 +436,6 @@ fn serve_proven(
         gid,
         as_smith: Some(smith),
     };
-    let conn = Connection::new(Dispatcher::vouched(shared.fs.clone(), caller));
     let (wake_rx, wake_tx) = UnixStream::pair().map_err(|e| e.to_string())?;
     wake_rx.set_nonblocking(true).map_err(|e| e.to_string())?;
     wake_tx.set_nonblocking(true).map_err(|e| e.to_string())?;
@@ -434,8 +446,12 @@ fn serve_proven(
         wake: wake_tx,
         sock: cut,
     });
+    let conn = Connection::new(
+        Dispatcher::vouched(shared.fs.clone(), caller)
+            .with_changes(shared.changes.clone(), Origin::Remote(peer.id)),
+    );
     shared.peers.list.lock().push(peer.clone());
-    let r = pump(shared, &peer, &mut ch, &conn, &wake_rx, slot);
+    let r = pump(&peer, &mut ch, &conn, &wake_rx, slot);
     shared.peers.remove(peer.id);
     ch.close();
     slot.mark_ended();
@@ -465,7 +481,6 @@ fn take_hello(ch: &mut Channel) -> Result<(String, Vec<u8>), String> {
 /// thread to thread and one slow request does not hold up the others. Returns once every thread
 /// of the pool has ended.
 fn pump(
-    shared: &Shared,
     peer: &Peer,
     ch: &mut Channel,
     conn: &Connection,
@@ -474,7 +489,6 @@ fn pump(
 ) -> Result<(), String> {
     let sock = ch.socket().try_clone().map_err(|e| e.to_string())?;
     let pool = Pool {
-        shared,
         peer,
         conn,
         slot,
@@ -499,7 +513,6 @@ pub const MAX_WORKERS: usize = 4;
 
 /// One connection's serving threads and what they share.
 struct Pool<'a> {
-    shared: &'a Shared,
     peer: &'a Peer,
     conn: &'a Connection,
     slot: &'a RunSlot,
@@ -649,19 +662,14 @@ impl<'a> Pool<'a> {
         }
     }
 
-    /// Serve one request frame and send its reply, after the notifications queued so far
+    /// Serve one request frame (what it changed is told by the connection's dispatcher, to
+    /// every other kernel) and send its reply, after the notifications queued so far
     /// (docs/PROTOCOL-NOTES.md R9).
     fn serve(&self, frame: &[u8]) -> Result<(), String> {
-        let served = self.conn.serve(frame).map_err(|e| e.to_string())?;
-        for c in &served.changes {
-            if let Some(local) = &self.shared.local {
-                local.changed(c);
-            }
-            self.shared.peers.broadcast(Some(self.peer.id), c);
-        }
+        let reply = self.conn.serve(frame).map_err(|e| e.to_string())?;
         let mut ch = self.ch.lock();
         send_pending(self.peer, &mut ch)?;
-        if let Some(reply) = served.reply {
+        if let Some(reply) = reply {
             ch.send(&reply).map_err(|e| e.to_string())?;
         }
         // Sent before the next request is taken: a node that does not read its replies holds

@@ -230,3 +230,57 @@ fn a_local_change_reaches_a_remote_mounts_cache_at_once() {
         t.elapsed()
     );
 }
+
+/// The agent of [`a_remote_change_reaches_the_daemons_own_cache_at_once`]: on its remote mount
+/// it rewrites `private/data` in place, makes `private/new`, then says `private/ready`.
+const WRITER: &str = r#"
+printf 'two two\n' > private/data
+: > private/new
+echo ready > private/ready
+"#;
+
+/// docs/PROTOCOL-NOTES.md R9, the other way from
+/// [`a_local_change_reaches_a_remote_mounts_cache_at_once`]: what a run changes over its remote
+/// mount is told to the daemon's own kernel (the one sink every framing's dispatcher tells,
+/// skipping only the connection it came from) before the request is answered, so once the run
+/// said it is done the operator's kernel, which had cached the file's old size and the miss of
+/// the new name for a day, answers with the new ones at once (no polling).
+#[test]
+fn a_remote_change_reaches_the_daemons_own_cache_at_once() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: smithfs attach mounts as root only (notes R11)");
+        return;
+    }
+    let s = Sm::with(
+        MountOpts {
+            allow_other: true,
+            unsandboxed: true,
+            ..MountOpts::default()
+        },
+        json!({"launcher": {"kind": "loopback"}, "agent": {"retries": 0}}),
+    );
+    s.write("agents/agent.sh", WRITER);
+    s.write("smiths/smith-root/private/data", "one\n");
+    // Cache the old size and the miss, in this mount's kernel.
+    assert_eq!(
+        std::fs::metadata(s.p("smiths/smith-root/private/data"))
+            .unwrap()
+            .len(),
+        4
+    );
+    assert!(!s.p("smiths/smith-root/private/new").exists());
+    s.task("write\n");
+    s.wait_file(60, "smiths/smith-root/private/ready");
+    assert_eq!(
+        std::fs::metadata(s.p("smiths/smith-root/private/data"))
+            .unwrap()
+            .len(),
+        8,
+        "the operator's kernel still has the old size"
+    );
+    assert!(
+        s.p("smiths/smith-root/private/new").exists(),
+        "the operator's kernel still has the miss"
+    );
+}
