@@ -785,9 +785,13 @@ impl std::fmt::Debug for Kernels {
 /// told to this mount's kernel (unless it came from it) and queued for every connection but the
 /// one it came from (never written on the serving thread: `Peers::broadcast` only queues).
 impl crate::fuse::dispatch::Changes for Kernels {
+    /// Lock-free, on every request: for this mount's, whether a listener runs (without one no
+    /// other kernel ever caches the tree); whether a connection is served is read after the
+    /// request, in `Peers::broadcast` (an atomic count: see the ordering there), so a
+    /// connection counted while the request was served is told too.
     fn listening(&self, from: Origin) -> bool {
         match from {
-            Origin::Local => self.peers.get().is_some_and(|p| !p.is_empty()),
+            Origin::Local => self.peers.get().is_some(),
             // This mount's kernel is always told.
             Origin::Remote(_) => true,
         }

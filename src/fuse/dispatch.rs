@@ -173,7 +173,8 @@ pub enum Origin {
 /// came from (the daemon's `Kernels`: its own mount and every remote connection; a listener
 /// without a daemon: its connections, `remote::listener::Peers`).
 pub trait Changes: Send + Sync + std::fmt::Debug {
-    /// Whether a kernel other than `from` may be told now; while not, nothing is computed.
+    /// Whether a kernel other than `from` may have to be told by the time a request of `from`
+    /// is served; while not, nothing is computed. Asked on every request: no lock.
     fn listening(&self, from: Origin) -> bool;
     /// A request from `from` made `change`: tell every kernel but `from`. Called on the
     /// serving thread: queue it, never wait for a network write.

@@ -81,19 +81,30 @@ struct Peer {
 #[derive(Default)]
 pub struct Peers {
     list: Mutex<Vec<Arc<Peer>>>,
+    /// `list`'s length, stored under its lock and read without it: a request through the
+    /// daemon's own mount looks here, not at the lock, to learn whether anyone is to be told.
+    count: AtomicUsize,
 }
 
 impl std::fmt::Debug for Peers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Peers")
-            .field("connections", &self.list.lock().len())
+            .field("connections", &self.len())
             .finish()
     }
 }
 
 impl Peers {
     /// Tell every connection but `except` that `change` happened.
+    ///
+    /// Ordering: a connection is counted (`SeqCst`, after it is in the list) before its first
+    /// request is read, and a change is broadcast after the request that made it was served,
+    /// so a count of 0 read here (`SeqCst`) means the connection was counted after the change
+    /// was made: every request it serves sees the change, and nothing it cached needs telling.
     pub fn broadcast(&self, except: Option<u64>, change: &Change) {
+        if self.count.load(Ordering::SeqCst) == 0 {
+            return;
+        }
         let list = self.list.lock();
         if list.iter().all(|p| Some(p.id) == except) {
             return;
@@ -116,9 +127,9 @@ impl Peers {
         }
     }
 
-    /// Connections served now.
+    /// Connections served now (no lock taken).
     pub fn len(&self) -> usize {
-        self.list.lock().len()
+        self.count.load(Ordering::SeqCst)
     }
 
     /// No connection is served.
@@ -126,8 +137,17 @@ impl Peers {
         self.len() == 0
     }
 
+    /// Serve `peer`: counted before the caller reads its first request.
+    fn add(&self, peer: Arc<Peer>) {
+        let mut list = self.list.lock();
+        list.push(peer);
+        self.count.store(list.len(), Ordering::SeqCst);
+    }
+
     fn remove(&self, id: u64) {
-        self.list.lock().retain(|p| p.id != id);
+        let mut list = self.list.lock();
+        list.retain(|p| p.id != id);
+        self.count.store(list.len(), Ordering::SeqCst);
     }
 
     fn cut_all(&self) {
@@ -450,7 +470,7 @@ fn serve_proven(
         Dispatcher::vouched(shared.fs.clone(), caller)
             .with_changes(shared.changes.clone(), Origin::Remote(peer.id)),
     );
-    shared.peers.list.lock().push(peer.clone());
+    shared.peers.add(peer.clone());
     let r = pump(&peer, &mut ch, &conn, &wake_rx, slot);
     shared.peers.remove(peer.id);
     ch.close();
