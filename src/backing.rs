@@ -289,6 +289,15 @@ pub fn dup(fd: BorrowedFd<'_>) -> SysResult<OwnedFd> {
     Ok(take_fd(ret))
 }
 
+/// `fcntl(fd, F_SETFL, flags)`: set the open file's status flags (only `O_APPEND`,
+/// `O_NONBLOCK`, `O_DIRECT`, `O_NOATIME` and `O_ASYNC` of `flags` are taken; the others are
+/// ignored, as fcntl(2) does).
+pub fn set_status_flags(fd: BorrowedFd<'_>, flags: i32) -> SysResult<()> {
+    // SAFETY: fcntl with an integer argument on a valid descriptor.
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags) })?;
+    Ok(())
+}
+
 /// `fstatat(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)`: the attributes of a held inode.
 pub fn stat(fd: BorrowedFd<'_>) -> SysResult<libc::stat> {
     // SAFETY: a plain C struct of integers, for which all-zero bytes are a valid value.

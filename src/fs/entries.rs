@@ -317,6 +317,13 @@ impl SmithFs {
                 }
                 None => {
                     self.check_inode(caller, who, Op::Write, "truncate", &inode)?;
+                    // truncate(2) refuses all but a regular file, and reopening a FIFO would
+                    // block (docs/PROTOCOL-NOTES.md R51): no kernel sends this, a node may.
+                    match inode.kind {
+                        libc::S_IFREG => {}
+                        libc::S_IFDIR => return Err(FsError::Backing(nix::errno::Errno::EISDIR)),
+                        _ => return Err(FsError::NotTruncatable),
+                    }
                     let fd = backing::reopen(inode.fd()?.as_fd(), libc::O_WRONLY)?;
                     let done = backing::ftruncate(fd.as_fd(), size);
                     self.settle_fd(fd.as_fd());

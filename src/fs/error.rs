@@ -87,6 +87,16 @@ pub enum FsError {
     /// decided by the connection before the filesystem sees the request.
     #[error("node id not held by this connection")]
     NodeNotHeld,
+    /// OPEN of a FIFO, socket or device node, or a CREATE that found one under its name: ENXIO
+    /// (what the kernel answers for a socket, and for a FIFO with no partner opened
+    /// `O_NONBLOCK`). A kernel opens those itself and never sends either; the daemon never opens
+    /// one, since opening a FIFO blocks until a partner comes (docs/PROTOCOL-NOTES.md R51).
+    #[error("a FIFO, socket or device node is never opened by the daemon")]
+    SpecialFile,
+    /// A truncate (SETATTR with a size) of something that is neither a regular file nor a
+    /// directory: EINVAL, as truncate(2) answers.
+    #[error("only a regular file is truncated")]
+    NotTruncatable,
     /// A remote connection named a file handle it does not hold (another connection's, or one
     /// it released; docs/SPEC.md §13): EBADF.
     #[error("file handle not held by this connection")]
@@ -104,7 +114,8 @@ impl FsError {
             FsError::NotOpenForWriting | FsError::NotCtl => Errno::EBADF,
             FsError::Exists => Errno::EEXIST,
             FsError::BadName | FsError::BadWhence => Errno::EINVAL,
-            FsError::SeekPastEnd => Errno::ENXIO,
+            FsError::SeekPastEnd | FsError::SpecialFile => Errno::ENXIO,
+            FsError::NotTruncatable => Errno::EINVAL,
             FsError::Scaffold => Errno::EIO,
             FsError::ControlIsDir => Errno::EISDIR,
             FsError::ControlFixed => Errno::EPERM,
@@ -158,6 +169,8 @@ impl FsError {
             | FsError::SeekPastEnd
             | FsError::BadWhence
             | FsError::NodeNotHeld
+            | FsError::SpecialFile
+            | FsError::NotTruncatable
             | FsError::HandleNotHeld => tracing::Level::DEBUG,
         }
     }

@@ -36,6 +36,12 @@ impl SmithFs {
         if may_write || truncates {
             self.check_inode(caller, who, Op::Write, "open for writing", &inode)?;
         }
+        // A kernel opens FIFOs, sockets and device nodes itself and never sends OPEN for one;
+        // a remote node may, and opening a FIFO would block a daemon thread until a partner
+        // came (docs/PROTOCOL-NOTES.md R51).
+        if is_special(inode.kind) {
+            return Err(FsError::SpecialFile);
+        }
         let slot = self.charge(caller, who, "open", || self.path_of(&inode))?;
         let file = reopen_for(&inode, flags)?;
         if truncates {
@@ -411,7 +417,11 @@ fn reopen_for(inode: &Inode, flags: i32) -> FsResult<HandleFd> {
 /// would succeed): the handle's own file can then be the inode's passthrough backing
 /// ([`HandleFd`]). The handle keeps the caller's flags, so what the caller may do through it
 /// is unchanged (the kernel sends no READ for a write-only open). When the name exists (or the
-/// exclusive create fails otherwise) the caller's flags are used as given.
+/// exclusive create fails otherwise) the caller's flags are used as given, with `O_NONBLOCK`
+/// until the result is known to be a regular file: a FIFO, socket or device node found under
+/// the name is closed unused and refused ([`FsError::SpecialFile`]), so a CREATE never blocks
+/// a daemon thread opening a FIFO (docs/PROTOCOL-NOTES.md R51; a kernel never sends CREATE for
+/// a name it found to be one, a remote node may).
 fn create_open(
     dir: std::os::fd::BorrowedFd<'_>,
     name: &std::ffi::CStr,
@@ -427,8 +437,27 @@ fn create_open(
             Err(_) => {}
         }
     }
-    let fd = backing::open_beneath(dir, name, flags, mode)?;
+    let fd = backing::open_beneath(dir, name, flags | libc::O_NONBLOCK, mode)?;
+    let st = backing::stat(fd.as_fd())?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+            FsError::Backing(nix::errno::Errno::EISDIR)
+        } else {
+            FsError::SpecialFile
+        });
+    }
+    if flags & libc::O_NONBLOCK == 0 {
+        backing::set_status_flags(fd.as_fd(), flags)?;
+    }
     Ok(HandleFd::opened(fd, flags))
+}
+
+/// Whether `kind` (`S_IFMT` bits) is a FIFO, socket or device node: what the daemon never opens.
+pub(super) fn is_special(kind: u32) -> bool {
+    matches!(
+        kind,
+        libc::S_IFIFO | libc::S_IFSOCK | libc::S_IFCHR | libc::S_IFBLK
+    )
 }
 
 pub(super) fn setid(fd: &OwnedFd) -> bool {

@@ -1139,3 +1139,84 @@ fn random_frames_after_a_valid_hello_close_only_their_connection() {
     assert_eq!(by.read(file, fh).unwrap(), b"aftere", "seed {seed:#x}");
     eventually("only the bystander is left", || l.peers().len() == 1);
 }
+
+/// Finding 07 of the hostile review (docs/PROTOCOL-NOTES.md R51): a node makes a FIFO (and a
+/// socket) in its own `private/`, then sends what no kernel sends for one — CREATE of the same
+/// name without `O_EXCL`, OPEN of its node, a truncate — each of which opened the FIFO and
+/// blocked a daemon thread for ever. Each is refused at once (ENXIO, EINVAL), the connection
+/// goes on serving, and once it drops everything it held is given back.
+#[test]
+fn a_node_cannot_pin_a_daemon_thread_on_a_fifo() {
+    const SETATTR: u32 = 4;
+    const MKNOD: u32 = 8;
+    let w = World::new();
+    let l = listener(&w);
+    let base = w.fs.counts();
+    let mut n = Node::new(&l.ticket("run-fifo", w.child).unwrap());
+    let private = n.walk(&format!("{CHILD_DIR}/private"));
+    let mknod = |n: &mut Node, name: &str, kind: u32| {
+        let mut arg = Vec::new();
+        for v in [kind | 0o666, 0, 0o022, 0] {
+            arg.extend_from_slice(&v.to_ne_bytes());
+        }
+        let (e, body) = n.call(MKNOD, private, &arg, &cstr(name));
+        assert_eq!(e, 0, "mknod {name}");
+        u64_at(&body, 0)
+    };
+    let fifo = mknod(&mut n, "fifo", libc::S_IFIFO);
+    let sock = mknod(&mut n, "sock", libc::S_IFSOCK);
+    let started = Instant::now();
+    // Every flag combination a hostile node might try: none opens the FIFO.
+    for _ in 0..4 {
+        assert_eq!(
+            n.create(private, "fifo"),
+            Err(libc::ENXIO),
+            "CREATE of a FIFO"
+        );
+        assert_eq!(
+            n.create(private, "sock"),
+            Err(libc::ENXIO),
+            "CREATE of a socket"
+        );
+    }
+    for flags in [
+        libc::O_RDONLY,
+        libc::O_WRONLY,
+        libc::O_RDWR,
+        libc::O_WRONLY | libc::O_TRUNC,
+    ] {
+        assert_eq!(
+            n.open(fifo, flags),
+            Err(libc::ENXIO),
+            "OPEN of a FIFO ({flags:#o})"
+        );
+        assert_eq!(
+            n.open(sock, flags),
+            Err(libc::ENXIO),
+            "OPEN of a socket ({flags:#o})"
+        );
+    }
+    let mut setattr = vec![0u8; 88];
+    setattr[0..4].copy_from_slice(&(1u32 << 3).to_ne_bytes()); // FATTR_SIZE
+    assert_eq!(
+        n.call(SETATTR, fifo, &setattr, &[]).0,
+        -libc::EINVAL,
+        "truncate of a FIFO"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "refused at once, not after a partner came: {:?}",
+        started.elapsed()
+    );
+    // The connection still serves, and a regular file is still created and opened.
+    let (file, fh) = n.create(private, "plain").unwrap();
+    assert_eq!(n.write(file, fh, b"x"), 0);
+    assert_eq!(n.release(file, fh), 0);
+    let fh = n.open(file, libc::O_RDONLY).unwrap();
+    assert_eq!(n.read(file, fh).unwrap(), b"x");
+    drop(n);
+    eventually(
+        "the connection's lookups and handles are given back",
+        || w.fs.counts() == base,
+    );
+}
