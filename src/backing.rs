@@ -1199,12 +1199,37 @@ pub fn read_file(dir: BorrowedFd<'_>, path: &std::path::Path) -> SysResult<Vec<u
 /// smith may make it anything). What is not a regular file is `EINVAL` without being read — a
 /// FIFO would block the reader until someone writes it, so the open does not wait
 /// (`O_NONBLOCK`) — and a file longer than `max` is `EFBIG`, its size taken before anything is
-/// read (a sparse file of a terabyte costs its maker no quota).
+/// read (a sparse file of a terabyte costs its maker no quota), and again if it grew past `max`
+/// while it was read.
 pub fn read_file_at_most(
     dir: BorrowedFd<'_>,
     path: &std::path::Path,
     max: u64,
 ) -> SysResult<Vec<u8>> {
+    let (f, size) = open_regular(dir, path)?;
+    if size > max {
+        return Err(Errno::EFBIG);
+    }
+    let out = pread_up_to(f.as_fd(), max.saturating_add(1))?;
+    if out.len() as u64 > max {
+        return Err(Errno::EFBIG);
+    }
+    Ok(out)
+}
+
+/// The first `n` bytes (fewer when the file is shorter) of the regular file at relative `path`
+/// beneath `dir`, however long it is, with [`read_file_at_most`]'s care: no symlink followed
+/// anywhere in `path`, the open never waits (a FIFO), and what is not a regular file is
+/// `EINVAL` without being read (a smith's task or result shown by the ui, notes H23).
+pub fn read_head(dir: BorrowedFd<'_>, path: &std::path::Path, n: u64) -> SysResult<Vec<u8>> {
+    let (f, _) = open_regular(dir, path)?;
+    pread_up_to(f.as_fd(), n)
+}
+
+/// Open the regular file at relative `path` beneath `dir` for reading, without waiting
+/// (`O_NONBLOCK`) and without following a symlink: the file and its size in bytes. `EINVAL`:
+/// not a regular file.
+fn open_regular(dir: BorrowedFd<'_>, path: &std::path::Path) -> SysResult<(OwnedFd, u64)> {
     let leaf = component(path.file_name().ok_or(Refused::BadName)?)?;
     let parent = open_dir_path(dir, path.parent().unwrap_or(std::path::Path::new("")))?;
     let f = open_beneath(
@@ -1217,18 +1242,22 @@ pub fn read_file_at_most(
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
         return Err(Errno::EINVAL);
     }
-    if st.st_size as u64 > max {
-        return Err(Errno::EFBIG);
-    }
+    Ok((f, st.st_size as u64))
+}
+
+/// Read `f` from its start until its end or `limit` bytes.
+fn pread_up_to(f: BorrowedFd<'_>, limit: u64) -> SysResult<Vec<u8>> {
     let mut out = Vec::new();
     let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = pread(f.as_fd(), &mut buf, out.len() as u64)?;
+    while (out.len() as u64) < limit {
+        let want = (limit - out.len() as u64).min(buf.len() as u64) as usize;
+        let n = pread(f, &mut buf[..want], out.len() as u64)?;
         if n == 0 {
-            return Ok(out);
+            break;
         }
         out.extend_from_slice(&buf[..n]);
     }
+    Ok(out)
 }
 
 /// Maximum size of a `struct file_handle`'s opaque part (`MAX_HANDLE_SZ`).
@@ -1324,5 +1353,49 @@ mod tests {
             stat(again.as_fd()).expect("stat"),
         );
         assert_eq!((a.st_ino, a.st_dev), (b.st_ino, b.st_dev));
+    }
+
+    /// `read_head` and `read_file_at_most` on what a smith may make instead of a regular file:
+    /// a FIFO (answered at once, EINVAL, nobody writing it), a symlink as the file or as a
+    /// directory on the way (never followed), and a file longer than asked.
+    #[test]
+    fn careful_reads_refuse_fifos_and_links_and_bound_their_length() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path();
+        std::fs::create_dir(p.join("outbox")).expect("mkdir");
+        std::fs::write(p.join("outbox/result.md"), b"0123456789").expect("write");
+        std::fs::write(p.join("elsewhere.md"), b"secret").expect("write");
+        nix::unistd::mkfifo(&p.join("outbox/fifo.md"), nix::sys::stat::Mode::S_IRWXU)
+            .expect("mkfifo");
+        std::os::unix::fs::symlink(p.join("elsewhere.md"), p.join("outbox/link.md"))
+            .expect("symlink");
+        std::os::unix::fs::symlink(p.join("outbox"), p.join("linked")).expect("symlink");
+        let root = open_store_root(p).expect("root");
+        let r = root.as_fd();
+        let path = std::path::Path::new;
+        assert_eq!(
+            read_head(r, path("outbox/result.md"), 4).as_deref(),
+            Ok(&b"0123"[..])
+        );
+        assert_eq!(
+            read_head(r, path("outbox/result.md"), 100).as_deref(),
+            Ok(&b"0123456789"[..])
+        );
+        assert_eq!(read_head(r, path("outbox/fifo.md"), 4), Err(Errno::EINVAL));
+        assert_eq!(read_head(r, path("outbox/link.md"), 4), Err(Errno::ELOOP));
+        assert!(read_head(r, path("linked/result.md"), 4).is_err());
+        assert!(read_head(r, path("../elsewhere.md"), 4).is_err());
+        assert_eq!(
+            read_file_at_most(r, path("outbox/result.md"), 10).as_deref(),
+            Ok(&b"0123456789"[..])
+        );
+        assert_eq!(
+            read_file_at_most(r, path("outbox/result.md"), 9),
+            Err(Errno::EFBIG)
+        );
+        assert_eq!(
+            read_file_at_most(r, path("outbox/fifo.md"), 9),
+            Err(Errno::EINVAL)
+        );
     }
 }

@@ -291,22 +291,19 @@ fn tree_fragment(app: &App, doc: &StatusDoc) -> String {
 
 // ---- a smith ---------------------------------------------------------------------------------
 
-/// A file's first [`FILE_SHOWN`] bytes as safe text, or `None` when it cannot be read. Only a
-/// regular file is read, and never through a symlink: the files are a smith's to make, and a
-/// FIFO would park the worker thread in its open, a symlink point the operator's read anywhere
-/// (`O_NONBLOCK | O_NOFOLLOW`, then `fstat`; notes H23).
-fn file_text(path: &Path) -> Option<String> {
+/// The first [`FILE_SHOWN`] bytes of the file at `rel` in smith directory `sd` as safe text, or
+/// `None` when it cannot be read. Only a regular file is read, and no symlink below `sd` is
+/// followed: the files are a smith's to make, and a FIFO would park the worker thread in its
+/// open, a symlink point the operator's read anywhere (`backing::read_head`; notes H23).
+fn file_text(sd: &Path, rel: &Path) -> Option<String> {
+    use std::os::fd::AsFd;
     use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
+    let dir = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
-        .open(path)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(sd)
         .ok()?;
-    if !f.metadata().ok()?.file_type().is_file() {
-        return None;
-    }
-    let mut buf = Vec::new();
-    f.take(FILE_SHOWN).read_to_end(&mut buf).ok()?;
+    let buf = crate::backing::read_head(dir.as_fd(), rel, FILE_SHOWN).ok()?;
     let mut s = log_text(&buf);
     if buf.len() as u64 == FILE_SHOWN {
         s.push_str("\n… (cut)");
@@ -632,7 +629,13 @@ fn smith_page(app: &App, doc: &StatusDoc, row: &SmithRow) -> Resp {
         .map(|d| {
             d.flatten()
                 .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-                .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+                .map(|e| {
+                    let name = e.file_name();
+                    (
+                        name.to_string_lossy().into_owned(),
+                        Path::new("inbox").join(name),
+                    )
+                })
                 .filter(|(n, _)| n.starts_with("task-") && n.ends_with(".md"))
                 .collect()
         })
@@ -646,11 +649,11 @@ fn smith_page(app: &App, doc: &StatusDoc, row: &SmithRow) -> Resp {
             b,
             "<h3>{}</h3><pre class=\"file\">{}</pre>",
             esc(name),
-            file_text(path).unwrap_or_default()
+            file_text(&sd, path).unwrap_or_default()
         );
     }
     b.push_str("</section><section><h2>Result</h2>");
-    match file_text(&sd.join("outbox/result.md")) {
+    match file_text(&sd, Path::new("outbox/result.md")) {
         Some(t) => {
             let _ = write!(b, "<pre class=\"file result\">{t}</pre>");
         }

@@ -197,8 +197,18 @@ fn a_fifo_or_symlink_result_neither_hangs_nor_leaks() {
     let m = TestMount::new();
     let result = "smiths/smith-root/outbox/result.md";
     crate::common::run_as(m.path(), "smith-root", &["mkfifo", result]).expect_ok("mkfifo");
+    std::fs::write(
+        m.path().join("smiths/smith-root/inbox/task-1.md"),
+        "the task <text>\n",
+    )
+    .expect("task");
     let ui = UiServer::start(m.path(), &[]);
     let cookie = format!("smithfs_ui={}", ui.token);
+    let (_, _, body) = get(&ui, "/smith?id=smith-root", &[("Cookie", &cookie)]);
+    assert!(
+        body.contains("the task &lt;text&gt;"),
+        "a task shows: {body}"
+    );
     for i in 0..12 {
         let (s, _, body) = get(&ui, "/smith?id=smith-root", &[("Cookie", &cookie)]);
         assert_eq!(s, 200, "view {i}");
