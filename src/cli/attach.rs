@@ -53,7 +53,16 @@ pub fn run(args: AttachArgs) -> Result<ExitCode> {
     // COMMAND's are forwarded from below on.
     let plain_signals = attach_command::StopSignals::ignore();
     let ticket = read_ticket(args.ticket_fd)?;
-    let attached = crate::remote::client::attach(&ticket)?;
+    // A connection closed before its welcome did not spend the ticket (notes R50): try again.
+    let attached = crate::remote::client::attach_retrying(
+        &ticket,
+        crate::remote::client::RETRY_WITHIN,
+        |e, n| {
+            if n == 1 {
+                eprintln!("smithfs attach: {e}; trying again (for up to 30 s)");
+            }
+        },
+    )?;
     let mount_point = PathBuf::from(&attached.mount_point);
     // The run's sandbox is the daemon's word alone (notes R30): never this process's argv or
     // environment, which whoever submitted the job could have shaped.

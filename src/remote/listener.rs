@@ -5,7 +5,7 @@
 //!
 //! Bounds (docs/PROTOCOL-NOTES.md R7): at most [`MAX_CONNECTIONS`] connections that proved a run
 //! (more are refused after their hello) and [`MAX_UNPROVEN`] still proving one (a new one closes
-//! the oldest, R50); a connection that has not completed its hello within
+//! one of the address holding the most, the least far along first, R50); a connection that has not completed its hello within
 //! [`HELLO_TIMEOUT`] is closed; at most [`MAX_WORKERS`] requests of a connection are served at
 //! once (R41) and a thread takes its next request only once its reply is sent, so a node that
 //! floods fills its own socket buffers; a connection whose pending notifications exceed
@@ -38,8 +38,10 @@ use crate::tree::model::SmithIdx;
 /// Most connections served at once.
 pub const MAX_CONNECTIONS: usize = 256;
 /// Most connections at once that have not yet proved a run (TLS handshake and hello under way):
-/// a new one beyond them closes the oldest of them, so connections without a ticket can never
-/// keep a run's `attach` out (notes R50).
+/// a new one beyond them closes one of them — of the source address holding the most, the one
+/// least far along (silent before TLS-talking before handshaken), oldest first — so connections
+/// without a ticket cost the daemon a bounded number of threads, a flood from one address
+/// evicts its own connections first, and an `attach` that was closed retries (notes R50).
 pub const MAX_UNPROVEN: usize = 32;
 /// Time a connection has for its TLS handshake and its hello.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
@@ -171,6 +173,29 @@ impl Changes for Peers {
     }
 }
 
+/// A connection still in its handshake or hello.
+struct Unproven {
+    id: u64,
+    /// Its peer's address (`None`: unknown), whose connections are counted together.
+    source: Option<std::net::IpAddr>,
+    /// How far it got ([`Stage`] as a number), set by its serving thread.
+    stage: Arc<std::sync::atomic::AtomicU8>,
+    /// A handle to cut it.
+    sock: TcpStream,
+}
+
+/// How far an unproven connection got: the lower, the sooner it is closed to make room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+enum Stage {
+    /// Accepted, nothing received yet.
+    Silent = 0,
+    /// Bytes arrived (its TLS handshake is under way).
+    Talking = 1,
+    /// Its TLS handshake is done; its hello is awaited.
+    Handshaken = 2,
+}
+
 struct Shared {
     fs: Arc<SmithFs>,
     tls: Arc<rustls::ServerConfig>,
@@ -181,8 +206,8 @@ struct Shared {
     changes: Arc<dyn Changes>,
     /// Connections that proved a run, being served.
     live: AtomicUsize,
-    /// Connections still in their handshake or hello, oldest first (id, a handle to cut it).
-    unproven: Mutex<VecDeque<(u64, TcpStream)>>,
+    /// Connections still in their handshake or hello, oldest first.
+    unproven: Mutex<VecDeque<Unproven>>,
     /// Unproven connections closed to make room, and when that was last logged.
     evicted: Mutex<(u64, Option<std::time::Instant>)>,
     next_id: AtomicU64,
@@ -190,15 +215,18 @@ struct Shared {
 }
 
 impl Shared {
-    /// Admit a new connection among the unproven ones, closing the oldest when they are
-    /// [`MAX_UNPROVEN`] already (logged at most every 10 s, with the count). Returns its id.
-    fn admit(&self, sock: &TcpStream) -> Option<u64> {
+    /// Admit a new connection among the unproven ones, closing one of them when they are
+    /// [`MAX_UNPROVEN`] already ([`Shared::victim`]; logged at most every 10 s, with the count).
+    /// Returns its id and where its serving thread records its [`Stage`].
+    fn admit(&self, sock: &TcpStream) -> Option<(u64, Arc<std::sync::atomic::AtomicU8>)> {
         let cut = sock.try_clone().ok()?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let stage = Arc::new(std::sync::atomic::AtomicU8::new(Stage::Silent as u8));
+        let source = sock.peer_addr().ok().map(|a| a.ip());
         let mut q = self.unproven.lock();
         if q.len() >= MAX_UNPROVEN {
-            if let Some((_, oldest)) = q.pop_front() {
-                let _ = oldest.shutdown(std::net::Shutdown::Both);
+            if let Some(victim) = Self::victim(&q, source).and_then(|i| q.remove(i)) {
+                let _ = victim.sock.shutdown(std::net::Shutdown::Both);
                 let mut ev = self.evicted.lock();
                 ev.0 += 1;
                 if !ev.1.is_some_and(|t| t.elapsed() < Duration::from_secs(10)) {
@@ -210,13 +238,48 @@ impl Shared {
                 }
             }
         }
-        q.push_back((id, cut));
-        Some(id)
+        q.push_back(Unproven {
+            id,
+            source,
+            stage: stage.clone(),
+            sock: cut,
+        });
+        Some((id, stage))
     }
 
-    /// Connection `id` has proved a run or failed to: it is no longer unproven.
-    fn proven(&self, id: u64) {
-        self.unproven.lock().retain(|(i, _)| *i != id);
+    /// Which of the unproven connections `q` (oldest first) a new one from `newcomer` closes:
+    /// of the source address holding the most of them (the newcomer's own counted as one more,
+    /// so a flooding address loses first, and ties go to the newcomer's), the least far along
+    /// ([`Stage`]), the oldest of those.
+    fn victim(q: &VecDeque<Unproven>, newcomer: Option<std::net::IpAddr>) -> Option<usize> {
+        let mut held: std::collections::HashMap<Option<std::net::IpAddr>, usize> =
+            std::collections::HashMap::new();
+        for u in q {
+            *held.entry(u.source).or_default() += 1;
+        }
+        *held.entry(newcomer).or_default() += 1;
+        let most = held.values().copied().max()?;
+        let source = if held.get(&newcomer) == Some(&most) {
+            newcomer
+        } else {
+            held.iter().find(|(_, &n)| n == most).map(|(s, _)| *s)?
+        };
+        q.iter()
+            .enumerate()
+            .filter(|(_, u)| u.source == source)
+            .min_by_key(|(i, u)| (u.stage.load(Ordering::Relaxed), *i))
+            .map(|(i, _)| i)
+            .or_else(|| (!q.is_empty()).then_some(0))
+    }
+
+    /// Connection `id` has sent its whole hello (or failed): it is no longer unproven. Returns
+    /// false when it was closed to make room meanwhile: its hello is then not taken, so the
+    /// run's secret is never spent by a connection the daemon cut (its `attach` retries).
+    fn proven(&self, id: u64) -> bool {
+        let mut q = self.unproven.lock();
+        let before = q.len();
+        q.retain(|u| u.id != id);
+        q.len() != before
     }
 }
 
@@ -362,7 +425,7 @@ fn accept_loop(shared: &Arc<Shared>, sock: &TcpListener) {
             return;
         }
         let Ok(stream) = stream else { continue };
-        let Some(id) = shared.admit(&stream) else {
+        let Some((id, stage)) = shared.admit(&stream) else {
             continue;
         };
         let s = shared.clone();
@@ -370,7 +433,7 @@ fn accept_loop(shared: &Arc<Shared>, sock: &TcpListener) {
             .name("smithfs-remote".into())
             .spawn(move || {
                 let peer = stream.peer_addr().ok();
-                if let Err(e) = serve(&s, stream, id) {
+                if let Err(e) = serve(&s, stream, id, &stage) {
                     tracing::info!(?peer, "remote connection closed: {e}");
                 }
                 s.proven(id);
@@ -381,21 +444,35 @@ fn accept_loop(shared: &Arc<Shared>, sock: &TcpListener) {
     }
 }
 
-/// Serve one connection to its end; the error says why it ended early.
-fn serve(shared: &Arc<Shared>, sock: TcpStream, id: u64) -> Result<(), String> {
+/// Serve one connection to its end, recording in `stage` how far it got before its hello; the
+/// error says why it ended early.
+fn serve(
+    shared: &Arc<Shared>,
+    sock: TcpStream,
+    id: u64,
+    stage: &std::sync::atomic::AtomicU8,
+) -> Result<(), String> {
     let cut = sock.try_clone().map_err(|e| e.to_string())?;
+    let started = std::time::Instant::now();
+    // Silent until its first bytes: the first to be closed to make room (R50).
+    wait_socket(&sock, true, false, None, Some(HELLO_TIMEOUT))?;
+    stage.store(Stage::Talking as u8, Ordering::Relaxed);
     let tls = rustls::ServerConnection::new(shared.tls.clone()).map_err(|e| e.to_string())?;
     let mut ch = Channel::new(sock, tls.into()).map_err(|e| e.to_string())?;
-    ch.handshake(HELLO_TIMEOUT)
+    ch.handshake(HELLO_TIMEOUT.saturating_sub(started.elapsed()))
         .map_err(|e| format!("TLS handshake: {e}"))?;
-    let (smith, grant, slot) = match take_hello(&mut ch) {
+    stage.store(Stage::Handshaken as u8, Ordering::Relaxed);
+    let hello = take_hello(&mut ch);
+    if !shared.proven(id) {
+        return Err("closed to make room before its hello was taken".into());
+    }
+    let (smith, grant, slot) = match hello {
         Ok((run_id, secret)) => match shared.keys.claim(
             &run_id,
             &secret,
             cut.try_clone().map_err(|e| e.to_string())?,
         ) {
             Ok(claimed) => {
-                shared.proven(id);
                 tracing::info!(run_id, "remote connection accepted");
                 claimed
             }

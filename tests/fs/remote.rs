@@ -1220,3 +1220,110 @@ fn a_node_cannot_pin_a_daemon_thread_on_a_fifo() {
         || w.fs.counts() == base,
     );
 }
+
+/// Flood `port` on 127.0.0.1 from `source` with silent connections (non-blocking connects, the
+/// last 600 kept open, as finding 02's `flood2.py`) until `stop`; returns how many were made.
+fn flood(
+    port: u16,
+    source: std::net::Ipv4Addr,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let addr = |ip: std::net::Ipv4Addr, port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    std::thread::spawn(move || {
+        let from = addr(source, 0);
+        let to = addr(std::net::Ipv4Addr::LOCALHOST, port);
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let mut open = std::collections::VecDeque::new();
+        let mut n = 0u64;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            // SAFETY: plain socket calls on a descriptor this loop owns, with valid addresses
+            // of the length passed.
+            let fd = unsafe {
+                libc::socket(
+                    libc::AF_INET,
+                    libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                    0,
+                )
+            };
+            if fd < 0 {
+                continue;
+            }
+            // SAFETY: `fd` was just made and is owned from here on.
+            let s = unsafe { OwnedFd::from_raw_fd(fd) };
+            // SAFETY: as above.
+            let bound = unsafe {
+                libc::bind(
+                    s.as_raw_fd(),
+                    (&from as *const libc::sockaddr_in).cast(),
+                    len,
+                )
+            };
+            if bound != 0 {
+                continue;
+            }
+            // SAFETY: as above.
+            let r = unsafe {
+                libc::connect(s.as_raw_fd(), (&to as *const libc::sockaddr_in).cast(), len)
+            };
+            if r != 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINPROGRESS) {
+                continue;
+            }
+            n += 1;
+            open.push_back(s);
+            if open.len() > 600 {
+                open.pop_front();
+            }
+        }
+        n
+    })
+}
+
+/// Finding 02 of the hostile review (docs/PROTOCOL-NOTES.md R50): a flood of silent
+/// connections (two threads of non-blocking connects) from another address (127.0.0.2), then
+/// from the runs' own (127.0.0.1), while ten runs attach one after the other with
+/// `attach_retrying` (what `smithfs attach` does): every run gets in and is served; the retries
+/// it took are printed (a new connection beyond the 32 unproven closes one of the address
+/// holding the most, a silent one first, so they are rare; a connection closed before its
+/// welcome did not spend the ticket).
+#[test]
+fn a_connect_flood_cannot_keep_runs_out() {
+    use smithfs::remote::client::{attach_retrying, RETRY_WITHIN};
+    let w = World::new();
+    let l = listener(&w);
+    let port = l.addr().port();
+    for source in [
+        std::net::Ipv4Addr::new(127, 0, 0, 2),
+        std::net::Ipv4Addr::LOCALHOST,
+    ] {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let floods: Vec<_> = (0..2).map(|_| flood(port, source, stop.clone())).collect();
+        // Let the flood fill the unproven connections first.
+        std::thread::sleep(Duration::from_millis(300));
+        let started = Instant::now();
+        let mut retries = 0;
+        for i in 0..10 {
+            let t = l.ticket(&format!("run-{source}-{i}"), w.child).unwrap();
+            let a = attach_retrying(&t, RETRY_WITHIN, |_, _| retries += 1)
+                .unwrap_or_else(|e| panic!("run {i} flooded from {source}: {e}"));
+            let mut n = Node {
+                ch: a.channel,
+                unique: 1,
+                notes: Vec::new(),
+            };
+            assert!(n.lookup(1, "smiths").is_ok(), "run {i} is served");
+        }
+        let took = started.elapsed();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let made: u64 = floods.into_iter().map(|f| f.join().unwrap()).sum();
+        eprintln!("flood from {source}: {made} connects; 10 runs in {took:?}, {retries} retries");
+        assert!(made > 1000, "the flood flooded ({made} connects)");
+    }
+}
