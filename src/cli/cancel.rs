@@ -1,7 +1,7 @@
 //! `smithfs cancel [DIR] ID`: stop a smith's run and its subtree's, marking them cancelled, by
 //! writing `cancel FULL_ID` to `DIR/.smithfs/ctl` (docs/SPEC.md §6, §7). The mount checks the
-//! writer's authority (the operator, or an ancestor smith). It returns once the status shows
-//! the subtree cancelled (or done) and none of its runs live (O49).
+//! writer's authority (the operator, or an ancestor smith). It returns once the journal shows
+//! the cancel handled and every run it stopped ended (O49, H21).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -42,17 +42,26 @@ pub fn run(args: CancelArgs) -> Result<ExitCode> {
 }
 
 /// Ask the live mount `dir` to cancel the smith `full` (a full id) and its subtree, and wait
-/// until that is in effect: `cancel FULL_ID` written to `ctl`. What `smithfs cancel` and the
-/// ui's Cancel do (one code path); returns the line to show, `cancelled ID`.
+/// until that is in effect: `cancel FULL_ID` written to `ctl`, then the journal read from its
+/// end before the write until the cancel is handled and every run it stopped has ended
+/// ([`settle::CancelWatch`]). What `smithfs cancel` and the ui's Cancel do (one code path);
+/// returns the line to show, `cancelled ID`, plus `(now STATE: …)` when the smith, given a new
+/// task since (by its parent, woken by the settling) or retried, already shows another state.
 ///
 /// # Errors
-/// The `ctl` write refused (an unknown smith is a [`super::ids::UsageError`]), or the subtree
-/// not settled in time (one line).
+/// The `ctl` write refused (an unknown smith is a [`super::ids::UsageError`]), or the cancel
+/// not in effect in time (one line).
 pub(crate) fn request(dir: &Path, full: &str) -> Result<String> {
+    // Where the journal stands before the write: the cancel's lines come after it.
+    let journal_from = super::events::journal_end(dir).ok();
     super::util::ctl(dir, &format!("cancel {full}"), "cancel", full)?;
     let asked = Asked::Cancel {
         full_id: full.to_string(),
+        journal_from,
     };
-    settle::wait_until(dir, &asked, settle::cancel_patience(dir))?;
-    Ok(format!("cancelled {full}"))
+    let state = settle::wait_until(dir, &asked, settle::cancel_patience(dir))?;
+    Ok(match state.as_str() {
+        "cancelled" | "done" | "gone" => format!("cancelled {full}"),
+        now => format!("cancelled {full} (now {now}: given a new task or retried since)"),
+    })
 }

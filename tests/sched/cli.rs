@@ -135,12 +135,28 @@ fn status_events_wait_cancel() {
     );
     assert_eq!(code(&["wait", "/nonexistent-smithfs"], &[]), Some(1));
 
-    let o = smithfs(&["cancel", &dir, "smith-root/smith-002"], &[]);
+    // `cancel` returns once the journal shows it handled (notes O49, H21): nothing serves this
+    // directory, so the test journals the scheduler's answer once the command is written.
+    let cancel = Command::new(env!("CARGO_BIN_EXE_smithfs"))
+        .args(["cancel", &dir, "smith-root/smith-002"])
+        .current_dir("/")
+        .env_remove("SMITH_MOUNT")
+        .env_remove("SMITH_FULL_ID")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run smithfs cancel");
+    poll_until(10, "the cancel written to ctl", || {
+        (env.read(".smithfs/ctl").as_deref() == Some("cancel smith-root/smith-002\n")).then_some(())
+    });
+    let line = "{\"ts\":\"2026-12-05T22:41:12.610392Z\",\"event\":\"run.cancelled\",\"smith\":\"smith-root/smith-002\"}\n";
+    let mut journal = std::fs::OpenOptions::new()
+        .append(true)
+        .open(env.p(".smithfs/events.jsonl"))
+        .expect("events.jsonl");
+    std::io::Write::write_all(&mut journal, line.as_bytes()).expect("journal the cancel");
+    let o = cancel.wait_with_output().expect("wait for cancel");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(
-        env.read(".smithfs/ctl").as_deref(),
-        Some("cancel smith-root/smith-002\n")
-    );
     let o = smithfs(
         &["cancel", "smith-root"],
         &[("SMITH_MOUNT", "/nonexistent-smithfs")],

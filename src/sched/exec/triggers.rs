@@ -191,9 +191,20 @@ impl Exec {
         self.record(ev);
     }
 
+    /// `cancel` of `s` (docs/SPEC.md §6): its subtree marked cancelled, their live runs TERMed
+    /// (KILL after the grace), one `run.cancelled` per smith marked, with the run id of a live
+    /// run. The named smith's line is journaled last: `smithfs cancel` takes it as the word that
+    /// the cancel was handled, the runs to wait for being those of the lines before it
+    /// (docs/PROTOCOL-NOTES.md O49, H21).
     pub(super) fn on_cancel(&mut self, s: SmithIdx) {
         let now = SystemTime::now();
-        for (x, live) in self.st.queue.cancel(s) {
+        self.ensure_known(s);
+        let mut marked = self.st.queue.cancel(s);
+        if let Some(i) = marked.iter().position(|(x, _)| *x == s) {
+            let named = marked.remove(i);
+            marked.push(named);
+        }
+        for (x, live) in marked {
             // The cancel consumes the tasks that are there: a rescan must not revive it.
             self.st.recs.entry(x).or_default().last_start = Some(now);
             let mut ev = self.ev("run.cancelled", x);
