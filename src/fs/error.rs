@@ -101,6 +101,18 @@ pub enum FsError {
     /// it released; docs/SPEC.md §13): EBADF.
     #[error("file handle not held by this connection")]
     HandleNotHeld,
+    /// A smith set or removed an extended attribute in a namespace that only a process with
+    /// capabilities may change (`security.*`, e.g. `security.capability`, and `trusted.*`):
+    /// EPERM, what the caller's own kernel answers a process without them. The daemon, root,
+    /// would otherwise make it for a caller no kernel stands in front of: a remote node
+    /// (docs/PROTOCOL-NOTES.md XT26).
+    #[error("extended attribute namespace reserved to the privileged")]
+    PrivilegedXattr,
+    /// A POSIX ACL set or removed (`system.posix_acl_access`, `_default`): the mount does not
+    /// offer ACLs, so a local kernel answers EOPNOTSUPP without asking; a remote node gets the
+    /// same answer from the daemon (docs/PROTOCOL-NOTES.md XT26).
+    #[error("POSIX ACLs are not supported")]
+    AclUnsupported,
 }
 
 impl FsError {
@@ -118,13 +130,14 @@ impl FsError {
             FsError::NotTruncatable => Errno::EINVAL,
             FsError::Scaffold => Errno::EIO,
             FsError::ControlIsDir => Errno::EISDIR,
-            FsError::ControlFixed => Errno::EPERM,
+            FsError::ControlFixed | FsError::PrivilegedXattr => Errno::EPERM,
             FsError::ControlUnknown => Errno::EACCES,
             FsError::NoSuchXattr => Errno::ENODATA,
             FsError::NotOwner => Errno::EACCES,
             FsError::Unimplemented => Errno::ENOSYS,
             FsError::BadRequest | FsError::ReplyFailed => Errno::EIO,
             FsError::NoUring => Errno::EPROTONOSUPPORT,
+            FsError::AclUnsupported => Errno::EOPNOTSUPP,
         }
     }
 
@@ -171,7 +184,9 @@ impl FsError {
             | FsError::NodeNotHeld
             | FsError::SpecialFile
             | FsError::NotTruncatable
-            | FsError::HandleNotHeld => tracing::Level::DEBUG,
+            | FsError::HandleNotHeld
+            | FsError::PrivilegedXattr
+            | FsError::AclUnsupported => tracing::Level::DEBUG,
         }
     }
 }

@@ -7,6 +7,7 @@ use std::os::unix::ffi::OsStrExt;
 use super::error::{FsError, FsResult};
 use super::ids::NodeId;
 use super::{backing, control, Caller, SmithFs};
+use crate::identity::Identity;
 use crate::policy::Op;
 
 impl SmithFs {
@@ -28,6 +29,7 @@ impl SmithFs {
         let who = self.identify(caller);
         self.check_inode(caller, who, Op::Write, "setxattr", &inode)?;
         let cname = xattr_name(name)?;
+        refuse_privileged(who, name)?;
         let zone = self.zone(&inode);
         let adds = (value.len() as u64).saturating_add(4095) & !4095;
         self.admit_storage(caller, who, &zone, adds, 0, "setxattr", || {
@@ -74,19 +76,40 @@ impl SmithFs {
             return Err(FsError::ControlFixed);
         }
         let inode = self.inodes.get(ino)?;
-        self.check_inode(
-            caller,
-            self.identify(caller),
-            Op::Write,
-            "removexattr",
-            &inode,
-        )?;
+        let who = self.identify(caller);
+        self.check_inode(caller, who, Op::Write, "removexattr", &inode)?;
         let cname = xattr_name(name)?;
+        refuse_privileged(who, name)?;
         let fd = inode.fd()?;
         let done = backing::removexattr(fd.as_fd(), &cname);
         self.settle_fd(fd.as_fd());
         Ok(done?)
     }
+}
+
+/// Namespaces of extended attributes that only a process with capabilities may change
+/// (`xattr_permission` and the capability checks of the kernel).
+const PRIVILEGED_XATTRS: [&[u8]; 2] = [b"security.", b"trusted."];
+
+/// POSIX ACLs: the mount does not offer them (no `FUSE_POSIX_ACL`), so a local kernel answers
+/// EOPNOTSUPP itself and never sends them.
+const ACL_XATTRS: [&[u8]; 2] = [b"system.posix_acl_access", b"system.posix_acl_default"];
+
+/// Refuse a change of `name` that no local kernel would send for `who` (docs/PROTOCOL-NOTES.md
+/// XT26): [`FsError::PrivilegedXattr`] when a smith changes it in a [`PRIVILEGED_XATTRS`]
+/// namespace (the operator's kernel judges the operator), [`FsError::AclUnsupported`] for an
+/// ACL ([`ACL_XATTRS`]), from anyone.
+fn refuse_privileged(who: Identity, name: &OsStr) -> FsResult<()> {
+    if ACL_XATTRS.contains(&name.as_bytes()) {
+        return Err(FsError::AclUnsupported);
+    }
+    let privileged = PRIVILEGED_XATTRS
+        .iter()
+        .any(|ns| name.as_bytes().starts_with(ns));
+    if privileged && who != Identity::Operator {
+        return Err(FsError::PrivilegedXattr);
+    }
+    Ok(())
 }
 
 /// Reply to a getxattr/listxattr: the needed size (when asked with size 0) or the data.

@@ -28,6 +28,8 @@ const WRITE: u32 = 16;
 const RELEASE: u32 = 18;
 const CREATE: u32 = 35;
 const INIT: u32 = 26;
+const SETXATTR: u32 = 21;
+const REMOVEXATTR: u32 = 24;
 const T: Duration = Duration::from_secs(10);
 
 fn listener(w: &World) -> Listener {
@@ -184,6 +186,15 @@ impl Node {
         self.call(RELEASE, node, &arg, &[]).0
     }
 
+    /// SETXATTR `name` = `value` on `node` (the compat 8-byte argument: size, flags).
+    fn setxattr(&mut self, node: u64, name: &str, value: &[u8]) -> i32 {
+        let mut arg = (value.len() as u32).to_ne_bytes().to_vec();
+        arg.extend_from_slice(&0u32.to_ne_bytes());
+        let mut payload = cstr(name);
+        payload.extend_from_slice(value);
+        self.call(SETXATTR, node, &arg, &payload).0
+    }
+
     fn getattr(&mut self, node: u64) -> i32 {
         self.call(GETATTR, node, &[0u8; 16], &[]).0
     }
@@ -245,6 +256,54 @@ fn a_connection_is_its_runs_smith_whatever_its_headers_say() {
     assert_eq!(n.create(parent_outbox, "result.md"), Err(libc::EACCES));
     // Nor is the operator's config.
     assert_eq!(n.create(1, "config.json"), Err(libc::EACCES));
+}
+
+/// A node has no kernel in front of the daemon to stop what only a privileged process may do:
+/// file capabilities (`security.capability`: a program in the store that makes whoever runs it
+/// root once the store is a plain directory again) and the `trusted.*` namespace are refused
+/// to it as the node's own kernel refuses them to an unprivileged process, and POSIX ACLs as a
+/// local kernel refuses them on this mount (notes XT26); `user.*` stays its own.
+#[test]
+fn a_node_cannot_set_file_capabilities_or_trusted_xattrs() {
+    let w = World::new();
+    let l = listener(&w);
+    let mut n = Node::new(&l.ticket("run-1", w.child).unwrap());
+    let outbox = n.walk(&format!("{CHILD_DIR}/outbox"));
+    let (node, fh) = n.create(outbox, "prog").unwrap();
+    assert_eq!(n.release(node, fh), 0);
+    // VFS_CAP_REVISION_2, cap_setuid|cap_setgid|cap_dac_override permitted, effective.
+    let mut cap = 0x0200_0001u32.to_le_bytes().to_vec();
+    for v in [(1u32 << 1) | (1 << 6) | (1 << 7), 0, 0, 0] {
+        cap.extend_from_slice(&v.to_le_bytes());
+    }
+    for name in [
+        "security.capability",
+        "security.evil",
+        "trusted.overlay.opaque",
+    ] {
+        assert_eq!(n.setxattr(node, name, &cap), -libc::EPERM, "{name}");
+        let (e, _) = n.call(REMOVEXATTR, node, &[], &cstr(name));
+        assert_eq!(e, -libc::EPERM, "remove {name}");
+    }
+    // ACLs: the mount does not offer them, a local kernel answers EOPNOTSUPP itself.
+    let acl = [2u8, 0, 0, 0, 1, 0, 7, 0, 0xff, 0xff, 0xff, 0xff];
+    assert_eq!(
+        n.setxattr(node, "system.posix_acl_access", &acl),
+        -libc::EOPNOTSUPP
+    );
+    assert_eq!(n.setxattr(node, "user.note", b"mine"), 0);
+    let path = w.store(&format!("{CHILD_DIR}/outbox/prog"));
+    let mut names = vec![0u8; 1024];
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: `c` is a NUL-terminated path and `names` a buffer of its length.
+    let len = unsafe { libc::listxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
+    assert!(len >= 0, "listxattr: {}", std::io::Error::last_os_error());
+    names.truncate(len as usize);
+    assert_eq!(
+        String::from_utf8_lossy(&names),
+        "user.note\0",
+        "only user.note in the store"
+    );
 }
 
 #[test]
