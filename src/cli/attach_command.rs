@@ -15,9 +15,10 @@ use std::os::fd::OwnedFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::ExitStatus;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use anyhow::{anyhow, Context, Result};
+use parking_lot::Mutex;
 
 use crate::sandbox::view::Plan;
 
@@ -90,7 +91,7 @@ impl StopSignals {
             .spawn(move || loop {
                 let Ok(sig) = set.wait() else { continue };
                 let sig = sig as libc::c_int;
-                let Ok(mut t) = t.lock() else { return };
+                let mut t = t.lock();
                 match t.pid {
                     // SAFETY: kill of our unreaped child (the init): its pid is not recycled.
                     Some(pid) if !t.reaped => unsafe {
@@ -128,9 +129,7 @@ impl Running {
             Running::Sandboxed(mut p, target) => {
                 let status = p.wait().context("waiting for the command's sandbox");
                 crate::process::reaper::untrack(p.id());
-                if let Ok(mut t) = target.lock() {
-                    t.reaped = true;
-                }
+                target.lock().reaped = true;
                 status
             }
         }
@@ -208,13 +207,13 @@ pub fn spawn(
     })
     .map_err(|e| anyhow!("cannot start `{}` in the sandbox: {e}", command[0]))?;
     let pid = libc::pid_t::try_from(process.id()).context("pid out of range")?;
-    if let Ok(mut t) = target.lock() {
-        t.pid = Some(pid);
-        for sig in std::mem::take(&mut t.pending) {
-            // SAFETY: kill of our unreaped child.
-            unsafe { libc::kill(pid, sig) };
-        }
+    let mut t = target.lock();
+    t.pid = Some(pid);
+    for sig in std::mem::take(&mut t.pending) {
+        // SAFETY: kill of our unreaped child.
+        unsafe { libc::kill(pid, sig) };
     }
+    drop(t);
     Ok(Running::Sandboxed(process, target))
 }
 

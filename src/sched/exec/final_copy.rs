@@ -6,8 +6,10 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::mpsc::SyncSender;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
+
+use parking_lot::{Condvar, Mutex};
 
 use crate::sched::store_facts::{self, FinalCopied, Fingerprint};
 use crate::sched::Msg;
@@ -49,13 +51,13 @@ impl FinalCopier {
     /// yet served).
     pub(super) fn request(&self) {
         let (m, cv) = &*self.shared;
-        lock(m).requested = true;
+        m.lock().requested = true;
         cv.notify_one();
     }
 
     /// What was copied since the last call.
     pub(super) fn take(&self) -> Option<FinalCopied> {
-        lock(&self.shared.0).copied.take()
+        self.shared.0.lock().copied.take()
     }
 
     /// Serve the request still pending, then end the thread and wait for it (at the
@@ -63,7 +65,7 @@ impl FinalCopier {
     pub(super) fn finish(&mut self) {
         {
             let (m, cv) = &*self.shared;
-            lock(m).quit = true;
+            m.lock().quit = true;
             cv.notify_one();
         }
         if let Some(t) = self.thread.take() {
@@ -78,10 +80,6 @@ impl Drop for FinalCopier {
     }
 }
 
-fn lock(m: &Mutex<Slot>) -> std::sync::MutexGuard<'_, Slot> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 fn copier(root: &OwnedFd, shared: &(Mutex<Slot>, Condvar), tx: &SyncSender<Msg>) {
     let (m, cv) = shared;
     // The result and `final.md` as they were after the last copy (or the comparison that
@@ -89,11 +87,9 @@ fn copier(root: &OwnedFd, shared: &(Mutex<Slot>, Condvar), tx: &SyncSender<Msg>)
     let mut last: Option<(Fingerprint, Fingerprint)> = None;
     loop {
         {
-            let mut g = lock(m);
+            let mut g = m.lock();
             while !g.requested && !g.quit {
-                g = cv
-                    .wait(g)
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                cv.wait(&mut g);
             }
             if !g.requested {
                 return;
@@ -103,7 +99,7 @@ fn copier(root: &OwnedFd, shared: &(Mutex<Slot>, Condvar), tx: &SyncSender<Msg>)
         match store_facts::copy_final(root.as_fd(), &mut last) {
             Ok(Some(copied)) => {
                 {
-                    let mut g = lock(m);
+                    let mut g = m.lock();
                     let made = g.copied.is_some_and(|c| c.results_made);
                     g.copied = Some(FinalCopied {
                         results_made: made || copied.results_made,
