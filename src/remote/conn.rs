@@ -8,7 +8,9 @@
 //! - the node ids it was given and how many lookups of each (a reply with an entry, CREATE,
 //!   each READDIRPLUS entry); a request about a node id it does not hold (the root excepted)
 //!   is `ESTALE`, a FORGET never gives back more than it holds;
-//! - the file and directory handles it opened; a handle it does not hold (another
+//! - the file and directory handles it opened, each with the node it was opened on (handle
+//!   numbers are unique per kind of node only: a control file's handle may have the number of a
+//!   file's, so the pair is the handle, notes R55); a handle it does not hold (another
 //!   connection's, or closed) is `EBADF`.
 //!
 //! When the connection drops, [`Connection::drop_all`] closes its handles without completing
@@ -22,7 +24,7 @@
 //! EBADF in the filesystem (handle numbers are never reused), a node forgotten meanwhile
 //! ESTALE. [`Connection::drop_all`] must run once no request is being served.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use parking_lot::Mutex;
 
@@ -68,10 +70,10 @@ pub struct Connection {
 struct Tables {
     /// Node id → lookups this connection holds.
     nodes: HashMap<u64, u64>,
-    /// File handle → the node it was opened on.
-    files: HashMap<u64, u64>,
-    /// Directory handle → the node it was opened on.
-    dirs: HashMap<u64, u64>,
+    /// File handles with the node each was opened on.
+    files: HashSet<(u64, u64)>,
+    /// Directory handles with the node each was opened on.
+    dirs: HashSet<(u64, u64)>,
 }
 
 impl Tables {
@@ -192,8 +194,8 @@ impl Connection {
         if !nodes.iter().all(|&n| t.holds_node(n)) {
             return Some(FsError::NodeNotHeld);
         }
-        let file = |fh: u64, node: u64| t.files.get(&fh) == Some(&node);
-        let dir = |fh: u64| t.dirs.get(&fh) == Some(&h.nodeid);
+        let file = |fh: u64, node: u64| t.files.contains(&(fh, node));
+        let dir = |fh: u64| t.dirs.contains(&(fh, h.nodeid));
         let ok = match *req {
             Request::Getattr { fh: Some(fh) } => file(fh, h.nodeid),
             Request::Setattr(s) if s.valid & wire::fattr::FH != 0 => file(s.fh, h.nodeid),
@@ -243,21 +245,21 @@ impl Connection {
         match (&reply, closing) {
             // A handle is gone once the kernel released it, whatever the answer.
             (_, Some((fh, false))) => {
-                t.files.remove(&fh);
+                t.files.remove(&(fh, h.nodeid));
             }
             (_, Some((fh, true))) => {
-                t.dirs.remove(&fh);
+                t.dirs.remove(&(fh, h.nodeid));
             }
             (Reply::Entry(e), None) => t.take_lookup(NodeId(e.nodeid)),
             (Reply::Create(e, fh, ..), None) => {
                 t.take_lookup(NodeId(e.nodeid));
-                t.files.insert(*fh, e.nodeid);
+                t.files.insert((*fh, e.nodeid));
             }
             (Reply::Open(fh, ..), None) if is_opendir => {
-                t.dirs.insert(*fh, h.nodeid);
+                t.dirs.insert((*fh, h.nodeid));
             }
             (Reply::Open(fh, ..), None) => {
-                t.files.insert(*fh, h.nodeid);
+                t.files.insert((*fh, h.nodeid));
             }
             (Reply::Listing(_, looked_up), None) => {
                 for &n in looked_up {

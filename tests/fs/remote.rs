@@ -489,6 +489,41 @@ fn node_ids_and_handles_are_per_connection() {
     assert_eq!(b.getattr(file), 0, "B's lookups are B's");
 }
 
+/// A control file's handle may have the number of a file's (the daemon numbers them apart): the
+/// connection holds each with its node (docs/PROTOCOL-NOTES.md R55). A run writing its result
+/// that read `.smithfs/whoami` meanwhile lost its result's handle — every later write EBADF —
+/// once whoami's handle of the same number was released (found by tests/e2e/hardening.rs's
+/// escapes.sh through a loopback run).
+#[test]
+fn a_control_files_handle_never_takes_a_files_place() {
+    let w = World::new();
+    let l = listener(&w);
+    let mut a = Node::new(&l.ticket("run-a", w.child).unwrap());
+    let private = a.walk(&format!("{CHILD_DIR}/private"));
+    let (file, fh) = a.create(private, "result").unwrap();
+    assert_eq!(a.write(file, fh, b"one"), 0);
+    let whoami = a.walk(".smithfs/whoami");
+    let mut same = None;
+    let mut others = Vec::new();
+    for _ in 0..64 {
+        let cfh = a.open(whoami, libc::O_RDONLY).unwrap();
+        if cfh == fh {
+            same = Some(cfh);
+            break;
+        }
+        others.push(cfh);
+    }
+    let cfh = same.expect("a control handle numbered as the file's");
+    assert!(a.read(whoami, cfh).unwrap().starts_with(b"identity: "));
+    assert_eq!(a.release(whoami, cfh), 0);
+    assert_eq!(a.write(file, fh, b"two"), 0, "the file's handle survived");
+    assert_eq!(a.read(whoami, cfh), Err(libc::EBADF), "released");
+    assert_eq!(a.release(file, fh), 0);
+    for o in others {
+        assert_eq!(a.release(whoami, o), 0);
+    }
+}
+
 #[test]
 fn a_dropped_connection_forgets_what_it_held_and_publishes_nothing() {
     let w = World::new();
