@@ -5,7 +5,9 @@
 //! its own when it is not root: notes R32) ([`crate::remote::node`]), runs COMMAND there with
 //! this process's environment (the launcher sets §5's variables) in the §12 sandbox whose plan
 //! the daemon sent (notes R30; [`super::attach_command`]), its stdout the run's stdout and
-//! stderr, and exits with COMMAND's status (128 + the signal that killed it). A dropped
+//! stderr, and exits with COMMAND's status (128 + the signal that killed it). Without a plan, a
+//! root `attach` confines COMMAND as a root daemon's local run (notes H13, R56) unless
+//! `--unconfined`. A dropped
 //! connection makes the mount fail closed (ENOTCONN) under the running command; `attach` says
 //! so on stderr.
 
@@ -34,6 +36,15 @@ pub struct AttachArgs {
     /// Where COMMAND starts (beneath the mount; default: the mount point).
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<PathBuf>,
+    /// Start a COMMAND without the sandbox unconfined: without this, a root `attach` confines it
+    /// as a root daemon confines its local runs (docs/PROTOCOL-NOTES.md H13, R56). The daemon's
+    /// launchers pass it exactly when `agent.confine` is false.
+    #[arg(long)]
+    pub unconfined: bool,
+    /// The file mode creation mask COMMAND starts with, octal (the daemon's launchers pass the
+    /// mounter's: docs/PROTOCOL-NOTES.md H16, R56); default: the one `attach` inherited.
+    #[arg(long, value_name = "MASK", value_parser = parse_umask)]
+    pub umask: Option<u32>,
     /// The run's command.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -49,6 +60,22 @@ pub fn run(args: AttachArgs) -> Result<ExitCode> {
     // command's own SIGPIPE disposition is reset to the default by the spawn).
     // SAFETY: setting a signal disposition; no handler runs.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    // COMMAND's mask (H16, R56): the daemon's word, or the one attach inherited; a sandboxed
+    // COMMAND gets it through the spawn and the sandbox's init.
+    let mask = args.umask.map_or_else(
+        || {
+            // SAFETY: umask has no preconditions (read by setting, then set back).
+            unsafe {
+                let old = libc::umask(0);
+                libc::umask(old);
+                old
+            }
+        },
+        |m| m & 0o777,
+    );
+    // SAFETY: as above.
+    unsafe { libc::umask(mask as libc::mode_t) };
+    crate::process::spawn::set_run_umask(mask);
     // A launcher's TERM while attach connects and mounts ends nothing (R14); a sandboxed
     // COMMAND's are forwarded from below on.
     let plain_signals = attach_command::StopSignals::ignore();
@@ -80,6 +107,18 @@ pub fn run(args: AttachArgs) -> Result<ExitCode> {
         let inside = sandbox.as_ref().map(|p| (p.uid, p.gid));
         node::own_user_namespace(inside).map_err(|e| anyhow!(e))?;
     }
+    // Without the sandbox, a root COMMAND is confined as a root daemon's local run is (H13, R56):
+    // its own mount namespace with /sys and /proc/sys read-only and Docker's capabilities. Only
+    // the daemon's `--unconfined` (agent.confine false) leaves it full root.
+    let confine = if sandbox.is_none() && root && !args.unconfined {
+        let c = crate::process::confine::Confinement::prepare();
+        if c.is_none() {
+            bail!("a root attach without CAP_SYS_ADMIN cannot confine COMMAND (agent.confine)");
+        }
+        c
+    } else {
+        None
+    };
     // Before any thread starts (the forwarder's), so that every thread has them blocked.
     let signals = if sandbox.is_some() {
         attach_command::StopSignals::block()?
@@ -93,15 +132,24 @@ pub fn run(args: AttachArgs) -> Result<ExitCode> {
     let forwarder = Forwarder::new(dev, attached.channel, init)
         .and_then(|f| f.with_output(output))
         .map_err(|e| anyhow!(e))?;
-    let (stop_r, stop_w) = nix::unistd::pipe().context("pipe")?;
+    // Close-on-exec: COMMAND holds no descriptor but 0, 1 and 2 (docs/SPEC.md §5, notes S19,
+    // R56); the write end in an unsandboxed agent let it stop forwarding or forge its exit report.
+    let (stop_r, stop_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe")?;
     let forwarding = std::thread::Builder::new()
         .name("smithfs-forward".into())
         .spawn(move || forwarder.run(stop_r.as_fd(), RELEASE_GRACE))
         .context("cannot start forwarding")?;
     let cwd = args.cwd.unwrap_or_else(|| mount_point.clone());
     // COMMAND's stdout and stderr: the pipe whose other end the forwarder sends (R16).
-    let status = attach_command::spawn(&args.command, &cwd, sandbox.as_ref(), &signals, output_w)
-        .and_then(attach_command::Running::wait);
+    let status = attach_command::spawn(
+        &args.command,
+        &cwd,
+        sandbox.as_ref(),
+        confine,
+        &signals,
+        output_w,
+    )
+    .and_then(attach_command::Running::wait);
     kill_rest_of_group();
     match &status {
         Ok(status) => report_exit(&stop_w, *status),
@@ -123,6 +171,14 @@ pub fn run(args: AttachArgs) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::from(attach_command::exit_code(status)))
+}
+
+/// `--umask`'s value: octal, at most 0777.
+fn parse_umask(s: &str) -> Result<u32, String> {
+    u32::from_str_radix(s, 8)
+        .ok()
+        .filter(|m| *m <= 0o777)
+        .ok_or_else(|| format!("{s:?} is not an octal mask (000 to 777)"))
 }
 
 /// A pipe for COMMAND's stdout and stderr (read end, write end; both close-on-exec: the spawn

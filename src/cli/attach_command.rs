@@ -2,7 +2,8 @@
 //! R11, R14, R30): in the §12 sandbox whose plan the daemon sent in the welcome, through the
 //! same spawn as a local run ([`crate::process::spawn`] with the sandbox's init, one sandbox
 //! implementation), or — only when the daemon sent no plan, its mount running agents without
-//! the sandbox — as a plain child of `attach`.
+//! the sandbox — as a plain child of `attach`, confined as a root daemon's local run when
+//! `attach` is root (docs/PROTOCOL-NOTES.md H13, R56).
 //!
 //! The stopping signals (TERM, INT, HUP) a launcher sends `attach`'s process group must reach
 //! COMMAND while `attach` stays to forward the closes after it (R14). A plain COMMAND is in
@@ -138,8 +139,9 @@ impl Running {
 
 /// Start `command` in `cwd` with `attach`'s environment: in `sandbox` (`plan_of`'s plan; its
 /// own working directory wins over `cwd`, a directory the view does not show falls back to
-/// `cwd`) or plainly, with `output` (the pipe `attach` sends to the daemon, docs/PROTOCOL-NOTES.md
-/// R16) as its stdout and stderr. stdin is `/dev/null`.
+/// `cwd`) or plainly — under `confine` when given (applied after the fork, before the working
+/// directory is entered: docs/PROTOCOL-NOTES.md R56) — with `output` (the pipe `attach` sends to
+/// the daemon, docs/PROTOCOL-NOTES.md R16) as its stdout and stderr. stdin is `/dev/null`.
 ///
 /// # Errors
 /// COMMAND did not start: for the sandbox, the step that failed (nothing was executed).
@@ -147,6 +149,7 @@ pub fn spawn(
     command: &[String],
     cwd: &Path,
     sandbox: Option<&Plan>,
+    confine: Option<crate::process::confine::Confinement>,
     signals: &StopSignals,
     output: OwnedFd,
 ) -> Result<Running> {
@@ -159,15 +162,30 @@ pub fn spawn(
             false,
         ));
         c.args(&command[1..])
-            .current_dir(cwd)
             .stdin(std::process::Stdio::null())
             .stdout(output)
             .stderr(stderr);
-        // SAFETY: `signal` is async-signal-safe; COMMAND gets the default dispositions back.
+        // Confined, COMMAND enters its directory once in its own mount namespace (a directory
+        // entered before would keep the mounts of attach's, /sys writable among them).
+        let dir = std::ffi::CString::new(cwd.as_os_str().as_encoded_bytes())
+            .context("the working directory holds a NUL byte")?;
+        if confine.is_none() {
+            c.current_dir(cwd);
+        }
+        // SAFETY: `signal`, the confinement's raw system calls (async-signal-safe, no
+        // allocation: process::confine) and `chdir` of a string made before the fork; COMMAND
+        // gets the default dispositions back.
         unsafe {
-            c.pre_exec(|| {
+            c.pre_exec(move || {
                 for sig in STOPPING {
                     libc::signal(sig, libc::SIG_DFL);
+                }
+                if let Some(conf) = confine {
+                    conf.apply()
+                        .map_err(|(_, e)| std::io::Error::from_raw_os_error(e))?;
+                    if libc::chdir(dir.as_ptr()) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
                 Ok(())
             });

@@ -126,6 +126,20 @@ pub(super) fn for_kind(
 
 /// The listener's name of run `run_id` of `smith`: run ids are per smith (`run-0001` in every
 /// smith), a smith's index is never reused while the mount lives (docs/PROTOCOL-NOTES.md R13).
+/// The options of `smithfs attach` before `--` that carry the daemon's word on how COMMAND
+/// starts (docs/PROTOCOL-NOTES.md R56): `--umask` the mounter's mask (H16: a run's umask is the
+/// mounter's, on any host) and, when `agent.confine` is false, `--unconfined`.
+pub(super) fn attach_options(spec: &RunSpec) -> Vec<String> {
+    let mut o = vec![
+        "--umask".to_string(),
+        format!("{:03o}", crate::process::spawn::run_umask()),
+    ];
+    if !spec.confine {
+        o.push("--unconfined".into());
+    }
+    o
+}
+
 pub(super) fn listener_key(smith: SmithIdx, run_id: &str) -> String {
     format!("{}/{run_id}", smith.0)
 }
@@ -192,8 +206,9 @@ impl Launcher for Loopback {
             "0".into(),
             "--cwd".into(),
             spec.cwd.to_string_lossy().into_owned(),
-            "--".into(),
         ];
+        argv.extend(attach_options(&spec));
+        argv.push("--".into());
         argv.extend(spec.argv.iter().cloned());
         // `attach` is root outside the sandbox: the run's environment (which a parent may have
         // written in its child's config.json) reaches it encoded, inert for the loader, and

@@ -127,8 +127,9 @@ pub(super) fn sh_quote(word: &str) -> String {
 }
 
 /// The batch script of a run: its ticket on descriptor 3 through a quoted here-document (never
-/// argv, never the environment), then `exec BINARY attach --ticket-fd 3 --cwd DIR -- COMMAND…`,
-/// every word single-quoted.
+/// argv, never the environment), then `exec BINARY attach --ticket-fd 3 --cwd DIR OPTIONS… --
+/// COMMAND…` (`OPTIONS`: [`super::launch::attach_options`], notes R56), every word
+/// single-quoted.
 ///
 /// # Errors
 /// The ticket is not one line of text (it would end the here-document early).
@@ -136,6 +137,7 @@ pub(super) fn batch_script(
     binary: &str,
     ticket: &str,
     cwd: &str,
+    options: &[String],
     argv: &[String],
 ) -> Result<String, String> {
     let ticket = ticket.trim_end_matches('\n');
@@ -149,8 +151,9 @@ pub(super) fn batch_script(
         "3".into(),
         "--cwd".into(),
         sh_quote(cwd),
-        "--".into(),
     ];
+    words.extend(options.iter().map(|o| sh_quote(o)));
+    words.push("--".into());
     words.extend(argv.iter().map(|a| sh_quote(a)));
     Ok(format!(
         "#!/bin/sh\n# smithfs run (docs/SPEC.md §13): the ticket goes to attach on descriptor 3.\nexec 3<<'{TICKET_EOF}'\n{ticket}\n{TICKET_EOF}\nexec {}\n",
@@ -400,6 +403,7 @@ impl Launcher for Slurm {
             &binary.to_string_lossy(),
             &ticket,
             &spec.cwd.to_string_lossy(),
+            &super::launch::attach_options(&spec),
             &spec.argv,
         )
         .map_err(fail)?;
@@ -669,6 +673,7 @@ mod tests {
             "/usr/bin/smithfs",
             "smithfs-ticket-1 a b c d\n",
             "/m/x y",
+            &[],
             &argv,
         )
         .unwrap();
@@ -678,6 +683,11 @@ mod tests {
         assert!(s.ends_with(
             "exec '/usr/bin/smithfs' attach --ticket-fd 3 --cwd '/m/x y' -- 'sh' '-c' 'echo '\\''hi'\\'' $HOME; rm -rf /'\n"
         ));
+        // The daemon's options, before `--` (notes R56).
+        let opts = ["--umask".to_string(), "027".into(), "--unconfined".into()];
+        let with = batch_script("b", "t", "/", &opts, &argv).unwrap();
+        assert!(with
+            .contains(" attach --ticket-fd 3 --cwd '/' '--umask' '027' '--unconfined' -- 'sh' "));
         // The shell reads back exactly the words given.
         let out = Command::new("sh")
             .arg("-c")
@@ -694,6 +704,6 @@ mod tests {
             String::from_utf8_lossy(&out.stdout),
             format!("{}\n", argv.join("\n"))
         );
-        assert!(batch_script("b", "two\nlines", "/", &argv).is_err());
+        assert!(batch_script("b", "two\nlines", "/", &[], &argv).is_err());
     }
 }
