@@ -59,6 +59,7 @@ pub const SMITHFS: &str = env!("CARGO_BIN_EXE_smithfs");
 /// How long a mount or unmount may take before the test fails.
 pub const MOUNT_DEADLINE: Duration = Duration::from_secs(20);
 
+pub mod launcher;
 pub mod msched;
 pub mod rel;
 pub mod sched;

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::launcher::Launcher;
 use common::*;
 
 /// A mount with `config` written into config.json before mounting, in identity `mode`.
@@ -69,10 +70,15 @@ fn hook_config(log: &Path) -> String {
     .to_string()
 }
 
-fn hostile_names(mode: &'static str) {
+/// Through `launcher`: the names are written by a process of smith-root on this host, or by the
+/// agent of its loopback run (whose own tasks' hooks and `task.assigned` lines are left aside).
+fn hostile_names(mode: &'static str, launcher: Launcher) {
     let scratch = tempfile::tempdir().expect("tempdir");
     let log = scratch.path().join("hooks.log");
-    let m = mount_with(&hook_config(&log), mode);
+    let config: serde_json::Value =
+        serde_json::from_str(&hook_config(&log)).expect("the hooks' config");
+    let m = mount_with(&launcher.config(&config).to_string(), mode);
+    let mode = format!("{mode}, {}", launcher.kind());
     m.sh_ok("mkdir smiths/smith-root/children/smith-001");
     // A name cannot hold `/`: the marker is relative (hooks run in `/`, runs in smith dirs).
     let p = format!("pwned-{}-{mode}", std::process::id());
@@ -104,26 +110,31 @@ fn hostile_names(mode: &'static str) {
         \x20       open(d + n, 'w').write('do it')\n";
     let mut argv = vec!["python3", "-c", code];
     argv.extend(hex.iter().map(String::as_str));
-    run_as(m.path(), "smith-root", &argv).expect_ok("write hostile task names");
+    launcher
+        .run_as(&m, m.path(), "smith-root", &argv)
+        .expect_ok("write hostile task names");
     // A good name, after them.
-    run_as(
-        m.path(),
-        "smith-root",
-        &[
-            "sh",
-            "-c",
-            "echo go > smiths/smith-root/children/smith-001/inbox/task-good_1.md",
-        ],
-    )
-    .expect_ok("write a good task");
+    launcher
+        .run_as(
+            &m,
+            m.path(),
+            "smith-root",
+            &[
+                "sh",
+                "-c",
+                "echo go > smiths/smith-root/children/smith-001/inbox/task-good_1.md",
+            ],
+        )
+        .expect_ok("write a good task");
     poll_until(Duration::from_secs(20), "hooks of every name", || {
         std::fs::read_to_string(&log).is_ok_and(|t| {
-            t.contains("task.assigned|") && t.matches("task.ignored|").count() == names.len()
+            t.contains("task.assigned|smith-root/smith-001|")
+                && t.matches("task.ignored|").count() == names.len()
         })
     });
     let evs = events(&m);
     let ignored = of(&evs, "task.ignored");
-    assert_eq!(ignored.len(), names.len(), "{ignored:#?}");
+    assert_eq!(ignored.len(), names.len(), "[{mode}] {ignored:#?}");
     for e in &ignored {
         assert_eq!(e["smith"], "smith-root/smith-001");
         let path = e["path"].as_str().expect("path");
@@ -139,30 +150,41 @@ fn hostile_names(mode: &'static str) {
             "{e}"
         );
     }
-    let assigned = of(&evs, "task.assigned");
-    assert_eq!(assigned.len(), 1, "{assigned:#?}");
+    let assigned: Vec<_> = of(&evs, "task.assigned")
+        .into_iter()
+        .filter(|e| e["smith"] != "smith-root")
+        .collect();
+    assert_eq!(assigned.len(), 1, "[{mode}] {assigned:#?}");
     assert_eq!(
         assigned[0]["path"],
         "smiths/smith-root/children/smith-001/inbox/task-good_1.md"
     );
     // Rewriting an ignored name is not journaled again.
-    run_as(
-        m.path(),
-        "smith-root",
-        &[
-            "sh",
-            "-c",
-            "echo again > 'smiths/smith-root/children/smith-001/inbox/task-with space.md'",
-        ],
-    )
-    .expect_ok("rewrite");
+    launcher
+        .run_as(
+            &m,
+            m.path(),
+            "smith-root",
+            &[
+                "sh",
+                "-c",
+                "echo again > 'smiths/smith-root/children/smith-001/inbox/task-with space.md'",
+            ],
+        )
+        .expect_ok("rewrite");
     // The writer's why names a name that works.
-    let why = run_as(m.path(), "smith-root", &["cat", ".smithfs/why"]).expect_ok("why");
-    assert!(why.contains("Rename it to task-"), "{why}");
-    assert!(why.contains("rule: task-name"), "{why}");
+    let why = launcher
+        .run_as(&m, m.path(), "smith-root", &["cat", ".smithfs/why"])
+        .expect_ok("why");
+    assert!(why.contains("Rename it to task-"), "[{mode}] {why}");
+    assert!(why.contains("rule: task-name"), "[{mode}] {why}");
     // Nothing a smith named was executed, by any hook.
     for f in &pwned {
-        assert!(!f.exists(), "a task name was executed: {}", f.display());
+        assert!(
+            !f.exists(),
+            "[{mode}] a task name was executed: {}",
+            f.display()
+        );
     }
     let text = std::fs::read_to_string(&log).expect("hooks.log");
     let mount = m.path().display().to_string();
@@ -171,8 +193,9 @@ fn hostile_names(mode: &'static str) {
     let mut seen_assigned = false;
     for line in text.lines() {
         let f: Vec<&str> = line.split('|').collect();
-        if f.len() != 12 {
-            // A newline in a name splits the line; its fields are still literal text.
+        if f.len() != 12 || (f[0] == "task.assigned" && f[1] == "smith-root") {
+            // A newline in a name splits the line; its fields are still literal text. (The
+            // root's own tasks are the loopback agent's.)
             continue;
         }
         match f[0] {
@@ -213,12 +236,22 @@ fn hostile_names(mode: &'static str) {
 
 #[test]
 fn hostile_task_names_cgroup() {
-    hostile_names("cgroup");
+    hostile_names("cgroup", Launcher::Local);
 }
 
 #[test]
 fn hostile_task_names_ancestry() {
-    hostile_names("ancestry");
+    hostile_names("ancestry", Launcher::Local);
+}
+
+#[test]
+fn hostile_task_names_loopback_cgroup() {
+    hostile_names("cgroup", Launcher::Loopback);
+}
+
+#[test]
+fn hostile_task_names_loopback_ancestry() {
+    hostile_names("ancestry", Launcher::Loopback);
 }
 
 /// Every catchable signal the keeper can get, by number.
@@ -507,7 +540,7 @@ fn a_100_gib_sparse_result_costs_nothing() {
 /// route of tests/fixtures/escapes.sh fails, its capabilities lack `CAP_SYS_ADMIN` and
 /// `CAP_SYS_PTRACE`, and it stays `smith-root` (docs/PROTOCOL-NOTES.md H13); with
 /// `agent.confine: false` the same agent keeps the daemon's capabilities (the switch works).
-fn agent_is_confined(mode: &'static str) {
+fn agent_is_confined(mode: &'static str, launcher: Launcher) {
     const PROBE: &str = "{ awk '$1 == \"CapEff:\" { print \"CapEff: \" $2 }' /proc/self/status; \
                          cat \"$SMITH_MOUNT/.smithfs/whoami\"; } > outbox/result.md";
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/escapes.sh");
@@ -525,7 +558,8 @@ fn agent_is_confined(mode: &'static str) {
             // The confinement of root runs: the mode without the sandbox (§12).
             "sandbox": {"enabled": false},
         });
-        let m = mount_with(&config.to_string(), mode);
+        let m = mount_with(&launcher.config(&config).to_string(), mode);
+        let mode = format!("{mode}, {}", launcher.kind());
         for c in ["smith-001", "smith-002"] {
             std::fs::create_dir(m.path().join("smiths/smith-root/children").join(c))
                 .expect("mkdir");
@@ -561,12 +595,22 @@ fn agent_is_confined(mode: &'static str) {
 
 #[test]
 fn root_agents_are_confined_cgroup() {
-    agent_is_confined("cgroup");
+    agent_is_confined("cgroup", Launcher::Local);
+}
+
+#[test]
+fn root_agents_are_confined_loopback_cgroup() {
+    agent_is_confined("cgroup", Launcher::Loopback);
 }
 
 #[test]
 fn root_agents_are_confined_ancestry() {
-    agent_is_confined("ancestry");
+    agent_is_confined("ancestry", Launcher::Local);
+}
+
+#[test]
+fn root_agents_are_confined_loopback_ancestry() {
+    agent_is_confined("ancestry", Launcher::Loopback);
 }
 
 /// `smithfs run` hands CMD only stdin, stdout and stderr (docs/PROTOCOL-NOTES.md H14): a
@@ -616,6 +660,67 @@ fn smithfs_run_passes_only_stdio_ancestry() {
     run_passes_only_stdio("ancestry");
 }
 
+/// A run's agent holds no descriptor but 0, 1 and 2 (docs/SPEC.md §5, notes S19), sandboxed and
+/// not, started locally or by `smithfs attach` (notes R56: attach's stop pipe reached an
+/// unsandboxed agent as fds 7 and 8, its write end enough to stop the run's forwarding or forge
+/// its exit report).
+fn agents_hold_only_stdio(mode: &'static str, launcher: Launcher) {
+    for sandbox in [true, false] {
+        let config = serde_json::json!({
+            "agent": {"command": ["sh", "-c",
+                "ls -l /proc/self/fd > private/fds; mv private/fds outbox/result.md"],
+                "retries": 0},
+            "sandbox": {"enabled": sandbox},
+        });
+        let m = launcher.mount(&config, mode);
+        std::fs::write(m.path().join("smiths/smith-root/inbox/task-1.md"), "fds\n").expect("task");
+        let result = m.path().join("smiths/smith-root/outbox/result.md");
+        let out = poll_until(60, "the agent's result.md", || {
+            std::fs::read_to_string(&result)
+                .ok()
+                .filter(|t| !t.is_empty())
+        });
+        // What `ls` inherited (its stdout the file), less the directory it lists.
+        let fds: Vec<u32> = out
+            .lines()
+            .filter(|l| !(l.contains(" -> /proc/") && l.ends_with("/fd")))
+            .filter_map(|l| {
+                l.split_once(" -> ")?
+                    .0
+                    .split_whitespace()
+                    .last()?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        assert!(
+            fds == [0, 1, 2],
+            "[{mode}, {}] sandbox {sandbox}: the agent holds {out:?}",
+            launcher.kind()
+        );
+    }
+}
+
+#[test]
+fn agents_hold_only_stdio_cgroup() {
+    agents_hold_only_stdio("cgroup", Launcher::Local);
+}
+
+#[test]
+fn agents_hold_only_stdio_ancestry() {
+    agents_hold_only_stdio("ancestry", Launcher::Local);
+}
+
+#[test]
+fn agents_hold_only_stdio_loopback_cgroup() {
+    agents_hold_only_stdio("cgroup", Launcher::Loopback);
+}
+
+#[test]
+fn agents_hold_only_stdio_loopback_ancestry() {
+    agents_hold_only_stdio("ancestry", Launcher::Loopback);
+}
+
 /// A process outside every run (killed and reaped on drop).
 struct Outside(std::process::Child);
 
@@ -632,7 +737,7 @@ impl Drop for Outside {
 /// init) cannot be signalled, `add_key`, `keyctl`, `bpf`, `perf_event_open`, `userfaultfd`,
 /// `open_by_handle_at` answer EPERM, `unshare -U` fails, a write the mode bits allow outside the
 /// writable set is refused; the filter is installed (`Seccomp: 2`).
-fn layers_hold(mode: &'static str) {
+fn layers_hold(mode: &'static str, launcher: Launcher) {
     if !is_root() {
         eprintln!("skipped: the sandbox needs root");
         return;
@@ -678,10 +783,13 @@ fn layers_hold(mode: &'static str) {
         "agent": { "command": ["/bin/bash", script], "env": env, "retries": 0 },
         "sandbox": { "writable": [share] },
     });
-    let m = TestMount::with_config(&config, mode, Vec::new());
+    let m = launcher.mount(&config, mode);
+    let mode = format!("{mode}, {}", launcher.kind());
     std::fs::write(m.path().join("smiths/smith-root/inbox/task-1.md"), "go\n").expect("task");
     let (log, meta) = ended_run(&m, "smiths/smith-root", 1, 90);
     assert!(meta["error"].is_null(), "[{mode}] {meta}\n{log}");
+    // `smithfs run` binds a process on this host whatever the launcher: its half is the local
+    // test's.
     let mut cmd = Command::new(SMITHFS);
     cmd.args(["run", "--mount"])
         .arg(m.path())
@@ -691,7 +799,14 @@ fn layers_hold(mode: &'static str) {
     for (k, v) in &vars {
         cmd.env(k, v);
     }
-    let out = run(&mut cmd);
+    let out = match launcher {
+        Launcher::Local => run(&mut cmd),
+        Launcher::Loopback => Run {
+            code: None,
+            stdout: log.clone(),
+            stderr: String::new(),
+        },
+    };
     for (what, text) in [("scheduler", &log), ("smithfs run", &out.stdout)] {
         assert!(
             !text.contains("ESCAPED") && !text.contains("MISSING"),
@@ -718,19 +833,29 @@ fn layers_hold(mode: &'static str) {
 
 #[test]
 fn kernel_layers_hold_cgroup() {
-    layers_hold("cgroup");
+    layers_hold("cgroup", Launcher::Local);
+}
+
+#[test]
+fn kernel_layers_hold_loopback_cgroup() {
+    layers_hold("cgroup", Launcher::Loopback);
 }
 
 #[test]
 fn kernel_layers_hold_ancestry() {
-    layers_hold("ancestry");
+    layers_hold("ancestry", Launcher::Local);
+}
+
+#[test]
+fn kernel_layers_hold_loopback_ancestry() {
+    layers_hold("ancestry", Launcher::Loopback);
 }
 
 /// `sandbox.network: "none"` with `sandbox.user_namespaces: true` (docs/SPEC.md §12): a server on
 /// the host's 127.0.0.1 is unreachable, one the run starts on its own loopback is reachable,
 /// `lo` is its only interface; a user namespace can be made, and `mount` inside it is still
 /// refused by the filter.
-fn network_none(mode: &'static str) {
+fn network_none(mode: &'static str, launcher: Launcher) {
     if !is_root() {
         eprintln!("skipped: the sandbox needs root");
         return;
@@ -752,7 +877,8 @@ unshare -Urm mount -t tmpfs none "$d" 2>/dev/null && echo "ESCAPED: mount in a u
         "agent": { "command": ["/bin/bash", "-c", agent], "retries": 0 },
         "sandbox": { "network": "none", "user_namespaces": true },
     });
-    let m = TestMount::with_config(&config, mode, Vec::new());
+    let m = launcher.mount(&config, mode);
+    let mode = format!("{mode}, {}", launcher.kind());
     std::fs::write(m.path().join("smiths/smith-root/inbox/task-1.md"), "go\n").expect("task");
     let (log, meta) = ended_run(&m, "smiths/smith-root", 1, 90);
     assert!(meta["error"].is_null(), "[{mode}] {meta}\n{log}");
@@ -774,12 +900,22 @@ unshare -Urm mount -t tmpfs none "$d" 2>/dev/null && echo "ESCAPED: mount in a u
 
 #[test]
 fn network_none_cgroup() {
-    network_none("cgroup");
+    network_none("cgroup", Launcher::Local);
+}
+
+#[test]
+fn network_none_loopback_cgroup() {
+    network_none("cgroup", Launcher::Loopback);
 }
 
 #[test]
 fn network_none_ancestry() {
-    network_none("ancestry");
+    network_none("ancestry", Launcher::Local);
+}
+
+#[test]
+fn network_none_loopback_ancestry() {
+    network_none("ancestry", Launcher::Loopback);
 }
 
 /// The programs agents are made of run unchanged under every layer (docs/SPEC.md §12): bash with
@@ -888,7 +1024,7 @@ fn sandbox_require_refuses_a_mount_without_it() {
 /// H16): with the mount made under umask 027, the agent (sandboxed, both identity modes, and
 /// unsandboxed) reports 0027 and creates its files 0640 — a file it makes is not writable by
 /// every other uid on the host.
-fn runs_take_the_mounters_umask(mode: &'static str) {
+fn runs_take_the_mounters_umask(mode: &'static str, launcher: Launcher) {
     for sandbox in [true, false] {
         let config = serde_json::json!({
             "agent": {"command": ["sh", "-c",
@@ -896,7 +1032,7 @@ fn runs_take_the_mounters_umask(mode: &'static str) {
                  cp private/mask outbox/result.md"]},
             "sandbox": {"enabled": sandbox},
         });
-        let mut m = mount_with(&config.to_string(), mode);
+        let mut m = mount_with(&launcher.config(&config).to_string(), mode);
         m.umount();
         // SAFETY: umask has no preconditions. Only the mount (the daemon it starts) runs under
         // 027: the test's directories stay searchable by the agents' uid.
@@ -911,16 +1047,31 @@ fn runs_take_the_mounters_umask(mode: &'static str) {
                 .ok()
                 .filter(|t| t.lines().count() == 2)
         });
-        assert_eq!(out, "0027\n640\n", "[{mode}] sandbox {sandbox}");
+        assert_eq!(
+            out,
+            "0027\n640\n",
+            "[{mode}, {}] sandbox {sandbox}",
+            launcher.kind()
+        );
     }
 }
 
 #[test]
 fn runs_take_the_mounters_umask_cgroup() {
-    runs_take_the_mounters_umask("cgroup");
+    runs_take_the_mounters_umask("cgroup", Launcher::Local);
+}
+
+#[test]
+fn runs_take_the_mounters_umask_loopback_cgroup() {
+    runs_take_the_mounters_umask("cgroup", Launcher::Loopback);
 }
 
 #[test]
 fn runs_take_the_mounters_umask_ancestry() {
-    runs_take_the_mounters_umask("ancestry");
+    runs_take_the_mounters_umask("ancestry", Launcher::Local);
+}
+
+#[test]
+fn runs_take_the_mounters_umask_loopback_ancestry() {
+    runs_take_the_mounters_umask("ancestry", Launcher::Loopback);
 }

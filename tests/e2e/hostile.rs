@@ -10,6 +10,7 @@
 
 use crate::common;
 
+use common::launcher::Launcher;
 use common::*;
 
 const AGENT: &str = r#"
@@ -28,7 +29,7 @@ case "$what" in
 esac
 "#;
 
-fn a_hostile_config(mode: &'static str) {
+fn a_hostile_config(mode: &'static str, launcher: Launcher) {
     if !is_root() {
         eprintln!("skipped: needs root");
         return;
@@ -36,7 +37,8 @@ fn a_hostile_config(mode: &'static str) {
     let config = serde_json::json!({
         "agent": { "command": ["/bin/bash", "-c", AGENT], "retries": 0 },
     });
-    let m = TestMount::with_config(&config, mode, Vec::new());
+    let m = launcher.mount(&config, mode);
+    let mode = format!("{mode}, {}", launcher.kind());
     let inbox = m.path().join("smiths/smith-root/inbox");
     std::fs::write(inbox.join("task-1.md"), "parent\n").expect("task");
     let (log, meta) = ended_run(&m, "smiths/smith-root", 1, 60);
@@ -57,23 +59,33 @@ fn a_hostile_config(mode: &'static str) {
 
 #[test]
 fn a_fifo_or_a_huge_config_fails_only_its_smiths_run_cgroup() {
-    a_hostile_config("cgroup");
+    a_hostile_config("cgroup", Launcher::Local);
 }
 
 #[test]
 fn a_fifo_or_a_huge_config_fails_only_its_smiths_run_ancestry() {
-    a_hostile_config("ancestry");
+    a_hostile_config("ancestry", Launcher::Local);
+}
+
+#[test]
+fn a_fifo_or_a_huge_config_fails_only_its_smiths_run_loopback_cgroup() {
+    a_hostile_config("cgroup", Launcher::Loopback);
+}
+
+#[test]
+fn a_fifo_or_a_huge_config_fails_only_its_smiths_run_loopback_ancestry() {
+    a_hostile_config("ancestry", Launcher::Loopback);
 }
 
 /// 5 000 ioctls of a sandboxed smith on a file of the mount are ENOTTY and add nothing to the
-/// daemon's log (the fuser adapter's default handler, before our own loop, logged a warning for each).
-#[test]
-fn ioctls_do_not_grow_the_daemons_log() {
+/// daemon's log (the fuser adapter's default handler, before our own loop, logged a warning for each);
+/// also from a loopback run, whose node kernel forwards them through `attach`.
+fn ioctls_stay_quiet(launcher: Launcher) {
     if !is_root() {
         eprintln!("skipped: needs root");
         return;
     }
-    let m = TestMount::new();
+    let m = launcher.mount(&serde_json::json!({}), "cgroup");
     let log = m.path().join(".smithfs/daemon.log");
     let before = std::fs::metadata(&log).map(|md| md.len()).unwrap_or(0);
     let script = r#"
@@ -87,14 +99,31 @@ for i in range(5000):
         codes.add(e.errno)
 print("errnos", sorted(codes))
 "#;
-    let out = run_as(m.path(), "smith-root", &["python3", "-c", script]).expect_ok("ioctls");
-    assert_eq!(out.trim(), format!("errnos [{}]", libc::ENOTTY), "{out}");
+    let out = launcher
+        .run_as(&m, m.path(), "smith-root", &["python3", "-c", script])
+        .expect_ok("ioctls");
+    let kind = launcher.kind();
+    assert_eq!(
+        out.trim(),
+        format!("errnos [{}]", libc::ENOTTY),
+        "[{kind}] {out}"
+    );
     let after = std::fs::metadata(&log).map(|md| md.len()).unwrap_or(0);
     assert!(
         after.saturating_sub(before) < 4096,
-        "the daemon's log grew by {} bytes",
+        "[{kind}] the daemon's log grew by {} bytes",
         after - before
     );
+}
+
+#[test]
+fn ioctls_do_not_grow_the_daemons_log() {
+    ioctls_stay_quiet(Launcher::Local);
+}
+
+#[test]
+fn ioctls_do_not_grow_the_daemons_log_loopback() {
+    ioctls_stay_quiet(Launcher::Loopback);
 }
 
 /// Opens the FIFO `argv[1]` for writing without blocking and connects to the socket `argv[2]`:
@@ -122,29 +151,35 @@ print(fifo(sys.argv[1]), sock(sys.argv[2]))
 /// other smiths have no right there, notes XT23): its parent and its child cannot open the FIFO
 /// or connect to the socket (EACCES), though both share its uid and neither reaches the daemon
 /// once the path is walked; the smith itself still can, before and after their attempts.
-fn rendezvous_of_another_smith(mode: &'static str) {
+fn rendezvous_of_another_smith(mode: &'static str, launcher: Launcher) {
     if !is_root() {
         eprintln!("skipped: needs root");
         return;
     }
-    let m = TestMount::with_config(&serde_json::json!({}), mode, Vec::new());
+    let m = launcher.mount(&serde_json::json!({}), mode);
+    let mode = format!("{mode}, {}", launcher.kind());
     let root = m.path().join("smiths/smith-root");
-    run_as(
-        m.path(),
-        "smith-root",
-        &["mkdir", "smiths/smith-root/children/smith-001"],
-    )
-    .expect_ok("mkdir smith-001");
+    launcher
+        .run_as(
+            &m,
+            m.path(),
+            "smith-root",
+            &["mkdir", "smiths/smith-root/children/smith-001"],
+        )
+        .expect_ok("mkdir smith-001");
     let make = |who: &str, dir: &std::path::Path| {
         let script = format!(
             "mkfifo {d}/private/fifo && python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind(\"{d}/home/sock\")'",
             d = dir.display()
         );
-        run_as(m.path(), who, &["sh", "-c", &script]).expect_ok("mkfifo and bind");
+        launcher
+            .run_as(&m, m.path(), who, &["sh", "-c", &script])
+            .expect_ok("mkfifo and bind");
     };
     let probe = |who: &str, dir: &std::path::Path| -> String {
         let (fifo, sock) = (dir.join("private/fifo"), dir.join("home/sock"));
-        let out = run_as(
+        let out = launcher.run_as(
+            &m,
             m.path(),
             who,
             &[
@@ -191,12 +226,22 @@ fn rendezvous_of_another_smith(mode: &'static str) {
 
 #[test]
 fn a_fifo_or_socket_of_another_smith_is_out_of_reach_cgroup() {
-    rendezvous_of_another_smith("cgroup");
+    rendezvous_of_another_smith("cgroup", Launcher::Local);
+}
+
+#[test]
+fn a_fifo_or_socket_of_another_smith_is_out_of_reach_loopback_cgroup() {
+    rendezvous_of_another_smith("cgroup", Launcher::Loopback);
 }
 
 #[test]
 fn a_fifo_or_socket_of_another_smith_is_out_of_reach_ancestry() {
-    rendezvous_of_another_smith("ancestry");
+    rendezvous_of_another_smith("ancestry", Launcher::Local);
+}
+
+#[test]
+fn a_fifo_or_socket_of_another_smith_is_out_of_reach_loopback_ancestry() {
+    rendezvous_of_another_smith("ancestry", Launcher::Loopback);
 }
 
 /// A smith cannot give its file away or make it set-user-ID root (notes XT24): with
@@ -205,7 +250,7 @@ fn a_fifo_or_socket_of_another_smith_is_out_of_reach_ancestry() {
 /// 0:0 and made it 6755, a set-user-ID root shell in the store for any local user after
 /// umount. Now, in both identity modes, with and without a uid per smith: chown and chgrp to
 /// root are EPERM, the file stays the smith's, a mode change of its own file still works.
-fn no_file_given_away(mode: &'static str) {
+fn no_file_given_away(mode: &'static str, launcher: Launcher) {
     if !is_root() {
         eprintln!("skipped: needs root");
         return;
@@ -217,8 +262,9 @@ fn no_file_given_away(mode: &'static str) {
         [ \"$(stat -c %u private/t)\" = \"$(id -u)\" ] && echo still-mine";
     for per_smith in [false, true] {
         let config = serde_json::json!({"sandbox": {"uid_per_smith": per_smith}});
-        let m = TestMount::with_config(&config, mode, Vec::new());
-        let out = run_as(
+        let m = launcher.mount(&config, mode);
+        let out = launcher.run_as(
+            &m,
             &m.path().join("smiths/smith-root"),
             "smith-root",
             &["sh", "-c", TRY],
@@ -227,39 +273,55 @@ fn no_file_given_away(mode: &'static str) {
         assert_eq!(
             out.split_whitespace().collect::<Vec<_>>(),
             ["chown-refused", "chgrp-refused", "chmod-ok", "still-mine"],
-            "[{mode}] uid_per_smith {per_smith}"
+            "[{mode}, {}] uid_per_smith {per_smith}",
+            launcher.kind()
         );
     }
 }
 
 #[test]
 fn a_smith_cannot_give_its_file_to_root_cgroup() {
-    no_file_given_away("cgroup");
+    no_file_given_away("cgroup", Launcher::Local);
+}
+
+#[test]
+fn a_smith_cannot_give_its_file_to_root_loopback_cgroup() {
+    no_file_given_away("cgroup", Launcher::Loopback);
 }
 
 #[test]
 fn a_smith_cannot_give_its_file_to_root_ancestry() {
-    no_file_given_away("ancestry");
+    no_file_given_away("ancestry", Launcher::Local);
+}
+
+#[test]
+fn a_smith_cannot_give_its_file_to_root_loopback_ancestry() {
+    no_file_given_away("ancestry", Launcher::Loopback);
 }
 
 /// A run shares no SysV IPC with the host or another run (notes XT25): a sandboxed smith's
 /// shared memory segment (a fixed key) is made in an IPC namespace of its own — not the test's,
 /// and gone from the host once the run ends; two smiths of one tree do not see each other's.
-fn no_ipc_shared(mode: &'static str) {
+fn no_ipc_shared(mode: &'static str, launcher: Launcher) {
     if !is_root() {
         eprintln!("skipped: needs root");
         return;
     }
     const MAKE: &str = r#"use IPC::SysV qw(IPC_CREAT); my $id = shmget(0x5a1f5a1f, 4096, IPC_CREAT|0666) // die "shmget: $!"; shmwrite($id, "secret", 0, 6) or die; print readlink("/proc/self/ns/ipc"), "\n""#;
     const PEEK: &str = r#"use IPC::SysV; my $id = shmget(0x5a1f5a1f, 4096, 0); print defined $id ? "seen" : "unseen", "\n""#;
-    let m = TestMount::with_config(&serde_json::json!({}), mode, Vec::new());
-    run_as(
-        m.path(),
-        "smith-root",
-        &["mkdir", "smiths/smith-root/children/smith-001"],
-    )
-    .expect_ok("mkdir smith-001");
-    let ns = run_as(m.path(), "smith-root", &["perl", "-e", MAKE]).expect_ok("shmget");
+    let m = launcher.mount(&serde_json::json!({}), mode);
+    let mode = format!("{mode}, {}", launcher.kind());
+    launcher
+        .run_as(
+            &m,
+            m.path(),
+            "smith-root",
+            &["mkdir", "smiths/smith-root/children/smith-001"],
+        )
+        .expect_ok("mkdir smith-001");
+    let ns = launcher
+        .run_as(&m, m.path(), "smith-root", &["perl", "-e", MAKE])
+        .expect_ok("shmget");
     let host = std::fs::read_link("/proc/self/ns/ipc").expect("our ipc namespace");
     assert_ne!(
         ns.trim(),
@@ -275,7 +337,9 @@ fn no_ipc_shared(mode: &'static str) {
         !listed.contains("0x5a1f5a1f"),
         "[{mode}] the run's segment is on the host:\n{listed}"
     );
-    let peek = run_as(m.path(), "smith-root/smith-001", &["perl", "-e", PEEK]).expect_ok("peek");
+    let peek = launcher
+        .run_as(&m, m.path(), "smith-root/smith-001", &["perl", "-e", PEEK])
+        .expect_ok("peek");
     assert_eq!(
         peek.trim(),
         "unseen",
@@ -285,12 +349,22 @@ fn no_ipc_shared(mode: &'static str) {
 
 #[test]
 fn runs_share_no_ipc_with_the_host_cgroup() {
-    no_ipc_shared("cgroup");
+    no_ipc_shared("cgroup", Launcher::Local);
+}
+
+#[test]
+fn runs_share_no_ipc_with_the_host_loopback_cgroup() {
+    no_ipc_shared("cgroup", Launcher::Loopback);
 }
 
 #[test]
 fn runs_share_no_ipc_with_the_host_ancestry() {
-    no_ipc_shared("ancestry");
+    no_ipc_shared("ancestry", Launcher::Local);
+}
+
+#[test]
+fn runs_share_no_ipc_with_the_host_loopback_ancestry() {
+    no_ipc_shared("ancestry", Launcher::Loopback);
 }
 
 /// The root's result never stalls the scheduler (notes H20): the root writes a large result
@@ -299,31 +373,42 @@ fn runs_share_no_ipc_with_the_host_ancestry() {
 /// the scheduler thread and coalesced, so a sibling's task given meanwhile runs at once (it
 /// waited tens of seconds when the scheduler compared and copied the result per completion),
 /// and `final.md` ends up the newest result.
-fn root_result_stalls_nothing(mode: &'static str) {
+fn root_result_stalls_nothing(mode: &'static str, launcher: Launcher) {
     if !is_root() {
         eprintln!("skipped: needs root");
         return;
     }
     const BIG: &str = r#"chdir "smiths/smith-root" or die; mkdir "children/smith-001" or die; open(my $h, ">", "outbox/result.md") or die; my $b = "r" x (1 << 20); print $h $b for 1..256; close $h or die"#;
     const LOOP: &str = r#"chdir "smiths/smith-root" or die; for (1..200) { open(my $h, ">>", "outbox/result.md") or die $!; print $h "x"; close $h or die }"#;
-    let config = serde_json::json!({
-        "agent": { "command": ["/bin/sh", "-c", "[ \"$SMITH_FULL_ID\" = smith-root ] || echo done > \"$SMITH_DIR/outbox/result.md\""], "retries": 0 },
-    });
-    let m = TestMount::with_config(&config, mode, Vec::new());
+    const SIBLING: &str = "echo done > \"$SMITH_DIR/outbox/result.md\"";
+    // Through loopback the root's attempts are tasks of the dispatching agent (its config's
+    // default), and so is the sibling's.
+    let config = match launcher {
+        Launcher::Local => serde_json::json!({
+            "agent": { "command": ["/bin/sh", "-c", format!("[ \"$SMITH_FULL_ID\" = smith-root ] || {SIBLING}")], "retries": 0 },
+        }),
+        Launcher::Loopback => serde_json::json!({}),
+    };
+    let m = launcher.mount(&config, mode);
+    let mode = format!("{mode}, {}", launcher.kind());
     let result = m.path().join("smiths/smith-root/outbox/result.md");
     let fin = m.path().join("results/final.md");
-    run_as(m.path(), "smith-root", &["perl", "-e", BIG]).expect_ok("the big result");
+    launcher
+        .run_as(&m, m.path(), "smith-root", &["perl", "-e", BIG])
+        .expect_ok("the big result");
     poll_until(60, "the first final.md", || {
         std::fs::metadata(&fin).is_ok_and(|md| md.len() == 256 << 20)
     });
-    run_as(m.path(), "smith-root", &["perl", "-e", LOOP]).expect_ok("the completions");
+    launcher
+        .run_as(&m, m.path(), "smith-root", &["perl", "-e", LOOP])
+        .expect_ok("the completions");
+    let sibling = m.path().join("smiths/smith-root/children/smith-001");
+    let task = match launcher {
+        Launcher::Local => "t\n".to_owned(),
+        Launcher::Loopback => common::launcher::dispatched(&sibling, &["sh", "-c", SIBLING]),
+    };
     let started = std::time::Instant::now();
-    std::fs::write(
-        m.path()
-            .join("smiths/smith-root/children/smith-001/inbox/task-v.md"),
-        "t\n",
-    )
-    .expect("the sibling's task");
+    std::fs::write(sibling.join("inbox/task-v.md"), task).expect("the sibling's task");
     let (log, meta) = ended_run(&m, "smiths/smith-root/children/smith-001", 1, 120);
     let took = started.elapsed();
     assert_eq!(meta["exit_code"], 0, "[{mode}] {meta}\n{log}");
@@ -340,12 +425,22 @@ fn root_result_stalls_nothing(mode: &'static str) {
 
 #[test]
 fn the_roots_completions_do_not_stall_the_scheduler_cgroup() {
-    root_result_stalls_nothing("cgroup");
+    root_result_stalls_nothing("cgroup", Launcher::Local);
+}
+
+#[test]
+fn the_roots_completions_do_not_stall_the_scheduler_loopback_cgroup() {
+    root_result_stalls_nothing("cgroup", Launcher::Loopback);
 }
 
 #[test]
 fn the_roots_completions_do_not_stall_the_scheduler_ancestry() {
-    root_result_stalls_nothing("ancestry");
+    root_result_stalls_nothing("ancestry", Launcher::Local);
+}
+
+#[test]
+fn the_roots_completions_do_not_stall_the_scheduler_loopback_ancestry() {
+    root_result_stalls_nothing("ancestry", Launcher::Loopback);
 }
 
 const MONOPOLY: &str = r#"
@@ -372,7 +467,7 @@ esac
 /// the parent, woken by the settling, gives the child its task again at once; and `cancel
 /// smith-root/smith-001` — done, its own child running — leaves it `cancelled`, so the
 /// grandchild's settling does not wake it to start the grandchild again.
-fn no_slot_monopoly(mode: &'static str) {
+fn no_slot_monopoly(mode: &'static str, launcher: Launcher) {
     if !is_root() {
         eprintln!("skipped: needs root");
         return;
@@ -380,7 +475,8 @@ fn no_slot_monopoly(mode: &'static str) {
     let config = serde_json::json!({
         "agent": { "command": ["/bin/sh", "-c", MONOPOLY], "retries": 0, "timeout_secs": 10, "kill_grace_secs": 1 },
     });
-    let m = TestMount::with_config(&config, mode, Vec::new());
+    let m = launcher.mount(&config, mode);
+    let mode = format!("{mode}, {}", launcher.kind());
     std::fs::write(m.path().join("smiths/smith-root/inbox/task-1.md"), "t\n").expect("task");
     let mid = "smiths/smith-root/children/smith-001";
     let (log, meta) = ended_run(&m, mid, 1, 60);
@@ -449,12 +545,22 @@ fn no_slot_monopoly(mode: &'static str) {
 
 #[test]
 fn a_parent_cannot_monopolise_the_slots_cgroup() {
-    no_slot_monopoly("cgroup");
+    no_slot_monopoly("cgroup", Launcher::Local);
+}
+
+#[test]
+fn a_parent_cannot_monopolise_the_slots_loopback_cgroup() {
+    no_slot_monopoly("cgroup", Launcher::Loopback);
 }
 
 #[test]
 fn a_parent_cannot_monopolise_the_slots_ancestry() {
-    no_slot_monopoly("ancestry");
+    no_slot_monopoly("ancestry", Launcher::Local);
+}
+
+#[test]
+fn a_parent_cannot_monopolise_the_slots_loopback_ancestry() {
+    no_slot_monopoly("ancestry", Launcher::Loopback);
 }
 
 const STUBBORN: &str = r#"
@@ -642,7 +748,7 @@ esac
 /// a second per inbox in full, the rest as one line a second with `count` (every name counted);
 /// the rewrites are one or two `task.assigned` (was 300); the parent's earlier `access.denied` is still in the
 /// journal.
-fn no_ignored_flood(mode: &'static str) {
+fn no_ignored_flood(mode: &'static str, launcher: Launcher) {
     if !is_root() {
         eprintln!("skipped: needs root");
         return;
@@ -651,7 +757,8 @@ fn no_ignored_flood(mode: &'static str) {
         "agent": { "command": ["/bin/sh", "-c", FLOOD], "retries": 0 },
         "scheduler": { "max_concurrent": 1 },
     });
-    let m = TestMount::with_config(&config, mode, Vec::new());
+    let m = launcher.mount(&config, mode);
+    let mode = format!("{mode}, {}", launcher.kind());
     std::fs::write(m.path().join("smiths/smith-root/inbox/task-1.md"), "t\n").expect("task");
     let (log, meta) = ended_run(&m, "smiths/smith-root", 1, 120);
     assert_eq!(meta["exit_code"], 0, "[{mode}] {meta}\n{log}");
@@ -704,10 +811,20 @@ fn no_ignored_flood(mode: &'static str) {
 
 #[test]
 fn inbox_names_do_not_flood_the_journal_cgroup() {
-    no_ignored_flood("cgroup");
+    no_ignored_flood("cgroup", Launcher::Local);
+}
+
+#[test]
+fn inbox_names_do_not_flood_the_journal_loopback_cgroup() {
+    no_ignored_flood("cgroup", Launcher::Loopback);
 }
 
 #[test]
 fn inbox_names_do_not_flood_the_journal_ancestry() {
-    no_ignored_flood("ancestry");
+    no_ignored_flood("ancestry", Launcher::Local);
+}
+
+#[test]
+fn inbox_names_do_not_flood_the_journal_loopback_ancestry() {
+    no_ignored_flood("ancestry", Launcher::Loopback);
 }
