@@ -24,12 +24,30 @@ struct Window {
 }
 
 /// Per identity key, the denials of its current second.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct DenialLimiter {
     windows: HashMap<Option<SmithIdx>, Window>,
+    /// Journaled in full per identity and second.
+    per_second: u32,
+}
+
+impl Default for DenialLimiter {
+    /// [`FULL_PER_SECOND`] in full.
+    fn default() -> Self {
+        DenialLimiter::allowing(FULL_PER_SECOND)
+    }
 }
 
 impl DenialLimiter {
+    /// A limiter that admits `per_second` events in full per identity and second (the same
+    /// limit for other events than denials: `result.published`, notes H24).
+    pub fn allowing(per_second: u32) -> Self {
+        DenialLimiter {
+            windows: HashMap::new(),
+            per_second,
+        }
+    }
+
     /// Account one denial of the smith `smith` (`None`: the operator or Unknown, which share one
     /// allowance as they share `"smith": null` in the journal) in Unix second `second`.
     /// Returns whether to journal it in full, and the previous second's suppressed count of
@@ -55,7 +73,7 @@ impl DenialLimiter {
                 suppressed: 0,
             };
         }
-        if w.full < FULL_PER_SECOND {
+        if w.full < self.per_second {
             w.full += 1;
             (true, done)
         } else {

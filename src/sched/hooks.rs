@@ -26,11 +26,16 @@ use crate::sched::journal::{Event, Journal};
 use crate::sched::output::{Pump, Sink};
 use crate::sched::runner::{self, BindTo, Launch, Placeholders, RunBinder};
 
-/// At most this many hooks *of one event* run at once; beyond it a hook is not started and
-/// `hook.exited` says so (a storm of `access.denied` must not fork-bomb the machine). The cap is
-/// per event, so such a storm never keeps the hooks of `result.published` or `run.exited` from
-/// running (docs/PROTOCOL-NOTES.md, part S).
+/// At most this many hooks *of one event and one smith* run at once; beyond it a hook is not
+/// started and `hook.exited` says so (a storm of `access.denied` must not fork-bomb the
+/// machine). The cap is per event and smith (the operator's and the unknown's events count as
+/// one smith's), so one smith's storm never keeps the hooks of `result.published` or
+/// `run.exited`, nor another smith's hooks of the same event, from running (docs/PROTOCOL-NOTES.md
+/// S26, H24).
 pub const MAX_LIVE_HOOKS: usize = 32;
+/// At most this many hooks run at once in all, whatever their event and smith (beyond it a hook
+/// is not started, as above): what bounds the processes many smiths' storms start together.
+pub const MAX_LIVE_HOOKS_TOTAL: usize = 256;
 
 /// Whom hooks run as when that is not the daemon (docs/SPEC.md §12, "Programs smithfs runs for
 /// others"): the user who mounted, with sudo, a root daemon.
@@ -41,6 +46,9 @@ pub struct HookUser {
     /// `HOME`, `USER` and `LOGNAME` from its account (empty without one), over the daemon's.
     pub env: BTreeMap<String, String>,
 }
+
+/// Whose hooks a cap counts: an event and a smith's full id (`None`: no smith).
+type HookKey = (HookEvent, Option<String>);
 
 /// The configured hooks and what they need to run.
 pub struct Hooks {
@@ -53,8 +61,10 @@ pub struct Hooks {
     /// Drains the hooks' output into `log`, stopped at the store's reserve
     /// (docs/PROTOCOL-NOTES.md L17).
     pump: Pump,
-    /// Hooks running now, per event.
-    live: BTreeMap<HookEvent, Arc<AtomicUsize>>,
+    /// Hooks running now, per event and smith (its full id; `None`: no smith).
+    live: parking_lot::Mutex<BTreeMap<HookKey, Arc<AtomicUsize>>>,
+    /// Hooks running now in all.
+    total: Arc<AtomicUsize>,
     /// Whom they run as; `None`: the daemon's user.
     user: Option<Arc<HookUser>>,
 }
@@ -71,10 +81,7 @@ impl Hooks {
         pump: Pump,
         user: Option<HookUser>,
     ) -> Hooks {
-        let live = hooks
-            .keys()
-            .map(|e| (*e, Arc::new(AtomicUsize::new(0))))
-            .collect();
+        let live = parking_lot::Mutex::new(BTreeMap::new());
         Hooks {
             hooks,
             timeout,
@@ -83,6 +90,7 @@ impl Hooks {
             log,
             pump,
             live,
+            total: Arc::new(AtomicUsize::new(0)),
             user: user.map(Arc::new),
         }
     }
@@ -90,11 +98,10 @@ impl Hooks {
     /// Replace the configured hooks and their timeout (a reload of config.json): the next event
     /// fires the new ones; hooks running now finish as they were started.
     pub fn set(&mut self, hooks: BTreeMap<HookEvent, Vec<Vec<String>>>, timeout: Duration) {
-        for e in hooks.keys() {
-            self.live
-                .entry(*e)
-                .or_insert_with(|| Arc::new(AtomicUsize::new(0)));
-        }
+        // Counters of nothing running are dropped (a running hook holds its own).
+        self.live
+            .get_mut()
+            .retain(|_, n| n.load(Ordering::SeqCst) > 0);
         self.hooks = hooks;
         self.timeout = timeout;
     }
@@ -113,9 +120,15 @@ impl Hooks {
         let Ok(event) = ev.event.parse::<HookEvent>() else {
             return;
         };
-        let (Some(argvs), Some(live)) = (self.hooks.get(&event), self.live.get(&event)) else {
+        let Some(argvs) = self.hooks.get(&event) else {
             return;
         };
+        let live = self
+            .live
+            .lock()
+            .entry((event, ev.smith.as_ref().map(|f| f.to_string())))
+            .or_insert_with(|| Arc::new(AtomicUsize::new(0)))
+            .clone();
         for argv in argvs {
             let mut done = Event::new("hook.exited", ev.smith.clone());
             done.hook_event = Some(ev.event.clone());
@@ -128,15 +141,15 @@ impl Hooks {
                     continue;
                 }
             };
-            if live.fetch_add(1, Ordering::SeqCst) >= MAX_LIVE_HOOKS {
-                live.fetch_sub(1, Ordering::SeqCst);
+            let Some(slot) = HookSlot::take(&live, &self.total) else {
                 done.error = Some(format!(
-                    "not started: {MAX_LIVE_HOOKS} hooks of {} are already running",
+                    "not started: {MAX_LIVE_HOOKS} hooks of {} of this smith (or \
+                     {MAX_LIVE_HOOKS_TOTAL} in all) are already running",
                     ev.event
                 ));
                 let _ = self.journal.append(&done);
                 continue;
-            }
+            };
             let mut env = self
                 .user
                 .as_ref()
@@ -153,14 +166,13 @@ impl Hooks {
                 journal: self.journal.clone(),
                 log: self.log.as_ref().and_then(|f| f.try_clone().ok()),
                 pump: self.pump.clone(),
-                live: live.clone(),
+                slot,
                 done,
             };
             let spawned = std::thread::Builder::new()
                 .name("smithfs-hook".into())
                 .spawn(move || job.run());
             if let Err(e) = spawned {
-                live.fetch_sub(1, Ordering::SeqCst);
                 let mut done = Event::new("hook.exited", ev.smith.clone());
                 done.hook_event = Some(ev.event.clone());
                 done.error = Some(format!("cannot start a hook thread: {e}"));
@@ -198,6 +210,39 @@ pub fn hook_env(ev: &Event, ph: &Placeholders) -> BTreeMap<String, String> {
     .collect()
 }
 
+/// One running hook's place under both caps, given back when dropped.
+struct HookSlot {
+    live: Arc<AtomicUsize>,
+    total: Arc<AtomicUsize>,
+}
+
+impl HookSlot {
+    /// A place among `live` (the event's and smith's, below [`MAX_LIVE_HOOKS`]) and `total`
+    /// (below [`MAX_LIVE_HOOKS_TOTAL`]); `None` when either is full.
+    fn take(live: &Arc<AtomicUsize>, total: &Arc<AtomicUsize>) -> Option<HookSlot> {
+        if live.fetch_add(1, Ordering::SeqCst) >= MAX_LIVE_HOOKS {
+            live.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        if total.fetch_add(1, Ordering::SeqCst) >= MAX_LIVE_HOOKS_TOTAL {
+            total.fetch_sub(1, Ordering::SeqCst);
+            live.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(HookSlot {
+            live: live.clone(),
+            total: total.clone(),
+        })
+    }
+}
+
+impl Drop for HookSlot {
+    fn drop(&mut self) {
+        self.live.fetch_sub(1, Ordering::SeqCst);
+        self.total.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 struct HookJob {
     env: BTreeMap<String, String>,
     user: Option<Arc<HookUser>>,
@@ -208,7 +253,8 @@ struct HookJob {
     journal: Arc<Journal>,
     log: Option<OwnedFd>,
     pump: Pump,
-    live: Arc<AtomicUsize>,
+    /// Given back once the hook's end is journaled.
+    slot: HookSlot,
     done: Event,
 }
 
@@ -216,7 +262,7 @@ impl HookJob {
     fn run(mut self) {
         self.execute();
         let _ = self.journal.append(&self.done);
-        self.live.fetch_sub(1, Ordering::SeqCst);
+        drop(self.slot);
     }
 
     fn execute(&mut self) {

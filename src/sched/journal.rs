@@ -742,7 +742,9 @@ impl Replay {
                 });
             }
             "task.assigned" if ev.scheduled != Some(false) => h.terminal = None,
-            "result.published" => h.last_published = super::time::parse(&ev.ts),
+            "result.published" | "result.published.suppressed" => {
+                h.last_published = super::time::parse(&ev.ts)
+            }
             "run.exited" | "run.interrupted" => {
                 // An attempt that could not start has no `run.started`; it still consumed the
                 // tasks that were there.

@@ -828,3 +828,116 @@ fn inbox_names_do_not_flood_the_journal_ancestry() {
 fn inbox_names_do_not_flood_the_journal_loopback_ancestry() {
     no_ignored_flood("ancestry", Launcher::Loopback);
 }
+
+const PUBLISH_FLOOD: &str = r#"
+cd "$SMITH_DIR"
+case "$SMITH_FULL_ID" in
+  smith-root)
+    touch inbox/evidence 2>/dev/null
+    mkdir children/smith-001 && echo t > children/smith-001/inbox/task-1.md
+    perl -e 'my $t = time; my $n = 0;
+             while (time - $t < 3 || (!-e "children/smith-001/outbox/result.md" && time - $t < 30)) {
+               open(my $h, ">", "private/r") or die $!; close $h;
+               rename("private/r", "outbox/result.md") or die $!; $n++ }
+             printf "published %d in %d s\n", $n, time - $t' || exit 7 ;;
+  *) echo done > private/r && mv private/r outbox/result.md ;;
+esac
+"#;
+
+/// `result.published` cannot flood the journal or the hooks (notes H24, hostile review 04): the
+/// root publishes in a loop (a rename onto `outbox/result.md`, thousands a second) until its
+/// child has published once, with a hook on `result.published` that lives 1 s. The root's
+/// publishes are journaled at most 5 a second in full (the rest counted in
+/// `result.published.suppressed`, every publish counted), so its earlier `access.denied` is
+/// still in the journal; the child's publish is journaled and its hook runs (is not "not
+/// started").
+fn no_publish_flood(mode: &'static str) {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let config = serde_json::json!({
+        "agent": { "command": ["/bin/sh", "-c", PUBLISH_FLOOD], "retries": 0 },
+        "scheduler": { "max_concurrent": 2 },
+        "hooks": { "result.published": [["/bin/sh", "-c", "sleep 1"]] },
+    });
+    let m = TestMount::with_config(&config, mode, Vec::new());
+    std::fs::write(m.path().join("smiths/smith-root/inbox/task-1.md"), "t\n").expect("task");
+    let (log, meta) = ended_run(&m, "smiths/smith-root", 1, 120);
+    assert_eq!(meta["exit_code"], 0, "[{mode}] {meta}\n{log}");
+    let (n, secs) = log
+        .lines()
+        .find_map(|l| {
+            let mut w = l.strip_prefix("published ")?.split(' ');
+            Some((
+                w.next()?.parse::<u64>().ok()?,
+                w.nth(1)?.parse::<u64>().ok()?,
+            ))
+        })
+        .unwrap_or_else(|| panic!("[{mode}] no count in the log:\n{log}"));
+    assert!(
+        n > 200,
+        "[{mode}] the flood flooded: {n} publishes in {secs} s"
+    );
+    let events = || -> Vec<serde_json::Value> {
+        let text =
+            std::fs::read_to_string(m.path().join(".smithfs/events.jsonl")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    let root_published = |e: &serde_json::Value| {
+        e["smith"] == "smith-root"
+            && (e["event"] == "result.published" || e["event"] == "result.published.suppressed")
+    };
+    let evs = poll_until(30, "every publish counted, the child's hook ended", || {
+        let evs = events();
+        let counted: u64 = evs
+            .iter()
+            .filter(|e| root_published(e))
+            .map(|e| e["count"].as_u64().unwrap_or(1))
+            .sum();
+        let hook = evs.iter().any(|e| {
+            e["event"] == "hook.exited"
+                && e["hook_event"] == "result.published"
+                && e["smith"] == "smith-root/smith-001"
+        });
+        (counted >= n && hook).then_some(evs)
+    });
+    let full = evs
+        .iter()
+        .filter(|e| e["smith"] == "smith-root" && e["event"] == "result.published")
+        .count() as u64;
+    eprintln!("[{mode}] {n} publishes in {secs} s: {full} result.published lines in full");
+    assert!(
+        full <= 5 * (secs + 2),
+        "[{mode}] {full} result.published lines in full for {n} publishes in {secs} s"
+    );
+    let child_hook: Vec<_> = evs
+        .iter()
+        .filter(|e| {
+            e["event"] == "hook.exited"
+                && e["hook_event"] == "result.published"
+                && e["smith"] == "smith-root/smith-001"
+        })
+        .collect();
+    assert!(
+        child_hook.iter().all(|e| e["exit_code"] == 0),
+        "[{mode}] the child's hook did not run: {child_hook:#?}"
+    );
+    assert!(
+        evs.iter()
+            .any(|e| e["event"] == "access.denied" && e["smith"] == "smith-root"),
+        "[{mode}] the root's access.denied is gone"
+    );
+}
+
+#[test]
+fn result_publishes_do_not_flood_the_journal_or_the_hooks_cgroup() {
+    no_publish_flood("cgroup");
+}
+
+#[test]
+fn result_publishes_do_not_flood_the_journal_or_the_hooks_ancestry() {
+    no_publish_flood("ancestry");
+}

@@ -121,8 +121,10 @@ fn triggers_from_the_fs_are_journaled_and_schedule() {
     assert_eq!(env.events_of("run.started", None).len(), 1);
 }
 
-/// The cap on running hooks is per event: a storm of `access.denied` whose hooks hang fills
-/// its own cap (`hook.exited` says "not started"), and the hook of `run.exited` still runs.
+/// The cap on running hooks is per event and smith (notes S26, H24): a storm of
+/// `access.denied` of one identity whose hooks hang fills its own cap (`hook.exited` says "not
+/// started"), a denial of another smith still runs its hook, and the hook of `run.exited` still
+/// runs.
 #[test]
 fn a_denial_storm_does_not_starve_other_hooks() {
     let env = init(None);
@@ -167,8 +169,27 @@ fn a_denial_storm_does_not_starve_other_hooks() {
                 .is_some_and(|e| e.contains("not started"))
         })
     });
-    env.write("smiths/smith-root/inbox/task-1.md", "go\n");
     let root = poll_until(10, "registry", || env.registry.root());
+    // Another smith's denial, while the storm's hooks fill their cap: its hook starts (and is
+    // killed at the 3 s timeout), never "not started".
+    s.trigger(Trigger::AccessDenied {
+        smith: Some(root),
+        pid: 99,
+        op: "create".into(),
+        path: "smiths/smith-root/inbox/x".into(),
+        errno: libc::EACCES,
+        rule: "zone".into(),
+    });
+    let other = poll_until(20, "the other smith's denial hook", || {
+        env.events_of("hook.exited", Some("smith-root"))
+            .into_iter()
+            .find(|h| h["hook_event"] == "access.denied")
+    });
+    assert!(
+        other["error"].is_null(),
+        "another smith's hook was not started: {other}"
+    );
+    env.write("smiths/smith-root/inbox/task-1.md", "go\n");
     s.trigger(Trigger::TaskAssigned {
         smith: root,
         file: "task-1.md".into(),

@@ -174,11 +174,17 @@ struct State {
     paused_runs: Vec<(SmithIdx, Wake)>,
     /// Inbox paths journaled as `task.ignored` (each once per daemon).
     ignored: HashSet<String>,
+    /// The rate limit of `result.published`, per smith (notes H24).
+    published: super::denials::DenialLimiter,
     /// `results/final.md` was written and `fleet.done` is not yet journaled for it.
     final_pending: bool,
     /// Each smith's state as last published and since when (RFC 3339): `state_since` (§7).
     since: HashMap<SmithIdx, (super::State, String)>,
 }
+
+/// `result.published` lines a second per smith journaled in full (and so hooks fired); the rest
+/// of that second are one `result.published.suppressed` line with `count` (notes H24).
+pub(crate) const PUBLISHED_PER_SECOND: u32 = 5;
 
 /// The scheduler thread: its environment and its state.
 pub(crate) struct Exec {
@@ -253,6 +259,7 @@ impl Exec {
                 pause_ack: None,
                 paused_runs: Vec::new(),
                 ignored: HashSet::new(),
+                published: super::denials::DenialLimiter::allowing(PUBLISHED_PER_SECOND),
                 final_pending: false,
                 since: HashMap::new(),
             },

@@ -78,7 +78,10 @@ impl Exec {
                 }
             }
         }
-        if self.env.shared.denials.lock().pending() || self.env.shared.ignored.lock().pending() {
+        if self.env.shared.denials.lock().pending()
+            || self.env.shared.ignored.lock().pending()
+            || self.st.published.pending()
+        {
             // A suppressed count is journaled soon after its second ends.
             consider(now + Duration::from_millis(250));
         }
@@ -95,6 +98,10 @@ impl Exec {
         let done = (self.env.shared.ignored.lock()).flush(crate::sched::denials::now_second());
         for d in done {
             self.record_ignored_suppressed(d);
+        }
+        let done = self.st.published.flush(crate::sched::denials::now_second());
+        for d in done {
+            self.record_published_suppressed(d);
         }
         let now = Instant::now();
         let smiths: Vec<SmithIdx> = self.st.live.keys().copied().collect();

@@ -77,9 +77,17 @@ impl Exec {
                     return;
                 };
                 let rel = info.rel_dir();
-                let mut ev = self.ev("result.published", smith);
-                ev.path = Some(format!("{rel}/outbox/result.md"));
-                self.record(ev);
+                // Journaled (and its hooks fired) within the rate limit (notes H24); what it
+                // means for the run and its parent holds for every publish.
+                let (admit, done) = self.st.published.admit(Some(smith), denials::now_second());
+                if let Some(d) = done {
+                    self.record_published_suppressed(d);
+                }
+                if admit {
+                    let mut ev = self.ev("result.published", smith);
+                    ev.path = Some(format!("{rel}/outbox/result.md"));
+                    self.record(ev);
+                }
                 // A Slurm job's result is the root's final one only once Slurm's verdict on the
                 // job is in (finish copies it then; a lost job's is set aside, notes R43).
                 let mut job_live = false;
@@ -178,6 +186,20 @@ impl Exec {
             "more names ignored that second than the {} journaled",
             denials::FULL_PER_SECOND
         ));
+        self.record(ev);
+    }
+
+    /// Journal one `result.published.suppressed` line: the publishes of one smith in one second
+    /// beyond the [`super::PUBLISHED_PER_SECOND`] journaled, with `count` (notes H24).
+    pub(super) fn record_published_suppressed(&self, d: denials::Suppressed) {
+        let mut ev = Event::new(
+            "result.published.suppressed",
+            d.smith.and_then(|s| self.full_id(s)),
+        );
+        ev.count = Some(d.count);
+        if let Some(rel) = d.smith.map(|s| self.rel_dir(s)) {
+            ev.path = Some(format!("{rel}/outbox/result.md"));
+        }
         self.record(ev);
     }
 
