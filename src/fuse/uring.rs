@@ -31,6 +31,7 @@ use io_uring::{opcode, squeue, types, IoUring};
 
 use super::dispatch::{Dispatcher, Reply};
 use super::wire::{self, InHeader, Out};
+use crate::sys::headroom::{set_policy_of, Headroom, Signal};
 use crate::fs::FsError;
 
 /// Ring entries per queue. Requests on one queue are served in order by its thread; a second
@@ -88,10 +89,9 @@ fn parse_cpu_list(s: &str) -> Option<usize> {
     (n > 0).then_some(n)
 }
 
-/// Whether the CPUs have headroom: the share of CPU time left idle over the last period, from
-/// `/proc/stat`.
+/// The daemon's headroom ([`Headroom`]), followed while queues serve (one mount per daemon).
 ///
-/// Why it matters: when a queue thread completes a request, the kernel wakes the caller while
+/// Why it matters to the queue threads: when a queue thread completes a request, the kernel wakes the caller while
 /// that thread still runs on the caller's CPU, so it places the caller on another idle CPU if
 /// there is one; the caller's next request then lands on that CPU's queue, and the reply moves it
 /// back: a migration (an inter-processor interrupt, in a VM an exit) on most requests of a
@@ -103,15 +103,7 @@ fn parse_cpu_list(s: &str) -> Option<usize> {
 /// and the normal policy as soon as they are nearly all busy (docs/PROTOCOL-NOTES.md U8). CPU
 /// pressure (PSI) would be the finer signal, but it counts the queue threads' own short waits
 /// for the caller to block, which `SCHED_IDLE` makes frequent.
-#[derive(Debug)]
-pub struct Headroom {
-    idle: AtomicBool,
-}
-
-/// The daemon's headroom, followed while queues serve (one mount per daemon).
-static HEADROOM: Headroom = Headroom {
-    idle: AtomicBool::new(false),
-};
+static HEADROOM: Headroom = Headroom::new();
 /// Queues serving now, in this process.
 static LIVE_QUEUES: AtomicUsize = AtomicUsize::new(0);
 /// A thread follows [`HEADROOM`] now.
@@ -139,113 +131,9 @@ pub fn follow_headroom() {
     });
 }
 
-impl Headroom {
-    /// Interval between two readings.
-    pub const PERIOD: Duration = Duration::from_millis(200);
-    /// Idle share (0–1) below which the threads go back to the normal policy.
-    const BUSY: f64 = 0.15;
-    /// Idle share at or above which they use `SCHED_IDLE` again.
-    const CALM: f64 = 0.30;
-
-    /// May the queue threads run at `SCHED_IDLE` now?
-    pub fn idle(&self) -> bool {
-        self.idle.load(Ordering::Relaxed)
-    }
-
-    /// The next state after an interval in which the CPUs were idle for share `spare` (0–1) of
-    /// their time, from state `idle` (hysteresis between [`Headroom::BUSY`] and
-    /// [`Headroom::CALM`]).
-    fn next(idle: bool, spare: f64) -> bool {
-        if idle {
-            spare >= Self::BUSY
-        } else {
-            spare >= Self::CALM
-        }
-    }
-
-    /// Follow the CPUs' idle share every [`Headroom::PERIOD`] while queues serve. When
-    /// `/proc/stat` cannot be read the threads keep the normal policy.
-    fn watch(&self) {
-        let Some(mut last) = cpu_times() else {
-            tracing::debug!("no /proc/stat: io_uring queue threads keep the normal policy");
-            return;
-        };
-        while LIVE_QUEUES.load(Ordering::Relaxed) > 0 {
-            std::thread::sleep(Self::PERIOD);
-            let Some(now) = cpu_times() else {
-                self.set(false);
-                return;
-            };
-            let total = now.total.saturating_sub(last.total);
-            if total > 0 {
-                let spare = now.idle.saturating_sub(last.idle) as f64 / total as f64;
-                let idle = Self::next(self.idle(), spare);
-                if idle != self.idle() {
-                    tracing::debug!(spare, idle, "io_uring queue threads change policy");
-                    self.set(idle);
-                }
-            }
-            last = now;
-        }
-    }
-
-    /// Ask for `idle` and put every queue thread on it now (asleep or not; a thread that starts
-    /// later takes it itself, see `serve_queue`).
-    fn set(&self, idle: bool) {
-        self.idle.store(idle, Ordering::Relaxed);
-        for &tid in QUEUE_TIDS.lock().iter() {
-            set_policy_of(tid, idle);
-        }
-    }
-}
-
-/// Jiffies of all CPUs since boot: in total, and idle (idle + iowait).
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct CpuTimes {
-    total: u64,
-    idle: u64,
-}
-
-fn cpu_times() -> Option<CpuTimes> {
-    parse_cpu_times(&std::fs::read_to_string("/proc/stat").ok()?)
-}
-
-/// The aggregate `cpu` line of `/proc/stat` (`cpu  user nice system idle iowait irq softirq
-/// steal guest guest_nice`; guest time is already in user and nice).
-fn parse_cpu_times(text: &str) -> Option<CpuTimes> {
-    let line = text.lines().find(|l| l.starts_with("cpu "))?;
-    let f: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(|v| v.parse().ok())
-        .collect::<Option<_>>()?;
-    if f.len() < 5 {
-        return None;
-    }
-    let total = f.iter().take(8).sum();
-    Some(CpuTimes {
-        total,
-        idle: f[3] + f[4],
-    })
-}
-
 /// Run the calling thread at `SCHED_IDLE` (`idle`) or `SCHED_OTHER`; false when refused.
 fn set_idle_policy(idle: bool) -> bool {
     set_policy_of(0, idle)
-}
-
-/// Run thread `tid` (0: the calling one) at `SCHED_IDLE` (`idle`) or `SCHED_OTHER`; false when
-/// refused (or the thread is gone).
-fn set_policy_of(tid: libc::pid_t, idle: bool) -> bool {
-    let policy = if idle {
-        libc::SCHED_IDLE
-    } else {
-        libc::SCHED_OTHER
-    };
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: `tid` is a thread id (0: the calling thread); `param` is a valid sched_param for
-    // both policies.
-    unsafe { libc::sched_setscheduler(tid, policy, &param) == 0 }
 }
 
 /// The running queues; [`Rings::join`] waits for their threads after unmount.
@@ -312,8 +200,18 @@ pub fn start(
         std::thread::Builder::new()
             .name("smithfs-cpuload".into())
             .spawn(|| {
-                HEADROOM.watch();
-                HEADROOM.idle.store(false, Ordering::Relaxed);
+                // A change reaches the queue threads asleep or not (a thread that starts later
+                // takes the policy itself, see `serve_queue`).
+                HEADROOM.watch(
+                    Signal::IdleShare,
+                    || LIVE_QUEUES.load(Ordering::Relaxed) > 0,
+                    |idle| {
+                        tracing::debug!(idle, "io_uring queue threads change policy");
+                        for &tid in QUEUE_TIDS.lock().iter() {
+                            set_policy_of(tid, idle);
+                        }
+                    },
+                );
                 WATCHING.store(false, Ordering::Relaxed);
             })?;
     }
@@ -414,7 +312,7 @@ fn serve_queue(
     QUEUE_TIDS.lock().push(tid);
     let _listed = TidListed(tid);
     // Listed first, then the current policy taken: a change after this reaches it through the
-    // list (`Headroom::set`).
+    // list (the watcher's change).
     follow_headroom();
     let mut ring: IoUring<squeue::Entry128> = match IoUring::builder().build(depth as u32) {
         Ok(r) => r,
@@ -546,38 +444,6 @@ fn serve_entry(disp: &Dispatcher, e: &mut Entry) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cpu_times_of_the_aggregate_line() {
-        let text = "cpu  100 5 50 800 20 3 2 10 0 0\ncpu0 50 2 25 400 10 1 1 5 0 0\n";
-        assert_eq!(
-            parse_cpu_times(text),
-            Some(CpuTimes {
-                total: 990,
-                idle: 820
-            })
-        );
-        for bad in ["", "cpu0 1 2 3 4 5\n", "cpu  1 2 3\n", "cpu  1 x 3 4 5\n"] {
-            assert_eq!(parse_cpu_times(bad), None, "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn headroom_has_hysteresis() {
-        // (idle before, idle share of the CPUs, idle after)
-        for (idle, spare, next) in [
-            (false, 0.9, true),
-            (false, 0.30, true),
-            (false, 0.29, false),
-            (false, 0.0, false),
-            (true, 0.29, true),
-            (true, 0.15, true),
-            (true, 0.149, false),
-            (true, 0.0, false),
-        ] {
-            assert_eq!(Headroom::next(idle, spare), next, "{idle} {spare}");
-        }
-    }
 
     #[test]
     fn cpu_lists() {

@@ -26,6 +26,7 @@ use std::time::Duration;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use parking_lot::{Condvar, Mutex};
 
+use super::busy_poll::BusyPoller;
 use super::channel::Channel;
 use super::conn::{self, Change, Connection, MAX_FRAME, MAX_WRITE};
 use super::keys::{Grant, RunKeys, RunSlot, Ticket, MAX_RUN_ID, PIN_LEN, SECRET_LEN};
@@ -600,6 +601,7 @@ fn pump(
             ended: None,
         }),
         turn: Condvar::new(),
+        poller: BusyPoller::new(),
     };
     std::thread::scope(|s| pool.work(s));
     pool.state.into_inner().ended.unwrap_or(Ok(()))
@@ -622,6 +624,8 @@ struct Pool<'a> {
     state: Mutex<PoolState>,
     /// Signalled when the lead is free or the pool ends.
     turn: Condvar,
+    /// The leader's waits for the next frame (R52).
+    poller: BusyPoller,
 }
 
 struct PoolState {
@@ -748,7 +752,14 @@ impl<'a> Pool<'a> {
                 }
                 (ch.buffered() < MAX_FRAME, ch.wants_write())
             };
-            let ready = wait_socket(&self.sock, read, write, Some(self.wake), None)?;
+            let ready = wait_socket(
+                &self.sock,
+                read,
+                write,
+                Some(self.wake),
+                None,
+                Some(&self.poller),
+            )?;
             if ready.extra {
                 let mut sink = [0u8; 64];
                 while matches!({ self.wake }.read(&mut sink), Ok(n) if n > 0) {}
@@ -776,7 +787,14 @@ impl<'a> Pool<'a> {
             if self.ended() {
                 return Ok(());
             }
-            wait_socket(&self.sock, false, true, None, Some(Duration::from_secs(1)))?;
+            wait_socket(
+                &self.sock,
+                false,
+                true,
+                None,
+                Some(Duration::from_secs(1)),
+                None,
+            )?;
             ch = self.ch.lock();
         }
         Ok(())
@@ -814,13 +832,14 @@ fn is_cheap(frame: &[u8]) -> bool {
 }
 
 /// Wait until `sock` is readable (when `read`) or writable (when `write`), or `extra` is
-/// readable, or `timeout` passed (`None`: forever).
+/// readable, or `timeout` passed (`None`: forever); busy-polling first with `poller`, if given.
 fn wait_socket(
     sock: &TcpStream,
     read: bool,
     write: bool,
     extra: Option<&UnixStream>,
     timeout: Option<Duration>,
+    poller: Option<&BusyPoller>,
 ) -> Result<super::channel::Ready, String> {
     let mut want = PollFlags::empty();
     if read {
@@ -837,7 +856,11 @@ fn wait_socket(
         PollTimeout::try_from(d.as_millis().min(i32::MAX as u128) as i32)
             .unwrap_or(PollTimeout::MAX)
     });
-    match nix::poll::poll(&mut fds, t) {
+    let polled = match poller {
+        Some(p) => p.poll(&mut fds, t),
+        None => nix::poll::poll(&mut fds, t),
+    };
+    match polled {
         Ok(_) | Err(nix::errno::Errno::EINTR) => {}
         Err(e) => return Err(format!("poll: {e}")),
     }

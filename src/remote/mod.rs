@@ -21,6 +21,7 @@
 //! Beside them the node sends out-of-band frames ([`oob`]): the run's output and its exit
 //! report (docs/PROTOCOL-NOTES.md R16).
 
+pub mod busy_poll;
 pub mod channel;
 pub mod client;
 pub mod conn;

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 
+use super::busy_poll::BusyPoller;
 use super::channel::Channel;
 use super::oob;
 use crate::fuse::wire::{self, opcode, IN_HEADER_LEN, OUT_HEADER_LEN};
@@ -260,6 +261,7 @@ impl Forwarder {
     /// ([`oob::exit`]), is sent last. Closes the channel (gracefully when stopped) and
     /// `/dev/fuse`.
     pub fn run(mut self, stop: std::os::fd::BorrowedFd<'_>, grace: Duration) -> Ended {
+        let poller = BusyPoller::new();
         let mut stopping: Option<Instant> = None;
         let mut report: Option<Vec<u8>> = None;
         let ended = loop {
@@ -295,7 +297,7 @@ impl Forwarder {
             } else {
                 PollTimeout::NONE
             };
-            match nix::poll::poll(&mut fds, timeout) {
+            match poller.poll(&mut fds, timeout) {
                 Ok(_) | Err(nix::errno::Errno::EINTR) => {}
                 Err(e) => break Ended::Dropped(format!("poll: {e}")),
             }

@@ -1,8 +1,10 @@
 //! The low layer over the Linux system interfaces that are not the store: `/proc` parsing
-//! (`procfs.rs`), cgroup v2 primitives (`cgroup.rs`), and the mount table as smithfs reads it
-//! (`mount.rs`). It imports nothing of the crate, so `identity`, `limits`, `fuse`, `process`,
-//! `sched` and `cli` can all use it without importing each other.
+//! (`procfs.rs`), cgroup v2 primitives (`cgroup.rs`), the mount table as smithfs reads it
+//! (`mount.rs`), and whether the CPUs have headroom (`headroom.rs`). It imports nothing of the
+//! crate, so `identity`, `limits`, `fuse`, `remote`, `process`, `sched` and `cli` can all use it
+//! without importing each other.
 
 pub mod cgroup;
+pub mod headroom;
 pub mod mount;
 pub mod procfs;
