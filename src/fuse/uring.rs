@@ -31,8 +31,8 @@ use io_uring::{opcode, squeue, types, IoUring};
 
 use super::dispatch::{Dispatcher, Reply};
 use super::wire::{self, InHeader, Out};
-use crate::sys::headroom::{set_policy_of, Headroom, Signal};
 use crate::fs::FsError;
+use crate::sys::headroom::{set_policy_of, Headroom, Signal};
 
 /// Ring entries per queue. Requests on one queue are served in order by its thread; a second
 /// entry lets the kernel hand over the next request while the first is being answered. Each

@@ -1,4 +1,4 @@
-//! Busy polling before sleeping, while the CPUs have headroom (docs/PROTOCOL-NOTES.md R52).
+//! Busy polling before sleeping, while the CPUs have headroom (docs/PROTOCOL-NOTES.md R60).
 //!
 //! A remote request crosses three processes: the caller, the node's `attach`, the daemon, and
 //! back. Each thread that waits for the next frame in `poll(2)` sleeps, and on idle CPUs (in a
@@ -53,7 +53,11 @@ impl BusyPoller {
             let started = std::thread::Builder::new()
                 .name("smithfs-headroom".into())
                 .spawn(|| loop {
-                    HEADROOM.watch(Signal::Pressure, || POLLERS.load(Ordering::SeqCst) > 0, |_| {});
+                    HEADROOM.watch(
+                        Signal::Pressure,
+                        || POLLERS.load(Ordering::SeqCst) > 0,
+                        |_| {},
+                    );
                     WATCHING.store(false, Ordering::SeqCst);
                     // A poller made after the last check and before the store found a watcher
                     // still there: watch again for it.

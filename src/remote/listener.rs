@@ -456,7 +456,7 @@ fn serve(
     let cut = sock.try_clone().map_err(|e| e.to_string())?;
     let started = std::time::Instant::now();
     // Silent until its first bytes: the first to be closed to make room (R50).
-    wait_socket(&sock, true, false, None, Some(HELLO_TIMEOUT))?;
+    wait_socket(&sock, true, false, None, Some(HELLO_TIMEOUT), None)?;
     stage.store(Stage::Talking as u8, Ordering::Relaxed);
     let tls = rustls::ServerConnection::new(shared.tls.clone()).map_err(|e| e.to_string())?;
     let mut ch = Channel::new(sock, tls.into()).map_err(|e| e.to_string())?;
@@ -624,7 +624,7 @@ struct Pool<'a> {
     state: Mutex<PoolState>,
     /// Signalled when the lead is free or the pool ends.
     turn: Condvar,
-    /// The leader's waits for the next frame (R52).
+    /// The leader's waits for the next frame (R60).
     poller: BusyPoller,
 }
 

@@ -2,7 +2,7 @@
 //! of two [`Signal`]s: the share of CPU time left idle (`/proc/stat`), or the share of time no
 //! task waited for a CPU (`/proc/pressure/cpu`, PSI). The io_uring queue threads run at
 //! `SCHED_IDLE` while the CPUs are idle enough (docs/PROTOCOL-NOTES.md U8); the remote mount's
-//! threads busy-poll before they sleep while nothing waits for a CPU (R52). Both for one reason:
+//! threads busy-poll before they sleep while nothing waits for a CPU (R60). Both for one reason:
 //! on idle CPUs, and most in a VM where an idle vCPU halts, handing work to a sleeping thread
 //! costs far more than the work.
 
@@ -35,7 +35,10 @@ impl Signal {
             Signal::IdleShare => cpu_times().map(Reading::Times),
             Signal::Pressure => {
                 let text = std::fs::read_to_string("/proc/pressure/cpu").ok()?;
-                Some(Reading::Stalled(Instant::now(), parse_pressure_some(&text)?))
+                Some(Reading::Stalled(
+                    Instant::now(),
+                    parse_pressure_some(&text)?,
+                ))
             }
         }
     }
@@ -262,7 +265,11 @@ mod tests {
     fn watching_ends_without_headroom() {
         let h = Headroom::new();
         h.idle.store(true, Ordering::Relaxed);
-        h.watch(Signal::IdleShare, || false, |_| panic!("no change is measured"));
+        h.watch(
+            Signal::IdleShare,
+            || false,
+            |_| panic!("no change is measured"),
+        );
         assert!(!h.idle());
     }
 }
