@@ -378,7 +378,7 @@ impl Slurm {
         let remote = self.remote.clone();
         std::thread::Builder::new()
             .name("smithfs-slurm".into())
-            .spawn(move || poll_loop(&jobs, &*remote))
+            .spawn(move || poll_loop(&jobs, &remote))
             .map_err(|e| format!("cannot start the Slurm poller: {e}"))?;
         *started = true;
         Ok(())
@@ -471,8 +471,11 @@ impl Launcher for Slurm {
 }
 
 /// The poller: every [`POLL`], one `squeue` for every followed job; news into the scheduler's
-/// queue. Ends with the process (a mount without jobs costs one idle wake-up per poll).
-fn poll_loop(jobs: &Jobs, remote: &dyn RemoteRuns) {
+/// queue. Ends with the process (a mount without jobs costs one idle wake-up per poll). An ended
+/// job is finished on a thread of its own ([`finish_ended`]): its revoke may linger up to a few
+/// seconds for the node's connection, which must hold up neither the other jobs' ends nor the
+/// next poll (docs/PROTOCOL-NOTES.md R58).
+fn poll_loop(jobs: &Jobs, remote: &Arc<dyn RemoteRuns>) {
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
     let args: Vec<String> = ["-h", "-t", "all", "-u", &uid.to_string(), "-o", "%i|%T|%N"]
@@ -542,52 +545,160 @@ fn poll_loop(jobs: &Jobs, remote: &dyn RemoteRuns) {
                 None => {}
             }
         }
-        for (job, unknown) in ended {
-            let Some(w) = jobs.watch.lock().remove(&job) else {
-                continue;
-            };
-            let report = remote.revoke(&listener_key(w.smith, &w.run_id));
-            let (status, verdict) = match unknown {
-                Some(name) => {
-                    let _ = client(
-                        "scancel",
-                        std::slice::from_ref(&job),
-                        &BTreeMap::new(),
-                        None,
-                    );
-                    let error = format!(
-                        "Slurm reported the job in state {name:?}, which smithfs does not know: it was cancelled"
-                    );
-                    (
-                        Err(error.clone()),
-                        Some(Verdict {
-                            reason: "lost",
-                            error,
-                        }),
-                    )
+        let ended = ended
+            .into_iter()
+            .filter_map(|(job, unknown)| {
+                let w = jobs.watch.lock().remove(&job)?;
+                Some((job, w, unknown.map(str::to_string)))
+            })
+            .collect();
+        end_jobs(ended, remote, &tx);
+    }
+}
+
+/// Finish each ended job (job id, its watch, the state Slurm named that smithfs does not know)
+/// on a thread of its own ([`finish_ended`]), without waiting for any: one whose node keeps its
+/// connection open lingers in its revoke, not the poller (notes R58). Inline when no thread can
+/// be started.
+fn end_jobs(
+    ended: Vec<(String, Watch, Option<String>)>,
+    remote: &Arc<dyn RemoteRuns>,
+    tx: &SyncSender<Msg>,
+) {
+    for one in ended {
+        let (on_remote, on_tx) = (remote.clone(), tx.clone());
+        // Given to the thread through a cell: a spawn that fails drops its closure, and the job
+        // must still end.
+        let cell = Arc::new(Mutex::new(Some(one)));
+        let on_thread = cell.clone();
+        let spawned = std::thread::Builder::new()
+            .name("smithfs-slurm-end".into())
+            .spawn(move || {
+                if let Some((job, w, unknown)) = on_thread.lock().take() {
+                    finish_ended(&*on_remote, &on_tx, job, w, unknown.as_deref());
                 }
-                None => {
-                    let (class, name) = w
-                        .state
-                        .clone()
-                        .map_or((None, String::new()), |(c, n)| (Some(c), n));
-                    verdict(class, &name, report, w.stopped)
-                }
-            };
-            let _ = tx.send(Msg::Exited {
-                smith: w.smith,
-                run_id: w.run_id,
-                status,
-                verdict,
             });
+        if spawned.is_err() {
+            if let Some((job, w, unknown)) = cell.lock().take() {
+                finish_ended(&**remote, tx, job, w, unknown.as_deref());
+            }
         }
     }
+}
+
+/// Finish ended job `job` of watch `w`: revoke its run's ticket (which waits for the node's
+/// connection to end, a few seconds at most), cancel a job in a state Slurm named as `unknown`,
+/// and post its [`Msg::Exited`] with the verdict.
+fn finish_ended(
+    remote: &dyn RemoteRuns,
+    tx: &SyncSender<Msg>,
+    job: String,
+    w: Watch,
+    unknown: Option<&str>,
+) {
+    let report = remote.revoke(&listener_key(w.smith, &w.run_id));
+    let (status, verdict) = match unknown {
+        Some(name) => {
+            let _ = client(
+                "scancel",
+                std::slice::from_ref(&job),
+                &BTreeMap::new(),
+                None,
+            );
+            let error = format!(
+                        "Slurm reported the job in state {name:?}, which smithfs does not know: it was cancelled"
+                    );
+            (
+                Err(error.clone()),
+                Some(Verdict {
+                    reason: "lost",
+                    error,
+                }),
+            )
+        }
+        None => {
+            let (class, name) = w
+                .state
+                .clone()
+                .map_or((None, String::new()), |(c, n)| (Some(c), n));
+            verdict(class, &name, report, w.stopped)
+        }
+    };
+    let _ = tx.send(Msg::Exited {
+        smith: w.smith,
+        run_id: w.run_id,
+        status,
+        verdict,
+    });
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::process::ExitStatusExt;
+
+    /// Finding 05 of the hostile review (notes R58): a run whose node keeps its connection open
+    /// lingers in its revoke (here: until the test lets it go); ending it beside another job
+    /// returns at once, and the other job's `Exited` comes without waiting for it.
+    #[test]
+    fn a_lingering_revoke_holds_up_neither_the_poller_nor_other_jobs() {
+        struct Lingering(Mutex<std::sync::mpsc::Receiver<()>>);
+        impl RemoteRuns for Lingering {
+            fn ticket(
+                &self,
+                _: &str,
+                _: SmithIdx,
+                _: Option<&crate::sandbox::view::Plan>,
+                _: Option<std::os::fd::OwnedFd>,
+            ) -> Result<String, String> {
+                Err("no tickets here".into())
+            }
+            fn revoke(&self, run_id: &str) -> Option<std::process::ExitStatus> {
+                if run_id.contains("hostile") {
+                    let _ = self.0.lock().recv_timeout(Duration::from_secs(60));
+                }
+                None
+            }
+            fn attached(&self, _: &str) -> bool {
+                true
+            }
+        }
+        let (let_go, held) = std::sync::mpsc::channel();
+        let remote: Arc<dyn RemoteRuns> = Arc::new(Lingering(Mutex::new(held)));
+        let (tx, rx) = std::sync::mpsc::sync_channel(8);
+        let watch = |smith: u32, run_id: &str| Watch {
+            smith: SmithIdx(smith),
+            run_id: run_id.into(),
+            since: Instant::now(),
+            state: Some((JobState::Finished, "COMPLETED".into())),
+            running: true,
+            stopped: false,
+        };
+        let started = Instant::now();
+        end_jobs(
+            vec![
+                ("1".into(), watch(1, "run-hostile"), None),
+                ("2".into(), watch(2, "run-victim"), None),
+            ],
+            &remote,
+            &tx,
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "the poller waited for a revoke: {:?}",
+            started.elapsed()
+        );
+        match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(Msg::Exited { run_id, .. }) => assert_eq!(run_id, "run-victim"),
+            Ok(_) => panic!("not an Exited"),
+            Err(e) => panic!("the other job's end waited for the lingering one: {e}"),
+        }
+        let_go.send(()).expect("let go");
+        match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(Msg::Exited { run_id, .. }) => assert_eq!(run_id, "run-hostile"),
+            _ => panic!("the lingering job never ended"),
+        }
+    }
 
     #[test]
     fn squeue_output_is_parsed_strictly() {
