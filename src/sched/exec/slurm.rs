@@ -474,7 +474,7 @@ impl Launcher for Slurm {
 /// queue. Ends with the process (a mount without jobs costs one idle wake-up per poll). An ended
 /// job is finished on a thread of its own ([`finish_ended`]): its revoke may linger up to a few
 /// seconds for the node's connection, which must hold up neither the other jobs' ends nor the
-/// next poll (docs/PROTOCOL-NOTES.md R58).
+/// next poll (docs/PROTOCOL-NOTES.md R61).
 fn poll_loop(jobs: &Jobs, remote: &Arc<dyn RemoteRuns>) {
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
@@ -558,7 +558,7 @@ fn poll_loop(jobs: &Jobs, remote: &Arc<dyn RemoteRuns>) {
 
 /// Finish each ended job (job id, its watch, the state Slurm named that smithfs does not know)
 /// on a thread of its own ([`finish_ended`]), without waiting for any: one whose node keeps its
-/// connection open lingers in its revoke, not the poller (notes R58). Inline when no thread can
+/// connection open lingers in its revoke, not the poller (notes R61). Inline when no thread can
 /// be started.
 fn end_jobs(
     ended: Vec<(String, Watch, Option<String>)>,
@@ -637,7 +637,7 @@ mod tests {
     use super::*;
     use std::os::unix::process::ExitStatusExt;
 
-    /// Finding 05 of the hostile review (notes R58): a run whose node keeps its connection open
+    /// Finding 05 of the hostile review (notes R61): a run whose node keeps its connection open
     /// lingers in its revoke (here: until the test lets it go); ending it beside another job
     /// returns at once, and the other job's `Exited` comes without waiting for it.
     #[test]
