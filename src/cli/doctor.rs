@@ -460,24 +460,11 @@ fn check_slurm(found: &[(&str, Option<PathBuf>)], version: Option<&str>) -> Chec
     )
 }
 
-/// Where PATH has `program`, if it does.
-fn on_path(program: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(program))
-        .find(|p| {
-            std::fs::metadata(p).is_ok_and(|m| {
-                m.is_file()
-                    && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0
-            })
-        })
-}
-
 /// The Slurm commands the slurm launcher runs and `sbatch --version`.
 fn slurm_found() -> (Vec<(&'static str, Option<PathBuf>)>, Option<String>) {
     let found: Vec<_> = ["sbatch", "squeue", "scancel"]
         .into_iter()
-        .map(|n| (n, on_path(n)))
+        .map(|n| (n, crate::sys::path::find_program(n.as_ref())))
         .collect();
     let version = found[0].1.as_ref().and_then(|p| {
         let out = std::process::Command::new(p)

@@ -34,11 +34,7 @@ pub enum Via {
 
 /// `fusermount3` on `PATH`, as `mount` runs it and `doctor` reports it.
 pub fn fusermount() -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join(FUSERMOUNT))
-            .find(|c| c.is_file())
-    })
+    crate::sys::path::find_program(FUSERMOUNT.as_ref())
 }
 
 /// Mount a FUSE connection at `dir` (type [`FS_TYPE`], source [`FS_NAME`], `nosuid`, `nodev`,

@@ -15,7 +15,7 @@
 
 use std::ffi::{CString, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 /// The CMD pid the keeper forwards signals to (0: none yet, or CMD was reaped).
@@ -102,26 +102,6 @@ extern "C" fn forward(signal: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mu
     }
 }
 
-/// `argv[0]` resolved through `$PATH` (before any fork: nothing allocates after it).
-fn find_program(prog: &OsString) -> Option<PathBuf> {
-    let p = Path::new(prog);
-    if prog.as_bytes().contains(&b'/') {
-        return Some(p.to_path_buf());
-    }
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
-    std::env::split_paths(&path)
-        .map(|d| d.join(p))
-        .find(|c| is_executable(c))
-}
-
-fn is_executable(p: &Path) -> bool {
-    let Ok(c) = CString::new(p.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: a NUL-terminated path that outlives the call.
-    p.is_file() && unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0
-}
-
 /// The keeper: becomes a child subreaper, forks and execs `argv`, reaps every descendant, and
 /// returns CMD's exit code (or 128 + signal; 127 not found, 126 not executable) once no descendant
 /// is left. Signal dispositions it changes are restored before it returns.
@@ -152,7 +132,8 @@ pub fn keep_with(
     let prog = argv
         .first()
         .ok_or_else(|| std::io::Error::other("no command given"))?;
-    let Some(path) = find_program(prog) else {
+    // `argv[0]` resolved through `$PATH` before any fork: nothing allocates after it.
+    let Some(path) = crate::sys::path::find_program(prog) else {
         eprintln!(
             "smithfs: cannot execute {}: command not found",
             Path::new(prog).display()

@@ -672,7 +672,7 @@ pub fn candidates(
     }
     let path: OsString = match env.get("PATH") {
         Some(p) => p.into(),
-        None => std::env::var_os("PATH").unwrap_or_else(|| "/bin:/usr/bin".into()),
+        None => std::env::var_os("PATH").unwrap_or_else(|| crate::sys::path::DEFAULT_PATH.into()),
     };
     let mut out = Vec::new();
     for dir in path.as_bytes().split(|b| *b == b':') {
