@@ -21,6 +21,9 @@ pub enum Launcher {
     /// Through `smithfs attach` on this host (`launcher.kind` `loopback`): the path a Slurm job's
     /// agent takes, without Slurm.
     Loopback,
+    /// As a job of the throwaway Slurm cluster whose `slurm.conf` this names (`launcher.kind`
+    /// `slurm`, tests/common/slurm.rs): `attach` on the cluster's node.
+    Slurm(&'static str),
 }
 
 /// The agent of a [`Launcher::Loopback`] mount whose config names none: the newest task file is
@@ -73,6 +76,7 @@ impl Launcher {
         match self {
             Launcher::Local => "local",
             Launcher::Loopback => "loopback",
+            Launcher::Slurm(_) => "slurm",
         }
     }
 
@@ -87,7 +91,10 @@ impl Launcher {
         if !c.is_object() {
             c = serde_json::json!({});
         }
-        c["launcher"] = serde_json::json!({"kind": "loopback"});
+        c["launcher"] = match self {
+            Launcher::Slurm(_) => serde_json::json!({"kind": "slurm", "listen": "127.0.0.1:0"}),
+            _ => serde_json::json!({"kind": "loopback"}),
+        };
         if !c["agent"].is_object() {
             c["agent"] = serde_json::json!({});
         }
@@ -102,7 +109,15 @@ impl Launcher {
 
     /// A mount in identity `mode` with `config` for this launcher ([`Launcher::config`]).
     pub fn mount(self, config: &serde_json::Value, mode: &'static str) -> TestMount {
-        TestMount::with_config(&self.config(config), mode, Vec::new())
+        TestMount::with_config(&self.config(config), mode, self.env())
+    }
+
+    /// What the daemon's environment needs for this launcher: the cluster's `SLURM_CONF`.
+    pub fn env(self) -> Vec<(&'static str, &'static str)> {
+        match self {
+            Launcher::Slurm(conf) => vec![("SLURM_CONF", conf)],
+            _ => Vec::new(),
+        }
     }
 
     /// `argv` in `cwd` (absolute, inside the mount) as smith `full_id`, to its end: for `Local`
@@ -114,7 +129,7 @@ impl Launcher {
     pub fn run_as(self, m: &TestMount, cwd: &Path, full_id: &str, argv: &[&str]) -> Run {
         match self {
             Launcher::Local => run_as(cwd, full_id, argv),
-            Launcher::Loopback => remote_run_as(m, cwd, full_id, argv),
+            Launcher::Loopback | Launcher::Slurm(_) => remote_run_as(m, cwd, full_id, argv),
         }
     }
 }

@@ -16,9 +16,15 @@ use common::*;
 
 /// A mount with `config` written into config.json before mounting, in identity `mode`.
 fn mount_with(config: &str, mode: &'static str) -> TestMount {
+    mount_for(Launcher::Local, config, mode)
+}
+
+/// [`mount_with`] with `launcher`'s environment for the daemon (a Slurm cluster's `SLURM_CONF`).
+fn mount_for(launcher: Launcher, config: &str, mode: &'static str) -> TestMount {
     let mut m = TestMount::with(MountOpts {
         allow_other: true,
         extra: vec!["--identity", mode],
+        env: launcher.env(),
         ..MountOpts::default()
     });
     m.umount();
@@ -540,7 +546,7 @@ fn a_100_gib_sparse_result_costs_nothing() {
 /// route of tests/fixtures/escapes.sh fails, its capabilities lack `CAP_SYS_ADMIN` and
 /// `CAP_SYS_PTRACE`, and it stays `smith-root` (docs/PROTOCOL-NOTES.md H13); with
 /// `agent.confine: false` the same agent keeps the daemon's capabilities (the switch works).
-fn agent_is_confined(mode: &'static str, launcher: Launcher) {
+pub(crate) fn agent_is_confined(mode: &'static str, launcher: Launcher) {
     const PROBE: &str = "{ awk '$1 == \"CapEff:\" { print \"CapEff: \" $2 }' /proc/self/status; \
                          cat \"$SMITH_MOUNT/.smithfs/whoami\"; } > outbox/result.md";
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/escapes.sh");
@@ -558,7 +564,7 @@ fn agent_is_confined(mode: &'static str, launcher: Launcher) {
             // The confinement of root runs: the mode without the sandbox (§12).
             "sandbox": {"enabled": false},
         });
-        let m = mount_with(&launcher.config(&config).to_string(), mode);
+        let m = mount_for(launcher, &launcher.config(&config).to_string(), mode);
         let mode = format!("{mode}, {}", launcher.kind());
         for c in ["smith-001", "smith-002"] {
             std::fs::create_dir(m.path().join("smiths/smith-root/children").join(c))
@@ -664,7 +670,7 @@ fn smithfs_run_passes_only_stdio_ancestry() {
 /// not, started locally or by `smithfs attach` (notes R56: attach's stop pipe reached an
 /// unsandboxed agent as fds 7 and 8, its write end enough to stop the run's forwarding or forge
 /// its exit report).
-fn agents_hold_only_stdio(mode: &'static str, launcher: Launcher) {
+pub(crate) fn agents_hold_only_stdio(mode: &'static str, launcher: Launcher) {
     for sandbox in [true, false] {
         let config = serde_json::json!({
             "agent": {"command": ["sh", "-c",
@@ -801,7 +807,7 @@ fn layers_hold(mode: &'static str, launcher: Launcher) {
     }
     let out = match launcher {
         Launcher::Local => run(&mut cmd),
-        Launcher::Loopback => Run {
+        Launcher::Loopback | Launcher::Slurm(_) => Run {
             code: None,
             stdout: log.clone(),
             stderr: String::new(),
@@ -1024,7 +1030,7 @@ fn sandbox_require_refuses_a_mount_without_it() {
 /// H16): with the mount made under umask 027, the agent (sandboxed, both identity modes, and
 /// unsandboxed) reports 0027 and creates its files 0640 — a file it makes is not writable by
 /// every other uid on the host.
-fn runs_take_the_mounters_umask(mode: &'static str, launcher: Launcher) {
+pub(crate) fn runs_take_the_mounters_umask(mode: &'static str, launcher: Launcher) {
     for sandbox in [true, false] {
         let config = serde_json::json!({
             "agent": {"command": ["sh", "-c",
@@ -1032,7 +1038,7 @@ fn runs_take_the_mounters_umask(mode: &'static str, launcher: Launcher) {
                  cp private/mask outbox/result.md"]},
             "sandbox": {"enabled": sandbox},
         });
-        let mut m = mount_with(&launcher.config(&config).to_string(), mode);
+        let mut m = mount_for(launcher, &launcher.config(&config).to_string(), mode);
         m.umount();
         // SAFETY: umask has no preconditions. Only the mount (the daemon it starts) runs under
         // 027: the test's directories stay searchable by the agents' uid.

@@ -151,7 +151,7 @@ print(fifo(sys.argv[1]), sock(sys.argv[2]))
 /// other smiths have no right there, notes XT23): its parent and its child cannot open the FIFO
 /// or connect to the socket (EACCES), though both share its uid and neither reaches the daemon
 /// once the path is walked; the smith itself still can, before and after their attempts.
-fn rendezvous_of_another_smith(mode: &'static str, launcher: Launcher) {
+pub(crate) fn rendezvous_of_another_smith(mode: &'static str, launcher: Launcher) {
     if !is_root() {
         eprintln!("skipped: needs root");
         return;
@@ -250,7 +250,7 @@ fn a_fifo_or_socket_of_another_smith_is_out_of_reach_loopback_ancestry() {
 /// 0:0 and made it 6755, a set-user-ID root shell in the store for any local user after
 /// umount. Now, in both identity modes, with and without a uid per smith: chown and chgrp to
 /// root are EPERM, the file stays the smith's, a mode change of its own file still works.
-fn no_file_given_away(mode: &'static str, launcher: Launcher) {
+pub(crate) fn no_file_given_away(mode: &'static str, launcher: Launcher) {
     if !is_root() {
         eprintln!("skipped: needs root");
         return;
@@ -387,7 +387,7 @@ fn root_result_stalls_nothing(mode: &'static str, launcher: Launcher) {
         Launcher::Local => serde_json::json!({
             "agent": { "command": ["/bin/sh", "-c", format!("[ \"$SMITH_FULL_ID\" = smith-root ] || {SIBLING}")], "retries": 0 },
         }),
-        Launcher::Loopback => serde_json::json!({}),
+        Launcher::Loopback | Launcher::Slurm(_) => serde_json::json!({}),
     };
     let m = launcher.mount(&config, mode);
     let mode = format!("{mode}, {}", launcher.kind());
@@ -405,7 +405,9 @@ fn root_result_stalls_nothing(mode: &'static str, launcher: Launcher) {
     let sibling = m.path().join("smiths/smith-root/children/smith-001");
     let task = match launcher {
         Launcher::Local => "t\n".to_owned(),
-        Launcher::Loopback => common::launcher::dispatched(&sibling, &["sh", "-c", SIBLING]),
+        Launcher::Loopback | Launcher::Slurm(_) => {
+            common::launcher::dispatched(&sibling, &["sh", "-c", SIBLING])
+        }
     };
     let started = std::time::Instant::now();
     std::fs::write(sibling.join("inbox/task-v.md"), task).expect("the sibling's task");

@@ -710,3 +710,20 @@ fn the_jobs_node_is_kept_across_a_remount() {
     let out = s.cli("status", &[]);
     assert!(out.stdout.contains(&format!("on {want}")), "{}", out.stdout);
 }
+
+/// Attacks of the hostile and hardening suites (docs/PROTOCOL-NOTES.md R56, R57) made by the
+/// agent of Slurm jobs on the one-node cluster, as through loopback runs: a root agent without
+/// the sandbox is confined (escapes.sh finds nothing; with `agent.confine: false` it keeps
+/// `CAP_SYS_ADMIN`), the agent's umask is the mounter's 027 (sandboxed and not: the daemon's own
+/// is 0), it holds only fds 0–2, another smith's FIFO and socket are EACCES, and chown to root is
+/// EPERM. cgroup mode.
+#[test]
+fn hostile_and_hardening_attacks_through_slurm_jobs() {
+    let Some(cluster) = cluster() else { return };
+    let slurm = crate::common::launcher::Launcher::Slurm(cluster.conf_env());
+    crate::hardening::agent_is_confined("cgroup", slurm);
+    crate::hardening::runs_take_the_mounters_umask("cgroup", slurm);
+    crate::hardening::agents_hold_only_stdio("cgroup", slurm);
+    crate::hostile::rendezvous_of_another_smith("cgroup", slurm);
+    crate::hostile::no_file_given_away("cgroup", slurm);
+}
