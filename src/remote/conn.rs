@@ -25,6 +25,7 @@
 //! ESTALE. [`Connection::drop_all`] must run once no request is being served.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -62,7 +63,20 @@ pub use crate::fuse::dispatch::Change;
 #[derive(Debug)]
 pub struct Connection {
     dispatcher: Dispatcher,
-    tables: Mutex<Tables>,
+    tables: Arc<Mutex<Tables>>,
+}
+
+/// Which node ids a connection holds, as the listener sees it when it decides whom to tell of
+/// a change (docs/PROTOCOL-NOTES.md R62); once the connection dropped its tables it holds
+/// nothing but the root.
+#[derive(Debug, Clone)]
+pub struct Held(Arc<Mutex<Tables>>);
+
+impl Held {
+    /// Whether the connection holds node id `n` now (the root always).
+    pub fn node(&self, n: NodeId) -> bool {
+        self.0.lock().holds_node(n.0)
+    }
 }
 
 /// What a connection holds.
@@ -122,7 +136,7 @@ impl Connection {
     pub fn new(dispatcher: Dispatcher) -> Connection {
         Connection {
             dispatcher,
-            tables: Mutex::new(Tables::default()),
+            tables: Arc::new(Mutex::new(Tables::default())),
         }
     }
 
@@ -135,6 +149,11 @@ impl Connection {
     pub fn held(&self) -> (usize, usize, usize) {
         let t = self.tables.lock();
         (t.nodes.len(), t.files.len(), t.dirs.len())
+    }
+
+    /// A handle to ask, from another thread, which node ids this connection holds.
+    pub fn holder(&self) -> Held {
+        Held(self.tables.clone())
     }
 
     /// Serve one whole frame (from any thread: see the module's notes on concurrency): the
@@ -304,7 +323,7 @@ impl Connection {
     /// (docs/PROTOCOL-NOTES.md R6) and give back every lookup.
     pub fn drop_all(&mut self) {
         let fs = self.dispatcher.fs().clone();
-        let t = std::mem::take(self.tables.get_mut());
+        let t = std::mem::take(&mut *self.tables.lock());
         for (fh, node) in t.files {
             let _ = fs.abandon(NodeId(node), crate::fs::Fh(fh));
         }

@@ -76,6 +76,9 @@ struct Peer {
     wake: UnixStream,
     /// The connection's socket, to cut it.
     sock: TcpStream,
+    /// The node ids the connection holds: a name in a directory it does not hold is never
+    /// pushed to it (docs/PROTOCOL-NOTES.md R62).
+    held: conn::Held,
 }
 
 /// Every served connection: where changes are pushed. As a [`Changes`] sink it tells every
@@ -112,8 +115,14 @@ impl Peers {
         if list.iter().all(|p| Some(p.id) == except) {
             return;
         }
+        // A name is told only to connections that hold its directory (R62): one that does not
+        // has nothing of it cached, and must not learn names it may not list.
+        let told = |p: &Peer| match change {
+            Change::Entry { parent, .. } => p.held.node(*parent),
+            Change::Node { .. } => true,
+        };
         let frame = super::notification(change);
-        for p in list.iter().filter(|p| Some(p.id) != except) {
+        for p in list.iter().filter(|p| Some(p.id) != except && told(p)) {
             let mut q = p.queue.lock();
             // The same change twice in a row (a writer's successive writes) is told once.
             if q.back() == Some(&frame) {
@@ -537,17 +546,19 @@ fn serve_proven(
     let (wake_rx, wake_tx) = UnixStream::pair().map_err(|e| e.to_string())?;
     wake_rx.set_nonblocking(true).map_err(|e| e.to_string())?;
     wake_tx.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    let conn = Connection::new(
+        Dispatcher::vouched(shared.fs.clone(), caller)
+            .with_changes(shared.changes.clone(), Origin::Remote(id)),
+    );
     let peer = Arc::new(Peer {
-        id: shared.next_id.fetch_add(1, Ordering::Relaxed),
+        id,
         queue: Mutex::new(VecDeque::new()),
         overflowed: AtomicBool::new(false),
         wake: wake_tx,
         sock: cut,
+        held: conn.holder(),
     });
-    let conn = Connection::new(
-        Dispatcher::vouched(shared.fs.clone(), caller)
-            .with_changes(shared.changes.clone(), Origin::Remote(peer.id)),
-    );
     shared.peers.add(peer.clone());
     let r = pump(&peer, &mut ch, &conn, &wake_rx, slot);
     shared.peers.remove(peer.id);

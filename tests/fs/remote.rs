@@ -1421,3 +1421,46 @@ fn a_connect_flood_cannot_keep_runs_out() {
         assert!(made > 1000, "the flood flooded ({made} connects)");
     }
 }
+
+/// Finding 03 of the hostile review (docs/PROTOCOL-NOTES.md R62): a name made in a smith's
+/// `private/` is pushed only to connections that hold that directory. The root smith's run
+/// (which may not list the child's `private/`, and never looked it up) holds the child's
+/// directory and the root: after the child's run creates, renames and removes names in its
+/// `private/`, the root's connection was told none of them, while a connection of the child
+/// that holds `private/` was told each.
+#[test]
+fn a_name_is_pushed_only_to_connections_that_hold_its_directory() {
+    let w = World::new();
+    let l = listener(&w);
+    let root = w.fs.registry().by_full_id("smith-root").unwrap();
+    let mut a = Node::new(&l.ticket("run-child", w.child).unwrap());
+    let mut b = Node::new(&l.ticket("run-child-2", w.child).unwrap());
+    let mut spy = Node::new(&l.ticket("run-root", root).unwrap());
+    let private = a.walk(&format!("{CHILD_DIR}/private"));
+    assert_eq!(b.walk(&format!("{CHILD_DIR}/private")), private);
+    let child_dir = spy.walk(CHILD_DIR);
+    let (file, fh) = a.create(private, "my-secret-name.txt").unwrap();
+    assert_eq!(a.write(file, fh, b"x"), 0);
+    assert_eq!(a.release(file, fh), 0);
+    assert_eq!(spy.getattr(child_dir), 0);
+    assert_eq!(b.getattr(private), 0);
+    let names = |n: &Node| -> Vec<String> {
+        n.notes
+            .iter()
+            .filter(|(code, _)| *code == 3)
+            .map(|(_, body)| String::from_utf8_lossy(&body[16..]).into_owned())
+            .collect()
+    };
+    assert!(
+        names(&b)
+            .iter()
+            .any(|n| n.starts_with("my-secret-name.txt")),
+        "the holder of private/ is told: {:?}",
+        b.notes
+    );
+    assert!(
+        !names(&spy).iter().any(|n| n.contains("secret")),
+        "a name in a directory the connection does not hold was pushed to it: {:?}",
+        names(&spy)
+    );
+}
