@@ -177,6 +177,28 @@ fn names_made_by_the_daemon_replace_negative_entries_over_io_uring() {
     names_made_by_the_daemon_replace_negative_entries("io-uring");
 }
 
+/// A mount (unsandboxed) whose runs are loopback runs of agent script `agent` (each on its own
+/// remote mount, notes R10), with `private/data` holding `one\n`; `None` (said) when not root:
+/// `smithfs attach` mounts as root only (notes R11).
+fn loopback_with(agent: &str) -> Option<Sm> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: smithfs attach mounts as root only (notes R11)");
+        return None;
+    }
+    let s = Sm::with(
+        MountOpts {
+            allow_other: true,
+            unsandboxed: true,
+            ..MountOpts::default()
+        },
+        json!({"launcher": {"kind": "loopback"}, "agent": {"retries": 0}}),
+    );
+    s.write("agents/agent.sh", agent);
+    s.write("smiths/smith-root/private/data", "one\n");
+    Some(s)
+}
+
 /// The agent of [`a_local_change_reaches_a_remote_mounts_cache_at_once`]: on its remote mount it
 /// stats `private/data` and looks up the missing `private/new` (its kernel now caches both, for
 /// a day), says `private/ready`, then polls for 10 s (`stat`, answered from the cache while it is
@@ -203,21 +225,9 @@ echo "stale: size $(stat -c %s private/data), new $(test -e private/new && echo 
 /// the pushes the node would go on reading the old size and the cached miss.
 #[test]
 fn a_local_change_reaches_a_remote_mounts_cache_at_once() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: smithfs attach mounts as root only (notes R11)");
+    let Some(s) = loopback_with(WATCHER) else {
         return;
-    }
-    let s = Sm::with(
-        MountOpts {
-            allow_other: true,
-            unsandboxed: true,
-            ..MountOpts::default()
-        },
-        json!({"launcher": {"kind": "loopback"}, "agent": {"retries": 0}}),
-    );
-    s.write("agents/agent.sh", WATCHER);
-    s.write("smiths/smith-root/private/data", "one\n");
+    };
     s.task("watch\n");
     s.wait_file(60, "smiths/smith-root/private/ready");
     let t = Instant::now();
@@ -247,21 +257,9 @@ echo ready > private/ready
 /// the new name for a day, answers with the new ones at once (no polling).
 #[test]
 fn a_remote_change_reaches_the_daemons_own_cache_at_once() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: smithfs attach mounts as root only (notes R11)");
+    let Some(s) = loopback_with(WRITER) else {
         return;
-    }
-    let s = Sm::with(
-        MountOpts {
-            allow_other: true,
-            unsandboxed: true,
-            ..MountOpts::default()
-        },
-        json!({"launcher": {"kind": "loopback"}, "agent": {"retries": 0}}),
-    );
-    s.write("agents/agent.sh", WRITER);
-    s.write("smiths/smith-root/private/data", "one\n");
+    };
     // Cache the old size and the miss, in this mount's kernel.
     assert_eq!(
         std::fs::metadata(s.p("smiths/smith-root/private/data"))
