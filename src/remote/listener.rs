@@ -915,3 +915,55 @@ fn send_pending(peer: &Peer, ch: &mut Channel) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    /// R50's eviction rule: of the source address holding the most unproven connections (the
+    /// newcomer counted with its own; a tie goes to the newcomer's), the least far along, the
+    /// oldest of those.
+    #[test]
+    fn the_source_holding_the_most_loses_its_least_advanced_connection() {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr");
+        let keep: Vec<TcpStream> = (0..6)
+            .map(|_| TcpStream::connect(addr).expect("connect"))
+            .collect();
+        let ip = |n: u8| Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, n)));
+        let entry = |id: u64, source, stage: Stage| Unproven {
+            id,
+            source,
+            stage: Arc::new(std::sync::atomic::AtomicU8::new(stage as u8)),
+            sock: keep[id as usize].try_clone().expect("clone"),
+        };
+        // Oldest first: A handshaken, B silent, A talking, A silent, B handshaken.
+        let q: VecDeque<Unproven> = [
+            entry(0, ip(1), Stage::Handshaken),
+            entry(1, ip(2), Stage::Silent),
+            entry(2, ip(1), Stage::Talking),
+            entry(3, ip(1), Stage::Silent),
+            entry(4, ip(2), Stage::Handshaken),
+        ]
+        .into();
+        // A holds 3: a newcomer from C (or from B: 3 with it, a tie that goes to B) ...
+        assert_eq!(Shared::victim(&q, ip(3)), Some(3), "A's silent one");
+        assert_eq!(Shared::victim(&q, ip(1)), Some(3), "A's silent one");
+        assert_eq!(
+            Shared::victim(&q, ip(2)),
+            Some(1),
+            "a tie: the newcomer's own"
+        );
+        // Without a silent one of A, its talking one; then its oldest handshaken.
+        q[3].stage.store(Stage::Handshaken as u8, Ordering::Relaxed);
+        assert_eq!(Shared::victim(&q, ip(3)), Some(2));
+        q[2].stage.store(Stage::Handshaken as u8, Ordering::Relaxed);
+        assert_eq!(Shared::victim(&q, ip(3)), Some(0));
+        // Every address its own: the newcomer's has one (itself) as all do: the oldest.
+        let spread: VecDeque<Unproven> = (0..4)
+            .map(|i| entry(i, ip(10 + i as u8), Stage::Handshaken))
+            .collect();
+        assert_eq!(Shared::victim(&spread, ip(99)), Some(0));
+    }
+}
