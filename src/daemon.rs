@@ -57,9 +57,89 @@ impl DaemonOptions {
     }
 }
 
+/// The daemon's log, `.smithfs-state/daemon.log`, bounded (docs/PROTOCOL-NOTES.md H25): once it
+/// holds [`DaemonLog::CAP`] bytes it becomes `daemon.log.1` (replacing the one before) and a new
+/// `daemon.log` starts, so that the log never takes more than twice that of the store's disk,
+/// whatever is logged.
+#[derive(Debug)]
+pub struct DaemonLog {
+    state: OwnedFd,
+    file: File,
+    /// Bytes in `file`.
+    size: u64,
+    /// [`DaemonLog::CAP`] (smaller in tests).
+    cap: u64,
+}
+
+impl DaemonLog {
+    /// Largest `daemon.log`, bytes.
+    pub const CAP: u64 = 16 << 20;
+    const NAME: &'static CStr = c"daemon.log";
+    const OLD: &'static CStr = c"daemon.log.1";
+
+    /// Open (or create) `daemon.log` in the state directory `state`, appending.
+    ///
+    /// # Errors
+    /// The directory or the file cannot be opened.
+    pub fn open(state: &OwnedFd) -> std::io::Result<DaemonLog> {
+        let state = state.try_clone()?;
+        let file = Self::open_in(&state)?;
+        let size = file.metadata()?.len();
+        Ok(DaemonLog {
+            state,
+            file,
+            size,
+            cap: Self::CAP,
+        })
+    }
+
+    fn open_in(state: &OwnedFd) -> std::io::Result<File> {
+        backing::open_file(
+            state.as_fd(),
+            Self::NAME,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND,
+            0o600,
+        )
+        .map(File::from)
+        .map_err(std::io::Error::from)
+    }
+
+    /// Move the full log aside and start a new one; on failure the old file is written on.
+    fn rotate(&mut self) {
+        let moved = backing::rename(
+            self.state.as_fd(),
+            Self::NAME,
+            self.state.as_fd(),
+            Self::OLD,
+            0,
+        );
+        if moved.is_ok() {
+            if let Ok(f) = Self::open_in(&self.state) {
+                self.file = f;
+                self.size = 0;
+            }
+        }
+    }
+}
+
+impl Write for DaemonLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.size > 0 && self.size.saturating_add(buf.len() as u64) > self.cap {
+            self.rotate();
+        }
+        let n = self.file.write(buf)?;
+        self.size = self.size.saturating_add(n as u64);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
 /// Log to `file` (the daemon's log) or to stderr, at `level` (tracing filter syntax; default
 /// from RUST_LOG, else "info").
-pub fn init_logging(level: Option<&str>, file: Option<File>) {
+pub fn init_logging(level: Option<&str>, file: Option<DaemonLog>) {
     use tracing_subscriber::EnvFilter;
     let filter = match level {
         Some(l) => EnvFilter::new(l),
@@ -130,14 +210,9 @@ pub fn serve(dir: &Path, opts: &DaemonOptions, mut report: Option<&mut File>) ->
         );
     }
     if report.is_some() {
-        let log = backing::open_file(
-            state.as_fd(),
-            c"daemon.log",
-            libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND,
-            0o600,
-        )
-        .map_err(|e| anyhow!("cannot open the daemon log: {e}"))?;
-        init_logging(opts.log_level.as_deref(), Some(File::from(log)));
+        let log =
+            DaemonLog::open(&state).map_err(|e| anyhow!("cannot open the daemon log: {e}"))?;
+        init_logging(opts.log_level.as_deref(), Some(log));
     }
     let config = crate::reload::load_config(dir, root.as_fd(), &opts.config_source())?;
     if crate::sandbox::applies(&config.sandbox) {
@@ -983,4 +1058,31 @@ fn hook_user(who: crate::sandbox::user::Invoker) -> Option<crate::sched::hooks::
         creds: crate::process::spawn::User { uid, gid, groups },
         env,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_daemon_log_moves_aside_when_full_and_never_holds_more_than_twice_its_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = OwnedFd::from(File::open(dir.path()).unwrap());
+        let mut log = DaemonLog::open(&state).unwrap();
+        log.cap = 1000;
+        // The log's writer gets one event's line per write (tracing's formatter).
+        let mut line = vec![b'x'; 99];
+        line.push(b'\n');
+        for _ in 0..35 {
+            log.write_all(&line).unwrap();
+        }
+        let size = |n: &str| std::fs::metadata(dir.path().join(n)).map_or(0, |m| m.len());
+        // 3 500 bytes: two full files moved aside (the second replacing the first), 1 500 left.
+        assert!(size("daemon.log") <= 1000, "{}", size("daemon.log"));
+        assert!(size("daemon.log.1") <= 1000 && size("daemon.log.1") > 0);
+        assert_eq!(size("daemon.log") % 100, 0, "lines are not split");
+        // A reopened log knows its size.
+        let again = DaemonLog::open(&state).unwrap();
+        assert_eq!(again.size, size("daemon.log"));
+    }
 }

@@ -218,8 +218,11 @@ struct Shared {
     live: AtomicUsize,
     /// Connections still in their handshake or hello, oldest first.
     unproven: Mutex<VecDeque<Unproven>>,
-    /// Unproven connections closed to make room, and when that was last logged.
-    evicted: Mutex<(u64, Option<std::time::Instant>)>,
+    /// Unproven connections closed to make room, since last logged.
+    evicted: Mutex<Throttle>,
+    /// Connections that ended before proving a run (no ticket needed to make one), since last
+    /// logged (docs/PROTOCOL-NOTES.md H25).
+    unproven_ended: Mutex<Throttle>,
     next_id: AtomicU64,
     stop: AtomicBool,
 }
@@ -237,14 +240,11 @@ impl Shared {
         if q.len() >= MAX_UNPROVEN {
             if let Some(victim) = Self::victim(&q, source).and_then(|i| q.remove(i)) {
                 let _ = victim.sock.shutdown(std::net::Shutdown::Both);
-                let mut ev = self.evicted.lock();
-                ev.0 += 1;
-                if !ev.1.is_some_and(|t| t.elapsed() < Duration::from_secs(10)) {
+                if let Some(closed) = self.evicted.lock().note() {
                     tracing::warn!(
-                        closed = ev.0,
+                        closed,
                         "remote mount: more than {MAX_UNPROVEN} connections without a hello; the oldest closed"
                     );
-                    *ev = (0, Some(std::time::Instant::now()));
                 }
             }
         }
@@ -336,7 +336,8 @@ impl Listener {
             opts,
             live: AtomicUsize::new(0),
             unproven: Mutex::new(VecDeque::new()),
-            evicted: Mutex::new((0, None)),
+            evicted: Mutex::new(Throttle::default()),
+            unproven_ended: Mutex::new(Throttle::default()),
             next_id: AtomicU64::new(1),
             stop: AtomicBool::new(false),
         });
@@ -443,8 +444,25 @@ fn accept_loop(shared: &Arc<Shared>, sock: &TcpListener) {
             .name("smithfs-remote".into())
             .spawn(move || {
                 let peer = stream.peer_addr().ok();
-                if let Err(e) = serve(&s, stream, id, &stage) {
-                    tracing::info!(?peer, "remote connection closed: {e}");
+                match serve(&s, stream, id, &stage) {
+                    Ok(()) => {}
+                    Err(Closed::Proven(e)) => {
+                        tracing::info!(?peer, "remote connection closed: {e}")
+                    }
+                    // Anyone who reaches the port makes these, at will: one line per interval.
+                    Err(Closed::Unproven(e)) => {
+                        tracing::debug!(
+                            ?peer,
+                            "remote connection closed before proving a run: {e}"
+                        );
+                        if let Some(closed) = s.unproven_ended.lock().note() {
+                            tracing::info!(
+                                closed,
+                                last = ?peer,
+                                "remote mount: connections closed before proving a run (last: {e})"
+                            );
+                        }
+                    }
                 }
                 s.proven(id);
             });
@@ -461,7 +479,34 @@ fn serve(
     sock: TcpStream,
     id: u64,
     stage: &std::sync::atomic::AtomicU8,
-) -> Result<(), String> {
+) -> Result<(), Closed> {
+    let (ch, cut, smith, grant, slot) = prove(shared, sock, id, stage).map_err(Closed::Unproven)?;
+    let r = serve_proven(shared, ch, cut, smith, &grant, &slot);
+    shared.live.fetch_sub(1, Ordering::SeqCst);
+    r.map_err(Closed::Proven)
+}
+
+/// Why a connection ended early.
+#[derive(Debug)]
+enum Closed {
+    /// Before it proved a run (its handshake, hello, or a refused ticket): anyone can make these.
+    Unproven(String),
+    /// While it served a run.
+    Proven(String),
+}
+
+/// A run's connection, proved: the channel, a handle to cut its socket, the smith, what its
+/// ticket grants, the run's slot.
+type Proved = (Channel, TcpStream, SmithIdx, Grant, Arc<RunSlot>);
+
+/// Take a connection through its handshake and hello to a run it proves (counted in `live`),
+/// recording in `stage` how far it got; the error says why it ended first.
+fn prove(
+    shared: &Arc<Shared>,
+    sock: TcpStream,
+    id: u64,
+    stage: &std::sync::atomic::AtomicU8,
+) -> Result<Proved, String> {
     let cut = sock.try_clone().map_err(|e| e.to_string())?;
     let started = std::time::Instant::now();
     // Silent until its first bytes: the first to be closed to make room (R50).
@@ -511,9 +556,7 @@ fn serve(
         slot.mark_ended();
         return Err(format!("more than {MAX_CONNECTIONS} runs connected"));
     }
-    let r = serve_proven(shared, ch, cut, smith, &grant, &slot);
-    shared.live.fetch_sub(1, Ordering::SeqCst);
-    r
+    Ok((ch, cut, smith, grant, slot))
 }
 
 /// Serve a connection that proved run `slot` of `smith` to its end.
@@ -812,6 +855,28 @@ impl<'a> Pool<'a> {
     }
 }
 
+/// Counts events that anyone can cause and says when to log them: at most once per
+/// [`Throttle::EVERY`], with how many there were since the last time.
+#[derive(Debug, Default)]
+struct Throttle {
+    count: u64,
+    last: Option<std::time::Instant>,
+}
+
+impl Throttle {
+    const EVERY: Duration = Duration::from_secs(10);
+
+    /// One more; `Some(count)` when it is time to log them (the count then starts again).
+    fn note(&mut self) -> Option<u64> {
+        self.count += 1;
+        if self.last.is_some_and(|t| t.elapsed() < Self::EVERY) {
+            return None;
+        }
+        self.last = Some(std::time::Instant::now());
+        Some(std::mem::take(&mut self.count))
+    }
+}
+
 /// Whether the whole request `frame` is a FORGET or a BATCH_FORGET.
 fn is_forget(frame: &[u8]) -> bool {
     use crate::fuse::wire::opcode;
@@ -965,5 +1030,17 @@ mod tests {
             .map(|i| entry(i, ip(10 + i as u8), Stage::Handshaken))
             .collect();
         assert_eq!(Shared::victim(&spread, ip(99)), Some(0));
+    }
+
+    #[test]
+    fn a_throttle_says_the_first_event_then_the_count_once_per_interval() {
+        let mut t = Throttle::default();
+        assert_eq!(t.note(), Some(1));
+        for _ in 0..5 {
+            assert_eq!(t.note(), None);
+        }
+        t.last = t.last.map(|l| l - Throttle::EVERY);
+        assert_eq!(t.note(), Some(6));
+        assert_eq!(t.note(), None);
     }
 }

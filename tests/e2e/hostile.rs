@@ -126,6 +126,46 @@ fn ioctls_do_not_grow_the_daemons_log_loopback() {
     ioctls_stay_quiet(Launcher::Loopback);
 }
 
+/// Connections to the remote mount's listener that never prove a run — closed at once, or after
+/// bytes that are not TLS — need no ticket, so anyone who reaches the port makes them at will:
+/// 3 000 of them add at most a summary line per 10 s to the daemon's log (one line each added
+/// 56 MiB in 15 s from a sandboxed agent; notes H25).
+#[test]
+fn connections_without_a_ticket_do_not_grow_the_daemons_log() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let m = Launcher::Loopback.mount(&serde_json::json!({}), "cgroup");
+    let log = m.path().join(".smithfs/daemon.log");
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let addr = text
+        .lines()
+        .find(|l| l.contains("remote mount listener"))
+        .and_then(|l| l.split("addr=").nth(1))
+        .and_then(|a| a.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no listener address in the daemon's log: {text}"))
+        .to_string();
+    let before = std::fs::metadata(&log).map(|md| md.len()).unwrap_or(0);
+    for i in 0..3000 {
+        if let Ok(mut c) = std::net::TcpStream::connect(&addr) {
+            if i % 3 == 0 {
+                let _ = std::io::Write::write_all(&mut c, b"GET / HTTP/1.0\r\n\r\n");
+            }
+        }
+    }
+    // What a flood logs comes within moments; watch the log for 2 s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while std::time::Instant::now() < deadline {
+        let grown = std::fs::metadata(&log)
+            .map(|md| md.len())
+            .unwrap_or(0)
+            .saturating_sub(before);
+        assert!(grown < 4096, "the daemon's log grew by {grown} bytes");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// Opens the FIFO `argv[1]` for writing without blocking and connects to the socket `argv[2]`:
 /// prints what each gave (`ENXIO`: the FIFO was reached, no reader; `ECONNREFUSED`: the socket
 /// was reached, no listener; `EACCES`: refused).
