@@ -8,9 +8,11 @@
 //! connection's pool) poll without sleeping for up to [`BUSY_POLL`], yielding the CPU between
 //! tries, before they sleep: the reply, or the next request of a sequential workload, usually
 //! comes within it. Only while the CPUs have headroom (`crate::sys::headroom`, measured as CPU
-//! pressure: the share of time a task waited for a CPU, which busy polling that yields does not
-//! raise, where the idle share would count it as work and turn it off): when tasks wait for the
-//! CPUs a wakeup is cheap and the CPU is better left to them.
+//! pressure): where tasks wait for the CPUs, a poller that yielded waits for its turn when its
+//! frame comes, while a sleeping thread is woken ahead (two CPU hogs made ungated polling's round
+//! trip 5× slower). The gate is conservative: a dense sequential workload on an idle machine
+//! raises the pressure itself (the caller and two pollers on two CPUs) and turns polling off
+//! (docs/PROTOCOL-NOTES.md R60 has the figures).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};

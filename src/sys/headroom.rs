@@ -16,8 +16,8 @@ pub enum Signal {
     /// from 30 % idle, none below 15 %. Busy-polling threads would count as busy here.
     IdleShare,
     /// The share of time in which no task waited for a CPU (`some` of `/proc/pressure/cpu`):
-    /// headroom while tasks waited less than 10 % of the time, none from 25 %. Threads that
-    /// spin but yield the CPU to whoever else wants it do not count, so it suits busy polling.
+    /// headroom while tasks waited less than 10 % of the time, none from 25 %. Pollers that
+    /// yield count only when they and the threads they serve outnumber the CPUs.
     Pressure,
 }
 
