@@ -177,7 +177,10 @@ echo "$ns_pid" >"$dir/ns.pid"
 export SLURM_CONF=$conf
 deadline=$((SECONDS + 60))
 while :; do
-    idle=$(sinfo -h -N -o '%N %t' 2>/dev/null | awk '$2 == "idle"' | wc -l)
+    # sinfo fails (after its own ~10 s of retries) while slurmctld is not answering yet, as on a
+    # loaded host where several clusters start at once: that is "not up yet", not the end of
+    # this script (under `set -e` and `pipefail` it was, silently).
+    idle=$({ sinfo -h -N -o '%N %t' 2>/dev/null || true; } | awk '$2 == "idle"' | wc -l)
     [ "$idle" -ge "$nodes" ] && break
     if [ $SECONDS -ge $deadline ] || ! kill -0 "$ns_pid" 2>/dev/null; then
         echo "cluster.sh: the cluster did not come up within 60 s; logs:" >&2
