@@ -41,10 +41,29 @@ while [ $# -gt 0 ]; do
 done
 case "$nodes" in 1 | 2) ;; *) die "--nodes must be 1 or 2 (got '$nodes')" ;; esac
 
-# A TCP port nobody listens on now (the kernel picks it; a race with another starter is possible
-# but unlikely, and slurmctld then fails to bind, which `start` reports).
+# A TCP port nobody uses now, below the kernel's ephemeral range (ip_local_port_range): a port
+# the kernel picked there is free only until an outgoing connection takes it, and tests that
+# flood a listener with connections cycle through the whole range (slurmctld then failed to
+# bind: "Address already in use"). A race with another starter is possible but unlikely, and
+# slurmctld then fails to bind, which `start` reports.
 free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+    python3 -c '
+import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(1000):
+    port = random.randrange(10000, max(low, 10001))
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(port)
+    break
+else:
+    raise SystemExit("no free port below the ephemeral range")
+'
 }
 
 logs_tail() {
