@@ -32,7 +32,7 @@ use io_uring::{opcode, squeue, types, IoUring};
 use super::dispatch::{Dispatcher, Reply};
 use super::wire::{self, InHeader, Out};
 use crate::fs::FsError;
-use crate::sys::headroom::{set_policy_of, Headroom, Signal};
+use crate::sys::headroom::{set_policy_of, Headroom};
 
 /// Ring entries per queue. Requests on one queue are served in order by its thread; a second
 /// entry lets the kernel hand over the next request while the first is being answered. Each
@@ -203,7 +203,6 @@ pub fn start(
                 // A change reaches the queue threads asleep or not (a thread that starts later
                 // takes the policy itself, see `serve_queue`).
                 HEADROOM.watch(
-                    Signal::IdleShare,
                     || LIVE_QUEUES.load(Ordering::Relaxed) > 0,
                     |idle| {
                         tracing::debug!(idle, "io_uring queue threads change policy");

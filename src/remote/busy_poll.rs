@@ -1,4 +1,4 @@
-//! Busy polling before sleeping, while the CPUs have headroom (docs/PROTOCOL-NOTES.md R60).
+//! Busy polling before sleeping, while the CPUs have headroom (docs/PROTOCOL-NOTES.md R60, R63).
 //!
 //! A remote request crosses three processes: the caller, the node's `attach`, the daemon, and
 //! back. Each thread that waits for the next frame in `poll(2)` sleeps, and on idle CPUs (in a
@@ -7,19 +7,19 @@
 //! that wait for a connection's next frame (the node's forwarder, the daemon's leader of a
 //! connection's pool) poll without sleeping for up to [`BUSY_POLL`], yielding the CPU between
 //! tries, before they sleep: the reply, or the next request of a sequential workload, usually
-//! comes within it. Only while the CPUs have headroom (`crate::sys::headroom`, measured as CPU
-//! pressure): where tasks wait for the CPUs, a poller that yielded waits for its turn when its
-//! frame comes, while a sleeping thread is woken ahead (two CPU hogs made ungated polling's round
-//! trip 5× slower). The gate is conservative: a dense sequential workload on an idle machine
-//! raises the pressure itself (the caller and two pollers on two CPUs) and turns polling off
-//! (docs/PROTOCOL-NOTES.md R60 has the figures).
+//! comes within it. Only while the CPUs have headroom: where tasks wait for the CPUs, a poller
+//! that yielded waits for its turn when its frame comes, while a sleeping thread is woken ahead
+//! (two CPU hogs made ungated polling's round trip 5× slower). The headroom is the share of CPU
+//! time the rest of the machine leaves idle, measured in probe windows in which no poller of
+//! any smithfs process polls ([`crate::sys::headroom::Headroom::watch_probed`]): measured while
+//! they poll, the pollers' own spinning would read as the machine being busy (R63).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollTimeout};
 
-use crate::sys::headroom::{Headroom, Signal};
+use crate::sys::headroom::{in_probe_window, Headroom};
 
 /// How long a thread polls without sleeping before it sleeps in `poll(2)`. The next frame of
 /// a sequential workload comes within 10–40 µs on loopback; 20 µs was too short for creates
@@ -33,8 +33,20 @@ static POLLERS: AtomicUsize = AtomicUsize::new(0);
 /// A thread follows [`HEADROOM`] now.
 static WATCHING: AtomicBool = AtomicBool::new(false);
 
-/// One thread's waits for a connection's next frame. While one lives, a thread of the process
-/// follows the CPUs' headroom (every [`Headroom::PERIOD`]); the last one dropped ends it.
+/// How long the headroom is still followed after the last poller ended (the daemon's next
+/// connection then starts with the state measured).
+const LINGER: Duration = Duration::from_secs(30);
+/// When the last poller was dropped ([`epoch_ms`]).
+static LAST_DROP: AtomicU64 = AtomicU64::new(0);
+
+/// Milliseconds since this process first asked.
+fn epoch_ms() -> u64 {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
+
+/// One thread's waits for a connection's next frame. While one lives, and for 30 s after
+/// the last one was dropped (`LINGER`), a thread of the process follows the CPUs' headroom.
 #[derive(Debug)]
 pub struct BusyPoller {
     _private: (),
@@ -55,11 +67,11 @@ impl BusyPoller {
             let started = std::thread::Builder::new()
                 .name("smithfs-headroom".into())
                 .spawn(|| loop {
-                    HEADROOM.watch(
-                        Signal::Pressure,
-                        || POLLERS.load(Ordering::SeqCst) > 0,
-                        |_| {},
-                    );
+                    HEADROOM.watch_probed(|| {
+                        POLLERS.load(Ordering::SeqCst) > 0
+                            || epoch_ms().saturating_sub(LAST_DROP.load(Ordering::SeqCst))
+                                < LINGER.as_millis() as u64
+                    });
                     WATCHING.store(false, Ordering::SeqCst);
                     // A poller made after the last check and before the store found a watcher
                     // still there: watch again for it.
@@ -81,7 +93,8 @@ impl BusyPoller {
     /// # Errors
     /// `poll`'s.
     pub fn poll(&self, fds: &mut [PollFd<'_>], timeout: PollTimeout) -> nix::Result<i32> {
-        if timeout == PollTimeout::ZERO || !HEADROOM.idle() {
+        let gated = HEADROOM.idle() && !in_probe_window();
+        if timeout == PollTimeout::ZERO || !gated {
             return nix::poll::poll(fds, timeout);
         }
         let start = Instant::now();
@@ -90,7 +103,7 @@ impl BusyPoller {
             if n > 0 {
                 return Ok(n);
             }
-            if start.elapsed() >= BUSY_POLL {
+            if start.elapsed() >= BUSY_POLL || in_probe_window() {
                 return nix::poll::poll(fds, timeout);
             }
             std::thread::yield_now();
@@ -100,6 +113,7 @@ impl BusyPoller {
 
 impl Drop for BusyPoller {
     fn drop(&mut self) {
+        LAST_DROP.store(epoch_ms().max(1), Ordering::SeqCst);
         POLLERS.fetch_sub(1, Ordering::SeqCst);
     }
 }

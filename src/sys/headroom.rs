@@ -1,73 +1,26 @@
-//! Whether the CPUs have headroom, measured every [`Headroom::PERIOD`] with hysteresis, from one
-//! of two [`Signal`]s: the share of CPU time left idle (`/proc/stat`), or the share of time no
-//! task waited for a CPU (`/proc/pressure/cpu`, PSI). The io_uring queue threads run at
-//! `SCHED_IDLE` while the CPUs are idle enough (docs/PROTOCOL-NOTES.md U8); the remote mount's
-//! threads busy-poll before they sleep while nothing waits for a CPU (R60). Both for one reason:
-//! on idle CPUs, and most in a VM where an idle vCPU halts, handing work to a sleeping thread
-//! costs far more than the work.
+//! Whether the CPUs have headroom, measured with hysteresis from the share of CPU time left
+//! idle, in one of two ways: every [`Headroom::PERIOD`] from `/proc/stat` ([`Headroom::watch`],
+//! for the io_uring queue threads, which run at `SCHED_IDLE` while the CPUs are idle enough:
+//! docs/PROTOCOL-NOTES.md U8), or in the probe windows, leaving out this process's own CPU time
+//! ([`Headroom::watch_probed`], for the remote mount's threads, which busy-poll before they
+//! sleep while the CPUs have headroom: R60, R63). Both for one reason: on idle CPUs, and most
+//! in a VM where an idle vCPU halts, handing work to a sleeping thread costs far more than the
+//! work.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// What "headroom" is measured from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Signal {
-    /// The share of CPU time left idle (idle + iowait of `/proc/stat`'s `cpu` line): headroom
-    /// from 30 % idle, none below 15 %. Busy-polling threads would count as busy here.
-    IdleShare,
-    /// The share of time in which no task waited for a CPU (`some` of `/proc/pressure/cpu`):
-    /// headroom while tasks waited less than 10 % of the time, none from 25 %. Pollers that
-    /// yield count only when they and the threads they serve outnumber the CPUs.
-    Pressure,
-}
+/// Headroom from 30 % of the CPU time idle, none below 15 % ([`Headroom::watch`]).
+const IDLE_SHARE: (f64, f64) = (0.15, 0.30);
+/// Headroom from 50 % of a probe window's CPU time idle, none below 35 %
+/// ([`Headroom::watch_probed`]): with one CPU-bound task on two CPUs there is none.
+const PROBED_SHARE: (f64, f64) = (0.35, 0.50);
 
-impl Signal {
-    /// (share below which the headroom is lost, share from which it is regained).
-    fn thresholds(self) -> (f64, f64) {
-        match self {
-            Signal::IdleShare => (0.15, 0.30),
-            Signal::Pressure => (0.75, 0.90),
-        }
-    }
-
-    fn read(self) -> Option<Reading> {
-        match self {
-            Signal::IdleShare => cpu_times().map(Reading::Times),
-            Signal::Pressure => {
-                let text = std::fs::read_to_string("/proc/pressure/cpu").ok()?;
-                Some(Reading::Stalled(
-                    Instant::now(),
-                    parse_pressure_some(&text)?,
-                ))
-            }
-        }
-    }
-}
-
-/// One reading of a [`Signal`].
-#[derive(Debug, Clone, Copy)]
-enum Reading {
-    Times(CpuTimes),
-    /// When, and the microseconds in which some task waited for a CPU, since boot.
-    Stalled(Instant, u64),
-}
-
-impl Reading {
-    /// The share (0–1) of the time between `self` and the later `now` that had headroom;
-    /// `None` when nothing can be said (no time passed, or two kinds).
-    fn spare_until(self, now: Reading) -> Option<f64> {
-        match (self, now) {
-            (Reading::Times(a), Reading::Times(b)) => {
-                let total = b.total.saturating_sub(a.total);
-                (total > 0).then(|| b.idle.saturating_sub(a.idle) as f64 / total as f64)
-            }
-            (Reading::Stalled(t0, a), Reading::Stalled(t1, b)) => {
-                let us = t1.duration_since(t0).as_micros() as f64;
-                (us > 0.0).then(|| (1.0 - b.saturating_sub(a) as f64 / us).clamp(0.0, 1.0))
-            }
-            _ => None,
-        }
-    }
+/// The share (0–1) of the CPU time between two readings that was idle; `None` when no time
+/// passed.
+fn idle_share(a: CpuTimes, b: CpuTimes) -> Option<f64> {
+    let total = b.total.saturating_sub(a.total);
+    (total > 0).then(|| b.idle.saturating_sub(a.idle) as f64 / total as f64)
 }
 
 /// Whether the CPUs have headroom, as last measured by [`Headroom::watch`] (false until then,
@@ -99,40 +52,166 @@ impl Headroom {
         self.idle.load(Ordering::Relaxed)
     }
 
-    /// The next state after an interval whose share `spare` (0–1) had headroom by `signal`,
-    /// from state `idle` (hysteresis between the signal's two thresholds).
-    fn next(signal: Signal, idle: bool, spare: f64) -> bool {
-        let (busy, calm) = signal.thresholds();
+    /// The next state after an interval whose share `spare` (0–1) of CPU time was idle, from
+    /// state `idle`, with `(lose, regain)` thresholds (hysteresis).
+    fn next((lose, regain): (f64, f64), idle: bool, spare: f64) -> bool {
         if idle {
-            spare >= busy
+            spare >= lose
         } else {
-            spare >= calm
+            spare >= regain
         }
     }
 
-    /// Measure `signal` every [`Headroom::PERIOD`] while `hold()` is true, calling `on_change`
-    /// with the new state after each change; then (or when the signal cannot be read) the
-    /// state is "no headroom" again, without a call. For a thread of its own.
-    pub fn watch(&self, signal: Signal, hold: impl Fn() -> bool, on_change: impl Fn(bool)) {
-        let Some(mut last) = signal.read() else {
+    /// Measure the idle share of `/proc/stat` every [`Headroom::PERIOD`] while `hold()` is
+    /// true, calling `on_change` with the new state after each change; then (or when
+    /// `/proc/stat` cannot be read) the state is "no headroom" again, without a call. For a
+    /// thread of its own.
+    pub fn watch(&self, hold: impl Fn() -> bool, on_change: impl Fn(bool)) {
+        let Some(mut last) = cpu_times() else {
             self.idle.store(false, Ordering::Relaxed);
             return;
         };
         while hold() {
             std::thread::sleep(Self::PERIOD);
-            let Some(now) = signal.read() else {
+            let Some(now) = cpu_times() else {
                 if self.idle.swap(false, Ordering::Relaxed) {
                     on_change(false);
                 }
                 return;
             };
-            if let Some(spare) = last.spare_until(now) {
-                let idle = Self::next(signal, self.idle(), spare);
+            if let Some(spare) = idle_share(last, now) {
+                let idle = Self::next(IDLE_SHARE, self.idle(), spare);
                 if idle != self.idle.swap(idle, Ordering::Relaxed) {
                     on_change(idle);
                 }
             }
             last = now;
+        }
+        self.idle.store(false, Ordering::Relaxed);
+    }
+}
+
+/// The probe windows (docs/PROTOCOL-NOTES.md R63): the first [`PROBE_WINDOW`] of every
+/// [`PROBE_PERIOD`] of `CLOCK_MONOTONIC`, the same instants for every process of a host, in which
+/// nothing of smithfs busy-polls, so that what the CPUs do then is the rest of the machine's
+/// work and the requests', not the pollers' own.
+pub const PROBE_PERIOD: Duration = Duration::from_millis(500);
+/// See [`PROBE_PERIOD`].
+pub const PROBE_WINDOW: Duration = Duration::from_millis(50);
+/// The first measurement's length: the system's CPU time is counted in ticks (4 ms at 250 Hz),
+/// so shorter is coarser.
+const FIRST_PROBE: Duration = Duration::from_millis(40);
+
+/// Nanoseconds of `CLOCK_MONOTONIC` (the clock every process of the host shares).
+fn monotonic_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec for the kernel (vDSO) to fill.
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) } != 0 {
+        return 0;
+    }
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// Is this instant in a probe window (busy polling must wait)?
+pub fn in_probe_window() -> bool {
+    in_window(monotonic_ns())
+}
+
+/// Is `now` (nanoseconds of `CLOCK_MONOTONIC`) in a probe window?
+fn in_window(now: u64) -> bool {
+    now % PROBE_PERIOD.as_nanos() as u64 <= PROBE_WINDOW.as_nanos() as u64
+}
+
+/// Nanoseconds from `now` to `offset` into the next probe period (or into this one, when
+/// still ahead).
+fn until_phase(now: u64, offset: Duration) -> u64 {
+    let period = PROBE_PERIOD.as_nanos() as u64;
+    let phase = now % period;
+    let target = offset.as_nanos() as u64;
+    if phase < target {
+        target - phase
+    } else {
+        period - phase + target
+    }
+}
+
+/// Sleep until `offset` into the next (or, when still ahead, this) probe period.
+fn sleep_until_phase(offset: Duration) {
+    std::thread::sleep(Duration::from_nanos(until_phase(monotonic_ns(), offset)));
+}
+
+/// Microseconds of CPU time all CPUs spent since boot (the root cgroup's `cpu.stat`
+/// `usage_usec`, cgroup v2 at /sys/fs/cgroup or /sys/fs/cgroup/unified), with the number of
+/// online CPUs; `None` without cgroup v2.
+fn cpu_usage() -> Option<(u64, u64)> {
+    let text = ["/sys/fs/cgroup/cpu.stat", "/sys/fs/cgroup/unified/cpu.stat"]
+        .iter()
+        .find_map(|p| std::fs::read_to_string(p).ok())?;
+    // This process's own CPU time is not the rest of the machine's work (its pollers, its
+    // start): left out (precise, where the system's usage is counted in ticks).
+    let usage = parse_usage_usec(&text)?.saturating_sub(own_cpu_us());
+    // SAFETY: sysconf has no preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    Some((usage, u64::try_from(cpus).ok().filter(|&n| n > 0)?))
+}
+
+/// Microseconds of CPU time this process used (user and system).
+fn own_cpu_us() -> u64 {
+    // SAFETY: an all-zero rusage is valid; getrusage fills it.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a valid rusage for the kernel to fill.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+        return 0;
+    }
+    let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    us(u.ru_utime) + us(u.ru_stime)
+}
+
+/// `usage_usec` of a cgroup's `cpu.stat`.
+fn parse_usage_usec(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("usage_usec "))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+impl Headroom {
+    /// Measure the share of CPU time left idle by everything but this process while `hold()`
+    /// is true: once at once over 40 ms (this process's pollers wait for the first
+    /// result), then in every probe window, where no process of smithfs polls, so that neither
+    /// this process's pollers nor another's (the daemon and a loopback `attach` share a host)
+    /// count as the machine's work; headroom from 50 % idle, none below 35 %. Then, or
+    /// when the usage cannot be read (no cgroup v2), "no headroom". For a thread of its own.
+    pub fn watch_probed(&self, hold: impl Fn() -> bool) {
+        let mut first = true;
+        while hold() {
+            if !first {
+                // 2 ms in: a poller checks the window before each try, and tries for 50 µs.
+                sleep_until_phase(Duration::from_millis(2));
+            }
+            let (Some((a, cpus)), t0) = (cpu_usage(), Instant::now()) else {
+                break;
+            };
+            if std::mem::take(&mut first) {
+                std::thread::sleep(FIRST_PROBE);
+            } else {
+                sleep_until_phase(PROBE_WINDOW - Duration::from_millis(1));
+            }
+            let (Some((b, _)), t1) = (cpu_usage(), Instant::now()) else {
+                break;
+            };
+            let span = t1.duration_since(t0);
+            // Longer than a window: this thread was held up, and the pollers were not.
+            if span.is_zero() || span > PROBE_WINDOW {
+                continue;
+            }
+            let used = b.saturating_sub(a) as f64 / (span.as_micros() as f64 * cpus as f64);
+            let idle = Self::next(PROBED_SHARE, self.idle(), (1.0 - used).clamp(0.0, 1.0));
+            self.idle.store(idle, Ordering::Relaxed);
         }
         self.idle.store(false, Ordering::Relaxed);
     }
@@ -182,16 +261,6 @@ fn parse_cpu_times(text: &str) -> Option<CpuTimes> {
     })
 }
 
-/// The `total` (microseconds) of the `some` line of `/proc/pressure/cpu`
-/// (`some avg10=0.00 avg60=0.00 avg300=0.00 total=12345`).
-fn parse_pressure_some(text: &str) -> Option<u64> {
-    let line = text.lines().find(|l| l.starts_with("some "))?;
-    line.split_whitespace()
-        .find_map(|f| f.strip_prefix("total="))?
-        .parse()
-        .ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,52 +281,70 @@ mod tests {
     }
 
     #[test]
-    fn pressure_of_the_some_line() {
-        let text = "some avg10=1.50 avg60=0.20 avg300=0.00 total=4242\n\
-                    full avg10=0.00 avg60=0.00 avg300=0.00 total=7\n";
-        assert_eq!(parse_pressure_some(text), Some(4242));
-        for bad in ["", "full total=3\n", "some avg10=1.0\n", "some total=x\n"] {
-            assert_eq!(parse_pressure_some(bad), None, "{bad:?}");
+    fn usage_of_a_cpu_stat() {
+        let text = "usage_usec 2242965360\nuser_usec 1894869868\nsystem_usec 348095492\n";
+        assert_eq!(parse_usage_usec(text), Some(2_242_965_360));
+        for bad in ["", "user_usec 5\n", "usage_usec x\n", "usage_usec\n"] {
+            assert_eq!(parse_usage_usec(bad), None, "{bad:?}");
         }
     }
 
     #[test]
-    fn spare_share_between_two_readings() {
-        let t = |total, idle| Reading::Times(CpuTimes { total, idle });
-        assert_eq!(t(100, 50).spare_until(t(200, 125)), Some(0.75));
-        assert_eq!(t(100, 50).spare_until(t(100, 50)), None);
-        let t0 = Instant::now();
-        let p = |ms: u64, us| Reading::Stalled(t0 + Duration::from_millis(ms), us);
-        assert_eq!(p(0, 1000).spare_until(p(200, 51_000)), Some(0.75));
-        assert_eq!(p(0, 0).spare_until(p(100, 500_000)), Some(0.0));
-        assert_eq!(p(0, 0).spare_until(t(1, 1)), None);
+    fn idle_share_between_two_readings() {
+        let t = |total, idle| CpuTimes { total, idle };
+        assert_eq!(idle_share(t(100, 50), t(200, 125)), Some(0.75));
+        assert_eq!(idle_share(t(100, 50), t(100, 50)), None);
+    }
+
+    #[test]
+    fn probe_windows_are_the_start_of_each_period() {
+        let ms = |m: u64| m * 1_000_000;
+        // (now, in a window)
+        for (now, inside) in [
+            (0, true),
+            (ms(50), true),
+            (ms(51), false),
+            (ms(499), false),
+            (ms(500), true),
+            (ms(1_000_020), true),
+            (ms(1_000_070), false),
+        ] {
+            assert_eq!(in_window(now), inside, "{now}");
+        }
+        // (now, offset, wait)
+        for (now, offset, wait) in [
+            (0, 2, ms(2)),
+            (ms(1), 2, ms(1)),
+            (ms(2), 2, ms(500)),
+            (ms(10), 49, ms(39)),
+            (ms(100), 2, ms(402)),
+            (ms(499), 2, ms(3)),
+        ] {
+            assert_eq!(
+                until_phase(now, Duration::from_millis(offset)),
+                wait,
+                "{now} {offset}"
+            );
+        }
     }
 
     #[test]
     fn headroom_has_hysteresis() {
-        // (signal, idle before, share with headroom, idle after)
-        use Signal::{IdleShare, Pressure};
-        for (signal, idle, spare, next) in [
-            (IdleShare, false, 0.9, true),
-            (IdleShare, false, 0.30, true),
-            (IdleShare, false, 0.29, false),
-            (IdleShare, false, 0.0, false),
-            (IdleShare, true, 0.29, true),
-            (IdleShare, true, 0.15, true),
-            (IdleShare, true, 0.149, false),
-            (IdleShare, true, 0.0, false),
-            (Pressure, false, 1.0, true),
-            (Pressure, false, 0.90, true),
-            (Pressure, false, 0.89, false),
-            (Pressure, true, 0.80, true),
-            (Pressure, true, 0.75, true),
-            (Pressure, true, 0.74, false),
+        // (thresholds, idle before, idle share, idle after)
+        for (t, idle, spare, next) in [
+            (IDLE_SHARE, false, 0.9, true),
+            (IDLE_SHARE, false, 0.30, true),
+            (IDLE_SHARE, false, 0.29, false),
+            (IDLE_SHARE, true, 0.15, true),
+            (IDLE_SHARE, true, 0.149, false),
+            (PROBED_SHARE, false, 0.50, true),
+            (PROBED_SHARE, false, 0.49, false),
+            (PROBED_SHARE, true, 0.40, true),
+            (PROBED_SHARE, true, 0.35, true),
+            (PROBED_SHARE, true, 0.34, false),
+            (PROBED_SHARE, true, 0.0, false),
         ] {
-            assert_eq!(
-                Headroom::next(signal, idle, spare),
-                next,
-                "{signal:?} {idle} {spare}"
-            );
+            assert_eq!(Headroom::next(t, idle, spare), next, "{t:?} {idle} {spare}");
         }
     }
 
@@ -265,11 +352,7 @@ mod tests {
     fn watching_ends_without_headroom() {
         let h = Headroom::new();
         h.idle.store(true, Ordering::Relaxed);
-        h.watch(
-            Signal::IdleShare,
-            || false,
-            |_| panic!("no change is measured"),
-        );
+        h.watch(|| false, |_| panic!("no change is measured"));
         assert!(!h.idle());
     }
 }
