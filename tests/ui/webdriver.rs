@@ -119,12 +119,32 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
     out
 }
 
-/// A free loopback port (bound and released).
+/// A loopback port free now, below the kernel's ephemeral range (`ip_local_port_range`): a
+/// port the kernel picks with `bind(:0)` is in that range, where an outgoing connection may
+/// take it before chromedriver binds it (the listener flood tests cycle through the whole
+/// range; scripts/slurm/cluster.sh has the same rule). Random, so parallel tests rarely meet.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768)
+        .max(10_001);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let mut x = u64::from(nanos) ^ (u64::from(std::process::id()) << 32);
+    for _ in 0..1000 {
+        // xorshift: enough to spread the tries.
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let port = 10_000 + (x % u64::from(low - 10_000)) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port below {low}");
 }
 
 /// Are chromium and chromedriver installed (scripts/install-deps.sh)?
@@ -149,26 +169,33 @@ pub struct Browser {
 impl Browser {
     /// Start chromedriver and a headless chromium (1280×900).
     pub fn start() -> Browser {
+        let spawn = |port: u16| {
+            Command::new("chromedriver")
+                .arg(format!("--port={port}"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .process_group(0)
+                .spawn()
+                .expect("spawn chromedriver (scripts/install-deps.sh installs chromium-driver)")
+        };
         let port = free_port();
-        let driver = Command::new("chromedriver")
-            .arg(format!("--port={port}"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .expect("spawn chromedriver (scripts/install-deps.sh installs chromium-driver)");
         let mut b = Browser {
-            driver,
+            driver: spawn(port),
             port,
             session: String::new(),
         };
         let end = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Ok((200, _, _)) = http(port, "GET", "/status", &[], b"") {
+            if let Ok((200, _, _)) = http(b.port, "GET", "/status", &[], b"") {
                 break;
             }
             assert!(Instant::now() < end, "chromedriver did not start");
+            // chromedriver ends at once when its port was taken meanwhile: another port.
+            if let Ok(Some(_)) = b.driver.try_wait() {
+                b.port = free_port();
+                b.driver = spawn(b.port);
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
         let caps = json!({"capabilities": {"alwaysMatch": {
