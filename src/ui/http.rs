@@ -4,12 +4,7 @@
 //! with `no-referrer` a browser sends `Origin: null` on our own POSTs); a content security policy
 //! that allows only our own script and style; no framing.
 
-use std::io::Cursor;
-
-use tiny_http::{Header, Request, Response, StatusCode};
-
-/// The response type every handler returns.
-pub type Resp = Response<Cursor<Vec<u8>>>;
+pub use super::server::{Request, Resp};
 
 /// The cookie that carries the token after the first visit.
 pub const COOKIE: &str = "smithfs_ui";
@@ -143,10 +138,7 @@ pub fn link(path: &str, pairs: &[(&str, &str)]) -> String {
 
 /// The value of header `name` (case-insensitive).
 pub fn header<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
-    req.headers()
-        .iter()
-        .find(|h| h.field.as_str().as_str().eq_ignore_ascii_case(name))
-        .map(|h| h.value.as_str())
+    req.header(name)
 }
 
 /// The value of cookie `name` in a `Cookie:` header.
@@ -184,10 +176,11 @@ pub fn same_origin(
     }
 }
 
-/// A header from two ASCII strings (ours are always valid).
-pub fn hdr(name: &str, value: &str) -> Header {
-    Header::from_bytes(name.as_bytes(), value.as_bytes())
-        .unwrap_or_else(|()| Header::from_bytes(&b"X-Invalid"[..], &b"1"[..]).expect("ascii"))
+/// A header (ours are ASCII; a control character in a value is dropped, so no header can
+/// end early).
+pub fn hdr(name: &str, value: &str) -> (String, String) {
+    let clean = |s: &str| s.chars().filter(|c| !c.is_control()).collect::<String>();
+    (clean(name), clean(value))
 }
 
 /// The content security policy of every response: our own script and style only, nothing
@@ -198,14 +191,17 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-
 /// A response with `body`, `status` and content type `ctype`, and the headers every response
 /// carries.
 pub fn respond(status: u16, ctype: &str, body: Vec<u8>) -> Resp {
-    Response::from_data(body)
-        .with_status_code(StatusCode(status))
-        .with_header(hdr("Content-Type", ctype))
-        .with_header(hdr("Cache-Control", "no-store"))
-        .with_header(hdr("X-Content-Type-Options", "nosniff"))
-        .with_header(hdr("Referrer-Policy", "same-origin"))
-        .with_header(hdr("X-Frame-Options", "DENY"))
-        .with_header(hdr("Content-Security-Policy", CSP))
+    Resp {
+        status,
+        headers: Vec::new(),
+        body,
+    }
+    .with_header(hdr("Content-Type", ctype))
+    .with_header(hdr("Cache-Control", "no-store"))
+    .with_header(hdr("X-Content-Type-Options", "nosniff"))
+    .with_header(hdr("Referrer-Policy", "same-origin"))
+    .with_header(hdr("X-Frame-Options", "DENY"))
+    .with_header(hdr("Content-Security-Policy", CSP))
 }
 
 /// An HTML page.

@@ -1,5 +1,6 @@
 //! `smithfs ui`: the fleet in a browser (docs/SPEC.md §14). A small synchronous HTTP server
-//! (`tiny_http`, a few worker threads) on a loopback address, with a random token in the URL it
+//! of its own (`server`: bounded connections, one request each; notes UI1, UI10) on a loopback
+//! address, with a random token in the URL it
 //! prints; every page, style and script is compiled into the binary.
 //!
 //! The ui reads and acts only through a [`Fleet`]: `cli/ui.rs` implements it with the very
@@ -11,6 +12,7 @@
 mod html;
 mod http;
 mod pages;
+mod server;
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener};
@@ -18,10 +20,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tiny_http::{Method, Request, Server};
-
 use crate::sched::view::StatusDoc;
 use http::{Resp, Target};
+use server::{Method, Request};
 
 /// Everything the ui reads and does, as the command line reads and does it. Errors are the one
 /// line the command line would print.
@@ -63,12 +64,9 @@ pub struct Options {
     pub stalled_after: Duration,
 }
 
-/// How many requests are served at once (a page, its script, a few live polls).
-const WORKERS: usize = 8;
-
 /// A bound server, its URL printed by the caller; [`Ui::serve`] answers until the process ends.
 pub struct Ui {
-    server: Arc<Server>,
+    listener: TcpListener,
     app: Arc<App>,
     /// `http://ADDR:PORT/?token=…`: what to open.
     pub url: String,
@@ -110,8 +108,6 @@ impl Ui {
             .local_addr()
             .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
         let token = random_token().map_err(|e| format!("cannot make a token: {e}"))?;
-        let server =
-            Server::from_listener(listener, None).map_err(|e| format!("cannot serve: {e}"))?;
         let port = local.port();
         let mut hosts = vec![local.to_string()];
         if local.ip().is_loopback() {
@@ -124,7 +120,7 @@ impl Ui {
         }
         let url = format!("http://{local}/?token={token}");
         Ok(Ui {
-            server: Arc::new(server),
+            listener,
             app: Arc::new(App {
                 fleet,
                 token,
@@ -135,39 +131,19 @@ impl Ui {
         })
     }
 
-    /// Answer requests on `WORKERS` threads until the process ends.
+    /// Answer requests until the process ends (each connection on a thread of its own, at
+    /// most `server::MAX_CONNECTIONS` of them).
     pub fn serve(self) {
-        let workers: Vec<_> = (0..WORKERS)
-            .filter_map(|i| {
-                let (server, app) = (Arc::clone(&self.server), Arc::clone(&self.app));
-                std::thread::Builder::new()
-                    .name(format!("ui-{i}"))
-                    .spawn(move || {
-                        while let Ok(req) = server.recv() {
-                            app.handle(req);
-                        }
-                    })
-                    .ok()
-            })
-            .collect();
-        for w in workers {
-            let _ = w.join();
-        }
+        let app = Arc::clone(&self.app);
+        server::serve(self.listener, Arc::new(move |req| app.answer(&req)));
     }
 }
 
-/// At most this much of a POSTed form is read (a new task's text).
-const MAX_FORM: u64 = 1 << 20;
-
 impl App {
-    /// Answer one request. The URL (which may hold the token) is never logged.
-    fn handle(&self, mut req: Request) {
-        let resp = self.answer(&mut req);
-        let _ = req.respond(resp);
-    }
-
-    fn answer(&self, req: &mut Request) -> Resp {
-        let target = Target::parse(req.url());
+    /// Answer one request (read whole, its body at most `server::MAX_BODY`). The URL (which
+    /// may hold the token) is never logged.
+    fn answer(&self, req: &Request) -> Resp {
+        let target = Target::parse(&req.url);
         let from_cookie = http::header(req, "Cookie")
             .and_then(|c| http::cookie(c, http::COOKIE))
             .is_some_and(|t| http::same_secret(t, &self.token));
@@ -186,7 +162,7 @@ impl App {
                 "forbidden: open the URL that `smithfs ui` printed (it carries the token)",
             );
         }
-        if from_query && *req.method() == Method::Get {
+        if from_query && req.method == Method::Get {
             // First visit: keep the token in a cookie and take it out of the address bar.
             return http::redirect(&target.without_token()).with_header(http::hdr(
                 "Set-Cookie",
@@ -197,7 +173,7 @@ impl App {
                 ),
             ));
         }
-        match *req.method() {
+        match req.method {
             Method::Get | Method::Head => pages::get(self, req, &target),
             Method::Post => {
                 let origin_ok = http::same_origin(
@@ -209,23 +185,17 @@ impl App {
                 if !origin_ok {
                     return http::text(403, "forbidden: a POST from another origin");
                 }
-                let mut body = String::new();
-                if req
-                    .as_reader()
-                    .take(MAX_FORM)
-                    .read_to_string(&mut body)
-                    .is_err()
-                {
+                let Ok(body) = std::str::from_utf8(&req.body) else {
                     return http::text(400, "bad request: the form is not UTF-8");
-                }
-                let form = http::parse_form(&body);
+                };
+                let form = http::parse_form(body);
                 // The token must be in the form too: a cookie alone never authorises an action.
                 if !http::get(&form, "token").is_some_and(|t| http::same_secret(t, &self.token)) {
                     return http::text(403, "forbidden: the form carries no valid token");
                 }
                 pages::post(self, &target, &form)
             }
-            _ => http::text(405, "method not allowed"),
+            Method::Other => http::text(405, "method not allowed"),
         }
     }
 

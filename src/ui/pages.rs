@@ -12,10 +12,8 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use tiny_http::Request;
-
 use super::html::{self, badge, esc, log_text, Shell};
-use super::http::{self, link, Resp, Target};
+use super::http::{self, link, Request, Resp, Target};
 use super::App;
 use crate::sched::view::{human_duration, SmithRow, StatusDoc};
 

@@ -228,3 +228,71 @@ fn a_fifo_or_symlink_result_neither_hangs_nor_leaks() {
     assert_eq!(s, 200);
     assert!(!body.contains("the operator's secret"), "{body}");
 }
+
+/// The agent of `flood_the_ui`: `CONNS` connections to the ui's port, every other one with a
+/// request begun and never finished, held for `HOLD` seconds; `private/ready` once all are open.
+const FLOOD: &str = r#"
+import os, socket, sys, time
+port, conns, hold = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+held = []
+for i in range(conns):
+    s = socket.socket()
+    try:
+        s.connect(("127.0.0.1", port))
+        if i % 2:
+            s.send(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+    except OSError:
+        pass
+    held.append(s)
+open(os.environ["SMITH_DIR"] + "/private/ready", "w").write("%d\n" % len(held))
+time.sleep(hold)
+"#;
+
+/// Notes UI10: any process on the host reaches the ui's loopback port — a smith's agent too
+/// (its network is the host's unless `sandbox.network` is `none`) — before any token is
+/// checked. Against `tiny_http` 0.12 a few hundred idle connections from a sandboxed agent
+/// ended the ui for good (its accept loop stopped at the first `EMFILE`, one thread per
+/// connection without a limit). Now the operator's page answers while the agent holds 600
+/// connections (half of them a request begun and never finished) against a ui with 256
+/// descriptors, and after.
+#[test]
+fn an_agent_flooding_the_port_neither_ends_the_ui_nor_keeps_the_operator_out() {
+    let m = TestMount::new();
+    let ui = UiServer::start_with(m.path(), &[], Some(256));
+    let cookie = format!("smithfs_ui={}", ui.token);
+    assert_eq!(get(&ui, "/", &[("Cookie", &cookie)]).0, 200);
+    let ready = m.path().join("smiths/smith-root/private/ready");
+    let port = ui.port.to_string();
+    let dir = m.path().to_path_buf();
+    let agent = std::thread::spawn(move || {
+        crate::common::run_as(
+            &dir,
+            "smith-root",
+            &["python3", "-c", FLOOD, &port, "600", "8"],
+        )
+    });
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !ready.exists() {
+        assert!(
+            std::time::Instant::now() < end,
+            "the agent never got its connections open"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    for i in 0..3 {
+        let t = std::time::Instant::now();
+        let (s, _, body) = get(&ui, "/", &[("Cookie", &cookie)]);
+        assert_eq!(s, 200, "under the flood, try {i}: {body}");
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(3),
+            "under the flood, try {i}: {:?}",
+            t.elapsed()
+        );
+    }
+    agent
+        .join()
+        .expect("agent thread")
+        .expect_ok("the flooding agent");
+    let (s, _, body) = get(&ui, "/smith?id=smith-root", &[("Cookie", &cookie)]);
+    assert_eq!(s, 200, "after the flood: {body}");
+}

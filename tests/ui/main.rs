@@ -32,7 +32,29 @@ pub struct UiServer {
 impl UiServer {
     /// Start `smithfs ui DIR ARGS…` and read the URL it prints.
     pub fn start(dir: &Path, args: &[&str]) -> UiServer {
-        let mut child = Command::new(SMITHFS)
+        UiServer::start_with(dir, args, None)
+    }
+
+    /// [`UiServer::start`] with its `RLIMIT_NOFILE` (soft and hard) set to `nofile` when given.
+    pub fn start_with(dir: &Path, args: &[&str], nofile: Option<u64>) -> UiServer {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new(SMITHFS);
+        if let Some(n) = nofile {
+            // SAFETY: setrlimit is async-signal-safe and touches no memory of ours.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let lim = libc::rlimit {
+                        rlim_cur: n,
+                        rlim_max: n,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let mut child = cmd
             .arg("ui")
             .arg(dir)
             .args(args)
