@@ -154,6 +154,21 @@ pub(crate) fn git_script(extra: &[String]) -> String {
 /// One line: the script's first `fatal:`/`error:` line or its last stderr line; a store not
 /// mounted with the sandbox on; the command could not start.
 pub(crate) fn as_smith(l: &Located, script: &str, args: &[&str]) -> Result<Vec<u8>, String> {
+    as_smith_max(l, script, args, None).map(|(out, _)| out)
+}
+
+/// [`as_smith`], keeping at most `max` bytes of its stdout (`None`: all): past them git's
+/// stdout is closed and the flag is true (what it printed so far is the answer, whatever its
+/// exit status). The ui's bound on what a smith can make it hold (notes UI11).
+///
+/// # Errors
+/// As [`as_smith`].
+pub(crate) fn as_smith_max(
+    l: &Located,
+    script: &str,
+    args: &[&str],
+    max: Option<usize>,
+) -> Result<(Vec<u8>, bool), String> {
     let mut cmd = if l.mounted {
         let exe = std::env::current_exe().map_err(|e| format!("cannot find smithfs: {e}"))?;
         let mut c = Command::new(exe);
@@ -184,9 +199,9 @@ pub(crate) fn as_smith(l: &Located, script: &str, args: &[&str]) -> Result<Vec<u
     // The smith's files may hang git (a FIFO where git reads a file): past the deadline its
     // whole process group is killed and the command fails (notes H23).
     let deadline = smith_git_deadline();
-    let out = crate::process::output_within(&mut cmd, Some(deadline))
+    let out = crate::process::output_within_max(&mut cmd, deadline, max)
         .map_err(|e| format!("cannot run git: {e}"))?;
-    let Some(out) = out else {
+    let Some((out, cut)) = out else {
         return Err(format!(
             "git, run as {}, did not finish within {} s and was stopped: a file in its workspace may be a FIFO or hang (look at {}/.git)",
             l.full_id,
@@ -194,10 +209,13 @@ pub(crate) fn as_smith(l: &Located, script: &str, args: &[&str]) -> Result<Vec<u
             l.ws.display()
         ));
     };
+    if cut {
+        return Ok((out.stdout, true));
+    }
     if !out.status.success() {
         return Err(error_line(&out.stderr));
     }
-    Ok(out.stdout)
+    Ok((out.stdout, false))
 }
 
 /// How long the smith-side git of `diff` and `accept` may take: 60 s, or
@@ -228,6 +246,9 @@ fn error_line(stderr: &[u8]) -> String {
         .map_or_else(|| "failed".to_string(), super::util::inline_safe)
 }
 
+/// The most bytes of key names a smith's git configuration may list (`smith_overrides`).
+const MAX_CONFIG_NAMES: usize = 16 << 20;
+
 /// The driver overrides for the smith's repository (see `workspace::git::overrides`), listed by
 /// a git that runs as the smith ([`as_smith`]).
 ///
@@ -238,7 +259,13 @@ pub(crate) fn smith_overrides(l: &Located) -> Result<Vec<String>, String> {
         "{}G config --list --name-only --includes || true\n",
         git_script(&[])
     );
-    let names = as_smith(l, &script, &[])?;
+    let (names, cut) = as_smith_max(l, &script, &[], Some(MAX_CONFIG_NAMES))?;
+    if cut {
+        return Err(format!(
+            "its git configuration names more than {} MiB of keys: refused",
+            MAX_CONFIG_NAMES >> 20
+        ));
+    }
     Ok(git::overrides(&String::from_utf8_lossy(&names)))
 }
 
@@ -279,26 +306,40 @@ pub fn run(args: DiffArgs) -> Result<ExitCode> {
 /// # Errors
 /// The workspace has no `smithfs.base`, or a git step failed (one line naming it).
 pub(crate) fn diff(l: &Located, stat: bool) -> Result<String> {
+    diff_max(l, stat, None).map(|(d, _)| d)
+}
+
+/// [`diff`] cut after `max` bytes (`None`: whole), and whether it was (notes UI11).
+///
+/// # Errors
+/// As [`diff`].
+pub(crate) fn diff_max(l: &Located, stat: bool, max: Option<usize>) -> Result<(String, bool)> {
     let fail = |e: String| anyhow!("diff {}: {e}", l.full_id);
     let extra = smith_overrides(l).map_err(fail)?;
-    let out =
-        as_smith(l, &diff_script(&extra), &[if stat { "--stat" } else { "" }]).map_err(fail)?;
-    Ok(String::from_utf8_lossy(&out).into_owned())
+    let (out, cut) = as_smith_max(
+        l,
+        &diff_script(&extra),
+        &[if stat { "--stat" } else { "" }],
+        max,
+    )
+    .map_err(fail)?;
+    Ok((String::from_utf8_lossy(&out).into_owned(), cut))
 }
 
 /// The smith's commits since its base, one line each (`%h %ad %an: %s`, ISO dates), read as
-/// the smith ([`as_smith`]): what the ui lists.
+/// the smith ([`as_smith`]): what the ui lists; cut after `max` bytes (the flag).
 ///
 /// # Errors
 /// As [`as_smith`].
-pub(crate) fn commits(l: &Located) -> Result<String, String> {
+pub(crate) fn commits(l: &Located, max: Option<usize>) -> Result<(String, bool), String> {
     let extra = smith_overrides(l)?;
     let script = format!(
         "{}base=$(G config smithfs.base)\n\
          G log --no-color '--format=%h %ad %an: %s' --date=iso-strict \"$base..HEAD\"\n",
         git_script(&extra)
     );
-    as_smith(l, &script, &[]).map(|o| String::from_utf8_lossy(&o).into_owned())
+    as_smith_max(l, &script, &[], max)
+        .map(|(o, cut)| (String::from_utf8_lossy(&o).into_owned(), cut))
 }
 
 #[cfg(test)]

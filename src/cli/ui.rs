@@ -95,12 +95,12 @@ impl Fleet for CliFleet {
             .is_some_and(|c| c.workspace.enabled())
     }
 
-    fn diff(&self, full_id: &str, stat: bool) -> Result<String, String> {
-        super::diff::diff(&self.located(full_id)?, stat).map_err(line)
+    fn diff(&self, full_id: &str, stat: bool, max: usize) -> Result<(String, bool), String> {
+        super::diff::diff_max(&self.located(full_id)?, stat, Some(max)).map_err(line)
     }
 
-    fn commits(&self, full_id: &str) -> Result<String, String> {
-        super::diff::commits(&self.located(full_id)?)
+    fn commits(&self, full_id: &str, max: usize) -> Result<(String, bool), String> {
+        super::diff::commits(&self.located(full_id)?, Some(max))
     }
 
     fn retry(&self, full_id: &str) -> Result<String, String> {

@@ -100,19 +100,52 @@ pub fn output_within(
     let Some(deadline) = deadline else {
         return cmd.output().map(Some);
     };
+    Ok(output_within_max(cmd, deadline, None)?.map(|(out, _)| out))
+}
+
+/// [`output_within`] with a deadline, and at most `max` bytes of stdout kept (`None`: all):
+/// once it wrote more, its stdout is closed (its writers get `EPIPE`, and `SIGPIPE` unless they
+/// ignore it; the deadline still bounds the rest), the first `max` bytes are its stdout and the
+/// flag is true — its exit status then says little. For output someone
+/// else controls whose size only they bound (a smith's diff in the ui, notes UI11).
+///
+/// # Errors
+/// `spawn`'s or `wait`'s.
+pub fn output_within_max(
+    cmd: &mut std::process::Command,
+    deadline: std::time::Duration,
+    max: Option<usize>,
+) -> std::io::Result<Option<(std::process::Output, bool)>> {
+    use std::io::Read as _;
+    use std::sync::atomic::{AtomicBool, Ordering};
     let mut child = cmd.process_group(0).spawn()?;
     let pid = child.id();
-    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+    let cut = std::sync::Arc::new(AtomicBool::new(false));
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>, max: Option<usize>| {
+        let cut = std::sync::Arc::clone(&cut);
         std::thread::spawn(move || {
             let mut buf = Vec::new();
-            if let Some(mut p) = pipe {
-                let _ = p.read_to_end(&mut buf);
+            let Some(p) = pipe else { return buf };
+            match max {
+                None => {
+                    let mut p = p;
+                    let _ = p.read_to_end(&mut buf);
+                }
+                Some(max) => {
+                    let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
+                    let _ = p.take(limit).read_to_end(&mut buf);
+                    if buf.len() > max {
+                        buf.truncate(max);
+                        cut.store(true, Ordering::SeqCst);
+                    }
+                    // The read end closes here: more writes fail.
+                }
             }
             buf
         })
     };
-    let out = drain(child.stdout.take().map(|p| Box::new(p) as _));
-    let err = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let out = drain(child.stdout.take().map(|p| Box::new(p) as _), max);
+    let err = drain(child.stderr.take().map(|p| Box::new(p) as _), None);
     let (tx, rx) = std::sync::mpsc::channel();
     let waiter = std::thread::spawn(move || {
         let status = child.wait();
@@ -133,11 +166,15 @@ pub fn output_within(
         .map_err(|_| std::io::Error::other("git's waiter panicked"))??;
     let stdout = out.join().unwrap_or_default();
     let stderr = err.join().unwrap_or_default();
-    Ok((!timed_out).then_some(std::process::Output {
-        status,
-        stdout,
-        stderr,
-    }))
+    let cut = cut.load(Ordering::SeqCst);
+    Ok((!timed_out).then_some((
+        std::process::Output {
+            status,
+            stdout,
+            stderr,
+        },
+        cut,
+    )))
 }
 
 /// Wait until the process of pidfd `fd` exits or `deadline` passes, without reaping it.

@@ -42,11 +42,13 @@ pub fn log_text(bytes: &[u8]) -> String {
 }
 
 /// `git diff` output rendered line by line, each line escaped in a span classed by its kind
-/// (`add`, `del`, `hunk`, `meta`), inside a `<pre class="diff">`.
-pub fn diff(text: &str) -> String {
+/// (`add`, `del`, `hunk`, `meta`), inside a `<pre class="diff">`; at most `max_lines` lines
+/// (true: some were left out).
+pub fn diff(text: &str, max_lines: usize) -> (String, bool) {
     let mut out = String::from("<pre class=\"diff\">");
     let mut in_header = false;
-    for line in text.lines() {
+    let mut lines = text.lines();
+    for line in lines.by_ref().take(max_lines) {
         if line.starts_with("diff --git ") {
             in_header = true;
         } else if line.starts_with("@@") {
@@ -71,7 +73,7 @@ pub fn diff(text: &str) -> String {
         );
     }
     out.push_str("</pre>");
-    out
+    (out, lines.next().is_some())
 }
 
 /// The state badge of a smith.
@@ -158,8 +160,15 @@ mod tests {
 
     #[test]
     fn renders_a_diff() {
-        let d = diff(
+        let (d, cut) = diff(
             "diff --git a/x b/x\nindex 1..2\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-old <i>\n+new\n ctx\n",
+            100,
+        );
+        assert!(!cut);
+        let (short, cut) = diff("+a\n+b\n+c\n", 2);
+        assert!(
+            cut && short.contains("+b") && !short.contains("+c"),
+            "{short}"
         );
         assert!(d.contains("<span class=\"meta\">--- a/x</span>"), "{d}");
         assert!(d.contains("<span class=\"meta\">+++ b/x</span>"), "{d}");

@@ -41,10 +41,11 @@ pub trait Fleet: Send + Sync {
     fn journal_from(&self, from: u64) -> Result<(Vec<u8>, u64), String>;
     /// Does the tree have a project (`diff`, `accept` possible)?
     fn has_project(&self) -> bool;
-    /// `smithfs diff DIR ID [--stat]`.
-    fn diff(&self, full_id: &str, stat: bool) -> Result<String, String>;
-    /// The workspace's commits since its base, one a line (`git log --oneline`).
-    fn commits(&self, full_id: &str) -> Result<String, String>;
+    /// `smithfs diff DIR ID [--stat]`, its first `max` bytes, and whether there was more.
+    fn diff(&self, full_id: &str, stat: bool, max: usize) -> Result<(String, bool), String>;
+    /// The workspace's commits since its base, one a line (`git log --oneline`), the first
+    /// `max` bytes, and whether there was more.
+    fn commits(&self, full_id: &str, max: usize) -> Result<(String, bool), String>;
     /// `smithfs retry DIR ID`: the line it prints.
     fn retry(&self, full_id: &str) -> Result<String, String>;
     /// `smithfs cancel DIR ID`: the line it prints.

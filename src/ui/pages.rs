@@ -29,6 +29,15 @@ const EVENT_ROWS: usize = 500;
 const DENIALS: usize = 20;
 /// How much of a task or result file is shown.
 const FILE_SHOWN: u64 = 256 << 10;
+/// How much of a smith's tasks a page shows in all, and how many of them (notes UI11).
+const TASKS_SHOWN: u64 = 1 << 20;
+const TASK_FILES_SHOWN: usize = 50;
+/// How much of a smith's diff a page shows (its `--stat`, its whole diff), and of its commits.
+const DIFF_STAT_SHOWN: usize = 64 << 10;
+const DIFF_SHOWN: usize = 2 << 20;
+const COMMITS_SHOWN: usize = 64 << 10;
+/// The most lines of a diff a page renders (each becomes an element).
+const DIFF_LINES_SHOWN: usize = 20_000;
 
 const CSS: &str = include_str!("assets/ui.css");
 const JS: &str = include_str!("assets/ui.js");
@@ -289,11 +298,11 @@ fn tree_fragment(app: &App, doc: &StatusDoc) -> String {
 
 // ---- a smith ---------------------------------------------------------------------------------
 
-/// The first [`FILE_SHOWN`] bytes of the file at `rel` in smith directory `sd` as safe text, or
+/// The first `max` bytes (at most [`FILE_SHOWN`]) of the file at `rel` in smith directory `sd` as safe text, or
 /// `None` when it cannot be read. Only a regular file is read, and no symlink below `sd` is
 /// followed: the files are a smith's to make, and a FIFO would park the worker thread in its
 /// open, a symlink point the operator's read anywhere (`backing::read_head`; notes H23).
-fn file_text(sd: &Path, rel: &Path) -> Option<String> {
+fn file_text(sd: &Path, rel: &Path, max: u64) -> Option<String> {
     use std::os::fd::AsFd;
     use std::os::unix::fs::OpenOptionsExt;
     let dir = std::fs::OpenOptions::new()
@@ -301,9 +310,10 @@ fn file_text(sd: &Path, rel: &Path) -> Option<String> {
         .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW)
         .open(sd)
         .ok()?;
-    let buf = crate::backing::read_head(dir.as_fd(), rel, FILE_SHOWN).ok()?;
+    let max = max.min(FILE_SHOWN);
+    let buf = crate::backing::read_head(dir.as_fd(), rel, max).ok()?;
     let mut s = log_text(&buf);
-    if buf.len() as u64 == FILE_SHOWN {
+    if buf.len() as u64 == max {
         s.push_str("\n… (cut)");
     }
     Some(s)
@@ -642,16 +652,31 @@ fn smith_page(app: &App, doc: &StatusDoc, row: &SmithRow) -> Resp {
     if tasks.is_empty() {
         b.push_str("<p>no task</p>");
     }
-    for (name, path) in &tasks {
+    // A smith's inbox is its parent's to fill: the page shows the newest names first, up to
+    // TASK_FILES_SHOWN of them and TASKS_SHOWN bytes in all (notes UI11).
+    let mut shown_bytes: u64 = 0;
+    let total = tasks.len();
+    for (n, (name, path)) in tasks.iter().rev().enumerate() {
+        if n >= TASK_FILES_SHOWN || shown_bytes >= TASKS_SHOWN {
+            let _ = write!(
+                b,
+                "<p class=\"cut\">… {} more task file(s) not shown (of {total}; the inbox has \
+                 them all)</p>",
+                total - n
+            );
+            break;
+        }
+        let text = file_text(&sd, path, TASKS_SHOWN - shown_bytes).unwrap_or_default();
+        shown_bytes += text.len() as u64;
         let _ = write!(
             b,
             "<h3>{}</h3><pre class=\"file\">{}</pre>",
             esc(name),
-            file_text(&sd, path).unwrap_or_default()
+            text
         );
     }
     b.push_str("</section><section><h2>Result</h2>");
-    match file_text(&sd, Path::new("outbox/result.md")) {
+    match file_text(&sd, Path::new("outbox/result.md"), FILE_SHOWN) {
         Some(t) => {
             let _ = write!(b, "<pre class=\"file result\">{t}</pre>");
         }
@@ -687,12 +712,29 @@ fn smith_page(app: &App, doc: &StatusDoc, row: &SmithRow) -> Resp {
     // The project: diff and commits.
     if app.fleet.has_project() {
         b.push_str("<section><h2>Changes</h2>");
-        match app.fleet.diff(id, true) {
-            Ok(stat) if stat.trim().is_empty() => b.push_str("<p>no changes</p>"),
-            Ok(stat) => {
+        let cut_note = |what: &str| {
+            format!(
+                "<p class=\"cut\">… {what} cut here: <code>smithfs diff {} {}</code> shows it \
+                 all</p>",
+                esc(&app.dir_display()),
+                esc(id)
+            )
+        };
+        match app.fleet.diff(id, true, DIFF_STAT_SHOWN) {
+            Ok((stat, _)) if stat.trim().is_empty() => b.push_str("<p>no changes</p>"),
+            Ok((stat, stat_cut)) => {
                 let _ = write!(b, "<pre class=\"stat\">{}</pre>", log_text(stat.as_bytes()));
-                match app.fleet.diff(id, false) {
-                    Ok(d) => b.push_str(&html::diff(&d)),
+                if stat_cut {
+                    b.push_str(&cut_note("the list of changed files"));
+                }
+                match app.fleet.diff(id, false, DIFF_SHOWN) {
+                    Ok((d, cut)) => {
+                        let (shown, lines_cut) = html::diff(&d, DIFF_LINES_SHOWN);
+                        b.push_str(&shown);
+                        if cut || lines_cut {
+                            b.push_str(&cut_note("the diff"));
+                        }
+                    }
                     Err(e) => {
                         let _ = write!(b, "<p class=\"error\">{}</p>", esc(&e));
                     }
@@ -703,10 +745,13 @@ fn smith_page(app: &App, doc: &StatusDoc, row: &SmithRow) -> Resp {
             }
         }
         b.push_str("<h3>Commits</h3>");
-        match app.fleet.commits(id) {
-            Ok(c) if c.trim().is_empty() => b.push_str("<p>none since its base</p>"),
-            Ok(c) => {
+        match app.fleet.commits(id, COMMITS_SHOWN) {
+            Ok((c, _)) if c.trim().is_empty() => b.push_str("<p>none since its base</p>"),
+            Ok((c, cut)) => {
                 let _ = write!(b, "<pre class=\"commits\">{}</pre>", log_text(c.as_bytes()));
+                if cut {
+                    b.push_str(&cut_note("the list of commits"));
+                }
             }
             Err(e) => {
                 let _ = write!(b, "<p class=\"error\">{}</p>", esc(&e));

@@ -296,3 +296,90 @@ fn an_agent_flooding_the_port_neither_ends_the_ui_nor_keeps_the_operator_out() {
     let (s, _, body) = get(&ui, "/smith?id=smith-root", &[("Cookie", &cookie)]);
     assert_eq!(s, 200, "after the flood: {body}");
 }
+
+/// A mount with a project (`init --repo`): one commit of `a.txt` in a fresh repository.
+fn project_mount() -> TestMount {
+    crate::common::TestMount::with_init(
+        crate::common::MountOpts {
+            allow_other: true,
+            ..crate::common::MountOpts::default()
+        },
+        |tmp| {
+            let repo = tmp.join("repo");
+            std::fs::create_dir_all(&repo).expect("mkdir");
+            let ok = std::process::Command::new("bash")
+                .arg("-ec")
+                .arg(
+                    "git init -q -b main . && git config user.name u && git config user.email u@e \
+                     && echo one > a.txt && git add -A && git commit -qm one",
+                )
+                .current_dir(&repo)
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "git init");
+            vec![std::ffi::OsString::from("--repo"), repo.into_os_string()]
+        },
+    )
+}
+
+/// The agent of `a_smiths_page_stays_small_whatever_it_wrote`: a file of `LINES` empty lines in
+/// its workspace (a diff of as many `+` lines, each an element on the page) and, as the parent
+/// of `smith-001`, `TASKS` task files of 200 KiB in that child's inbox.
+const BLOAT: &str = r#"
+import os, sys
+lines, tasks = int(sys.argv[1]), int(sys.argv[2])
+d = os.environ["SMITH_DIR"]
+with open(d + "/workspace/big.txt", "w") as f:
+    f.write("\n" * lines)
+os.mkdir(d + "/children/smith-001")
+for i in range(tasks):
+    with open(d + "/children/smith-001/inbox/task-%04d.md" % i, "w") as f:
+        f.write(("task %d " % i) * 25000)
+"#;
+
+/// Notes UI11: a smith's page showed its whole diff, its whole commit list and every task in
+/// its inbox (each up to 256 KiB): a smith that wrote a file of 3 000 000 empty lines made its
+/// page some 80 MiB of HTML (the ui held the diff and the page, the operator's browser an
+/// element per line), and a parent that wrote 100 large tasks into its child's inbox made the
+/// child's page 20 MiB. Now each part is cut (2 MiB of diff, 20 000 lines, 50 tasks, 1 MiB of
+/// tasks), with a line saying so and how to see it all.
+#[test]
+fn a_smiths_page_stays_small_whatever_it_wrote() {
+    let m = project_mount();
+    crate::common::run_as(
+        m.path(),
+        "smith-root",
+        &["python3", "-c", BLOAT, "3000000", "100"],
+    )
+    .expect_ok("the bloating agent");
+    let ui = UiServer::start(m.path(), &[]);
+    let cookie = format!("smithfs_ui={}", ui.token);
+    let t = std::time::Instant::now();
+    let (s, _, body) = get(&ui, "/smith?id=smith-root", &[("Cookie", &cookie)]);
+    assert_eq!(s, 200, "{}", &body[..body.len().min(2000)]);
+    assert!(
+        body.len() < 6 << 20,
+        "the root's page is {} bytes",
+        body.len()
+    );
+    assert!(body.contains("big.txt"), "the diff is there");
+    assert!(body.contains("the diff cut here"), "and says it is cut");
+    eprintln!("the root's page: {} bytes in {:?}", body.len(), t.elapsed());
+    let (s, _, body) = get(
+        &ui,
+        "/smith?id=smith-root/smith-001",
+        &[("Cookie", &cookie)],
+    );
+    assert_eq!(s, 200);
+    assert!(
+        body.len() < 3 << 20,
+        "the child's page is {} bytes",
+        body.len()
+    );
+    assert!(body.contains("task-0099.md"), "the newest tasks show");
+    assert!(
+        body.contains("more task file(s) not shown"),
+        "{}",
+        body.len()
+    );
+}
