@@ -33,11 +33,31 @@ fn visible(c: char) -> Option<char> {
     }
 }
 
+/// Is `c` a bidirectional formatting character: an embedding, override or isolate, their end,
+/// or an invisible direction mark? In a smith's text they reorder what the operator sees
+/// ("Trojan Source", CVE-2021-42574): code that reads as a comment runs, a string that reads
+/// as closed is not (notes UI12).
+pub fn is_bidi_control(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+    )
+}
+
 /// A log's bytes as text that is safe on a page: invalid UTF-8 replaced (U+FFFD), control
-/// characters made visible ([`visible`]: `ESC [ 3 1 m` shows as `␛[31m`), then escaped.
+/// characters made visible ([`visible`]: `ESC [ 3 1 m` shows as `␛[31m`), bidirectional
+/// formatting characters shown by their code (`⟨U+202E⟩`) instead of reordering the line
+/// ([`is_bidi_control`]), then escaped.
 pub fn log_text(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(bytes);
-    let shown: String = text.chars().map(|c| visible(c).unwrap_or(c)).collect();
+    let mut shown = String::with_capacity(text.len());
+    for c in text.chars() {
+        if is_bidi_control(c) {
+            let _ = write!(shown, "\u{27e8}U+{:04X}\u{27e9}", c as u32);
+        } else {
+            shown.push(visible(c).unwrap_or(c));
+        }
+    }
     esc(&shown)
 }
 
@@ -156,6 +176,10 @@ mod tests {
             "&lt;b&gt;\u{fffd}&lt;/b&gt;"
         );
         assert_eq!(log_text(b"\x7f\t"), "\u{2421}\t");
+        assert_eq!(
+            log_text("a\u{202e}b\u{2066}c\u{200f}".as_bytes()),
+            "a\u{27e8}U+202E\u{27e9}b\u{27e8}U+2066\u{27e9}c\u{27e8}U+200F\u{27e9}"
+        );
     }
 
     #[test]

@@ -671,7 +671,7 @@ fn smith_page(app: &App, doc: &StatusDoc, row: &SmithRow) -> Resp {
         let _ = write!(
             b,
             "<h3>{}</h3><pre class=\"file\">{}</pre>",
-            esc(name),
+            log_text(name.as_bytes()),
             text
         );
     }
@@ -736,12 +736,12 @@ fn smith_page(app: &App, doc: &StatusDoc, row: &SmithRow) -> Resp {
                         }
                     }
                     Err(e) => {
-                        let _ = write!(b, "<p class=\"error\">{}</p>", esc(&e));
+                        let _ = write!(b, "<p class=\"error\">{}</p>", log_text(e.as_bytes()));
                     }
                 }
             }
             Err(e) => {
-                let _ = write!(b, "<p class=\"error\">{}</p>", esc(&e));
+                let _ = write!(b, "<p class=\"error\">{}</p>", log_text(e.as_bytes()));
             }
         }
         b.push_str("<h3>Commits</h3>");
@@ -754,7 +754,7 @@ fn smith_page(app: &App, doc: &StatusDoc, row: &SmithRow) -> Resp {
                 }
             }
             Err(e) => {
-                let _ = write!(b, "<p class=\"error\">{}</p>", esc(&e));
+                let _ = write!(b, "<p class=\"error\">{}</p>", log_text(e.as_bytes()));
             }
         }
         b.push_str("</section>");

@@ -383,3 +383,51 @@ fn a_smiths_page_stays_small_whatever_it_wrote() {
         body.len()
     );
 }
+
+/// The agent of `bidirectional_controls_are_shown_not_obeyed`: Trojan Source
+/// (CVE-2021-42574) in its workspace, its result and a task name of its child's.
+const TROJAN: &str = r#"
+import os
+d = os.environ["SMITH_DIR"]
+with open(d + "/workspace/access.py", "w") as f:
+    f.write('def allowed(user):\n    """Only admins \u202e \u2066""" ; return True # \u2069 \u2066"""\n    return user.admin\n')
+with open(d + "/outbox/result.md", "w") as f:
+    f.write("all checks \u202edessap\u202c\n")
+os.mkdir(d + "/children/smith-001")
+with open(d + "/children/smith-001/inbox/task-\u202edm.exe.md", "w") as f:
+    f.write("see \u2067the attachment\u2069\n")
+"#;
+
+/// Notes UI12: what a smith wrote was escaped, but its bidirectional formatting characters
+/// (U+202A–U+202E, U+2066–U+2069, the direction marks) reached the page as they were, so the
+/// browser reordered the line: a diff whose `return True` reads as part of a docstring, a result
+/// that reads "all checks passed". Now each shows as its code (`⟨U+202E⟩`), on every page that
+/// shows a smith's text (diff, result, task names and contents, logs).
+#[test]
+fn bidirectional_controls_are_shown_not_obeyed() {
+    let m = project_mount();
+    crate::common::run_as(m.path(), "smith-root", &["python3", "-c", TROJAN])
+        .expect_ok("the Trojan Source agent");
+    let ui = UiServer::start(m.path(), &[]);
+    let cookie = format!("smithfs_ui={}", ui.token);
+    let bidi = |c: char| matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    for page in ["/smith?id=smith-root", "/smith?id=smith-root/smith-001"] {
+        let (s, _, body) = get(&ui, page, &[("Cookie", &cookie)]);
+        assert_eq!(s, 200, "{page}");
+        let raw: Vec<char> = body.chars().filter(|c| bidi(*c)).collect();
+        assert!(
+            raw.is_empty(),
+            "{page} has raw bidi controls {raw:?}:\n{body}"
+        );
+        assert!(body.contains("\u{27e8}U+202E\u{27e9}"), "{page}: {body}");
+    }
+    let (_, _, root) = get(&ui, "/smith?id=smith-root", &[("Cookie", &cookie)]);
+    assert!(
+        root.contains("return True # \u{27e8}U+2069\u{27e9}"),
+        "{root}"
+    );
+    assert!(
+        root.contains("all checks \u{27e8}U+202E\u{27e9}dessap"),
+        "{root}"
+    );
+}

@@ -79,9 +79,14 @@
   }
 
   // A log: live output of a running run, and earlier parts on demand (Range requests).
+  // As the server's html::log_text: control characters as symbols, bidirectional formatting
+  // characters by their code (they would reorder what the operator reads: notes UI12).
   function safeText(s) {
     return s.replace(/[\x00-\x08\x0b-\x1f]/g, function (c) { return String.fromCharCode(0x2400 + c.charCodeAt(0)); })
-            .replace(/\x7f/g, "\u2421").replace(/[\x80-\x9f]/g, "\ufffd");
+            .replace(/\x7f/g, "\u2421").replace(/[\x80-\x9f]/g, "\ufffd")
+            .replace(/[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g, function (c) {
+              return "\u27e8U+" + c.charCodeAt(0).toString(16).toUpperCase().padStart(4, "0") + "\u27e9";
+            });
   }
   function logSetup() {
     var pre = document.getElementById("log");
