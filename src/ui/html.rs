@@ -139,11 +139,11 @@ pub fn page(s: &Shell<'_>, body: &str) -> String {
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <title>{title} · smithfs</title>{refresh}\
-         <link rel=\"stylesheet\" href=\"/static/ui.css\">\
-         <script src=\"/static/ui.js\" defer></script></head>\
+         <link rel=\"stylesheet\" href=\"static/ui.css\">\
+         <script src=\"static/ui.js\" defer></script></head>\
          <body data-page=\"{kind}\" data-mounted=\"{mounted}\" class=\"{ro}\">\
-         <header><a class=\"brand\" href=\"/\">smithfs</a> <span class=\"dir\">{dir}</span>\
-         <nav><a href=\"/\">tree</a> <a href=\"/events\">events</a> <a href=\"/task\">new task</a></nav>\
+         <header><a class=\"brand\" href=\"./\">smithfs</a> <span class=\"dir\">{dir}</span>\
+         <nav><a href=\"./\">tree</a> <a href=\"events\">events</a> <a href=\"task\">new task</a></nav>\
          </header>{banner}<main>{body}</main></body></html>\n",
         title = esc(s.title),
         kind = esc(s.kind),

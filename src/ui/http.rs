@@ -122,8 +122,13 @@ pub fn encode_query(pairs: &[(String, String)]) -> String {
         .join("&")
 }
 
-/// `path?k=v&…` from literal pairs.
+/// `path?k=v&…` from literal pairs, relative to the pages' base (`/smith` → `smith`, `/` →
+/// `./`): every page is one level below the base, which only the server knows (notes UI13).
 pub fn link(path: &str, pairs: &[(&str, &str)]) -> String {
+    let path = match path.trim_start_matches('/') {
+        "" => "./",
+        p => p,
+    };
     let pairs: Vec<(String, String)> = pairs
         .iter()
         .filter(|(_, v)| !v.is_empty())
@@ -218,7 +223,7 @@ pub fn text(status: u16, body: &str) -> Resp {
     )
 }
 
-/// A redirect (303 See Other) to `to`, a path of ours.
+/// A redirect (303 See Other) to `to`, a path of ours (absolute, under the base).
 pub fn redirect(to: &str) -> Resp {
     respond(303, "text/plain; charset=utf-8", Vec::new()).with_header(hdr("Location", to))
 }
@@ -262,7 +267,8 @@ mod tests {
         assert_eq!(t.path, "/smith");
         assert_eq!(t.get("id"), Some("smith-root/smith-001"));
         assert_eq!(t.without_token(), "/smith?id=smith-root/smith-001&x=");
-        assert_eq!(link("/log", &[("id", "a b"), ("run", "")]), "/log?id=a%20b");
+        assert_eq!(link("/log", &[("id", "a b"), ("run", "")]), "log?id=a%20b");
+        assert_eq!(link("/", &[]), "./");
         assert_eq!(encode_query(&[("t".into(), "<&>".into())]), "t=%3C%26%3E");
     }
 

@@ -77,6 +77,10 @@ pub struct Ui {
 pub(crate) struct App {
     pub fleet: Box<dyn Fleet>,
     pub token: String,
+    /// The path every page is under, `/s-` and 32 random hex digits, without a trailing slash:
+    /// the token's cookie is scoped to it, so the browser never sends that cookie to another
+    /// server on the same host (cookies ignore ports; notes UI13). Pages link relatively.
+    pub base: String,
     /// Host headers that name us (`127.0.0.1:PORT`, `localhost:PORT`, …).
     pub hosts: Vec<String>,
     pub stalled_after: Duration,
@@ -109,6 +113,10 @@ impl Ui {
             .local_addr()
             .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
         let token = random_token().map_err(|e| format!("cannot make a token: {e}"))?;
+        let base = format!(
+            "/s-{}",
+            random_token().map_err(|e| format!("cannot make a token: {e}"))?
+        );
         let port = local.port();
         let mut hosts = vec![local.to_string()];
         if local.ip().is_loopback() {
@@ -125,6 +133,7 @@ impl Ui {
             app: Arc::new(App {
                 fleet,
                 token,
+                base,
                 hosts,
                 stalled_after: opts.stalled_after,
             }),
@@ -164,16 +173,35 @@ impl App {
             );
         }
         if from_query && req.method == Method::Get {
-            // First visit: keep the token in a cookie and take it out of the address bar.
-            return http::redirect(&target.without_token()).with_header(http::hdr(
+            // First visit: keep the token in a cookie and take it out of the address bar. The
+            // cookie goes only to our pages' path: a cookie is the host's, whatever the port,
+            // and any program on this host may serve another port of it (notes UI13).
+            let path = match target.path.strip_prefix(&self.base) {
+                Some(rest) if rest.starts_with('/') => target.without_token(),
+                _ => format!("{}{}", self.base, target.without_token()),
+            };
+            return http::redirect(&path).with_header(http::hdr(
                 "Set-Cookie",
                 &format!(
-                    "{}={}; Path=/; HttpOnly; SameSite=Strict",
+                    "{}={}; Path={}/; HttpOnly; SameSite=Strict",
                     http::COOKIE,
-                    self.token
+                    self.token,
+                    self.base
                 ),
             ));
         }
+        // Every page is under the base (its cookie's path); what is not is no page of ours.
+        let Some(route) = target
+            .path
+            .strip_prefix(&self.base)
+            .filter(|r| r.starts_with('/'))
+        else {
+            return http::text(404, "not found");
+        };
+        let target = Target {
+            path: route.to_string(),
+            query: target.query.clone(),
+        };
         match req.method {
             Method::Get | Method::Head => pages::get(self, req, &target),
             Method::Post => {

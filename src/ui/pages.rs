@@ -153,7 +153,7 @@ fn tree_page(app: &App) -> Resp {
     with_doc(app, |doc, _| {
         let dir = app.dir_display();
         let body = format!(
-            "<h1>The tree</h1><section id=\"tree\" data-live=\"/frag/tree\">{}</section>",
+            "<h1>The tree</h1><section id=\"tree\" data-live=\"frag/tree\">{}</section>",
             tree_fragment(app, doc)
         );
         http::html(
@@ -322,7 +322,7 @@ fn file_text(sd: &Path, rel: &Path, max: u64) -> Option<String> {
 /// A hidden `token` input and the others, then a submit button, posting to `/action`.
 fn action_form(app: &App, fields: &[(&str, &str)], extra: &str, button: &str, ask: &str) -> String {
     let mut f = format!(
-        "<form method=\"post\" action=\"/action\" class=\"action\" data-confirm=\"{}\">\
+        "<form method=\"post\" action=\"action\" class=\"action\" data-confirm=\"{}\">\
          <input type=\"hidden\" name=\"token\" value=\"{}\">\
          <input type=\"hidden\" name=\"confirmed\" value=\"\">",
         esc(ask),
@@ -935,7 +935,7 @@ fn events_page(app: &App, t: &Target) -> Resp {
         .map(|d| d.smiths.into_iter().map(|s| s.full_id).collect())
         .unwrap_or_default();
     let mut b = String::from(
-        "<h1>Events</h1><form method=\"get\" action=\"/events\" class=\"filter\">\
+        "<h1>Events</h1><form method=\"get\" action=\"events\" class=\"filter\">\
          <label>smith <select name=\"smith\"><option value=\"\">all</option>",
     );
     for id in &ids {
@@ -1089,7 +1089,7 @@ pub fn post(app: &App, t: &Target, form: &[(String, String)]) -> Resp {
         }
         let mut b = format!("<h1>Confirm</h1><p>{}</p>", esc(&what));
         b.push_str(&format!(
-            "<form method=\"post\" action=\"/action\"><input type=\"hidden\" name=\"token\" \
+            "<form method=\"post\" action=\"action\"><input type=\"hidden\" name=\"token\" \
              value=\"{}\">",
             esc(&app.token)
         ));
@@ -1103,7 +1103,7 @@ pub fn post(app: &App, t: &Target, form: &[(String, String)]) -> Resp {
         }
         b.push_str("<button type=\"submit\">Confirm</button></form>");
         let back = if id.is_empty() {
-            "/".to_string()
+            link("/", &[])
         } else {
             link("/smith", &[("id", id)])
         };
@@ -1125,7 +1125,7 @@ pub fn post(app: &App, t: &Target, form: &[(String, String)]) -> Resp {
         Err(e) => (409, "error", e.as_str()),
     };
     let back = if id.is_empty() {
-        "/".to_string()
+        link("/", &[])
     } else {
         link("/smith", &[("id", id)])
     };

@@ -404,3 +404,66 @@ fn a_large_tree_and_journal_load_in_under_a_second() {
     assert!(ms < 3000.0, "events page {ms} ms");
     let _ = smithfs([OsStr::new("status"), m.path().as_os_str()]);
 }
+
+/// The agent of `a_smiths_web_server_on_another_port_never_gets_the_token`: a web server on
+/// `127.0.0.1:PORT` (a preview of what it built, say) that writes each request's path and
+/// `Cookie` header into its `private/cookies`, for `SECS` seconds; `private/listening` once up.
+const PREVIEW: &str = r#"
+import http.server, os, sys, threading
+port, secs = int(sys.argv[1]), float(sys.argv[2])
+d = os.environ["SMITH_DIR"] + "/private/"
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        with open(d + "cookies", "a") as f:
+            f.write("%s %s\n" % (self.path, self.headers.get("Cookie")))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.end_headers()
+        self.wfile.write(b"<html><body><h1 id=preview>the preview</h1></body></html>")
+    def log_message(self, *a):
+        pass
+s = http.server.HTTPServer(("127.0.0.1", port), H)
+open(d + "listening", "w").write("up\n")
+threading.Timer(secs, s.shutdown).start()
+s.serve_forever()
+"#;
+
+/// Notes UI13: cookies are per host, not per port. The ui's token cookie (set by
+/// `127.0.0.1:PORT`) went with every request the operator's browser made to any other port of
+/// `127.0.0.1` — to a smith's own web server there (a dev server its agent started: Flask,
+/// Django and most others print `http://127.0.0.1:…`) as soon as the operator looked at it;
+/// with the token that server could read every smith's page and act as the operator. Now the
+/// cookie is scoped to a random path the pages live under, which a smith's server never sees.
+#[test]
+fn a_smiths_web_server_on_another_port_never_gets_the_token() {
+    let m = TestMount::new();
+    let Some(b) = browser() else { return };
+    let ui = UiServer::start(m.path(), &[]);
+    open(&b, &ui);
+    let port = webdriver::free_port();
+    let dir = m.path().to_path_buf();
+    let agent = std::thread::spawn({
+        let port = port.to_string();
+        move || common::run_as(&dir, "smith-root", &["python3", "-c", PREVIEW, &port, "20"])
+    });
+    let private = m.path().join("smiths/smith-root/private");
+    common::poll_until(20, "the smith's server", || {
+        private.join("listening").exists()
+    });
+    // The operator looks at the preview, and at a path the ui's pages use.
+    for path in ["/", "/smith?id=smith-root", "/static/ui.js"] {
+        b.go(&format!("http://127.0.0.1:{port}{path}"));
+        b.wait(10, "the preview", |b| b.find("#preview").is_some());
+    }
+    let seen = std::fs::read_to_string(private.join("cookies")).unwrap_or_default();
+    assert!(seen.lines().count() >= 3, "{seen}");
+    assert!(
+        !seen.contains(&ui.token),
+        "the smith's server got the ui's token:\n{seen}"
+    );
+    // The ui still works in the same browser.
+    b.go(&ui.at("/"));
+    b.wait(10, "the tree page", |b| b.find("table.tree").is_some());
+    drop(b);
+    let _ = agent.join();
+}

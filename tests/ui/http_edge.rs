@@ -13,14 +13,16 @@ fn get(
     path: &str,
     headers: &[(&str, &str)],
 ) -> (u16, Vec<(String, String)>, String) {
-    let (s, h, b) = http(ui.port, "GET", path, headers, b"").expect("GET");
+    let path = format!("{}{path}", ui.base);
+    let (s, h, b) = http(ui.port, "GET", &path, headers, b"").expect("GET");
     (s, h, String::from_utf8_lossy(&b).into_owned())
 }
 
 fn post(ui: &UiServer, headers: &[(&str, &str)], form: &str) -> (u16, String) {
     let mut hs = vec![("Content-Type", "application/x-www-form-urlencoded")];
     hs.extend_from_slice(headers);
-    let (s, _, b) = http(ui.port, "POST", "/action", &hs, form.as_bytes()).expect("POST");
+    let path = format!("{}/action", ui.base);
+    let (s, _, b) = http(ui.port, "POST", &path, &hs, form.as_bytes()).expect("POST");
     (s, String::from_utf8_lossy(&b).into_owned())
 }
 
@@ -60,10 +62,25 @@ fn the_token_and_the_origin_guard_every_request() {
     assert!(
         set.as_deref().is_some_and(|c| c.contains(&cookie)
             && c.contains("HttpOnly")
-            && c.contains("SameSite=Strict")),
+            && c.contains("SameSite=Strict")
+            && c.contains(&format!("Path={}/;", ui.base))),
         "{set:?}"
     );
-    assert!(h.iter().any(|(k, v)| k == "location" && v == "/"), "{h:?}");
+    let home = format!("{}/", ui.base);
+    assert!(
+        h.iter().any(|(k, v)| k == "location" && *v == home),
+        "{h:?}"
+    );
+    // The pages are under a random base, the cookie's path (notes UI13): elsewhere, nothing.
+    assert!(
+        ui.base.starts_with("/s-") && ui.base.len() == 35,
+        "{}",
+        ui.base
+    );
+    for path in ["/", "/smith?id=smith-root", "/api/tick"] {
+        let (s, _, _) = http(ui.port, "GET", path, &[("Cookie", &cookie)], b"").expect("GET");
+        assert_eq!(s, 404, "{path} outside the base");
+    }
     let (s, h, body) = get(&ui, "/", &[("Cookie", &cookie)]);
     assert_eq!(s, 200);
     assert!(body.contains("smith-root"), "{body}");

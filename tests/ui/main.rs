@@ -27,6 +27,9 @@ pub struct UiServer {
     pub port: u16,
     /// Its token.
     pub token: String,
+    /// Where its pages are (`/s-…`: the path its cookie is scoped to, notes UI13), learnt from
+    /// the redirect of the first visit; empty before UI13.
+    pub base: String,
 }
 
 impl UiServer {
@@ -72,6 +75,7 @@ impl UiServer {
             url: url.clone(),
             port: 0,
             token: String::new(),
+            base: String::new(),
         };
         let rest = url
             .strip_prefix("http://127.0.0.1:")
@@ -79,12 +83,22 @@ impl UiServer {
         let (port, query) = rest.split_once("/?token=").expect("a token in the URL");
         s.port = port.parse().expect("a port");
         s.token = query.to_string();
+        // The first visit's redirect names where the pages are.
+        let (_, headers, _) =
+            webdriver::http(s.port, "GET", &format!("/?token={}", s.token), &[], b"")
+                .expect("the first visit");
+        let location = headers
+            .iter()
+            .find(|(k, _)| k == "location")
+            .map(|(_, v)| v.clone())
+            .expect("the first visit redirects");
+        s.base = location.trim_end_matches('/').to_string();
         s
     }
 
-    /// `http://127.0.0.1:PORT` + `path` (no token).
+    /// `http://127.0.0.1:PORT` + the pages' base + `path` (no token).
     pub fn at(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
+        format!("http://127.0.0.1:{}{}{path}", self.port, self.base)
     }
 }
 

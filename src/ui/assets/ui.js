@@ -52,7 +52,7 @@
 
   var lastKey = null, lastRefresh = Date.now();
   function tick() {
-    fetch("/api/tick", { cache: "no-store", credentials: "same-origin" })
+    fetch("api/tick", { cache: "no-store", credentials: "same-origin" })
       .then(function (r) { if (!r.ok) throw new Error("HTTP " + r.status); return r.json(); })
       .then(function (t) {
         var key = t.journal + ":" + t.mounted;
