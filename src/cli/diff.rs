@@ -269,19 +269,29 @@ pub(crate) fn smith_overrides(l: &Located) -> Result<Vec<String>, String> {
     Ok(git::overrides(&String::from_utf8_lossy(&names)))
 }
 
-/// The script of `diff` (run as the smith): `smithfs.base`, a temporary index in `$TMPDIR` (the
-/// sandbox's private `/tmp`) read from `HEAD` with the untracked files intent-to-add, then
-/// `git diff BASE` (`$1`: `--stat` or empty). Pure.
+/// The largest file (apparent size, KiB) a smith's work tree may hold for `diff`: git hashes every
+/// changed or untracked file whole, so one sparse file of 200 GB that costs its smith nothing
+/// kept `diff` — and each view of its page in the ui — reading zeros until the deadline (notes
+/// UI14).
+const DIFF_MAX_FILE_KIB: u64 = 1 << 20;
+
+/// The script of `diff` (run as the smith): `smithfs.base`; refused at once when a file of the
+/// work tree is larger than [`DIFF_MAX_FILE_KIB`] (up to five named); a temporary index in
+/// `$TMPDIR` (the sandbox's private `/tmp`) read from `HEAD` with the untracked files
+/// intent-to-add, then `git diff BASE` (`$1`: `--stat` or empty). Pure.
 fn diff_script(extra: &[String]) -> String {
     format!(
         "{}base=$(G config smithfs.base) || {{ echo 'fatal: no smithfs.base' >&2; exit 1; }}\n\
+         big=$(find . -path ./.git -prune -o -type f -size +{DIFF_MAX_FILE_KIB}k -print 2>/dev/null | head -n 5 | tr '\\n' ' ')\n\
+         if [ -n \"$big\" ]; then echo \"fatal: too large to diff (a file over {} GiB): $big\" >&2; exit 1; fi\n\
          GIT_INDEX_FILE=$(mktemp \"${{TMPDIR:-/tmp}}/smithfs-diff.XXXXXX\")\n\
          export GIT_INDEX_FILE\n\
          trap 'rm -f \"$GIT_INDEX_FILE\" \"$GIT_INDEX_FILE.lock\"' EXIT\n\
          G read-tree HEAD\n\
          G add --intent-to-add --all\n\
          G diff --no-ext-diff --no-textconv --no-color $1 \"$base\"\n",
-        git_script(extra)
+        git_script(extra),
+        DIFF_MAX_FILE_KIB >> 20
     )
 }
 

@@ -448,3 +448,37 @@ fn bidirectional_controls_are_shown_not_obeyed() {
         "{root}"
     );
 }
+
+/// Notes UI14: git hashes every changed or untracked file of a work tree whole, so a sparse file
+/// of 200 GB (which costs its smith no storage) kept the smith-side git of its page reading
+/// zeros through the mount for the whole 60 s deadline, on every view, before the page said
+/// "did not finish … may be a FIFO". Now the diff is refused at once, naming the file.
+#[test]
+fn a_huge_sparse_file_does_not_stall_the_smiths_page() {
+    let m = project_mount();
+    crate::common::run_as(
+        m.path(),
+        "smith-root",
+        &[
+            "truncate",
+            "-s",
+            "200G",
+            "smiths/smith-root/workspace/sparse.bin",
+        ],
+    )
+    .expect_ok("the sparse file");
+    let ui = UiServer::start(m.path(), &[]);
+    let cookie = format!("smithfs_ui={}", ui.token);
+    let t = std::time::Instant::now();
+    let (s, _, body) = get(&ui, "/smith?id=smith-root", &[("Cookie", &cookie)]);
+    let took = t.elapsed();
+    assert_eq!(s, 200);
+    assert!(
+        took < std::time::Duration::from_secs(20),
+        "the page took {took:?}"
+    );
+    assert!(
+        body.contains("too large to diff") && body.contains("sparse.bin"),
+        "{body}"
+    );
+}
