@@ -143,16 +143,23 @@ fn sleep_until_phase(offset: Duration) {
     std::thread::sleep(Duration::from_nanos(until_phase(monotonic_ns(), offset)));
 }
 
-/// Microseconds of CPU time all CPUs spent since boot (the root cgroup's `cpu.stat`
-/// `usage_usec`, cgroup v2 at /sys/fs/cgroup or /sys/fs/cgroup/unified), with the number of
-/// online CPUs; `None` without cgroup v2.
+/// Microseconds of CPU time all CPUs spent since boot, less this process's own, with the
+/// number of online CPUs: from the root cgroup's `cpu.stat` `usage_usec` (cgroup v2, at
+/// /sys/fs/cgroup or /sys/fs/cgroup/unified), else from `/proc/stat` (counted in its clock
+/// ticks, 10 ms: coarser); `None` when neither can be read.
 fn cpu_usage() -> Option<(u64, u64)> {
-    let text = ["/sys/fs/cgroup/cpu.stat", "/sys/fs/cgroup/unified/cpu.stat"]
+    let usage = ["/sys/fs/cgroup/cpu.stat", "/sys/fs/cgroup/unified/cpu.stat"]
         .iter()
-        .find_map(|p| std::fs::read_to_string(p).ok())?;
+        .find_map(|p| parse_usage_usec(&std::fs::read_to_string(p).ok()?))
+        .or_else(|| {
+            let t = cpu_times()?;
+            // SAFETY: sysconf has no preconditions.
+            let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok()?;
+            (hz > 0).then(|| t.total.saturating_sub(t.idle) * 1_000_000 / hz)
+        })?;
     // This process's own CPU time is not the rest of the machine's work (its pollers, its
     // start): left out (precise, where the system's usage is counted in ticks).
-    let usage = parse_usage_usec(&text)?.saturating_sub(own_cpu_us());
+    let usage = usage.saturating_sub(own_cpu_us());
     // SAFETY: sysconf has no preconditions.
     let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
     Some((usage, u64::try_from(cpus).ok().filter(|&n| n > 0)?))
@@ -185,7 +192,7 @@ impl Headroom {
     /// result), then in every probe window, where no process of smithfs polls, so that neither
     /// this process's pollers nor another's (the daemon and a loopback `attach` share a host)
     /// count as the machine's work; headroom from 50 % idle, none below 35 %. Then, or
-    /// when the usage cannot be read (no cgroup v2), "no headroom". For a thread of its own.
+    /// when the usage cannot be read, "no headroom". For a thread of its own.
     pub fn watch_probed(&self, hold: impl Fn() -> bool) {
         let mut first = true;
         while hold() {
