@@ -242,10 +242,22 @@ pub fn format_event(v: &serde_json::Value) -> String {
                 continue;
             }
             let text = match val {
-                // A path a smith named may hold a newline or a terminal escape: shown quoted
-                // and escaped, so it can neither fake a journal line nor drive the terminal.
-                serde_json::Value::String(t) if t.chars().any(char::is_control) => {
-                    serde_json::Value::String(t.clone()).to_string()
+                // A path a smith named may hold a newline, a terminal escape or a bidi control:
+                // shown quoted and escaped, so it can neither fake a journal line, drive the
+                // terminal nor reorder the line (notes H40).
+                serde_json::Value::String(t)
+                    if t.chars()
+                        .any(|c| c.is_control() || crate::ui::html::is_bidi_control(c)) =>
+                {
+                    let mut q = String::new();
+                    for c in serde_json::Value::String(t.clone()).to_string().chars() {
+                        if crate::ui::html::is_bidi_control(c) {
+                            q.push_str(&format!("\\u{:04x}", c as u32));
+                        } else {
+                            q.push(c);
+                        }
+                    }
+                    q
                 }
                 serde_json::Value::String(t) => t.clone(),
                 other => other.to_string(),
@@ -355,6 +367,13 @@ mod tests {
             format_event(&serde_json::json!({"ts": "T", "event": "task.ignored", "smith": "smith-root",
                 "path": "smiths/smith-root/inbox/task-a\nT run.exited x\u{1b}[2J.md"})),
             "T task.ignored      smith-root path=\"smiths/smith-root/inbox/task-a\\nT run.exited x\\u001b[2J.md\""
+        );
+        assert_eq!(
+            format_event(
+                &serde_json::json!({"ts": "T", "event": "task.ignored", "smith": "smith-root",
+                "path": "smiths/smith-root/inbox/task-\u{202e}dm.exe"})
+            ),
+            "T task.ignored      smith-root path=\"smiths/smith-root/inbox/task-\\u202edm.exe\""
         );
         assert_eq!(
             format_event(&serde_json::json!({"ts": "T", "event": "access.denied", "smith": null})),

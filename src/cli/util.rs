@@ -11,8 +11,10 @@ use crate::sys::procfs::MountInfo;
 /// `bytes` as a terminal may show them: a run's output is the agent's to choose, and an escape
 /// sequence in it would act on the operator's terminal (set its title, write its clipboard with
 /// OSC 52, answer queries into its input). Control characters other than newline, tab and
-/// carriage return are shown as `cat -v` shows them (`^[` for ESC, `^?` for DEL), and the C1
-/// controls (U+0080–U+009F, which some terminals obey too) as `\u{9b}`-style escapes;
+/// carriage return are shown as `cat -v` shows them (`^[` for ESC, `^?` for DEL), the C1
+/// controls (U+0080–U+009F, which some terminals obey too) as `\u{9b}`-style escapes, and the
+/// bidirectional formatting characters by their code (`⟨U+202E⟩`, as the ui shows them, notes
+/// UI12, H40: a terminal or an editor that applies them reorders a diff line before an accept);
 /// everything else is passed through unchanged (notes O50).
 pub(crate) fn terminal_safe(bytes: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(bytes.len());
@@ -27,11 +29,33 @@ pub(crate) fn terminal_safe(bytes: &[u8]) -> Vec<u8> {
                 out.extend_from_slice(format!("\\u{{{:02x}}}", bytes[i + 1]).as_bytes());
                 i += 1;
             }
+            0xd8 | 0xe2 => match bidi_at(&bytes[i..]) {
+                Some(c) => {
+                    out.extend_from_slice(bidi_code(c).as_bytes());
+                    i += c.len_utf8() - 1;
+                }
+                None => out.push(b),
+            },
             _ => out.push(b),
         }
         i += 1;
     }
     out
+}
+
+/// The bidirectional formatting character `bytes` start with, if they do (UTF-8). Pure.
+fn bidi_at(bytes: &[u8]) -> Option<char> {
+    let len = if bytes.first() == Some(&0xd8) { 2 } else { 3 };
+    let c = std::str::from_utf8(bytes.get(..len)?)
+        .ok()?
+        .chars()
+        .next()?;
+    crate::ui::html::is_bidi_control(c).then_some(c)
+}
+
+/// How a bidirectional formatting character is shown: `⟨U+202E⟩` (notes H40). Pure.
+pub(crate) fn bidi_code(c: char) -> String {
+    format!("\u{27e8}U+{:04X}\u{27e9}", c as u32)
 }
 
 /// `s` on one line of a terminal: as [`terminal_safe`], and newline, tab and carriage return
@@ -47,6 +71,7 @@ pub(crate) fn inline_safe(s: &str) -> String {
             }
             '\u{7f}' => out.push_str("^?"),
             '\u{80}'..='\u{9f}' => out.push_str(&format!("\\u{{{:02x}}}", c as u32)),
+            c if crate::ui::html::is_bidi_control(c) => out.push_str(&bidi_code(c)),
             _ => out.push(c),
         }
     }
@@ -295,6 +320,17 @@ mod tests {
                 "caf\u{e9} \u{2713}".as_bytes(),
                 "caf\u{e9} \u{2713}".as_bytes(),
             ),
+            // Trojan Source in a diff line (notes H40): every bidi control by its code; other
+            // characters of the same lead bytes (U+0600s, U+2000s) pass; a torn one passes.
+            (
+                "+if (a) { /*\u{202e} } \u{2066}if (admin)\u{2069} \u{2067}{\u{2069} */\n".as_bytes(),
+                "+if (a) { /*\u{27e8}U+202E\u{27e9} } \u{27e8}U+2066\u{27e9}if (admin)\u{27e8}U+2069\u{27e9} \u{27e8}U+2067\u{27e9}{\u{27e8}U+2069\u{27e9} */\n".as_bytes(),
+            ),
+            (
+                "\u{61c}\u{200e}\u{200f}\u{202a}\u{2014}\u{600}".as_bytes(),
+                "\u{27e8}U+061C\u{27e9}\u{27e8}U+200E\u{27e9}\u{27e8}U+200F\u{27e9}\u{27e8}U+202A\u{27e9}\u{2014}\u{600}".as_bytes(),
+            ),
+            (b"torn \xe2\x80", b"torn \xe2\x80"),
         ];
         for (input, want) in cases {
             assert_eq!(
@@ -314,6 +350,7 @@ mod tests {
             ("\u{1b}]52;c;eA==\u{7}", "^[]52;c;eA==^G"),
             ("del\u{7f} csi \u{9b}", "del^? csi \\u{9b}"),
             ("caf\u{e9}", "caf\u{e9}"),
+            ("run \u{202e}gol.md", "run \u{27e8}U+202E\u{27e9}gol.md"),
         ] {
             assert_eq!(inline_safe(input), want, "{input:?}");
         }

@@ -9,7 +9,7 @@
 //! internals. It works on a mounted tree and, read-only, on one that is not mounted; each request
 //! looks again, so an unmount while a page is open turns it read-only.
 
-mod html;
+pub(crate) mod html;
 mod http;
 mod pages;
 mod server;
