@@ -75,7 +75,7 @@ fn run_ended(run_dir: &Path) -> bool {
 }
 
 /// Print `path` from `offset` on, opening it only for the read; the new offset.
-fn print_from(path: &Path, offset: u64) -> Result<u64> {
+fn print_from(path: &Path, offset: u64, last: bool) -> Result<u64> {
     use std::io::{Read, Seek, SeekFrom};
     let mut f = match std::fs::File::open(path) {
         Ok(f) => f,
@@ -84,11 +84,55 @@ fn print_from(path: &Path, offset: u64) -> Result<u64> {
         Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
     };
     f.seek(SeekFrom::Start(offset))?;
-    let mut buf = Vec::new();
-    f.read_to_end(&mut buf)?;
-    drop(f);
-    super::util::print_untrusted(&buf)?;
-    Ok(offset + buf.len() as u64)
+    // In pieces, never the whole log in memory: a run that printed gigabytes (its output is
+    // bounded only by its smith's storage, notes L17) made `logs` allocate all of it (notes
+    // O52). A piece ends before a torn UTF-8 sequence, which the next piece begins with, so
+    // that a C1 control or a bidi character split between two pieces is still shown as text.
+    let mut at = offset;
+    let mut buf = vec![0u8; LOG_PIECE];
+    let mut held = 0;
+    loop {
+        let n = f.read(&mut buf[held..])?;
+        if n == 0 {
+            break;
+        }
+        let filled = held + n;
+        let whole = whole_utf8_prefix(&buf[..filled]);
+        super::util::print_untrusted(&buf[..whole])?;
+        at += whole as u64;
+        buf.copy_within(whole..filled, 0);
+        held = filled - whole;
+    }
+    // A torn sequence at the very end waits for the next read (`--follow` reads on from
+    // `at`), unless no read comes after this one: then it is printed as it is.
+    if last && held > 0 {
+        super::util::print_untrusted(&buf[..held])?;
+        at += held as u64;
+    }
+    Ok(at)
+}
+
+/// How much of `logs`' output is read and printed at a time.
+const LOG_PIECE: usize = 1 << 20;
+
+/// The length of `buf` without a UTF-8 sequence torn at its end (at most 3 bytes held back;
+/// bytes that are not UTF-8 at all are not held). Pure.
+fn whole_utf8_prefix(buf: &[u8]) -> usize {
+    let len = buf.len();
+    for back in 1..=3.min(len) {
+        let b = buf[len - back];
+        if b & 0xc0 == 0x80 {
+            continue; // a continuation byte: look further back for its lead
+        }
+        let need = match b {
+            0xc0..=0xdf => 2,
+            0xe0..=0xef => 3,
+            0xf0..=0xf7 => 4,
+            _ => return len,
+        };
+        return if need > back { len - back } else { len };
+    }
+    len
 }
 
 /// The daemon log of `src`: the mount's `.smithfs/daemon.log`, or the store's.
@@ -121,11 +165,11 @@ pub fn run(args: LogsArgs) -> Result<ExitCode> {
                 path.display()
             );
         }
-        let mut offset = print_from(&path, 0)?;
+        let mut offset = print_from(&path, 0, !args.follow)?;
         if args.follow {
             loop {
                 std::thread::sleep(POLL);
-                offset = print_from(&daemon_log(&dir), offset)?;
+                offset = print_from(&daemon_log(&dir), offset, false)?;
             }
         }
         return Ok(ExitCode::SUCCESS);
@@ -164,14 +208,14 @@ pub fn run(args: LogsArgs) -> Result<ExitCode> {
     loop {
         let run_dir = smith_dir.join("conversations").join(&run);
         let log = run_dir.join("messages.log");
-        let mut offset = print_from(&log, 0)?;
+        let mut offset = print_from(&log, 0, !args.follow)?;
         if !args.follow {
             break;
         }
         loop {
             // Ended first, then the last read: nothing written before the end is missed.
             let ended = run_ended(&run_dir);
-            offset = print_from(&log, offset)?;
+            offset = print_from(&log, offset, ended)?;
             if ended {
                 break;
             }
@@ -230,5 +274,29 @@ mod tests {
         assert!(run_id("run-").is_err());
         assert!(run_id("x").is_err());
         assert!(run_id("-1").is_err());
+    }
+
+    /// A piece of the log never ends inside a UTF-8 sequence (notes O52): a C1 control or a
+    /// bidi character torn between two pieces would reach the terminal unfiltered.
+    #[test]
+    fn pieces_end_on_whole_characters() {
+        let csi = "\u{9b}".as_bytes(); // c2 9b
+        let rlo = "\u{202e}".as_bytes(); // e2 80 ae
+        let emoji = "\u{1f600}".as_bytes(); // 4 bytes
+        for (buf, want) in [
+            (b"abc".to_vec(), 3),
+            ([b"ab".as_slice(), &csi[..1]].concat(), 2),
+            ([b"ab".as_slice(), csi].concat(), 4),
+            ([b"a".as_slice(), &rlo[..2]].concat(), 1),
+            ([b"a".as_slice(), &rlo[..1]].concat(), 1),
+            ([b"a".as_slice(), rlo].concat(), 4),
+            ([b"a".as_slice(), &emoji[..3]].concat(), 1),
+            ([b"a".as_slice(), emoji].concat(), 5),
+            (b"a\xff".to_vec(), 2),
+            (b"\x80\x80\x80\x80".to_vec(), 4),
+            (Vec::new(), 0),
+        ] {
+            assert_eq!(whole_utf8_prefix(&buf), want, "{buf:x?}");
+        }
     }
 }

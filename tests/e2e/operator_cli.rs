@@ -614,3 +614,30 @@ fn build_sh_shows_progress_and_failures() {
     assert!(bad.stderr.contains("error[E0425]"), "{bad:?}");
     assert!(bad.stderr.contains("failed (exit 101)"), "{bad:?}");
 }
+
+/// Hostile review 18b, finding 104 (notes O52): a run's log is bounded only by its smith's
+/// storage, and `logs` read all of it into memory. A 2 GiB log (sparse here, in a store not
+/// mounted: the bytes are what a run that printed them would leave) is printed whole under a
+/// 512 MiB address space limit.
+#[test]
+fn logs_of_a_huge_run_stay_small() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("m");
+    smithfs([OsStr::new("init"), dir.as_os_str()]).expect_ok("init");
+    let run_dir = dir.join("smiths/smith-root/conversations/run-0001");
+    std::fs::create_dir_all(&run_dir).expect("run dir");
+    let log = std::fs::File::create(run_dir.join("messages.log")).expect("log");
+    log.set_len(2 << 30).expect("2 GiB");
+    std::fs::write(
+        run_dir.join("meta.json"),
+        r#"{"start":"2026-01-01T00:00:00.000000Z","end":"2026-01-01T00:00:01.000000Z"}"#,
+    )
+    .expect("meta.json");
+    let r = run(Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 524288 && exec \"$0\" logs \"$1\" smith-root --run 1 | wc -c")
+        .arg(SMITHFS)
+        .arg(&dir));
+    assert!(r.ok(), "{}", r.stderr);
+    assert_eq!(r.stdout.trim(), (2u64 << 30).to_string(), "{}", r.stderr);
+}
