@@ -216,7 +216,10 @@ pub(crate) fn accept(l: &Located, branch: Option<&str>) -> Result<Accepted> {
         .map_err(|e| anyhow!("accept {}: bundle of {source}: {e}", l.full_id))?;
     let bundle = Bundle::write(&bytes, owner)?;
     let src = bundle.0.to_string_lossy();
-    let spec = format!("refs/heads/{source}:{target_ref}");
+    // The commit read above, by its id, not the bundle's ref: the smith may move its branch
+    // between the two reads, and PATH's branch must become the commit `accept` names or stay
+    // where it is (notes W23).
+    let spec = format!("{commit}:{target_ref}");
     match git_out(
         &repo,
         owner,

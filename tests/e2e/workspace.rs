@@ -1278,3 +1278,72 @@ fn a_fifo_in_the_smiths_git_fails_diff_and_accept_in_time_cgroup() {
 fn a_fifo_in_the_smiths_git_fails_diff_and_accept_in_time_ancestry() {
     smith_fifo_git(Mode::Ancestry);
 }
+
+/// Hostile review 18b, finding 103 (notes W23): the smith moves its branch back and forth
+/// between its commit and an unrelated one while the operator accepts. `accept` read one
+/// commit and fetched whatever the bundle's ref named a moment later: it failed ("did not
+/// move to …") with PATH's branch already moved to the other commit. Now PATH's branch is
+/// either the commit `accept` printed, or left as it was.
+#[test]
+fn accept_takes_the_commit_it_names_or_nothing() {
+    let w = Ws::new(Mode::Cgroup);
+    let ids = w.as_smith_ok(
+        "smith-root",
+        ROOT_WS,
+        "echo x >> a.txt && git commit -qam mine && x=$(git rev-parse HEAD) \
+         && t=$(git mktree </dev/null) && y=$(echo other | git commit-tree $t) && echo $x $y",
+    );
+    let (x, y) = ids.trim().split_once(' ').expect("two commits");
+    let mut flipper = Command::new(SMITHFS)
+        .args(["run", "--mount"])
+        .arg(w.m.path())
+        .args(["--smith", "smith-root", "--", "bash", "-c"])
+        .arg(format!(
+            "while :; do git update-ref refs/heads/smith/smith-root {y}; \
+             git update-ref refs/heads/smith/smith-root {x}; done"
+        ))
+        .current_dir(w.abs(ROOT_WS))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the flipper");
+    let mut outcomes = (0, 0);
+    let mut wrong = Vec::new();
+    for i in 0..24 {
+        let branch = format!("t{i}");
+        let a = accept(w.m.path(), "smith-root", Some(&branch));
+        let now = run(as_owner(
+            &w.repo,
+            Command::new("git").arg("-C").arg(&w.repo).args([
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                &format!("refs/heads/{branch}"),
+            ]),
+        ));
+        if a.ok() {
+            outcomes.0 += 1;
+            let printed = a.stdout.split_whitespace().nth(1).unwrap_or_default();
+            if now.stdout.trim() != printed {
+                wrong.push(format!(
+                    "{branch}: printed {printed}, is {}",
+                    now.stdout.trim()
+                ));
+            }
+        } else {
+            outcomes.1 += 1;
+            if now.ok() {
+                wrong.push(format!(
+                    "{branch}: accept failed ({}) but the branch moved to {}",
+                    a.stderr.trim(),
+                    now.stdout.trim()
+                ));
+            }
+        }
+    }
+    // The flipper is ours: stopped before any assertion, so the mount can go.
+    let _ = flipper.kill();
+    let _ = flipper.wait();
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    eprintln!("accepted {} refused {}", outcomes.0, outcomes.1);
+}
