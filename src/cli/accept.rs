@@ -162,8 +162,11 @@ pub(crate) fn accept(l: &Located, branch: Option<&str>) -> Result<Accepted> {
         &[],
         &["config", "--list", "--name-only", "--includes"],
     )
-    .map(|names| crate::workspace::git::overrides(&names))
-    .unwrap_or_default();
+    .map_or_else(
+        |_| Ok(Vec::new()),
+        |names| crate::workspace::git::overrides(&names),
+    )
+    .map_err(|e| anyhow!("{}: {e}", repo.display()))?;
     let existing = git_out(
         &repo,
         owner,

@@ -188,6 +188,15 @@ pub(crate) fn as_smith_max(
     } else {
         Command::new("/bin/sh")
     };
+    // The operator's environment stays with the operator (notes W22): its credentials and
+    // tokens are no business of a process that reads the smith's files as the smith, and a
+    // `PATH` with `.` or an empty entry would run the smith's own `git` from its work tree.
+    cmd.env_clear().env("PATH", SMITH_GIT_PATH);
+    for k in SMITH_GIT_KEEP {
+        if let Some(v) = std::env::var_os(k) {
+            cmd.env(k, v);
+        }
+    }
     cmd.arg("-c")
         .arg(script)
         .arg("sh")
@@ -217,6 +226,15 @@ pub(crate) fn as_smith_max(
     }
     Ok((out.stdout, false))
 }
+
+/// The `PATH` of the smith-side git of `diff` and `accept` (notes W22): absolute directories
+/// of the host only, never the operator's `PATH`.
+const SMITH_GIT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The operator's variables the smith-side git still gets (notes W22): `smithfs run` reads
+/// `SUDO_UID`/`SUDO_GID` (the agents' user, docs/SPEC.md §12), and `TZ` gives the commit
+/// dates the operator's zone. Nothing else of the operator's environment.
+const SMITH_GIT_KEEP: [&str; 3] = ["SUDO_UID", "SUDO_GID", "TZ"];
 
 /// How long the smith-side git of `diff` and `accept` may take: 60 s, or
 /// `SMITHFS_SMITH_GIT_DEADLINE` seconds (1–3600; a test knob, notes H23).
@@ -266,7 +284,7 @@ pub(crate) fn smith_overrides(l: &Located) -> Result<Vec<String>, String> {
             MAX_CONFIG_NAMES >> 20
         ));
     }
-    Ok(git::overrides(&String::from_utf8_lossy(&names)))
+    git::overrides(&String::from_utf8_lossy(&names))
 }
 
 /// The largest file (apparent size, KiB) a smith's work tree may hold for `diff`: git hashes every
@@ -365,5 +383,41 @@ mod tests {
         assert!(s.contains("'-c' 'core.hooksPath=/dev/null'"), "{s}");
         assert!(s.contains("'-c' 'filter.x.clean='"), "{s}");
         assert!(!s.contains("safe.directory"), "{s}");
+    }
+
+    /// The smith-side script gets none of the operator's environment, and a fixed `PATH`
+    /// (notes W22). Here the path a store not mounted takes with the sandbox off (the script
+    /// runs as this process); on a mount the same command starts `smithfs run`.
+    #[test]
+    fn the_smith_side_gets_none_of_the_operators_environment() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let config = Config::parse(r#"{"sandbox": {"enabled": false}}"#).expect("config");
+        let l = Located {
+            dir: tmp.path().to_path_buf(),
+            full_id: "smith-root".into(),
+            ws: tmp.path().to_path_buf(),
+            config,
+            mounted: false,
+        };
+        let out = as_smith(&l, "env", &[]).expect("env runs");
+        let out = String::from_utf8_lossy(&out);
+        let names: Vec<&str> = out
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|p| p.0)
+            .collect();
+        assert!(names.contains(&"PATH"), "{out}");
+        assert!(out.contains(&format!("PATH={SMITH_GIT_PATH}\n")), "{out}");
+        for (k, _) in std::env::vars_os() {
+            let k = k.to_string_lossy();
+            // The shell makes PWD, OLDPWD, SHLVL and `_` of its own.
+            let own = ["PATH", "PWD", "OLDPWD", "SHLVL", "_"];
+            if !own.contains(&k.as_ref()) && !SMITH_GIT_KEEP.contains(&k.as_ref()) {
+                assert!(
+                    !names.contains(&k.as_ref()),
+                    "the operator's {k} reached the smith: {out}"
+                );
+            }
+        }
     }
 }

@@ -112,7 +112,7 @@ impl CommitJob {
             &["config", "--list", "--name-only", "--includes"],
             deadline,
         )?;
-        let extra = git::overrides(&names.out);
+        let extra = git::overrides(&names.out)?;
         let ok = |s: Step, what: &str| match s.code {
             Some(0) => Ok(s.out),
             _ => Err(last_line(&s.out, what)),

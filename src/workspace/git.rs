@@ -78,7 +78,13 @@ pub const TRUST_ANY_OWNER: &str = "safe.directory=*";
 /// Emptied: `filter.*.{clean,smudge,process}` (and `filter.*.required` set to false, so an emptied
 /// filter is not an error), `diff.*.{command,textconv}`, `diff.external`, `merge.*.driver`,
 /// `credential.*.helper`, `gpg.program` and `gpg.*.program`. Unknown or harmless keys give nothing.
-pub fn overrides(config_names: &str) -> Vec<String> {
+///
+/// # Errors
+/// One of those keys has a name `-c NAME=VALUE` cannot say (docs/PROTOCOL-NOTES.md W21): a `=`
+/// in its subsection (git splits `-c` at the first `=`, so `-c filter.a=b.clean=` sets
+/// `filter.a`, and the driver `a=b` stays armed), or a byte that is not UTF-8 (shown here as
+/// U+FFFD, so the override would name another driver). Such a repository is refused, never run.
+pub fn overrides(config_names: &str) -> Result<Vec<String>, String> {
     let mut out: Vec<String> = Vec::new();
     let mut push = |s: String| {
         if !out.contains(&s) {
@@ -99,6 +105,20 @@ pub fn overrides(config_names: &str) -> Vec<String> {
         };
         let section = section.to_ascii_lowercase();
         let key = key.to_ascii_lowercase();
+        let driver = matches!(
+            (section.as_str(), key.as_str()),
+            ("filter", "clean" | "smudge" | "process" | "required")
+                | ("diff", "command" | "textconv" | "external")
+                | ("merge", "driver")
+                | ("credential", "helper")
+                | ("gpg", "program")
+        );
+        if driver && sub.is_some_and(|s| s.contains(['=', '\u{fffd}'])) {
+            return Err(format!(
+                "its git configuration names a driver git's -c cannot override ({}: a '=' or a byte that is not UTF-8 in its name): refused",
+                name.escape_debug()
+            ));
+        }
         match (section.as_str(), sub, key.as_str()) {
             ("filter", Some(sub), "clean" | "smudge" | "process") => {
                 push(format!("filter.{sub}.{key}="));
@@ -114,7 +134,7 @@ pub fn overrides(config_names: &str) -> Vec<String> {
             _ => {}
         }
     }
-    out
+    Ok(out)
 }
 
 /// Put the isolation of this module on `cmd` (environment and the fixed `-c` flags), for a git that
@@ -221,8 +241,34 @@ mod tests {
             ),
         ];
         for (input, want) in rows {
-            assert_eq!(overrides(input), want, "{input}");
+            assert_eq!(
+                overrides(input),
+                Ok(want.iter().map(|s| s.to_string()).collect()),
+                "{input}"
+            );
         }
+    }
+
+    /// A driver `-c` cannot name is refused, not left armed (notes W21): `-c filter.a=b.clean=`
+    /// sets `filter.a`; a non-UTF-8 subsection arrives here as U+FFFD.
+    #[test]
+    fn names_that_c_cannot_say_are_refused() {
+        for bad in [
+            "filter.a=b.clean",
+            "filter.x=.process",
+            "diff.=.textconv",
+            "merge.a=b.driver",
+            "filter.\u{fffd}.clean",
+            "credential.https://h/?a=b.helper",
+        ] {
+            let e = overrides(&format!("core.bare\n{bad}\n")).expect_err(bad);
+            assert!(e.contains("refused"), "{bad}: {e}");
+        }
+        // Harmless keys may say anything.
+        assert_eq!(
+            overrides("branch.a=b.remote\nremote.\u{fffd}.url\n"),
+            Ok(vec![])
+        );
     }
 
     #[test]

@@ -269,7 +269,10 @@ impl GitRun<'_> {
                     Err(e)
                 }
             })?;
-        Ok(git::overrides(&names))
+        git::overrides(&names).map_err(|message| GitError {
+            command: "config --list --name-only --includes".into(),
+            message,
+        })
     }
 }
 

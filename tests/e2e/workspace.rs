@@ -1347,3 +1347,60 @@ fn accept_takes_the_commit_it_names_or_nothing() {
     assert!(wrong.is_empty(), "{wrong:#?}");
     eprintln!("accepted {} refused {}", outcomes.0, outcomes.1);
 }
+
+/// Hostile review 18b, finding 101 (notes W21, W22): a smith names its filter drivers so that
+/// git's `-c NAME=` cannot empty them — a `=` in the name (`-c filter.a=b.clean=` sets
+/// `filter.a`) or a byte that is not UTF-8 — and has them copy their environment into its own
+/// repository. The operator's `diff` and `accept` ran them (as the smith, in its sandbox) with
+/// the operator's whole environment; now both refuse in one line and nothing runs.
+#[test]
+fn drivers_named_past_the_overrides_run_nothing() {
+    let w = Ws::new(Mode::Cgroup);
+    w.as_smith_ok(
+        "smith-root",
+        ROOT_WS,
+        r#"git config 'filter.a=b.clean' 'sh -c "env > .git/stolen-a; cat"'
+           printf '[filter "\377"]\n\tclean = "sh -c \x27env > .git/stolen-ff; cat\x27"\n' >> .git/config
+           printf '*.txt filter=a=b\n*.rs filter=\377\n' > .gitattributes
+           echo c >> a.txt && echo w >> src/main.rs"#,
+    );
+    let git_dir = w.abs(&format!("{ROOT_WS}/.git"));
+    let stolen = || {
+        ["stolen-a", "stolen-ff"]
+            .into_iter()
+            .filter(|f| git_dir.join(f).exists())
+            .collect::<Vec<_>>()
+    };
+    for sub in ["diff", "accept"] {
+        let r = run(Command::new(SMITHFS)
+            .env("SMITHFS_TEST_OPERATOR_SECRET", "sk-operator-secret")
+            .arg(sub)
+            .arg(w.m.path())
+            .arg("smith-root"));
+        assert!(!r.ok(), "{sub} succeeded: {}", r.stdout);
+        assert!(
+            r.stderr.contains("cannot override") && r.stderr.lines().count() == 1,
+            "{sub}: {}",
+            r.stderr
+        );
+        assert!(stolen().is_empty(), "{sub} ran the smith's {:?}", stolen());
+    }
+    // Without the armed drivers the same work tree diffs as before.
+    w.as_smith_ok(
+        "smith-root",
+        ROOT_WS,
+        "head -n -2 .git/config > .git/c && mv .git/c .git/config && git config --remove-section 'filter.a=b'",
+    );
+    let d = smithfs([
+        OsString::from("diff"),
+        w.m.path().into(),
+        "smith-root".into(),
+    ]);
+    assert!(
+        d.ok() && d.stdout.contains("+w"),
+        "{}{}",
+        d.stdout,
+        d.stderr
+    );
+    assert!(stolen().is_empty(), "{:?}", stolen());
+}
