@@ -287,30 +287,108 @@ pub(crate) fn smith_overrides(l: &Located) -> Result<Vec<String>, String> {
     git::overrides(&String::from_utf8_lossy(&names))
 }
 
-/// The largest file (apparent size, KiB) a smith's work tree may hold for `diff`: git hashes every
-/// changed or untracked file whole, so one sparse file of 200 GB that costs its smith nothing
-/// kept `diff` — and each view of its page in the ui — reading zeros until the deadline (notes
-/// UI14).
+/// The largest file (apparent size, KiB) `diff` reads: git hashes every changed or untracked
+/// file whole, so one sparse file of 200 GB that costs its smith nothing kept `diff` — and each
+/// view of its page in the ui — reading zeros until the deadline. Larger files are left out of
+/// the diff and named (notes UI14).
 const DIFF_MAX_FILE_KIB: u64 = 1 << 20;
 
-/// The script of `diff` (run as the smith): `smithfs.base`; refused at once when a file of the
-/// work tree is larger than [`DIFF_MAX_FILE_KIB`] (up to five named); a temporary index in
-/// `$TMPDIR` (the sandbox's private `/tmp`) read from `HEAD` with the untracked files
-/// intent-to-add, then `git diff BASE` (`$1`: `--stat` or empty). Pure.
-fn diff_script(extra: &[String]) -> String {
+/// At most this many files over [`DIFF_MAX_FILE_KIB`] are left out, their names at most
+/// [`DIFF_LEFT_OUT_BYTES`] in all; beyond either the diff is refused, as before UI14 (the
+/// names become git's arguments, in one `xargs` run).
+const DIFF_LEFT_OUT_MAX: usize = 50;
+
+/// See [`DIFF_LEFT_OUT_MAX`].
+const DIFF_LEFT_OUT_BYTES: usize = 16 << 10;
+
+/// The script of `diff` (run as the smith; `$1`: `--stat` or empty, `$2`: [`diff_inner`]): the
+/// files of the work tree larger than [`DIFF_MAX_FILE_KIB`] (`find`, `.git` pruned: stat only)
+/// printed first — their number on a line, then each name NUL-terminated — then the diff of the
+/// rest, by the inner script with those names as its arguments (`xargs -0`, so any byte of a
+/// name stays itself). Pure.
+fn diff_script() -> String {
     format!(
-        "{}base=$(G config smithfs.base) || {{ echo 'fatal: no smithfs.base' >&2; exit 1; }}\n\
-         big=$(find . -path ./.git -prune -o -type f -size +{DIFF_MAX_FILE_KIB}k -print 2>/dev/null | head -n 5 | tr '\\n' ' ')\n\
-         if [ -n \"$big\" ]; then echo \"fatal: too large to diff (a file over {} GiB): $big\" >&2; exit 1; fi\n\
-         GIT_INDEX_FILE=$(mktemp \"${{TMPDIR:-/tmp}}/smithfs-diff.XXXXXX\")\n\
-         export GIT_INDEX_FILE\n\
-         trap 'rm -f \"$GIT_INDEX_FILE\" \"$GIT_INDEX_FILE.lock\"' EXIT\n\
-         G read-tree HEAD\n\
-         G add --intent-to-add --all\n\
-         G diff --no-ext-diff --no-textconv --no-color $1 \"$base\"\n",
-        git_script(extra),
-        DIFF_MAX_FILE_KIB >> 20
+        "set -e
+         big=$(mktemp \"${{TMPDIR:-/tmp}}/smithfs-big.XXXXXX\")
+         inner=$(mktemp \"${{TMPDIR:-/tmp}}/smithfs-diff.XXXXXX\")
+         trap 'rm -f \"$big\" \"$inner\"' EXIT
+         printf '%s' \"$2\" > \"$inner\"
+         find . -path ./.git -prune -o -type f -size +{DIFF_MAX_FILE_KIB}k -print0 2>/dev/null > \"$big\" || true
+         n=$(tr -cd '\\000' < \"$big\" | wc -c)
+         if [ \"$n\" -gt {DIFF_LEFT_OUT_MAX} ] || [ \"$(wc -c < \"$big\")\" -gt {DIFF_LEFT_OUT_BYTES} ]; then \
+         echo \"fatal: too large to diff: $n files over {gib} GiB\" >&2; exit 1; fi
+         printf '%s\\n' \"$n\"
+         cat \"$big\"
+         xargs -0 sh \"$inner\" \"$1\" < \"$big\"
+",
+        gib = DIFF_MAX_FILE_KIB >> 20
     )
+}
+
+/// The inner script of `diff` (`$1`: `--stat` or empty; the rest: the files left out, as `find`
+/// names them, `./NAME`): `smithfs.base`; a temporary index in `$TMPDIR` (the sandbox's private
+/// `/tmp`) read from `HEAD` with the untracked files intent-to-add, then `git diff BASE`, both
+/// limited to `.` less each file left out (`:(exclude,literal)NAME`: no glob, any name). Pure.
+fn diff_inner(extra: &[String]) -> String {
+    format!(
+        "{}stat=$1
+         shift
+         n=$#
+         for f do set -- \"$@\" \":(exclude,literal)${{f#./}}\"; done
+         shift \"$n\"
+         base=$(G config smithfs.base) || {{ echo 'fatal: no smithfs.base' >&2; exit 1; }}
+         GIT_INDEX_FILE=$(mktemp \"${{TMPDIR:-/tmp}}/smithfs-diff.XXXXXX\")
+         export GIT_INDEX_FILE
+         trap 'rm -f \"$GIT_INDEX_FILE\" \"$GIT_INDEX_FILE.lock\"' EXIT
+         G read-tree HEAD
+         G add --intent-to-add --all -- . \"$@\"
+         G diff --no-ext-diff --no-textconv --no-color $stat \"$base\" -- . \"$@\"
+",
+        git_script(extra),
+    )
+}
+
+/// What [`diff_script`] printed, taken apart: the names left out (`./` taken off) and the diff.
+/// `None`: not the header it prints (its output was cut inside it). Pure.
+fn split_left_out(out: &[u8]) -> Option<(Vec<String>, &[u8])> {
+    let nl = out.iter().position(|b| *b == b'\n')?;
+    let n: usize = std::str::from_utf8(&out[..nl]).ok()?.trim().parse().ok()?;
+    let mut rest = &out[nl + 1..];
+    let mut names = Vec::with_capacity(n.min(DIFF_LEFT_OUT_MAX));
+    for _ in 0..n {
+        let end = rest.iter().position(|b| *b == 0)?;
+        let name = &rest[..end];
+        let name = name.strip_prefix(b"./").unwrap_or(name);
+        names.push(String::from_utf8_lossy(name).into_owned());
+        rest = &rest[end + 1..];
+    }
+    Some((names, rest))
+}
+
+/// What `diff` shows: git's output, whether it was cut, and the files left out of it (over
+/// 1 GiB, notes UI14).
+pub(crate) struct DiffOut {
+    /// `git diff` (or `--stat`) of everything else.
+    pub text: String,
+    /// Cut after the bound asked for (notes UI11).
+    pub cut: bool,
+    /// The work tree's files over 1 GiB, not diffed (lossy UTF-8, as found).
+    pub left_out: Vec<String>,
+}
+
+impl DiffOut {
+    /// The note naming the files left out, one line (empty when none): what `smithfs diff`
+    /// prints on stderr and the ui under the list of changed files.
+    pub(crate) fn note(&self) -> String {
+        if self.left_out.is_empty() {
+            return String::new();
+        }
+        format!(
+            "left out of the diff, over {} GiB each (git would read them whole): {}",
+            DIFF_MAX_FILE_KIB >> 20,
+            self.left_out.join(", ")
+        )
+    }
 }
 
 /// Run `smithfs diff`.
@@ -323,35 +401,44 @@ pub fn run(args: DiffArgs) -> Result<ExitCode> {
         }
     };
     // The smith's files, printed for the operator: inert on a terminal (notes O51).
-    super::util::print_untrusted(diff(&l, args.stat)?.as_bytes())?;
+    let d = diff_max(&l, args.stat, None)?;
+    super::util::print_untrusted(d.text.as_bytes())?;
+    if !d.left_out.is_empty() {
+        eprintln!("smithfs: {}", super::util::inline_safe(&d.note()));
+    }
     Ok(ExitCode::SUCCESS)
 }
 
 /// The smith's changes from its base commit to its work tree, committed and not, untracked
-/// files included, as `git diff` prints them (`stat`: `git diff --stat`). What `smithfs diff`
-/// and the ui show (one code path). Git runs as the smith ([`as_smith`]).
+/// files included, as `git diff` prints them (`stat`: `git diff --stat`), but for the files
+/// over 1 GiB, left out and named (notes UI14); cut after `max` bytes (`None`: whole, notes
+/// UI11). What `smithfs diff` and the ui show (one code path). Git runs as the smith
+/// ([`as_smith`]).
 ///
 /// # Errors
-/// The workspace has no `smithfs.base`, or a git step failed (one line naming it).
-pub(crate) fn diff(l: &Located, stat: bool) -> Result<String> {
-    diff_max(l, stat, None).map(|(d, _)| d)
-}
-
-/// [`diff`] cut after `max` bytes (`None`: whole), and whether it was (notes UI11).
-///
-/// # Errors
-/// As [`diff`].
-pub(crate) fn diff_max(l: &Located, stat: bool, max: Option<usize>) -> Result<(String, bool)> {
+/// The workspace has no `smithfs.base`, a git step failed, or the work tree holds more files
+/// over 1 GiB than can be left out (one line naming it).
+pub(crate) fn diff_max(l: &Located, stat: bool, max: Option<usize>) -> Result<DiffOut> {
     let fail = |e: String| anyhow!("diff {}: {e}", l.full_id);
     let extra = smith_overrides(l).map_err(fail)?;
+    let inner = diff_inner(&extra);
+    // The header of names comes on top of the bound.
+    let max = max.map(|m| m + DIFF_LEFT_OUT_BYTES + 32);
     let (out, cut) = as_smith_max(
         l,
-        &diff_script(&extra),
-        &[if stat { "--stat" } else { "" }],
+        &diff_script(),
+        &[if stat { "--stat" } else { "" }, &inner],
         max,
     )
     .map_err(fail)?;
-    Ok((String::from_utf8_lossy(&out).into_owned(), cut))
+    let Some((left_out, text)) = split_left_out(&out) else {
+        return Err(fail("its output was cut before the diff".into()));
+    };
+    Ok(DiffOut {
+        text: String::from_utf8_lossy(text).into_owned(),
+        cut,
+        left_out,
+    })
 }
 
 /// The smith's commits since its base, one line each (`%h %ad %an: %s`, ISO dates), read as

@@ -96,7 +96,14 @@ impl Fleet for CliFleet {
     }
 
     fn diff(&self, full_id: &str, stat: bool, max: usize) -> Result<(String, bool), String> {
-        super::diff::diff_max(&self.located(full_id)?, stat, Some(max)).map_err(line)
+        let d = super::diff::diff_max(&self.located(full_id)?, stat, Some(max)).map_err(line)?;
+        // The files left out (over 1 GiB, notes UI14) are named under the list of changes.
+        let note = d.note();
+        let mut text = d.text;
+        if stat && !note.is_empty() {
+            text.push_str(&format!("\n{note}\n"));
+        }
+        Ok((text, d.cut))
     }
 
     fn commits(&self, full_id: &str, max: usize) -> Result<(String, bool), String> {

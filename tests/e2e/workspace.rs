@@ -1404,3 +1404,46 @@ fn drivers_named_past_the_overrides_run_nothing() {
     );
     assert!(stolen().is_empty(), "{:?}", stolen());
 }
+
+/// UI14, revised (hostile review 18b): a file over 1 GiB — here sparse, 200 GB, with a name
+/// made to be a pathspec, a glob and a line break — is left out of `diff` by its exact name
+/// and named on stderr; every other change is shown, at once.
+#[test]
+fn a_huge_file_is_left_out_of_the_diff_by_its_name() {
+    let w = Ws::new(Mode::Cgroup);
+    w.as_smith_ok(
+        "smith-root",
+        ROOT_WS,
+        "truncate -s 200G \"$(printf ':(glob)*\\nbig')\" && echo c >> a.txt && echo new > '*'",
+    );
+    for stat in [true, false] {
+        let mut args = vec![
+            OsString::from("diff"),
+            w.m.path().into(),
+            "smith-root".into(),
+        ];
+        if stat {
+            args.push("--stat".into());
+        }
+        let t = Instant::now();
+        let d = run(Command::new(SMITHFS)
+            .env("SMITHFS_SMITH_GIT_DEADLINE", "20")
+            .args(&args));
+        let took = t.elapsed();
+        assert!(d.ok(), "stat {stat}: {}", d.stderr);
+        assert!(took < Duration::from_secs(15), "stat {stat}: took {took:?}");
+        let want = if stat { "a.txt" } else { "+c" };
+        assert!(d.stdout.contains(want), "stat {stat}: {}", d.stdout);
+        assert!(
+            d.stdout.contains('*'),
+            "the file named * is diffed: {}",
+            d.stdout
+        );
+        assert!(!d.stdout.contains("big"), "stat {stat}: {}", d.stdout);
+        assert!(
+            d.stderr.contains("left out of the diff") && d.stderr.contains(":(glob)*^Jbig"),
+            "stat {stat}: {}",
+            d.stderr
+        );
+    }
+}

@@ -467,6 +467,16 @@ fn a_huge_sparse_file_does_not_stall_the_smiths_page() {
         ],
     )
     .expect_ok("the sparse file");
+    crate::common::run_as(
+        m.path(),
+        "smith-root",
+        &[
+            "sh",
+            "-c",
+            "echo small > smiths/smith-root/workspace/small.txt",
+        ],
+    )
+    .expect_ok("a small file");
     let ui = UiServer::start(m.path(), &[]);
     let cookie = format!("smithfs_ui={}", ui.token);
     let t = std::time::Instant::now();
@@ -477,8 +487,10 @@ fn a_huge_sparse_file_does_not_stall_the_smiths_page() {
         took < std::time::Duration::from_secs(20),
         "the page took {took:?}"
     );
+    // The big file is left out and named; everything else is shown (UI14, revised).
     assert!(
-        body.contains("too large to diff") && body.contains("sparse.bin"),
+        body.contains("left out of the diff") && body.contains("sparse.bin"),
         "{body}"
     );
+    assert!(body.contains("+small"), "{body}");
 }
