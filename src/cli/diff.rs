@@ -137,6 +137,10 @@ pub(crate) fn git_script(extra: &[String]) -> String {
     for (k, v) in git::ENV_SET {
         s.push_str(&format!("export {k}={}\n", sh_quote(v)));
     }
+    // The work tree is the workspace the script runs in, whatever the smith's `core.worktree`
+    // says: else `diff` showed (and hashed) another directory the smith may read, past UI14's
+    // bound on big files (notes W24).
+    s.push_str("GIT_WORK_TREE=$PWD\nexport GIT_WORK_TREE\n");
     let mut g = vec!["git".to_string()];
     g.extend(git::isolated_args(extra));
     let g: Vec<String> = g.iter().map(|a| sh_quote(a)).collect();
@@ -470,6 +474,10 @@ mod tests {
         assert!(s.contains("'-c' 'core.hooksPath=/dev/null'"), "{s}");
         assert!(s.contains("'-c' 'filter.x.clean='"), "{s}");
         assert!(!s.contains("safe.directory"), "{s}");
+        assert!(
+            s.contains("GIT_WORK_TREE=$PWD\nexport GIT_WORK_TREE\n"),
+            "{s}"
+        );
     }
 
     /// The smith-side script gets none of the operator's environment, and a fixed `PATH`

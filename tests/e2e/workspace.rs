@@ -1446,4 +1446,29 @@ fn a_huge_file_is_left_out_of_the_diff_by_its_name() {
             d.stderr
         );
     }
+    // Finding 105 (notes W24): `core.worktree` pointed git at another directory of the smith's
+    // — past the look for big files, which sees the workspace only. The diff is the
+    // workspace's, whatever the config says.
+    w.as_smith_ok(
+        "smith-root",
+        "smiths/smith-root",
+        "truncate -s 200G private/elsewhere.bin && echo p > private/p.txt          && git -C workspace config core.worktree ../../private",
+    );
+    let t = Instant::now();
+    let d = run(Command::new(SMITHFS)
+        .env("SMITHFS_SMITH_GIT_DEADLINE", "20")
+        .args(["diff", "--stat"])
+        .arg(w.m.path())
+        .arg("smith-root"));
+    let took = t.elapsed();
+    assert!(d.ok(), "core.worktree: {}", d.stderr);
+    assert!(
+        took < Duration::from_secs(15),
+        "core.worktree: took {took:?}"
+    );
+    assert!(
+        d.stdout.contains("a.txt") && !d.stdout.contains("p.txt"),
+        "core.worktree: {}",
+        d.stdout
+    );
 }
