@@ -140,7 +140,7 @@ pub(crate) fn accept(l: &Located, branch: Option<&str>) -> Result<Accepted> {
     let ws_extra = smith_overrides(l).map_err(|e| anyhow!("accept {}: {e}", l.full_id))?;
     let info = format!(
         "{}G rev-parse --verify \"refs/heads/$1^{{commit}}\"\n\
-         G diff-index --name-only HEAD -- | wc -l\n\
+         G diff-index --ignore-submodules=dirty --name-only HEAD -- | wc -l\n\
          G ls-files --others --exclude-standard | wc -l\n",
         git_script(&ws_extra)
     );

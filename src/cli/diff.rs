@@ -312,19 +312,18 @@ const DIFF_LEFT_OUT_BYTES: usize = 16 << 10;
 /// name stays itself). Pure.
 fn diff_script() -> String {
     format!(
-        "set -e
-         big=$(mktemp \"${{TMPDIR:-/tmp}}/smithfs-big.XXXXXX\")
-         inner=$(mktemp \"${{TMPDIR:-/tmp}}/smithfs-diff.XXXXXX\")
-         trap 'rm -f \"$big\" \"$inner\"' EXIT
-         printf '%s' \"$2\" > \"$inner\"
-         find . -path ./.git -prune -o -type f -size +{DIFF_MAX_FILE_KIB}k -print0 2>/dev/null > \"$big\" || true
-         n=$(tr -cd '\\000' < \"$big\" | wc -c)
+        "set -e\n\
+         big=$(mktemp \"${{TMPDIR:-/tmp}}/smithfs-big.XXXXXX\")\n\
+         inner=$(mktemp \"${{TMPDIR:-/tmp}}/smithfs-diff.XXXXXX\")\n\
+         trap 'rm -f \"$big\" \"$inner\"' EXIT\n\
+         printf '%s' \"$2\" > \"$inner\"\n\
+         find . -path ./.git -prune -o -type f -size +{DIFF_MAX_FILE_KIB}k -print0 2>/dev/null > \"$big\" || true\n\
+         n=$(tr -cd '\\000' < \"$big\" | wc -c)\n\
          if [ \"$n\" -gt {DIFF_LEFT_OUT_MAX} ] || [ \"$(wc -c < \"$big\")\" -gt {DIFF_LEFT_OUT_BYTES} ]; then \
-         echo \"fatal: too large to diff: $n files over {gib} GiB\" >&2; exit 1; fi
-         printf '%s\\n' \"$n\"
-         cat \"$big\"
-         xargs -0 sh \"$inner\" \"$1\" < \"$big\"
-",
+         echo \"fatal: too large to diff: $n files over {gib} GiB\" >&2; exit 1; fi\n\
+         printf '%s\\n' \"$n\"\n\
+         cat \"$big\"\n\
+         xargs -0 sh \"$inner\" \"$1\" < \"$big\"\n",
         gib = DIFF_MAX_FILE_KIB >> 20
     )
 }
@@ -332,22 +331,30 @@ fn diff_script() -> String {
 /// The inner script of `diff` (`$1`: `--stat` or empty; the rest: the files left out, as `find`
 /// names them, `./NAME`): `smithfs.base`; a temporary index in `$TMPDIR` (the sandbox's private
 /// `/tmp`) read from `HEAD` with the untracked files intent-to-add, then `git diff BASE`, both
-/// limited to `.` less each file left out (`:(exclude,literal)NAME`: no glob, any name). Pure.
+/// limited to `.` less each file left out (`:(exclude,literal)NAME`: no glob, any name). A
+/// submodule shows as its commit, never its work tree: looking at that runs a git in the
+/// submodule, under the submodule's own config, whose drivers the overrides never listed
+/// (notes W25) — so only the untracked files are marked (`ls-files --others`, each name
+/// literal; `add --all` looked into every submodule), and the diff is
+/// `--ignore-submodules=dirty`. Pure.
 fn diff_inner(extra: &[String]) -> String {
     format!(
-        "{}stat=$1
-         shift
-         n=$#
-         for f do set -- \"$@\" \":(exclude,literal)${{f#./}}\"; done
-         shift \"$n\"
-         base=$(G config smithfs.base) || {{ echo 'fatal: no smithfs.base' >&2; exit 1; }}
-         GIT_INDEX_FILE=$(mktemp \"${{TMPDIR:-/tmp}}/smithfs-diff.XXXXXX\")
-         export GIT_INDEX_FILE
-         trap 'rm -f \"$GIT_INDEX_FILE\" \"$GIT_INDEX_FILE.lock\"' EXIT
-         G read-tree HEAD
-         G add --intent-to-add --all -- . \"$@\"
-         G diff --no-ext-diff --no-textconv --no-color $stat \"$base\" -- . \"$@\"
-",
+        "{}stat=$1\n\
+         shift\n\
+         n=$#\n\
+         for f do set -- \"$@\" \":(exclude,literal)${{f#./}}\"; done\n\
+         shift \"$n\"\n\
+         base=$(G config smithfs.base) || {{ echo 'fatal: no smithfs.base' >&2; exit 1; }}\n\
+         GIT_INDEX_FILE=$(mktemp \"${{TMPDIR:-/tmp}}/smithfs-diff.XXXXXX\")\n\
+         export GIT_INDEX_FILE\n\
+         trap 'rm -f \"$GIT_INDEX_FILE\" \"$GIT_INDEX_FILE.lock\"' EXIT\n\
+         G read-tree HEAD\n\
+         new=$(mktemp \"${{TMPDIR:-/tmp}}/smithfs-new.XXXXXX\")\n\
+         trap 'rm -f \"$GIT_INDEX_FILE\" \"$GIT_INDEX_FILE.lock\" \"$new\"' EXIT\n\
+         G ls-files -z --others --exclude-standard -- . \"$@\" > \"$new\"\n\
+         if [ -s \"$new\" ]; then G --literal-pathspecs add --intent-to-add --ignore-errors \
+         --pathspec-from-file=\"$new\" --pathspec-file-nul; fi\n\
+         G diff --no-ext-diff --no-textconv --ignore-submodules=dirty --no-color $stat \"$base\" -- . \"$@\"\n",
         git_script(extra),
     )
 }

@@ -1472,3 +1472,43 @@ fn a_huge_file_is_left_out_of_the_diff_by_its_name() {
         d.stdout
     );
 }
+
+/// Hostile review 18b, finding 106 (notes W25): a submodule's own config (`.git/modules/sm/`)
+/// names a filter the overrides never listed — they come from the superproject's config — and a
+/// file of the submodule is touched. `git diff` and `accept`'s `diff-index` ran a git inside
+/// the submodule to see whether it is dirty, which ran the filter. Now both look at a
+/// submodule's commit only, and nothing runs.
+#[test]
+fn a_submodules_own_drivers_run_nothing() {
+    let w = Ws::new(Mode::Cgroup);
+    w.as_smith_ok(
+        "smith-root",
+        ROOT_WS,
+        r#"set -e
+           ws=$(pwd)
+           git init -q ../private/subsrc
+           git -C ../private/subsrc -c user.name=a -c user.email=b commit -q --allow-empty -m e
+           echo s > ../private/subsrc/s.txt
+           git -C ../private/subsrc add s.txt
+           git -C ../private/subsrc -c user.name=a -c user.email=b commit -qm s
+           git -c protocol.file.allow=always submodule -q add "$ws/../private/subsrc" sm
+           git commit -qm sm
+           git -C sm config filter.evil.clean "touch $ws/.git/pwned-sub; cat"
+           echo '* filter=evil' > sm/.gitattributes
+           sleep 1.1
+           touch sm/s.txt
+           echo c >> a.txt"#,
+    );
+    let mark = w.abs(&format!("{ROOT_WS}/.git/pwned-sub"));
+    let d = smithfs([
+        OsString::from("diff"),
+        w.m.path().into(),
+        "smith-root".into(),
+    ]);
+    assert!(d.ok(), "{}", d.stderr);
+    assert!(d.stdout.contains("+c"), "{}", d.stdout);
+    assert!(!mark.exists(), "smithfs diff ran the submodule's filter");
+    let a = accept(w.m.path(), "smith-root", None);
+    assert!(a.ok(), "{}", a.stderr);
+    assert!(!mark.exists(), "smithfs accept ran the submodule's filter");
+}
