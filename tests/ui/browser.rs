@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use crate::common::{self, smithfs, MountOpts, TestMount};
+use crate::common::{self, smithfs, TestMount};
 use crate::webdriver::{self, Browser};
 use crate::{set_agent, state_of, status, task, UiServer, AGENT};
 
@@ -222,31 +222,7 @@ fn cancel_from_the_page_stops_a_running_subtree() {
 
 #[test]
 fn with_a_project_the_diff_shows_the_change_and_accept_makes_the_branch() {
-    let mut repo = PathBuf::new();
-    let mut m = TestMount::with_init(
-        MountOpts {
-            allow_other: true,
-            ..MountOpts::default()
-        },
-        |tmp| {
-            repo = tmp.join("repo");
-            std::fs::create_dir_all(&repo).expect("mkdir");
-            let ok = Command::new("bash")
-                .arg("-ec")
-                .arg(
-                    "git init -q -b main . && git config user.name u && git config user.email u@e \
-                     && echo one > a.txt && git add -A && git commit -qm one",
-                )
-                .current_dir(&repo)
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(ok, "git init");
-            vec![
-                std::ffi::OsString::from("--repo"),
-                repo.clone().into_os_string(),
-            ]
-        },
-    );
+    let (mut m, repo) = crate::project_mount();
     set_agent(&mut m, AGENT);
     task(&m, "1", "edit\n");
     common::poll_until(60, "the root done", || {

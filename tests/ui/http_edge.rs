@@ -314,31 +314,6 @@ fn an_agent_flooding_the_port_neither_ends_the_ui_nor_keeps_the_operator_out() {
     assert_eq!(s, 200, "after the flood: {body}");
 }
 
-/// A mount with a project (`init --repo`): one commit of `a.txt` in a fresh repository.
-fn project_mount() -> TestMount {
-    crate::common::TestMount::with_init(
-        crate::common::MountOpts {
-            allow_other: true,
-            ..crate::common::MountOpts::default()
-        },
-        |tmp| {
-            let repo = tmp.join("repo");
-            std::fs::create_dir_all(&repo).expect("mkdir");
-            let ok = std::process::Command::new("bash")
-                .arg("-ec")
-                .arg(
-                    "git init -q -b main . && git config user.name u && git config user.email u@e \
-                     && echo one > a.txt && git add -A && git commit -qm one",
-                )
-                .current_dir(&repo)
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(ok, "git init");
-            vec![std::ffi::OsString::from("--repo"), repo.into_os_string()]
-        },
-    )
-}
-
 /// The agent of `a_smiths_page_stays_small_whatever_it_wrote`: a file of `LINES` empty lines in
 /// its workspace (a diff of as many `+` lines, each an element on the page) and, as the parent
 /// of `smith-001`, `TASKS` task files of 200 KiB in that child's inbox.
@@ -362,7 +337,7 @@ for i in range(tasks):
 /// tasks), with a line saying so and how to see it all.
 #[test]
 fn a_smiths_page_stays_small_whatever_it_wrote() {
-    let m = project_mount();
+    let (m, _repo) = crate::project_mount();
     crate::common::run_as(
         m.path(),
         "smith-root",
@@ -422,7 +397,7 @@ with open(d + "/children/smith-001/inbox/task-\u202edm.exe.md", "w") as f:
 /// shows a smith's text (diff, result, task names and contents, logs).
 #[test]
 fn bidirectional_controls_are_shown_not_obeyed() {
-    let m = project_mount();
+    let (m, _repo) = crate::project_mount();
     crate::common::run_as(m.path(), "smith-root", &["python3", "-c", TROJAN])
         .expect_ok("the Trojan Source agent");
     let ui = UiServer::start(m.path(), &[]);
@@ -455,7 +430,7 @@ fn bidirectional_controls_are_shown_not_obeyed() {
 /// "did not finish … may be a FIFO". Now the diff is refused at once, naming the file.
 #[test]
 fn a_huge_sparse_file_does_not_stall_the_smiths_page() {
-    let m = project_mount();
+    let (m, _repo) = crate::project_mount();
     crate::common::run_as(
         m.path(),
         "smith-root",

@@ -13,10 +13,41 @@ mod webdriver;
 
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use common::{smithfs, TestMount, SMITHFS};
+
+/// A mount with a project (`init --repo`, allow_other): a fresh repository in the test's
+/// directory with one commit of `a.txt`; the mount and the repository's path.
+pub fn project_mount() -> (TestMount, PathBuf) {
+    let mut repo = PathBuf::new();
+    let m = TestMount::with_init(
+        common::MountOpts {
+            allow_other: true,
+            ..common::MountOpts::default()
+        },
+        |tmp| {
+            repo = tmp.join("repo");
+            std::fs::create_dir_all(&repo).expect("mkdir");
+            let ok = Command::new("bash")
+                .arg("-ec")
+                .arg(
+                    "git init -q -b main . && git config user.name u && git config user.email u@e \
+                     && echo one > a.txt && git add -A && git commit -qm one",
+                )
+                .current_dir(&repo)
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "git init");
+            vec![
+                std::ffi::OsString::from("--repo"),
+                repo.clone().into_os_string(),
+            ]
+        },
+    );
+    (m, repo)
+}
 
 /// A `smithfs ui DIR` process; Drop kills it (by its pid) and reaps it.
 pub struct UiServer {
