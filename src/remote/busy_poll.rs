@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollTimeout};
 
-use crate::sys::headroom::{in_probe_window, Headroom};
+use crate::sys::headroom::{in_probe_window, monotonic_ns, Headroom};
 
 /// How long a thread polls without sleeping before it sleeps in `poll(2)`. The next frame of
 /// a sequential workload comes within 10–40 µs on loopback; 20 µs was too short for creates
@@ -36,14 +36,8 @@ static WATCHING: AtomicBool = AtomicBool::new(false);
 /// How long the headroom is still followed after the last poller ended (the daemon's next
 /// connection then starts with the state measured).
 const LINGER: Duration = Duration::from_secs(30);
-/// When the last poller was dropped ([`epoch_ms`]).
+/// When the last poller was dropped (`CLOCK_MONOTONIC`, nanoseconds; 0: none yet).
 static LAST_DROP: AtomicU64 = AtomicU64::new(0);
-
-/// Milliseconds since this process first asked.
-fn epoch_ms() -> u64 {
-    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
-}
 
 /// One thread's waits for a connection's next frame. While one lives, and for 30 s after
 /// the last one was dropped (`LINGER`), a thread of the process follows the CPUs' headroom.
@@ -69,8 +63,8 @@ impl BusyPoller {
                 .spawn(|| loop {
                     HEADROOM.watch_probed(|| {
                         POLLERS.load(Ordering::SeqCst) > 0
-                            || epoch_ms().saturating_sub(LAST_DROP.load(Ordering::SeqCst))
-                                < LINGER.as_millis() as u64
+                            || monotonic_ns().saturating_sub(LAST_DROP.load(Ordering::SeqCst))
+                                < LINGER.as_nanos() as u64
                     });
                     WATCHING.store(false, Ordering::SeqCst);
                     // A poller made after the last check and before the store found a watcher
@@ -113,7 +107,7 @@ impl BusyPoller {
 
 impl Drop for BusyPoller {
     fn drop(&mut self) {
-        LAST_DROP.store(epoch_ms().max(1), Ordering::SeqCst);
+        LAST_DROP.store(monotonic_ns(), Ordering::SeqCst);
         POLLERS.fetch_sub(1, Ordering::SeqCst);
     }
 }

@@ -103,7 +103,7 @@ pub const PROBE_WINDOW: Duration = Duration::from_millis(50);
 const FIRST_PROBE: Duration = Duration::from_millis(40);
 
 /// Nanoseconds of `CLOCK_MONOTONIC` (the clock every process of the host shares).
-fn monotonic_ns() -> u64 {
+pub fn monotonic_ns() -> u64 {
     let mut t = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
